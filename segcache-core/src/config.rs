@@ -1,0 +1,141 @@
+//! `Builder`: every setting of the engine, checked once, in one place.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::clock::{Clock, SystemClock};
+use crate::{Error, Policy, Result};
+
+/// Smallest and largest segment sizes. Slots address bytes within a segment with 22 bits.
+pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
+pub const MAX_SEGMENT_SIZE: usize = 4 << 20;
+/// Longest key, as in memcached.
+pub const MAX_KEY_LEN: usize = 250;
+
+/// Builds a [`crate::Segcache`] (single owner) or a [`crate::SharedCache`] (thread-safe).
+///
+/// ```
+/// use segcache_core::{Builder, Policy};
+/// let cache = Builder::new().heap_size(16 << 20).segment_size(1 << 20).eviction(Policy::Merge).build_shared()?;
+/// cache.set(b"k", b"v", 0, std::time::Duration::ZERO)?;
+/// assert_eq!(cache.get(b"k").unwrap().value, b"v");
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
+#[derive(Debug, Clone)]
+pub struct Builder {
+    pub(crate) heap_size: usize,
+    pub(crate) segment_size: usize,
+    pub(crate) hash_power: Option<u8>,
+    pub(crate) policy: Policy,
+    pub(crate) shards: Option<usize>,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) path: Option<PathBuf>,
+    pub(crate) reset_bad_file: bool,
+}
+
+impl Default for Builder {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Builder {
+    /// Defaults: 64 MiB heap, 1 MiB segments, hash table sized for the heap, `Merge` eviction,
+    /// shards chosen from the core count, the system clock, anonymous memory.
+    pub fn new() -> Self {
+        Builder {
+            heap_size: 64 << 20,
+            segment_size: 1 << 20,
+            hash_power: None,
+            policy: Policy::default(),
+            shards: None,
+            clock: Arc::new(SystemClock),
+            path: None,
+            reset_bad_file: false,
+        }
+    }
+    /// Total heap bytes, rounded down to whole segments (of every shard).
+    pub fn heap_size(mut self, bytes: usize) -> Self {
+        self.heap_size = bytes;
+        self
+    }
+    /// Bytes per segment: a power of two from 4 KiB to 4 MiB. The largest item is a segment less
+    /// its header.
+    pub fn segment_size(mut self, bytes: usize) -> Self {
+        self.segment_size = bytes;
+        self
+    }
+    /// log2 of the number of primary hash buckets (7 items each), per shard. By default it is
+    /// chosen so that the table holds the heap's worth of ~100-byte items at about 80% load.
+    pub fn hash_power(mut self, power: u8) -> Self {
+        self.hash_power = Some(power);
+        self
+    }
+    pub fn eviction(mut self, policy: Policy) -> Self {
+        self.policy = policy;
+        self
+    }
+    /// Shards of a [`crate::SharedCache`]: a power of two. Ignored by [`Builder::build`].
+    pub fn shards(mut self, shards: usize) -> Self {
+        self.shards = Some(shards);
+        self
+    }
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+    /// Keep the heap and its index in this file (warm restart). Without it the heap is anonymous.
+    pub fn path(mut self, path: impl Into<PathBuf>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+    /// When the persistence file is unusable (corrupt, foreign, other configuration): `false`
+    /// (default) fails with [`Error::BadFile`]; `true` starts empty over it, with a warning on
+    /// stderr.
+    pub fn reset_bad_file(mut self, reset: bool) -> Self {
+        self.reset_bad_file = reset;
+        self
+    }
+
+    /// The shard count a shared cache gets: the one set, or 4x the cores rounded up to a power of
+    /// two, lowered so that each shard keeps at least 8 segments.
+    pub(crate) fn shard_count(&self) -> Result<usize> {
+        let segments = self.heap_size / self.segment_size.max(1);
+        match self.shards {
+            Some(n) if n == 0 || !n.is_power_of_two() || n > 256 => Err(Error::InvalidConfig(format!(
+                "shards must be a power of two from 1 to 256, got {n}"
+            ))),
+            Some(n) => Ok(n),
+            None => {
+                let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+                let mut n = (cores * 4).next_power_of_two().min(256);
+                while n > 1 && segments / n < 8 {
+                    n /= 2;
+                }
+                Ok(n)
+            }
+        }
+    }
+
+    /// Checks the settings that do not depend on the shard count.
+    pub(crate) fn validate(&self) -> Result<()> {
+        let s = self.segment_size;
+        if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&s) || !s.is_power_of_two() {
+            return Err(Error::InvalidConfig(format!(
+                "segment_size must be a power of two from {MIN_SEGMENT_SIZE} to {MAX_SEGMENT_SIZE} bytes, got {s}"
+            )));
+        }
+        if self.heap_size < 2 * s {
+            return Err(Error::InvalidConfig(format!(
+                "heap_size must hold at least 2 segments of {s} bytes, got {}",
+                self.heap_size
+            )));
+        }
+        if let Some(p) = self.hash_power {
+            if !(4..=32).contains(&p) {
+                return Err(Error::InvalidConfig(format!("hash_power must be from 4 to 32, got {p}")));
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,60 @@
+//! The one error type every operation returns.
+
+use std::path::PathBuf;
+
+/// Everything that can go wrong in the engine, one variant per outcome a caller may handle.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The key is absent, expired or flushed.
+    #[error("not found")]
+    NotFound,
+    /// `cas` saw a CAS value other than the one given: the item changed since it was read.
+    #[error("exists: the item changed since its CAS value was read")]
+    Exists,
+    /// `add` on a present key, `replace`/`append`/`prepend` on an absent one.
+    #[error("not stored")]
+    NotStored,
+    /// The item (header, key and value) does not fit in one segment.
+    #[error("item too large: {size} bytes, at most {max} fit in a segment")]
+    TooLarge { size: usize, max: usize },
+    /// Keys are 1 to 250 bytes, as in memcached.
+    #[error("key too long: {len} bytes, at most 250")]
+    KeyTooLong { len: usize },
+    /// The key is empty.
+    #[error("empty key")]
+    EmptyKey,
+    /// No segment could be freed: the heap is full and the eviction policy is `None`.
+    #[error("out of memory: the heap is full and eviction is off")]
+    NoMemory,
+    /// `incr`/`decr` on a value that is not a decimal number that fits in 64 bits.
+    #[error("cannot increment or decrement non-numeric value")]
+    NotNumeric,
+    /// A builder setting is out of range; the message names it.
+    #[error("invalid configuration: {0}")]
+    InvalidConfig(String),
+    /// The persistence file could not be opened, sized, mapped or flushed.
+    #[error("i/o error on {path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The persistence file is not usable: truncated, corrupt, foreign, of another format version
+    /// or made with another configuration. The message names the problem.
+    #[error("bad persistence file {path}: {reason}")]
+    BadFile { path: PathBuf, reason: String },
+    /// Another process (or another cache in this process) holds the persistence file open.
+    #[error("persistence file {path} is in use by another cache")]
+    Locked { path: PathBuf },
+    /// Anonymous memory for the heap could not be mapped.
+    #[error("cannot map {bytes} bytes of memory: {source}")]
+    Map {
+        bytes: usize,
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+/// `Result` with this crate's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,55 @@
+//! What a read returns: a borrowed view of an item, and an owned copy.
+
+use std::time::Duration;
+
+/// A borrowed view of a stored item: no copy is made. It borrows the cache (or, through
+/// [`crate::SharedCache::get_with`], the shard's read lock), so writes wait until it is dropped.
+#[derive(Debug, Clone, Copy)]
+pub struct Item<'a> {
+    pub(crate) key: &'a [u8],
+    pub(crate) value: &'a [u8],
+    pub(crate) flags: u32,
+    pub(crate) cas: u64,
+    /// Absolute expiry, Unix seconds; 0 for never.
+    pub(crate) expire_at: u32,
+    pub(crate) now: u32,
+}
+
+impl<'a> Item<'a> {
+    pub fn key(&self) -> &'a [u8] {
+        self.key
+    }
+    pub fn value(&self) -> &'a [u8] {
+        self.value
+    }
+    /// The 32-bit client flags given at `set` (0 if none).
+    pub fn flags(&self) -> u32 {
+        self.flags
+    }
+    /// The CAS value to pass to `cas`.
+    pub fn cas(&self) -> u64 {
+        self.cas
+    }
+    /// Time left to live; `None` when the item never expires.
+    pub fn ttl(&self) -> Option<Duration> {
+        (self.expire_at != 0).then(|| Duration::from_secs(u64::from(self.expire_at.saturating_sub(self.now))))
+    }
+    /// Absolute expiry time in Unix seconds; `None` when the item never expires.
+    pub fn expire_at(&self) -> Option<u32> {
+        (self.expire_at != 0).then_some(self.expire_at)
+    }
+    /// Copies the item out.
+    pub fn to_owned(&self) -> OwnedItem {
+        OwnedItem { value: self.value.to_vec(), flags: self.flags, cas: self.cas, ttl: self.ttl() }
+    }
+}
+
+/// An item copied out of the cache.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OwnedItem {
+    pub value: Vec<u8>,
+    pub flags: u32,
+    pub cas: u64,
+    /// Time left to live; `None` when the item never expires.
+    pub ttl: Option<Duration>,
+}

