@@ -1,21 +1,67 @@
-//! PLACEHOLDER engine with the final API, replaced by the segment engine.
-use std::collections::HashMap;
+//! `Segcache`: the single-owner engine over one shard of a region.
+
+use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::config::MAX_KEY_LEN;
-use crate::{Builder, Error, Item, Result, Stats};
+use crate::hash::hash;
+use crate::layout::*;
+use crate::record::{self, Record};
+use crate::region::ShardMem;
+use crate::table::{self, Loc, Table};
+use crate::{ttl, Builder, Error, Item, Policy, Result, Stats};
 
-#[derive(Debug)]
+/// The engine: one shard's segments, hash table and TTL buckets. Writes take `&mut self`; reads
+/// take `&self` and may run in parallel (the frequency counters they bump are atomic).
 pub struct Segcache {
-    map: HashMap<Vec<u8>, (Vec<u8>, u32, u64, u32)>,
-    clock: Arc<dyn Clock>,
-    cas: u64,
-    max: usize,
-    hits: AtomicU64,
+    pub(crate) mem: ShardMem,
+    pub(crate) geo: Geometry,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) policy: Policy,
+    /// The shard's buckets (primary, then the overflow pool).
+    buckets: &'static [Bucket],
+    /// S3-FIFO ghost: fingerprints of keys recently dropped from the small pool, direct-mapped.
+    ghost: Vec<u32>,
+    /// Holds an old value while its item is rewritten (append, incr, touch), since the rewrite
+    /// may evict the segment it came from.
+    scratch: Vec<u8>,
+    /// Live items of the segments being merged.
+    moves: Vec<Move>,
 }
+
+// SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
+// goes through `&mut self`, and the only mutation through `&self` is to atomics.
+unsafe impl Send for Segcache {}
+// SAFETY: as above: shared access only reads plain memory and updates atomics.
+unsafe impl Sync for Segcache {}
+
+impl std::fmt::Debug for Segcache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segcache").field("geometry", &self.geo).field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Move {
+    loc: Loc,
+    hash: u64,
+    freq: u8,
+    len: u32,
+}
+
+/// What a store requires of the key's current state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    Set,
+    Add,
+    Replace,
+    Cas(u64),
+}
+
+/// Segments merged at once by `Merge` (and promoted at once by `S3Fifo`).
+const MERGE_SOURCES: usize = 4;
 
 pub(crate) fn ttl_secs(ttl: Duration) -> u32 {
     let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
@@ -23,83 +69,1140 @@ pub(crate) fn ttl_secs(ttl: Duration) -> u32 {
 }
 
 impl Segcache {
-    pub fn builder() -> Builder { Builder::new() }
-    pub(crate) fn new(b: &Builder) -> Result<Self> {
-        b.validate()?;
-        Ok(Segcache { map: HashMap::new(), clock: b.clock.clone(), cas: 0, max: b.segment_size - 16, hits: AtomicU64::new(0) })
+    pub fn builder() -> Builder {
+        Builder::new()
     }
-    pub fn now(&self) -> u32 { self.clock.now() }
-    fn check(&self, key: &[u8], vlen: usize) -> Result<()> {
-        if key.is_empty() { return Err(Error::EmptyKey) }
-        if key.len() > MAX_KEY_LEN { return Err(Error::KeyTooLong { len: key.len() }) }
-        if key.len() + vlen > self.max { return Err(Error::TooLarge { size: key.len() + vlen, max: self.max }) }
-        Ok(())
+
+    /// An engine over `mem`; `fresh` lays out empty structures, otherwise they are used as found
+    /// (a reopened file, already validated or rebuilt).
+    pub(crate) fn from_mem(mem: ShardMem, geo: Geometry, builder: &Builder, fresh: bool) -> Segcache {
+        let n = geo.primary_buckets() + geo.overflow_buckets();
+        // SAFETY: `mem.buckets` points at `n` buckets inside the region that `mem` keeps alive
+        // for as long as this engine exists; buckets are atomics, so shared references are sound.
+        let buckets: &'static [Bucket] = unsafe { std::slice::from_raw_parts(mem.buckets, n) };
+        let ghost_len = if builder.policy == Policy::S3Fifo {
+            (geo.segments * geo.segment_size / 10 / 64).next_power_of_two().max(64)
+        } else {
+            0
+        };
+        let mut engine = Segcache {
+            mem,
+            geo,
+            clock: builder.clock.clone(),
+            policy: builder.policy,
+            buckets,
+            ghost: vec![0; ghost_len],
+            scratch: Vec::new(),
+            moves: Vec::new(),
+        };
+        if fresh {
+            engine.reset_all();
+        }
+        engine.fit_spare_to_policy();
+        engine
     }
+
+    // ---- access to the shard's memory -------------------------------------------------------
+
+    #[inline]
+    pub(crate) fn table(&self) -> Table<'static> {
+        Table { buckets: self.buckets, mask: self.geo.primary_buckets() as u64 - 1 }
+    }
+    #[inline]
+    pub(crate) fn meta(&self) -> &ShardMeta {
+        // SAFETY: points into the live region; see `Send`/`Sync` above.
+        unsafe { &*self.mem.meta }
+    }
+    #[inline]
+    pub(crate) fn meta_mut(&mut self) -> &mut ShardMeta {
+        // SAFETY: as above, and `&mut self` makes this the only access.
+        unsafe { &mut *self.mem.meta }
+    }
+    #[inline]
+    pub(crate) fn seg(&self, id: u32) -> &SegHeader {
+        assert!((id as usize) < self.geo.segments);
+        // SAFETY: in bounds (checked), inside the live region.
+        unsafe { &*self.mem.segs.add(id as usize) }
+    }
+    #[inline]
+    pub(crate) fn seg_mut(&mut self, id: u32) -> &mut SegHeader {
+        assert!((id as usize) < self.geo.segments);
+        // SAFETY: in bounds (checked), and `&mut self` makes this the only access.
+        unsafe { &mut *self.mem.segs.add(id as usize) }
+    }
+    #[inline]
+    pub(crate) fn ttl_bucket(&self, b: usize) -> &TtlBucket {
+        assert!(b < ttl::BUCKETS);
+        // SAFETY: in bounds (checked), inside the live region.
+        unsafe { &*self.mem.ttl.add(b) }
+    }
+    #[inline]
+    pub(crate) fn ttl_bucket_mut(&mut self, b: usize) -> &mut TtlBucket {
+        assert!(b < ttl::BUCKETS);
+        // SAFETY: in bounds (checked), and `&mut self` makes this the only access.
+        unsafe { &mut *self.mem.ttl.add(b) }
+    }
+    /// The written bytes of a segment.
+    #[inline]
+    pub(crate) fn seg_data(&self, id: u32) -> &[u8] {
+        let len = (self.seg(id).write_offset as usize).min(self.geo.segment_size);
+        // SAFETY: segment `id` (< segments, checked by `seg`) spans `segment_size` bytes of the
+        // heap inside the live region; writers need `&mut self`, so nothing changes it meanwhile.
+        unsafe { std::slice::from_raw_parts(self.mem.heap.add(id as usize * self.geo.segment_size), len) }
+    }
+    #[inline]
+    fn seg_space(&mut self, id: u32) -> &mut [u8] {
+        assert!((id as usize) < self.geo.segments);
+        // SAFETY: in bounds (checked); `&mut self` makes this the only access to the heap.
+        unsafe { std::slice::from_raw_parts_mut(self.mem.heap.add(id as usize * self.geo.segment_size), self.geo.segment_size) }
+    }
+    #[inline]
+    pub(crate) fn record_at(&self, loc: Loc) -> Option<Record<'_>> {
+        self.record(loc)
+    }
+    #[inline]
+    fn record(&self, loc: Loc) -> Option<Record<'_>> {
+        if loc.seg as usize >= self.geo.segments {
+            return None;
+        }
+        record::parse(self.seg_data(loc.seg).get(loc.offset as usize..)?)
+    }
+    #[inline]
+    fn key_at(&self, loc: Loc, key: &[u8]) -> bool {
+        self.record(loc).is_some_and(|r| r.key == key)
+    }
+
+    /// The cache clock, Unix seconds.
+    pub fn now(&self) -> u32 {
+        self.clock.now()
+    }
+
+    /// Largest item (key + value, without client flags) that fits in a segment.
+    pub fn max_item_size(&self) -> usize {
+        (self.geo.segment_size - record::HEADER_LEN - 4).min(record::MAX_VALUE_LEN)
+    }
+
+    // ---- reads ------------------------------------------------------------------------------
+
+    #[inline]
+    fn flushed(&self, now: u32) -> bool {
+        let at = self.meta().flush_at;
+        at != 0 && now >= at
+    }
+
+    #[inline]
+    fn live_expiry(&self, seg: u32, now: u32) -> Option<u32> {
+        let s = self.seg(seg);
+        let exp = s.expire_at;
+        (exp == 0 || now < exp).then_some(exp)
+    }
+
+    /// Looks the key up; `None` if absent, expired or flushed.
+    #[inline]
     pub fn get(&self, key: &[u8]) -> Option<Item<'_>> {
-        let now = self.now();
-        let (k, (v, f, c, e)) = self.map.get_key_value(key)?;
-        if *e != 0 && now >= *e { return None }
-        self.hits.fetch_add(1, Ordering::Relaxed);
-        Some(Item { key: k, value: v, flags: *f, cas: *c, expire_at: *e, now })
+        let h = hash(key);
+        let item = self.lookup(key, h, self.now());
+        let counters = &self.meta().reads;
+        match item {
+            Some((item, found)) => {
+                let coin = counters.hits.fetch_add(1, Relaxed);
+                Table::bump_freq(found.slot, found.value, coin ^ h);
+                Some(item)
+            }
+            None => {
+                counters.misses.fetch_add(1, Relaxed);
+                None
+            }
+        }
     }
-    pub fn contains(&self, key: &[u8]) -> bool { self.get(key).is_some() }
+
+    #[inline]
+    fn lookup(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN || self.flushed(now) {
+            return None;
+        }
+        let t = self.table();
+        let found = t.find(h, |loc| self.key_at(loc, key))?;
+        let loc = table::slot_loc(found.value);
+        let expire_at = self.live_expiry(loc.seg, now)?;
+        let r = self.record(loc)?;
+        let cas = (u64::from(self.meta().cas_epoch) << 32) | u64::from(t.cas(h));
+        Some((Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at, now }, found))
+    }
+
+    /// Whether the key is present; does not count as a read.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.lookup(key, hash(key), self.now()).is_some()
+    }
+
+    /// Looks up many keys, calling `f(index, item)` for each hit. The buckets of a batch and then
+    /// its items are prefetched before any is read, so the memory misses overlap.
     pub fn get_many_with<'a>(&'a self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'a>)) {
-        for (i, k) in keys.iter().enumerate() { if let Some(it) = self.get(k) { f(i, it) } }
+        const BATCH: usize = 16;
+        let now = self.now();
+        let t = self.table();
+        let mut hashes = [0u64; BATCH];
+        for (chunk_no, chunk) in keys.chunks(BATCH).enumerate() {
+            for (h, k) in hashes.iter_mut().zip(chunk) {
+                *h = hash(k);
+                prefetch(t.head(*h) as *const Bucket as *const u8);
+            }
+            for h in &hashes[..chunk.len()] {
+                let tag = table::tag_of(*h);
+                if let Some(found) = t.find(*h, |_| true).filter(|f| table::slot_tag(f.value) == tag) {
+                    let loc = table::slot_loc(found.value);
+                    if (loc.seg as usize) < self.geo.segments {
+                        // SAFETY: in-bounds address inside the heap; prefetch never faults.
+                        prefetch(unsafe { self.mem.heap.add(loc.seg as usize * self.geo.segment_size + loc.offset as usize) });
+                    }
+                }
+            }
+            for (i, k) in chunk.iter().enumerate() {
+                match self.lookup(k, hashes[i], now) {
+                    Some((item, found)) => {
+                        let coin = self.meta().reads.hits.fetch_add(1, Relaxed);
+                        Table::bump_freq(found.slot, found.value, coin ^ hashes[i]);
+                        f(chunk_no * BATCH + i, item)
+                    }
+                    None => {
+                        self.meta().reads.misses.fetch_add(1, Relaxed);
+                    }
+                }
+            }
+        }
     }
+
+    /// Looks up many keys; `None` for each miss, in the order of `keys`.
     pub fn get_many<'a>(&'a self, keys: &[&[u8]]) -> Vec<Option<Item<'a>>> {
-        keys.iter().map(|k| self.get(k)).collect()
+        let mut out = vec![None; keys.len()];
+        self.get_many_with(keys, |i, item| out[i] = Some(item));
+        out
     }
+
+    // ---- writes -----------------------------------------------------------------------------
+
     pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.check(key, value.len())?;
-        self.cas += 1;
-        let e = if ttl.is_zero() { 0 } else { self.now() + ttl_secs(ttl) };
-        self.map.insert(key.to_vec(), (value.to_vec(), flags, self.cas, e));
+        self.store(key, &[value], flags, ttl_secs(ttl), Mode::Set)
+    }
+    /// Stores only if the key is absent (else [`Error::NotStored`]).
+    pub fn add(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
+        self.store(key, &[value], flags, ttl_secs(ttl), Mode::Add)
+    }
+    /// Stores only if the key is present (else [`Error::NotStored`]).
+    pub fn replace(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
+        self.store(key, &[value], flags, ttl_secs(ttl), Mode::Replace)
+    }
+    /// Stores only if the item's CAS value is still `cas` ([`Error::Exists`] if it changed,
+    /// [`Error::NotFound`] if it is gone).
+    pub fn cas(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
+        self.store(key, &[value], flags, ttl_secs(ttl), Mode::Cas(cas))
+    }
+    /// Appends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
+    pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.rewrite(key, Error::NotStored, |old, out| {
+            out.extend_from_slice(old);
+            out.extend_from_slice(value);
+            Ok(())
+        })
+        .map(drop)
+    }
+    /// Prepends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
+    pub fn prepend(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.rewrite(key, Error::NotStored, |old, out| {
+            out.extend_from_slice(value);
+            out.extend_from_slice(old);
+            Ok(())
+        })
+        .map(drop)
+    }
+    /// Adds `delta` to a decimal value, wrapping at 2^64; returns the new value.
+    pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<u64> {
+        self.arith(key, |n| n.wrapping_add(delta))
+    }
+    /// Subtracts `delta` from a decimal value, stopping at 0; returns the new value.
+    pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<u64> {
+        self.arith(key, |n| n.saturating_sub(delta))
+    }
+    /// Sets a new TTL ([`Error::NotFound`] if absent).
+    pub fn touch(&mut self, key: &[u8], ttl: Duration) -> Result<()> {
+        let secs = ttl_secs(ttl);
+        self.rewrite_with_ttl(key, Error::NotFound, Some(secs), |old, out| {
+            out.extend_from_slice(old);
+            Ok(())
+        })
+        .map(drop)
+    }
+
+    fn arith(&mut self, key: &[u8], op: impl FnOnce(u64) -> u64) -> Result<u64> {
+        let mut result = 0;
+        self.rewrite(key, Error::NotFound, |old, out| {
+            let n = parse_decimal(old).ok_or(Error::NotNumeric)?;
+            result = op(n);
+            out.extend_from_slice(format_decimal(result, &mut [0; 20]));
+            Ok(())
+        })?;
+        Ok(result)
+    }
+
+    fn rewrite(&mut self, key: &[u8], missing: Error, build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<()>) -> Result<()> {
+        self.rewrite_with_ttl(key, missing, None, build)
+    }
+
+    /// Reads the item, builds its new value in `scratch`, and stores it with the same flags and
+    /// expiry (or a new TTL).
+    fn rewrite_with_ttl(
+        &mut self,
+        key: &[u8],
+        missing: Error,
+        new_ttl: Option<u32>,
+        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
+        check_key(key)?;
+        let now = self.prepare_write();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let (flags, expire_at) = match self.lookup(key, hash(key), now) {
+            None => {
+                self.scratch = scratch;
+                return Err(missing);
+            }
+            Some((item, _)) => {
+                if let Err(e) = build(item.value, &mut scratch) {
+                    self.scratch = scratch;
+                    return Err(e);
+                }
+                (item.flags, item.expire_at)
+            }
+        };
+        let ttl = match new_ttl {
+            Some(t) => t,
+            None if expire_at == 0 => 0,
+            None => expire_at.saturating_sub(now).max(1),
+        };
+        let res = self.store_at(key, &[&scratch], flags, ttl, Mode::Set, now);
+        self.scratch = scratch;
+        res
+    }
+
+    /// Removes the key ([`Error::NotFound`] if absent).
+    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        check_key(key)?;
+        let now = self.prepare_write();
+        let h = hash(key);
+        let Some((_, found)) = self.lookup(key, h, now) else {
+            return Err(Error::NotFound);
+        };
+        let loc = table::slot_loc(found.value);
+        self.kill(loc);
+        found.slot.store(0, Relaxed);
+        self.table().touch_info(h, now);
+        self.meta_mut().deletes += 1;
         Ok(())
     }
-    pub fn add(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        if self.contains(key) { return Err(Error::NotStored) }
-        self.set(key, value, flags, ttl)
+
+    fn store(&mut self, key: &[u8], value: &[&[u8]], flags: u32, ttl: u32, mode: Mode) -> Result<()> {
+        check_key(key)?;
+        let now = self.prepare_write();
+        self.store_at(key, value, flags, ttl, mode, now)
     }
-    pub fn replace(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        if !self.contains(key) { return Err(Error::NotStored) }
-        self.set(key, value, flags, ttl)
+
+    fn store_at(&mut self, key: &[u8], value: &[&[u8]], flags: u32, ttl: u32, mode: Mode, now: u32) -> Result<()> {
+        let value_len: usize = value.iter().map(|v| v.len()).sum();
+        let len = record::record_len(key.len(), value_len, flags);
+        if len > self.geo.segment_size || value_len > record::MAX_VALUE_LEN {
+            return Err(Error::TooLarge { size: key.len() + value_len, max: self.max_item_size() });
+        }
+        let h = hash(key);
+        let existing = self.lookup(key, h, now).map(|(item, found)| (item.cas, found.value));
+        match (mode, existing) {
+            (Mode::Add, Some(_)) | (Mode::Replace, None) => return Err(Error::NotStored),
+            (Mode::Cas(_), None) => return Err(Error::NotFound),
+            (Mode::Cas(c), Some((cas, _))) if c != cas => return Err(Error::Exists),
+            _ => {}
+        }
+        // New keys go to S3-FIFO's small pool unless the ghost remembers them; rewrites stay put.
+        let pool = match existing {
+            _ if self.policy != Policy::S3Fifo => POOL_MAIN,
+            Some((_, v)) => self.seg(table::slot_loc(v).seg).pool,
+            None if self.ghost_hit(h) => POOL_MAIN,
+            None => POOL_SMALL,
+        };
+        let expire_at = if ttl == 0 { 0 } else { now.saturating_add(ttl::rounded(ttl)) };
+        let loc = self.append_record(key, value, flags, len, ttl, expire_at, pool, now)?;
+        // Appending may have evicted or moved the old copy: look it up again.
+        let t = self.table();
+        let old = t.find(h, |l| l != loc && self.key_at(l, key));
+        let meta = self.meta_mut();
+        meta.intent_seg = loc.seg;
+        meta.intent_offset = loc.offset;
+        let freq = old.as_ref().map_or(0, |f| table::slot_freq(f.value));
+        let new = table::pack(table::tag_of(h), freq, loc);
+        match old {
+            Some(f) => {
+                self.kill(table::slot_loc(f.value));
+                f.slot.store(new, Relaxed);
+            }
+            None => {
+                let mut used = self.meta().overflow_used;
+                let slot = match t.empty_slot(h, &mut used) {
+                    Some(s) => s,
+                    None => self.make_room_in_chain(h)?,
+                };
+                self.meta_mut().overflow_used = used;
+                slot.store(new, Relaxed);
+            }
+        }
+        t.touch_info(h, now);
+        let meta = self.meta_mut();
+        meta.intent_seg = NONE;
+        meta.sets += 1;
+        Ok(())
     }
-    pub fn cas(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
-        match self.get(key) { None => Err(Error::NotFound), Some(i) if i.cas != cas => Err(Error::Exists), _ => self.set(key, value, flags, ttl) }
+
+    /// The chain is full and the overflow pool is spent: drop its least used item, unless
+    /// eviction is off.
+    fn make_room_in_chain(&mut self, h: u64) -> Result<&'static std::sync::atomic::AtomicU64> {
+        if self.policy == Policy::None {
+            return Err(Error::NoMemory);
+        }
+        let victim = self.table().least_used(h).ok_or(Error::NoMemory)?;
+        self.kill(table::slot_loc(victim.value));
+        self.meta_mut().evicted_items += 1;
+        victim.slot.store(0, Relaxed);
+        Ok(victim.slot)
     }
-    fn concat(&mut self, key: &[u8], value: &[u8], front: bool) -> Result<()> {
-        let it = self.get(key).ok_or(Error::NotStored)?;
-        let mut v = if front { value.to_vec() } else { it.value.to_vec() };
-        v.extend_from_slice(if front { it.value } else { value });
-        let (f, e) = (it.flags, it.expire_at);
-        let ttl = if e == 0 { Duration::ZERO } else { Duration::from_secs((e - self.now()) as u64) };
-        self.set(key, &v, f, ttl)
+
+    pub(crate) fn kill_at(&mut self, loc: Loc) {
+        self.kill(loc)
     }
-    pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> { self.concat(key, value, false) }
-    pub fn prepend(&mut self, key: &[u8], value: &[u8]) -> Result<()> { self.concat(key, value, true) }
-    fn arith(&mut self, key: &[u8], delta: u64, up: bool) -> Result<u64> {
-        let it = self.get(key).ok_or(Error::NotFound)?;
-        let n: u64 = std::str::from_utf8(it.value).ok().and_then(|s| s.parse().ok()).ok_or(Error::NotNumeric)?;
-        let n = if up { n.wrapping_add(delta) } else { n.saturating_sub(delta) };
-        let (f, e) = (it.flags, it.expire_at);
-        let ttl = if e == 0 { Duration::ZERO } else { Duration::from_secs((e - self.now()) as u64) };
-        self.set(key, n.to_string().as_bytes(), f, ttl)?;
-        Ok(n)
+
+    /// Sets the record's dead bit without touching counts (it was never counted live).
+    pub(crate) fn mark_dead_only(&mut self, loc: Loc) {
+        let off = loc.offset as usize + 4;
+        self.seg_space(loc.seg)[off] |= record::DEAD;
     }
-    pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<u64> { self.arith(key, delta, true) }
-    pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<u64> { self.arith(key, delta, false) }
-    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
-        if !self.contains(key) { return Err(Error::NotFound) }
-        self.map.remove(key); Ok(())
+
+    /// Counts a record as live in its segment and the shard.
+    pub(crate) fn count_live(&mut self, seg: u32, len: u32) {
+        let s = self.seg_mut(seg);
+        s.live_items += 1;
+        s.live_bytes += len;
+        let m = self.meta_mut();
+        m.items += 1;
+        m.bytes += u64::from(len);
     }
-    pub fn touch(&mut self, key: &[u8], ttl: Duration) -> Result<()> {
-        let it = self.get(key).ok_or(Error::NotFound)?.to_owned();
-        self.set(key, &it.value, it.flags, ttl)
+
+    /// Marks the record at `loc` dead and takes it out of the live counts.
+    fn kill(&mut self, loc: Loc) {
+        let len = match self.record(loc) {
+            Some(r) if !r.dead => r.len as u32,
+            _ => return,
+        };
+        let off = loc.offset as usize + 4;
+        self.seg_space(loc.seg)[off] |= record::DEAD;
+        let s = self.seg_mut(loc.seg);
+        s.live_items = s.live_items.saturating_sub(1);
+        s.live_bytes = s.live_bytes.saturating_sub(len);
+        let m = self.meta_mut();
+        m.items = m.items.saturating_sub(1);
+        m.bytes = m.bytes.saturating_sub(u64::from(len));
     }
-    pub fn flush(&mut self) { self.map.clear() }
-    pub fn flush_after(&mut self, _delay: Duration) { self.map.clear() }
-    pub fn expire(&mut self) -> usize { 0 }
-    pub fn stats(&self) -> Stats { Stats { items: self.map.len() as u64, get_hits: self.hits.load(Ordering::Relaxed), shards: 1, ..Default::default() } }
-    pub fn len(&self) -> usize { self.map.len() }
-    pub fn is_empty(&self) -> bool { self.map.is_empty() }
+
+    /// Appends a record to the open segment of its TTL bucket (and pool), opening a new segment
+    /// when it is full or its expiry window has passed.
+    #[allow(clippy::too_many_arguments)]
+    fn append_record(
+        &mut self,
+        key: &[u8],
+        value: &[&[u8]],
+        flags: u32,
+        len: usize,
+        ttl: u32,
+        expire_at: u32,
+        pool: u8,
+        now: u32,
+    ) -> Result<Loc> {
+        let b = ttl::bucket_of(ttl);
+        let width = ttl::width_of(ttl);
+        let open = self.ttl_bucket(b).open[pool as usize];
+        let seg = if open != NONE && self.accepts(open, len, expire_at, width) {
+            open
+        } else {
+            let id = self.alloc_segment()?;
+            // Allocation may have evicted or merged away the old open segment.
+            let open = self.ttl_bucket(b).open[pool as usize];
+            if open != NONE && self.seg(open).state == SEG_OPEN {
+                self.seg_mut(open).state = SEG_SEALED;
+            }
+            let seq = self.next_seq();
+            *self.seg_mut(id) = SegHeader {
+                seq,
+                create_at: now,
+                expire_at,
+                ttl_bucket: b as u16,
+                state: SEG_OPEN,
+                pool,
+                ..SegHeader::EMPTY
+            };
+            self.link_tail(b, id);
+            self.ttl_bucket_mut(b).open[pool as usize] = id;
+            if pool == POOL_SMALL {
+                self.meta_mut().small_segments += 1;
+            }
+            id
+        };
+        Ok(self.write_record(seg, |dst| record::write(dst, key, value, flags), len))
+    }
+
+    fn accepts(&self, seg: u32, len: usize, expire_at: u32, width: u32) -> bool {
+        let s = self.seg(seg);
+        s.state == SEG_OPEN
+            && s.write_offset as usize + len <= self.geo.segment_size
+            && if s.expire_at == 0 {
+                expire_at == 0
+            } else {
+                expire_at >= s.expire_at && expire_at - s.expire_at < width
+            }
+    }
+
+    /// Writes a record at the segment's write offset and publishes it: the bytes first, then the
+    /// offset and the checksum, so that a crash leaves either the whole record or none.
+    fn write_record(&mut self, seg: u32, fill: impl FnOnce(&mut [u8]), len: usize) -> Loc {
+        let offset = self.seg(seg).write_offset as usize;
+        let dst = &mut self.seg_space(seg)[offset..offset + len];
+        fill(dst);
+        let sum = record::checksum(dst);
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
+        let s = self.seg_mut(seg);
+        s.write_offset = (offset + len) as u32;
+        s.sum = s.sum.wrapping_add(sum);
+        s.live_items += 1;
+        s.live_bytes += len as u32;
+        let m = self.meta_mut();
+        m.items += 1;
+        m.bytes += len as u64;
+        Loc { seg, offset: offset as u32 }
+    }
+
+    fn next_seq(&mut self) -> u64 {
+        let m = self.meta_mut();
+        m.next_seq += 1;
+        m.next_seq
+    }
+
+    // ---- segments and chains ----------------------------------------------------------------
+
+    pub(crate) fn link_tail(&mut self, b: usize, id: u32) {
+        let tail = self.ttl_bucket(b).tail;
+        {
+            let s = self.seg_mut(id);
+            s.prev = tail;
+            s.next = NONE;
+        }
+        if tail == NONE {
+            self.ttl_bucket_mut(b).head = id;
+        } else {
+            self.seg_mut(tail).next = id;
+        }
+        let tb = self.ttl_bucket_mut(b);
+        tb.tail = id;
+        tb.segments += 1;
+    }
+
+    /// Puts `id` into the chain of bucket `b` right before `before` (or at the tail).
+    fn link_before(&mut self, b: usize, id: u32, before: u32) {
+        if before == NONE {
+            return self.link_tail(b, id);
+        }
+        let prev = self.seg(before).prev;
+        {
+            let s = self.seg_mut(id);
+            s.prev = prev;
+            s.next = before;
+        }
+        self.seg_mut(before).prev = id;
+        if prev == NONE {
+            self.ttl_bucket_mut(b).head = id;
+        } else {
+            self.seg_mut(prev).next = id;
+        }
+        self.ttl_bucket_mut(b).segments += 1;
+    }
+
+    fn unlink(&mut self, id: u32) {
+        let (prev, next, b, pool) = {
+            let s = self.seg(id);
+            (s.prev, s.next, s.ttl_bucket as usize, s.pool)
+        };
+        if prev == NONE {
+            self.ttl_bucket_mut(b).head = next;
+        } else {
+            self.seg_mut(prev).next = next;
+        }
+        if next == NONE {
+            self.ttl_bucket_mut(b).tail = prev;
+        } else {
+            self.seg_mut(next).prev = prev;
+        }
+        let tb = self.ttl_bucket_mut(b);
+        tb.segments = tb.segments.saturating_sub(1);
+        if tb.open[pool as usize] == id {
+            tb.open[pool as usize] = NONE;
+        }
+        if pool == POOL_SMALL {
+            let m = self.meta_mut();
+            m.small_segments = m.small_segments.saturating_sub(1);
+        }
+    }
+
+    pub(crate) fn push_free(&mut self, id: u32) {
+        let head = self.meta().free_head;
+        *self.seg_mut(id) = SegHeader { next: head, ..SegHeader::EMPTY };
+        let m = self.meta_mut();
+        m.free_head = id;
+        m.free_count += 1;
+    }
+
+    fn pop_free(&mut self) -> Option<u32> {
+        let id = self.meta().free_head;
+        if id == NONE {
+            return None;
+        }
+        let next = self.seg(id).next;
+        let m = self.meta_mut();
+        m.free_head = next;
+        m.free_count -= 1;
+        Some(id)
+    }
+
+    /// A free segment: from the free list, else by expiring, else by evicting.
+    fn alloc_segment(&mut self) -> Result<u32> {
+        if let Some(id) = self.pop_free() {
+            return Ok(id);
+        }
+        if self.expire() > 0 || self.meta().free_head != NONE {
+            if let Some(id) = self.pop_free() {
+                return Ok(id);
+            }
+        }
+        // Merges and promotions can free nothing when they keep everything; a bounded number of
+        // rounds, then plain FIFO, which always frees a segment.
+        for round in 0..=(2 * self.geo.segments) {
+            if let Some(id) = self.pop_free() {
+                return Ok(id);
+            }
+            if round == 2 * self.geo.segments {
+                self.evict_simple(Policy::Fifo)?;
+            } else {
+                self.evict()?;
+            }
+        }
+        self.pop_free().ok_or(Error::NoMemory)
+    }
+
+    /// Removes a segment's live items from the table and returns it to the free list.
+    fn clear_segment(&mut self, id: u32, expired: bool) {
+        let mut removed = 0u64;
+        let mut off = 0usize;
+        let t = self.table();
+        while let Some(r) = self.seg_data(id).get(off..).and_then(record::parse) {
+            let loc = Loc { seg: id, offset: off as u32 };
+            off += r.len;
+            if r.dead {
+                continue;
+            }
+            let h = hash(r.key);
+            if let Some(f) = t.find_loc(h, loc) {
+                f.slot.store(0, Relaxed);
+                removed += 1;
+            }
+        }
+        let (items, bytes) = {
+            let s = self.seg(id);
+            (u64::from(s.live_items), u64::from(s.live_bytes))
+        };
+        self.unlink(id);
+        self.push_free(id);
+        let m = self.meta_mut();
+        m.items = m.items.saturating_sub(items);
+        m.bytes = m.bytes.saturating_sub(bytes);
+        if expired {
+            m.expired_items += removed;
+            m.expired_segments += 1;
+        } else {
+            m.evicted_items += removed;
+            m.evicted_segments += 1;
+        }
+    }
+
+    /// Frees every segment whose items have all expired, from the heads of the TTL chains.
+    /// Returns the number of items removed. Writes call it at most once a second.
+    pub fn expire(&mut self) -> usize {
+        let now = self.now();
+        self.meta_mut().last_expire = now;
+        let before = self.meta().expired_items;
+        for b in 1..ttl::BUCKETS {
+            loop {
+                let head = self.ttl_bucket(b).head;
+                if head == NONE {
+                    break;
+                }
+                let exp = self.seg(head).expire_at;
+                if exp == 0 || now < exp {
+                    break;
+                }
+                self.clear_segment(head, true);
+            }
+        }
+        (self.meta().expired_items - before) as usize
+    }
+
+    /// Start of every write: a due flush, and expiry once a second.
+    fn prepare_write(&mut self) -> u32 {
+        let now = self.now();
+        if self.flushed(now) {
+            self.reset_all();
+            self.meta_mut().flushes += 1;
+        }
+        if now != self.meta().last_expire {
+            self.expire();
+        }
+        now
+    }
+
+    // ---- eviction ---------------------------------------------------------------------------
+
+    /// Frees at least one segment's worth of space, or fails with `NoMemory` when eviction is off.
+    fn evict(&mut self) -> Result<()> {
+        match self.policy {
+            Policy::None => Err(Error::NoMemory),
+            Policy::Merge => self.evict_merge(),
+            Policy::S3Fifo => self.evict_s3fifo(),
+            p => self.evict_simple(p),
+        }
+    }
+
+    fn is_candidate(&self, id: u32, allow_open: bool) -> bool {
+        let st = self.seg(id).state;
+        st == SEG_SEALED || (allow_open && st == SEG_OPEN)
+    }
+
+    /// Picks and clears one segment by a simple policy. Sealed segments first; open ones only
+    /// when nothing else is left.
+    fn evict_simple(&mut self, policy: Policy) -> Result<()> {
+        for allow_open in [false, true] {
+            if let Some(id) = self.pick_victim(policy, allow_open) {
+                self.clear_segment(id, false);
+                return Ok(());
+            }
+        }
+        Err(Error::NoMemory)
+    }
+
+    fn pick_victim(&mut self, policy: Policy, allow_open: bool) -> Option<u32> {
+        let n = self.geo.segments as u32;
+        match policy {
+            Policy::Random => {
+                for _ in 0..64 {
+                    let id = (self.rand() % u64::from(n)) as u32;
+                    if self.is_candidate(id, allow_open) {
+                        return Some(id);
+                    }
+                }
+                (0..n).find(|&id| self.is_candidate(id, allow_open))
+            }
+            Policy::RandomFifo => {
+                let start = (self.rand() % ttl::BUCKETS as u64) as usize;
+                (0..ttl::BUCKETS)
+                    .map(|i| (start + i) % ttl::BUCKETS)
+                    .flat_map(|b| self.chain_head_candidate(b, allow_open))
+                    .next()
+            }
+            Policy::Cte => (0..ttl::BUCKETS)
+                .flat_map(|b| self.chain_head_candidate(b, allow_open))
+                .filter(|&id| self.seg(id).expire_at != 0)
+                .min_by_key(|&id| self.seg(id).expire_at)
+                .or_else(|| self.pick_victim(Policy::Fifo, allow_open)),
+            Policy::Util => (0..n).filter(|&id| self.is_candidate(id, allow_open)).min_by_key(|&id| self.seg(id).live_bytes),
+            // Fifo, and the fallback of the others.
+            _ => (0..ttl::BUCKETS)
+                .flat_map(|b| self.chain_head_candidate(b, allow_open))
+                .min_by_key(|&id| self.seg(id).seq),
+        }
+    }
+
+    /// The oldest evictable segment of a chain.
+    fn chain_head_candidate(&self, b: usize, allow_open: bool) -> Option<u32> {
+        let mut id = self.ttl_bucket(b).head;
+        while id != NONE {
+            if self.is_candidate(id, allow_open) {
+                return Some(id);
+            }
+            id = self.seg(id).next;
+        }
+        None
+    }
+
+    fn rand(&mut self) -> u64 {
+        // xorshift64*: eviction only needs cheap, decent randomness.
+        let m = self.meta_mut();
+        let mut x = m.rng | 1;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        m.rng = x;
+        x.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Merge eviction (the Segcache paper): take up to four neighbouring sealed segments from the
+    /// head of a TTL chain, copy their most frequently read items into the spare segment, which
+    /// takes their place, and free the sources. Retained items have their counters halved.
+    fn evict_merge(&mut self) -> Result<()> {
+        let start = self.meta().merge_cursor as usize;
+        for i in 0..ttl::BUCKETS {
+            let b = (start + i) % ttl::BUCKETS;
+            let sources = self.merge_sources(b, None);
+            if sources.len() >= 2 {
+                self.meta_mut().merge_cursor = ((b + 1) % ttl::BUCKETS) as u32;
+                return self.compact(&sources, 1, POOL_MAIN);
+            }
+        }
+        self.evict_simple(Policy::Fifo)
+    }
+
+    /// Up to `MERGE_SOURCES` sealed segments from the head of chain `b` (of `pool`, if given) whose
+    /// expiry lies within one bucket width of the first one's.
+    fn merge_sources(&self, b: usize, pool: Option<u8>) -> Vec<u32> {
+        let width = ttl::width_of_bucket(b);
+        let mut out = Vec::with_capacity(MERGE_SOURCES);
+        let mut id = self.ttl_bucket(b).head;
+        while id != NONE && out.len() < MERGE_SOURCES {
+            let s = self.seg(id);
+            if pool.is_some_and(|p| s.pool != p) {
+                id = s.next;
+                continue;
+            }
+            if s.state != SEG_SEALED {
+                break;
+            }
+            if let Some(&first) = out.first() {
+                let e0 = self.seg(first).expire_at;
+                if (e0 == 0) != (s.expire_at == 0) || s.expire_at.saturating_sub(e0) >= width {
+                    break;
+                }
+            }
+            out.push(id);
+            id = s.next;
+        }
+        out
+    }
+
+    /// Copies the live items of `sources` whose frequency is at least `min_freq` (highest first
+    /// when they do not all fit) into the spare segment, which joins the chain in the first
+    /// source's place, in `pool`; the rest are evicted. The sources are freed (one becomes the
+    /// next spare). Items leaving S3-FIFO's small pool unread are remembered in the ghost.
+    fn compact(&mut self, sources: &[u32], min_freq: u8, pool: u8) -> Result<()> {
+        let dest = self.meta().spare;
+        if dest == NONE || sources.is_empty() {
+            return self.evict_simple(Policy::Fifo);
+        }
+        // Gather live items and their frequencies.
+        let mut moves = std::mem::take(&mut self.moves);
+        moves.clear();
+        let t = self.table();
+        let mut hist = [0u64; 256];
+        for &src in sources {
+            let mut off = 0usize;
+            while let Some(r) = self.seg_data(src).get(off..).and_then(record::parse) {
+                let loc = Loc { seg: src, offset: off as u32 };
+                off += r.len;
+                if r.dead {
+                    continue;
+                }
+                let h = hash(r.key);
+                if let Some(f) = t.find_loc(h, loc) {
+                    let freq = table::slot_freq(f.value);
+                    hist[freq as usize] += r.len as u64;
+                    moves.push(Move { loc, hash: h, freq, len: r.len as u32 });
+                }
+            }
+        }
+        // The lowest frequency cut-off whose items fit in one segment.
+        let cap = self.geo.segment_size as u64;
+        let mut cutoff = 256usize;
+        let mut kept = 0u64;
+        while cutoff > usize::from(min_freq) && kept + hist[cutoff - 1] <= cap {
+            cutoff -= 1;
+            kept += hist[cutoff];
+        }
+        let first = sources[0];
+        let (b, expire_at, create_at) = {
+            let s = self.seg(first);
+            (s.ttl_bucket as usize, s.expire_at, s.create_at)
+        };
+        let seq = self.next_seq();
+        *self.seg_mut(dest) =
+            SegHeader { seq, create_at, expire_at, ttl_bucket: b as u16, state: SEG_SPARE, pool, ..SegHeader::EMPTY };
+        let mut copied = 0u64;
+        let mut dropped = 0u64;
+        let mut ghosts = Vec::new();
+        for m in &moves {
+            let slot = t.find_loc(m.hash, m.loc);
+            let Some(slot) = slot else { continue };
+            let fits = self.seg(dest).write_offset as usize + m.len as usize <= self.geo.segment_size;
+            if usize::from(m.freq) >= cutoff && m.freq >= min_freq && fits {
+                let src_off = m.loc.offset as usize;
+                let data_start = m.loc.seg as usize * self.geo.segment_size + src_off;
+                let heap = self.mem.heap;
+                let len = m.len as usize;
+                let new = self.write_record(
+                    dest,
+                    |dst| {
+                        // SAFETY: the source record lies in another segment (sources never
+                        // include the spare), inside the heap, `len` bytes long.
+                        let src = unsafe { std::slice::from_raw_parts(heap.add(data_start), len) };
+                        dst.copy_from_slice(src);
+                    },
+                    len,
+                );
+                Table::relocate(slot.slot, slot.value, m.freq / 2, new);
+                copied += 1;
+            } else {
+                slot.slot.store(0, Relaxed);
+                dropped += 1;
+                if pool == POOL_MAIN && self.seg(m.loc.seg).pool == POOL_SMALL {
+                    ghosts.push(m.hash);
+                }
+            }
+        }
+        for h in ghosts {
+            self.ghost_insert(h);
+        }
+        self.moves = moves;
+        // The destination takes the first source's place in the chain: before the first
+        // segment after it that is not a source.
+        let mut before = self.seg(first).next;
+        while before != NONE && sources.contains(&before) {
+            before = self.seg(before).next;
+        }
+        let mut live_removed = (0u64, 0u64);
+        for &src in sources {
+            let s = self.seg(src);
+            live_removed.0 += u64::from(s.live_items);
+            live_removed.1 += u64::from(s.live_bytes);
+            self.unlink(src);
+        }
+        let m = self.meta_mut();
+        m.items = m.items.saturating_sub(live_removed.0);
+        m.bytes = m.bytes.saturating_sub(live_removed.1);
+        m.evicted_items += dropped;
+        m.merged_items += copied;
+        if copied > 0 {
+            self.seg_mut(dest).state = SEG_SEALED;
+            self.link_before(b, dest, before);
+            if pool == POOL_SMALL {
+                self.meta_mut().small_segments += 1;
+            }
+            let spare = sources[0];
+            *self.seg_mut(spare) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
+            self.meta_mut().spare = spare;
+            for &src in &sources[1..] {
+                self.push_free(src);
+            }
+        } else {
+            *self.seg_mut(dest) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
+            for &src in sources {
+                self.push_free(src);
+            }
+        }
+        self.meta_mut().evicted_segments += sources.len() as u64 - u64::from(copied > 0);
+        Ok(())
+    }
+
+    /// S3-FIFO at segment granularity: while the small pool holds more than a tenth of the
+    /// segments, its oldest segments are promoted (items read at least once move to the main
+    /// pool, the rest leave a ghost); otherwise the main pool's oldest are merged as by `Merge`.
+    fn evict_s3fifo(&mut self) -> Result<()> {
+        let small_target = (self.geo.segments as u64 / 10).max(1);
+        let small = self.meta().small_segments;
+        let pool = if small > small_target { POOL_SMALL } else { POOL_MAIN };
+        let oldest = (0..self.geo.segments as u32)
+            .filter(|&id| {
+                let s = self.seg(id);
+                s.state == SEG_SEALED && s.pool == pool
+            })
+            .min_by_key(|&id| self.seg(id).seq);
+        let Some(oldest) = oldest else {
+            return self.evict_simple(Policy::Fifo);
+        };
+        let b = self.seg(oldest).ttl_bucket as usize;
+        let mut sources = self.merge_sources(b, Some(pool));
+        if !sources.contains(&oldest) {
+            sources = vec![oldest];
+        }
+        // Small: promote what was read. Main: reinsert what was read, counters halved.
+        self.compact(&sources, 1, POOL_MAIN)
+    }
+
+    fn ghost_slot(&self, h: u64) -> Option<(usize, u32)> {
+        let n = self.ghost.len();
+        (n > 0).then(|| (((h >> 20) as usize) & (n - 1), (h as u32) | 1))
+    }
+    fn ghost_hit(&self, h: u64) -> bool {
+        self.ghost_slot(h).is_some_and(|(i, fp)| self.ghost[i] == fp)
+    }
+    fn ghost_insert(&mut self, h: u64) {
+        if let Some((i, fp)) = self.ghost_slot(h) {
+            self.ghost[i] = fp;
+        }
+    }
+
+    // ---- whole-cache operations -------------------------------------------------------------
+
+    /// Removes every item now.
+    pub fn flush(&mut self) {
+        self.reset_all();
+        self.meta_mut().flushes += 1;
+    }
+
+    /// Removes every item stored before `delay` from now, at that time (`ZERO`: now).
+    pub fn flush_after(&mut self, delay: Duration) {
+        if delay.is_zero() {
+            return self.flush();
+        }
+        let at = self.now().saturating_add(ttl_secs(delay));
+        self.meta_mut().flush_at = at;
+    }
+
+    /// Empties the shard: every segment free, the table cleared, a new CAS epoch.
+    pub(crate) fn reset_all(&mut self) {
+        // Segments allocated before now belong to the flushed cache, whatever a crash leaves;
+        // recorded first, so that a crash in the middle of the reset cannot bring them back.
+        let m = self.meta_mut();
+        m.flushed_below = m.next_seq;
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        self.table().clear();
+        for b in 0..ttl::BUCKETS {
+            *self.ttl_bucket_mut(b) = TtlBucket::EMPTY;
+        }
+        let n = self.geo.segments as u32;
+        for id in 0..n {
+            *self.seg_mut(id) = SegHeader { next: if id + 1 < n { id + 1 } else { NONE }, ..SegHeader::EMPTY };
+        }
+        let m = self.meta_mut();
+        m.free_head = 0;
+        m.free_count = n;
+        m.spare = NONE;
+        m.overflow_used = 0;
+        m.flush_at = 0;
+        m.cas_epoch = m.cas_epoch.wrapping_add(1);
+        m.intent_seg = NONE;
+        m.items = 0;
+        m.bytes = 0;
+        m.small_segments = 0;
+        if m.rng == 0 {
+            m.rng = 0x9e37_79b9_7f4a_7c15;
+        }
+        self.ghost.fill(0);
+        self.fit_spare_to_policy();
+    }
+
+    /// Merge and S3-FIFO keep one spare segment to copy into; other policies need none.
+    pub(crate) fn fit_spare_to_policy(&mut self) {
+        let wants = matches!(self.policy, Policy::Merge | Policy::S3Fifo);
+        let spare = self.meta().spare;
+        if wants && spare == NONE {
+            if let Some(id) = self.pop_free() {
+                *self.seg_mut(id) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
+                self.meta_mut().spare = id;
+            }
+        } else if !wants && spare != NONE {
+            self.meta_mut().spare = NONE;
+            self.push_free(spare);
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        let m = self.meta();
+        Stats {
+            items: m.items,
+            bytes: m.bytes,
+            heap_bytes: self.geo.heap_len() as u64,
+            segment_size: self.geo.segment_size as u64,
+            segments_total: self.geo.segments as u64,
+            segments_free: u64::from(m.free_count),
+            get_hits: m.reads.hits.load(Relaxed),
+            get_misses: m.reads.misses.load(Relaxed),
+            sets: m.sets,
+            deletes: m.deletes,
+            evicted_items: m.evicted_items,
+            evicted_segments: m.evicted_segments,
+            expired_items: m.expired_items,
+            expired_segments: m.expired_segments,
+            merged_items: m.merged_items,
+            flushes: m.flushes,
+            overflow_buckets: u64::from(m.overflow_used),
+            shards: 1,
+            policy: self.policy,
+        }
+    }
+
+    /// Live items (expired ones count until their segment is freed).
+    pub fn len(&self) -> usize {
+        self.meta().items as usize
+    }
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Graceful stop: with a persistence path, writes what a warm restart needs and marks the
+    /// file clean. Dropping the engine does the same but cannot report an error.
+    pub fn close(self) -> Result<()> {
+        let region = std::sync::Arc::clone(&self.mem.region);
+        let now = self.now();
+        drop(self);
+        crate::region::close(region, now)
+    }
+}
+
+fn check_key(key: &[u8]) -> Result<()> {
+    if key.is_empty() {
+        Err(Error::EmptyKey)
+    } else if key.len() > MAX_KEY_LEN {
+        Err(Error::KeyTooLong { len: key.len() })
+    } else {
+        Ok(())
+    }
+}
+
+/// A decimal ASCII unsigned 64-bit number, as memcached's incr/decr accept it.
+fn parse_decimal(v: &[u8]) -> Option<u64> {
+    if v.is_empty() || v.len() > 20 {
+        return None;
+    }
+    v.iter().try_fold(0u64, |n, &c| if c.is_ascii_digit() { n.checked_mul(10)?.checked_add(u64::from(c - b'0')) } else { None })
+}
+
+/// `n` in decimal ASCII, written into the end of `buf`.
+fn format_decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+#[inline(always)]
+fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch is a hint that never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
 }

@@ -3,11 +3,21 @@
 //! A cache storage engine after the Segcache design (Yang, Yue, Vinayak, NSDI'21): items are
 //! appended to fixed-size segments of one pre-allocated heap, indexed by a compact chained hash
 //! table of 64-byte buckets, grouped by TTL so that expiry frees whole segments, and evicted a
-//! segment at a time. The heap may live in a file for warm restart.
+//! segment at a time. The heap may live in a file, so that a restart, graceful or after a crash,
+//! comes back warm.
 //!
-//! - [`Segcache`]: the single-owner engine (`&mut self` for writes).
+//! - [`Segcache`]: the single-owner engine (`&mut self` for writes, `&self` for reads).
 //! - [`SharedCache`]: the thread-safe handle over sharded engines.
 //! - [`Builder`]: every setting; `build()` or `build_shared()`.
+//!
+//! ```
+//! use std::time::Duration;
+//! let mut cache = segcache_core::Builder::new().heap_size(8 << 20).build()?;
+//! cache.set(b"greeting", b"hello", 0, Duration::from_secs(60))?;
+//! assert_eq!(cache.get(b"greeting").unwrap().value(), b"hello");
+//! assert_eq!(cache.incr(b"greeting", 1).unwrap_err().to_string(), "cannot increment or decrement non-numeric value");
+//! # Ok::<(), segcache_core::Error>(())
+//! ```
 
 mod clock;
 mod config;
@@ -15,32 +25,123 @@ mod engine;
 mod error;
 pub mod hash;
 mod item;
+mod layout;
+mod persist;
 mod policy;
+mod record;
+mod recover;
+mod region;
 mod shared;
 mod stats;
+mod table;
+pub mod ttl;
+
+use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Builder, MAX_KEY_LEN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
 pub use engine::Segcache;
 pub use error::{Error, Result};
 pub use item::{Item, OwnedItem};
+pub use persist::FORMAT_VERSION;
 pub use policy::Policy;
 pub use shared::SharedCache;
 pub use stats::Stats;
 
+use layout::{Geometry, Layout};
+use persist::Found;
+use region::Region;
+
 impl Builder {
     /// A single-owner engine.
     pub fn build(self) -> Result<Segcache> {
-        Segcache::new(&self)
+        let mut engines = self.open_engines(1)?;
+        Ok(engines.pop().expect("one engine"))
     }
 
     /// A thread-safe, sharded cache.
     pub fn build_shared(self) -> Result<SharedCache> {
-        self.validate()?;
-        let n = self.shard_count()?;
-        let mut per = self.clone();
-        per.heap_size = self.heap_size / n;
-        let engines = (0..n).map(|_| Segcache::new(&per)).collect::<Result<Vec<_>>>()?;
-        Ok(SharedCache::from_engines(engines))
+        let shards = self.shard_count()?;
+        Ok(SharedCache::from_engines(self.open_engines(shards)?))
     }
+
+    fn layout(&self, shards: usize) -> Result<Layout> {
+        self.validate()?;
+        let segments = self.heap_size / shards / self.segment_size;
+        if segments < 2 {
+            return Err(Error::InvalidConfig(format!(
+                "heap_size {} holds fewer than 2 segments of {} bytes per shard ({shards} shards)",
+                self.heap_size, self.segment_size
+            )));
+        }
+        if segments * shards > table::MAX_SEGMENTS {
+            return Err(Error::InvalidConfig(format!(
+                "heap_size {} makes more than {} segments; use larger segments",
+                self.heap_size,
+                table::MAX_SEGMENTS
+            )));
+        }
+        let hash_power = self.hash_power.unwrap_or_else(|| layout::default_hash_power(segments * self.segment_size));
+        Ok(Layout { geometry: Geometry { hash_power, segment_size: self.segment_size, segments }, shards })
+    }
+
+    fn open_engines(&self, shards: usize) -> Result<Vec<Segcache>> {
+        let layout = self.layout(shards)?;
+        let (region, found) = match &self.path {
+            None => (Region::anonymous(layout)?, Found::Fresh),
+            Some(path) => persist::open(path, layout, self.reset_bad_file)?,
+        };
+        let region = Arc::new(region);
+        let geo = layout.geometry;
+        let mut engines: Vec<Segcache> =
+            (0..shards).map(|i| Segcache::from_mem(region.shard(i), geo, self, found == Found::Fresh)).collect();
+        match found {
+            Found::Fresh => {}
+            Found::Clean => {
+                if let Err(reason) = verify_all(&engines) {
+                    let path = self.path.clone().unwrap_or_default();
+                    if !self.reset_bad_file {
+                        return Err(Error::BadFile { path, reason });
+                    }
+                    eprintln!("segcache: warning: {}: {reason}; starting empty", path.display());
+                    engines.iter_mut().for_each(Segcache::reset_all);
+                }
+            }
+            Found::Crashed => {
+                let corrupt: u64 = std::thread::scope(|s| {
+                    let handles: Vec<_> = engines.iter_mut().map(|e| s.spawn(move || e.rebuild().1)).collect();
+                    handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+                });
+                if corrupt > 0 {
+                    eprintln!(
+                        "segcache: warning: {}: {corrupt} segment(s) failed their checks after a crash and were dropped",
+                        self.path.as_deref().unwrap_or(std::path::Path::new("")).display()
+                    );
+                }
+            }
+        }
+        persist::mark_open(&region);
+        Ok(engines)
+    }
+}
+
+/// Verifies every engine's segments, spread over the available cores.
+fn verify_all(engines: &[Segcache]) -> std::result::Result<(), String> {
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let per_engine = engines.first().map_or(0, |e| e.geo.segments as u32);
+    let jobs: Vec<(usize, std::ops::Range<u32>)> = {
+        let chunks = threads.div_ceil(engines.len()).max(1) as u32;
+        let step = per_engine.div_ceil(chunks).max(1);
+        (0..engines.len())
+            .flat_map(|e| (0..per_engine).step_by(step as usize).map(move |s| (e, s..(s + step).min(per_engine))))
+            .collect()
+    };
+    std::thread::scope(|s| {
+        let per_thread = jobs.len().div_ceil(threads);
+        let handles: Vec<_> = jobs
+            .chunks(per_thread.max(1))
+            .map(|chunk| s.spawn(move || chunk.iter().try_for_each(|(e, r)| engines[*e].verify_segments(r.clone()))))
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err("verification panicked".into())))
+    })
 }

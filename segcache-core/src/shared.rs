@@ -204,6 +204,9 @@ impl SharedCache {
     /// Graceful stop: with a persistence path, writes everything needed for a warm restart and
     /// marks the file clean. Dropping the cache does the same but cannot report an error.
     pub fn close(self) -> Result<()> {
-        Ok(())
+        let now = self.now();
+        let region = std::sync::Arc::clone(&self.shards[0].0.read().mem.region);
+        drop(self);
+        crate::region::close(region, now)
     }
 }

@@ -1,0 +1,168 @@
+//! Checking a reopened heap, and rebuilding the index after a crash.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::hash::hash;
+use crate::layout::*;
+use crate::record;
+use crate::table::{self, Loc};
+use crate::{ttl, Segcache};
+
+/// How a segment's records must add up.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Strictness {
+    /// After a graceful close: records tile the segment up to its write offset and their
+    /// checksums sum to the header's.
+    Exact,
+    /// After a crash: as `Exact`, except that the process may have died between publishing the
+    /// last record's offset and adding its checksum to the sum.
+    Crash,
+}
+
+impl Segcache {
+    /// Checks the records of every segment in use among `ids`; `Err` names the first bad one.
+    pub(crate) fn verify_segments(&self, ids: std::ops::Range<u32>) -> Result<(), String> {
+        for id in ids {
+            let s = self.seg(id);
+            if matches!(s.state, SEG_OPEN | SEG_SEALED) && !self.segment_checks_out(id, Strictness::Exact) {
+                return Err(format!("segment {id} fails its checksum or record structure (corrupt heap)"));
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn segment_checks_out(&self, id: u32, strictness: Strictness) -> bool {
+        let s = self.seg(id);
+        if s.write_offset as usize > self.geo.segment_size
+            || s.ttl_bucket as usize >= ttl::BUCKETS
+            || s.pool > POOL_SMALL
+        {
+            return false;
+        }
+        let data = self.seg_data(id);
+        let mut off = 0;
+        let mut sum = 0u64;
+        let mut last = 0u64;
+        while off < data.len() {
+            let Some(r) = record::parse(&data[off..]) else { return false };
+            last = record::checksum(&data[off..off + r.len]);
+            sum = sum.wrapping_add(last);
+            off += r.len;
+        }
+        sum == s.sum || (strictness == Strictness::Crash && sum.wrapping_sub(last) == s.sum)
+    }
+
+    /// Rebuilds the hash table, TTL chains, free list and counts from the segments after a
+    /// crash. Segments that fail their checks are dropped. Returns (items recovered, segments
+    /// dropped as corrupt).
+    pub(crate) fn rebuild(&mut self) -> (u64, u64) {
+        let now = self.now();
+        let n = self.geo.segments as u32;
+        let flushed_below = self.meta().flushed_below;
+        let flush_due = self.meta().flush_at != 0 && now >= self.meta().flush_at;
+        let mut keep: Vec<(u64, u32)> = Vec::new();
+        let mut corrupt = 0;
+        for id in 0..n {
+            let s = *self.seg(id);
+            if !matches!(s.state, SEG_OPEN | SEG_SEALED) || s.seq <= flushed_below || flush_due {
+                continue;
+            }
+            if self.segment_checks_out(id, Strictness::Crash) {
+                keep.push((s.seq, id));
+            } else {
+                corrupt += 1;
+            }
+        }
+        keep.sort_unstable();
+        let intent = Loc { seg: self.meta().intent_seg, offset: self.meta().intent_offset };
+
+        // Empty structures, then the kept segments back in, oldest first.
+        self.table().clear();
+        for b in 0..ttl::BUCKETS {
+            *self.ttl_bucket_mut(b) = TtlBucket::EMPTY;
+        }
+        {
+            let m = self.meta_mut();
+            m.free_head = NONE;
+            m.free_count = 0;
+            m.spare = NONE;
+            m.overflow_used = 0;
+            m.items = 0;
+            m.bytes = 0;
+            m.small_segments = 0;
+            m.intent_seg = NONE;
+            m.cas_epoch = m.cas_epoch.wrapping_add(1);
+            m.last_expire = 0;
+            if flush_due {
+                m.flush_at = 0;
+            }
+        }
+        let mut kept = vec![false; n as usize];
+        for &(_, id) in &keep {
+            kept[id as usize] = true;
+        }
+        for id in (0..n).rev() {
+            if !kept[id as usize] {
+                self.push_free(id);
+            }
+        }
+        let mut recovered = 0;
+        for &(_, id) in &keep {
+            {
+                let s = self.seg_mut(id);
+                s.state = SEG_SEALED;
+                s.live_items = 0;
+                s.live_bytes = 0;
+            }
+            let (b, pool) = (self.seg(id).ttl_bucket as usize, self.seg(id).pool);
+            self.link_tail(b, id);
+            if pool == POOL_SMALL {
+                self.meta_mut().small_segments += 1;
+            }
+            let mut off = 0usize;
+            while let Some(r) = self.seg_data(id).get(off..).and_then(record::parse) {
+                let loc = Loc { seg: id, offset: off as u32 };
+                off += r.len;
+                if !r.dead && self.index_recovered(loc) {
+                    recovered += 1;
+                }
+            }
+        }
+        // The publish in flight at the crash wins over the copy it was replacing.
+        if (intent.seg as usize) < kept.len() && kept[intent.seg as usize] && intent.offset < self.seg(intent.seg).write_offset {
+            self.index_recovered(intent);
+        }
+        self.fit_spare_to_policy();
+        (recovered, corrupt)
+    }
+
+    /// Points the record's key at `loc`, marking any other copy dead. `false` if the record is
+    /// unreadable or there is no room for it in its hash chain.
+    fn index_recovered(&mut self, loc: Loc) -> bool {
+        let Some(r) = self.record_at(loc) else { return false };
+        if r.dead {
+            return false;
+        }
+        let (key, len) = (r.key.to_vec(), r.len as u32);
+        let h = hash(&key);
+        let t = self.table();
+        let new = table::pack(table::tag_of(h), 0, loc);
+        if let Some(f) = t.find(h, |l| self.record_at(l).is_some_and(|o| o.key == key.as_slice())) {
+            if table::slot_loc(f.value) == loc {
+                return true;
+            }
+            self.kill_at(table::slot_loc(f.value));
+            f.slot.store(new, Relaxed);
+        } else {
+            let mut used = self.meta().overflow_used;
+            let Some(slot) = t.empty_slot(h, &mut used) else {
+                self.mark_dead_only(loc);
+                return false;
+            };
+            self.meta_mut().overflow_used = used;
+            slot.store(new, Relaxed);
+        }
+        self.count_live(loc.seg, len);
+        true
+    }
+}

@@ -1,0 +1,101 @@
+//! The mapped memory of a cache: one region for all shards, anonymous or backed by a file.
+
+use std::sync::Arc;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+use crate::layout::{Bucket, Layout, SegHeader, ShardMeta, TtlBucket};
+use crate::persist::PersistFile;
+use crate::{Error, Result};
+
+/// A mapping and, when file-backed, the open file that makes it persistent.
+pub(crate) struct Region {
+    pub map: MmapRaw,
+    pub layout: Layout,
+    pub file: Option<PersistFile>,
+}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Region").field("layout", &self.layout).field("file", &self.file.as_ref().map(|p| &p.path)).finish()
+    }
+}
+
+impl Region {
+    /// Anonymous, zero-filled memory for `layout`.
+    pub fn anonymous(layout: Layout) -> Result<Region> {
+        let len = layout.total_len();
+        let map = MmapOptions::new().len(len).map_anon().map_err(|source| Error::Map { bytes: len, source })?;
+        let map = MmapRaw::from(map);
+        advise_huge_pages(&map);
+        Ok(Region { map, layout, file: None })
+    }
+
+    pub fn base(&self) -> *mut u8 {
+        self.map.as_mut_ptr()
+    }
+
+    /// The bytes of shard `i`'s metadata (for checksums).
+    pub fn metas(&self) -> &[u8] {
+        let start = self.layout.meta_start(0);
+        // SAFETY: the range lies inside the mapping; callers hold every shard exclusively (close,
+        // open) so nothing writes it meanwhile.
+        unsafe { std::slice::from_raw_parts(self.base().add(start), self.layout.metas_end() - start) }
+    }
+
+    /// Pointers into shard `i`'s parts.
+    pub fn shard(self: &Arc<Self>, i: usize) -> ShardMem {
+        let g = self.layout.geometry;
+        let meta = self.layout.meta_start(i);
+        // SAFETY: every offset is inside the mapping (`Layout::total_len` covers them), aligned
+        // for its type (page-aligned shard starts; offsets rounded to 64 bytes or more).
+        unsafe {
+            let base = self.base();
+            ShardMem {
+                region: Arc::clone(self),
+                meta: base.add(meta) as *mut ShardMeta,
+                ttl: base.add(meta + g.ttl_offset()) as *mut TtlBucket,
+                segs: base.add(meta + g.segs_offset()) as *mut SegHeader,
+                buckets: base.add(meta + g.table_offset()) as *const Bucket,
+                heap: base.add(self.layout.heap_start(i)),
+            }
+        }
+    }
+}
+
+impl Drop for Region {
+    fn drop(&mut self) {
+        let now = crate::clock::Clock::now(&crate::clock::SystemClock);
+        if let Err(e) = crate::persist::close(self, now) {
+            eprintln!("segcache: warning: graceful close failed: {e}");
+        }
+    }
+}
+
+/// Closes the region if `region` is its last holder (every engine over it is gone).
+pub(crate) fn close(region: Arc<Region>, now: u32) -> Result<()> {
+    match Arc::try_unwrap(region) {
+        Ok(mut r) => crate::persist::close(&mut r, now),
+        Err(_) => Ok(()),
+    }
+}
+
+pub(crate) fn advise_huge_pages(map: &MmapRaw) {
+    // A random get pays a TLB miss on top of the DRAM miss with 4 KiB pages; huge pages remove
+    // most of it. Advisory: failure (no THP support) changes nothing but speed.
+    #[cfg(target_os = "linux")]
+    let _ = map.advise(memmap2::Advice::HugePage);
+    #[cfg(not(target_os = "linux"))]
+    let _ = map;
+}
+
+/// Raw pointers to one shard's parts of a region, which it keeps alive.
+#[derive(Debug)]
+pub(crate) struct ShardMem {
+    pub region: Arc<Region>,
+    pub meta: *mut ShardMeta,
+    pub ttl: *mut TtlBucket,
+    pub segs: *mut SegHeader,
+    pub buckets: *const Bucket,
+    pub heap: *mut u8,
+}

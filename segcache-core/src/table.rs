@@ -1,0 +1,316 @@
+//! The compact chained hash table.
+//!
+//! A slot (64 bits) packs `tag: 12 | freq: 8 | segment: 22 | offset: 22` (high to low). The first
+//! slot of a chain's head bucket is the bucket info: `chain length: 8 | timestamp: 16 | cas: 32`
+//! (low to high). A full bucket chains to an overflow bucket through its last slot.
+//!
+//! Writers hold the engine exclusively; readers hold it shared and only ever change a slot's
+//! frequency field, with a compare-exchange that loses (harmlessly) to nothing but another reader.
+
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+
+use crate::layout::Bucket;
+
+const OFFSET_BITS: u32 = 22;
+const SEG_BITS: u32 = 22;
+const FREQ_SHIFT: u32 = OFFSET_BITS + SEG_BITS;
+const TAG_SHIFT: u32 = FREQ_SHIFT + 8;
+const LOC_MASK: u64 = (1 << FREQ_SHIFT) - 1;
+/// Largest segment id a slot can hold.
+pub const MAX_SEGMENTS: usize = 1 << SEG_BITS;
+/// Item slots in a bucket that does not chain on (slot 7 is a link when it does).
+const SLOTS: usize = 8;
+
+/// Where an item lies: segment id and byte offset.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Loc {
+    pub seg: u32,
+    pub offset: u32,
+}
+
+impl Loc {
+    #[inline]
+    fn bits(self) -> u64 {
+        (u64::from(self.seg) << OFFSET_BITS) | u64::from(self.offset)
+    }
+}
+
+/// The 12-bit tag of a hash, never 0 (0 marks an empty slot).
+#[inline]
+pub fn tag_of(hash: u64) -> u64 {
+    let t = hash >> 52;
+    if t == 0 { 1 } else { t }
+}
+
+#[inline]
+pub fn pack(tag: u64, freq: u8, loc: Loc) -> u64 {
+    (tag << TAG_SHIFT) | (u64::from(freq) << FREQ_SHIFT) | loc.bits()
+}
+#[inline]
+pub fn slot_tag(v: u64) -> u64 {
+    v >> TAG_SHIFT
+}
+#[inline]
+pub fn slot_freq(v: u64) -> u8 {
+    (v >> FREQ_SHIFT) as u8
+}
+#[inline]
+pub fn slot_loc(v: u64) -> Loc {
+    Loc { seg: ((v >> OFFSET_BITS) & ((1 << SEG_BITS) - 1)) as u32, offset: (v & ((1 << OFFSET_BITS) - 1)) as u32 }
+}
+
+/// Bucket info fields.
+#[inline]
+fn info_chain_len(info: u64) -> usize {
+    (info & 0xff) as usize
+}
+#[inline]
+pub fn info_cas(info: u64) -> u32 {
+    (info >> 32) as u32
+}
+
+/// A view of one shard's buckets: `1 << hash_power` primary buckets, then the overflow pool.
+pub struct Table<'a> {
+    pub buckets: &'a [Bucket],
+    pub mask: u64,
+}
+
+/// The result of looking for a key's slot.
+pub struct Found<'a> {
+    pub slot: &'a AtomicU64,
+    pub value: u64,
+}
+
+impl<'a> Table<'a> {
+    #[inline]
+    pub fn head(&self, hash: u64) -> &'a Bucket {
+        &self.buckets[(hash & self.mask) as usize]
+    }
+
+    /// Calls `f` on every item slot of the hash's chain until it returns `true`; returns that slot.
+    #[inline]
+    fn scan(&self, hash: u64, mut f: impl FnMut(&'a AtomicU64, u64) -> bool) -> Option<&'a AtomicU64> {
+        let head = self.head(hash);
+        let chain = info_chain_len(head.slots[0].load(Relaxed));
+        let mut bucket = head;
+        let mut first = 1;
+        for depth in 0..=chain {
+            let last = if depth < chain { SLOTS - 1 } else { SLOTS };
+            for slot in &bucket.slots[first..last] {
+                let v = slot.load(Relaxed);
+                if v != 0 && f(slot, v) {
+                    return Some(slot);
+                }
+            }
+            if depth < chain {
+                let next = bucket.slots[SLOTS - 1].load(Relaxed) as usize;
+                bucket = self.buckets.get(next)?;
+                first = 0;
+            }
+        }
+        None
+    }
+
+    /// The slot of the key with this hash, `is_key` deciding between tag matches.
+    #[inline]
+    pub fn find(&self, hash: u64, mut is_key: impl FnMut(Loc) -> bool) -> Option<Found<'a>> {
+        let tag = tag_of(hash);
+        let mut value = 0;
+        let slot = self.scan(hash, |_, v| {
+            if slot_tag(v) == tag && is_key(slot_loc(v)) {
+                value = v;
+                true
+            } else {
+                false
+            }
+        })?;
+        Some(Found { slot, value })
+    }
+
+    /// The slot that points at `loc`, whatever its key.
+    pub fn find_loc(&self, hash: u64, loc: Loc) -> Option<Found<'a>> {
+        let bits = loc.bits();
+        let mut value = 0;
+        let slot = self.scan(hash, |_, v| {
+            if v & LOC_MASK == bits {
+                value = v;
+                true
+            } else {
+                false
+            }
+        })?;
+        Some(Found { slot, value })
+    }
+
+    /// The occupied slot of the chain with the lowest frequency.
+    pub fn least_used(&self, hash: u64) -> Option<Found<'a>> {
+        let mut best: Option<Found<'a>> = None;
+        self.scan(hash, |slot, v| {
+            if best.as_ref().is_none_or(|b| slot_freq(v) < slot_freq(b.value)) {
+                best = Some(Found { slot, value: v });
+            }
+            false
+        });
+        best
+    }
+
+    /// First empty item slot of the chain, growing the chain from the overflow pool if needed.
+    /// `overflow_used` counts pool buckets handed out. `None` when the pool is exhausted.
+    pub fn empty_slot(&self, hash: u64, overflow_used: &mut u32) -> Option<&'a AtomicU64> {
+        if let Some(s) = self.scan_empty(hash) {
+            return Some(s);
+        }
+        let primary = self.mask as usize + 1;
+        let next = primary + *overflow_used as usize;
+        let new = self.buckets.get(next)?;
+        let head = self.head(hash);
+        let info = head.slots[0].load(Relaxed);
+        let chain = info_chain_len(info);
+        if chain >= 255 {
+            return None;
+        }
+        // Walk to the tail; its last slot's item moves to the new bucket and the slot becomes the link.
+        let mut tail = head;
+        for _ in 0..chain {
+            tail = &self.buckets[tail.slots[SLOTS - 1].load(Relaxed) as usize];
+        }
+        *overflow_used += 1;
+        for s in &new.slots {
+            s.store(0, Relaxed);
+        }
+        new.slots[0].store(tail.slots[SLOTS - 1].load(Relaxed), Relaxed);
+        tail.slots[SLOTS - 1].store(next as u64, Relaxed);
+        head.slots[0].store((info & !0xff) | (chain as u64 + 1), Relaxed);
+        Some(&new.slots[1])
+    }
+
+    fn scan_empty(&self, hash: u64) -> Option<&'a AtomicU64> {
+        let head = self.head(hash);
+        let chain = info_chain_len(head.slots[0].load(Relaxed));
+        let mut bucket = head;
+        let mut first = 1;
+        for depth in 0..=chain {
+            let last = if depth < chain { SLOTS - 1 } else { SLOTS };
+            if let Some(s) = bucket.slots[first..last].iter().find(|s| s.load(Relaxed) == 0) {
+                return Some(s);
+            }
+            if depth < chain {
+                bucket = self.buckets.get(bucket.slots[SLOTS - 1].load(Relaxed) as usize)?;
+                first = 0;
+            }
+        }
+        None
+    }
+
+    /// The chain's CAS counter.
+    #[inline]
+    pub fn cas(&self, hash: u64) -> u32 {
+        info_cas(self.head(hash).slots[0].load(Relaxed))
+    }
+
+    /// Bumps the chain's CAS counter and stamps the time (low 16 bits of `now`).
+    #[inline]
+    pub fn touch_info(&self, hash: u64, now: u32) {
+        let info = &self.head(hash).slots[0];
+        let v = info.load(Relaxed);
+        let cas = info_cas(v).wrapping_add(1);
+        info.store((u64::from(cas) << 32) | (u64::from(now & 0xffff) << 8) | (v & 0xff), Relaxed);
+    }
+
+    /// Raises a slot's frequency counter: always while small, then with falling probability, so
+    /// that 8 bits tell apart warm from hot. `coin` is a cheap random number.
+    #[inline]
+    pub fn bump_freq(slot: &AtomicU64, value: u64, coin: u64) {
+        let f = slot_freq(value);
+        if f == u8::MAX || (f >= 16 && coin & ((f as u64).next_power_of_two() - 1) != 0) {
+            return;
+        }
+        let _ = slot.compare_exchange(value, value + (1 << FREQ_SHIFT), Relaxed, Relaxed);
+    }
+
+    /// Replaces a slot's location and frequency, keeping its tag.
+    #[inline]
+    pub fn relocate(slot: &AtomicU64, value: u64, freq: u8, loc: Loc) {
+        slot.store(pack(slot_tag(value), freq, loc), Relaxed);
+    }
+
+    /// Clears every bucket (items, chains, CAS counters).
+    pub fn clear(&self) {
+        for b in self.buckets {
+            for s in &b.slots {
+                s.store(0, Relaxed);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(n: usize) -> (Vec<Bucket>, u64) {
+        let v = (0..n).map(|_| Bucket { slots: Default::default() }).collect();
+        (v, 1) // 2 primary buckets, rest overflow
+    }
+
+    #[test]
+    fn slot_packing_round_trips() {
+        let loc = Loc { seg: (1 << 22) - 1, offset: (1 << 22) - 3 };
+        let v = pack(0xabc, 200, loc);
+        assert_eq!((slot_tag(v), slot_freq(v), slot_loc(v)), (0xabc, 200, loc));
+        assert_eq!(tag_of(0), 1);
+        assert_eq!(tag_of(u64::MAX), 0xfff);
+    }
+
+    #[test]
+    fn chains_grow_into_overflow_and_find_every_item() {
+        let (buckets, mask) = table(16);
+        let t = Table { buckets: &buckets, mask };
+        let mut used = 0;
+        // Twenty items with the same bucket (hash low bit 0) and distinct tags.
+        let hashes: Vec<u64> = (1..=20u64).map(|i| i << 52).collect();
+        for (i, &h) in hashes.iter().enumerate() {
+            let slot = t.empty_slot(h, &mut used).expect("pool has room");
+            slot.store(pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }), Relaxed);
+        }
+        // k overflow buckets hold 7k + 7 items with the head: 20 items need 2.
+        assert_eq!(used, 2);
+        for (i, &h) in hashes.iter().enumerate() {
+            let f = t.find(h, |loc| loc.seg == i as u32).expect("found");
+            assert_eq!(slot_loc(f.value).seg, i as u32);
+            assert!(t.find_loc(h, Loc { seg: i as u32, offset: 0 }).is_some());
+        }
+        // Other bucket unaffected.
+        assert!(t.find(1 | (5 << 52), |_| true).is_none());
+    }
+
+    #[test]
+    fn pool_exhaustion_is_reported() {
+        let (buckets, mask) = table(3);
+        let t = Table { buckets: &buckets, mask };
+        let mut used = 0;
+        let mut n = 0;
+        while let Some(s) = t.empty_slot(0, &mut used) {
+            s.store(pack(1, 0, Loc { seg: n, offset: 0 }), Relaxed);
+            n += 1;
+        }
+        assert_eq!(n, 7 + 7, "head (7) then one overflow bucket (7 after the link)");
+    }
+
+    #[test]
+    fn cas_counter_and_freq() {
+        let (buckets, mask) = table(2);
+        let t = Table { buckets: &buckets, mask };
+        let c0 = t.cas(0);
+        t.touch_info(0, 123);
+        assert_eq!(t.cas(0), c0 + 1);
+        let s = AtomicU64::new(pack(5, 0, Loc { seg: 1, offset: 2 }));
+        for _ in 0..10 {
+            Table::bump_freq(&s, s.load(Relaxed), 0);
+        }
+        assert_eq!(slot_freq(s.load(Relaxed)), 10);
+        let v = s.load(Relaxed);
+        Table::relocate(&s, v, 3, Loc { seg: 9, offset: 8 });
+        assert_eq!((slot_tag(s.load(Relaxed)), slot_freq(s.load(Relaxed))), (5, 3));
+    }
+}

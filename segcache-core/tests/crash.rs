@@ -1,0 +1,177 @@
+//! A real crash test: a child process writes, overwrites and deletes under load, logging every
+//! acknowledged operation; the parent kills it with SIGKILL at random moments, reopens the file
+//! (crash recovery) and checks it against the log.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use segcache_core::{Builder, Policy, SharedCache};
+
+const KEYS: u64 = 2000;
+const CHILD_ENV: &str = "SEGCACHE_CRASH_CHILD";
+
+fn open(path: &PathBuf, evicting: bool) -> SharedCache {
+    let b = Builder::new().segment_size(64 << 10).shards(4).path(path);
+    if evicting { b.heap_size(1 << 20).eviction(Policy::Merge) } else { b.heap_size(64 << 20).eviction(Policy::None) }
+        .build_shared()
+        .expect("open")
+}
+
+fn value(key: u64, version: u64) -> Vec<u8> {
+    let mut v = format!("{key}:{version}:").into_bytes();
+    v.resize(40 + (version % 200) as usize, b'a' + (version % 26) as u8);
+    v
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// The child: runs until killed. Log lines: `B <op>` before an operation, `A` after it returns.
+#[test]
+fn crash_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let mut parts = spec.split(',');
+    let path = PathBuf::from(parts.next().unwrap());
+    let log_path = PathBuf::from(parts.next().unwrap());
+    let mut version: u64 = parts.next().unwrap().parse().unwrap();
+    let evicting = parts.next().unwrap() == "1";
+    let cache = open(&path, evicting);
+    let mut log = std::fs::OpenOptions::new().append(true).create(true).open(&log_path).unwrap();
+    let mut rng = version.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    loop {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let key = rng % KEYS;
+        version += 1;
+        let k = format!("key{key}");
+        match rng >> 60 {
+            0..=1 => {
+                log.write_all(format!("B D {key}\n").as_bytes()).unwrap();
+                let _ = cache.delete(k.as_bytes());
+            }
+            2 => {
+                // Expires in 1-2 s: must not be served once its time has passed.
+                let at = now() + 2;
+                log.write_all(format!("B T {key} {version} {at}\n").as_bytes()).unwrap();
+                cache.set(k.as_bytes(), &value(key, version), 0, Duration::from_secs(2)).unwrap();
+            }
+            _ => {
+                log.write_all(format!("B S {key} {version}\n").as_bytes()).unwrap();
+                if let Err(e) = cache.set(k.as_bytes(), &value(key, version), 0, Duration::ZERO) {
+                    panic!("set failed: {e}");
+                }
+            }
+        }
+        log.write_all(b"A\n").unwrap();
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    Absent,
+    Value(u64, u64), // version, expiry (0: never)
+}
+
+/// Replays the log: the acknowledged state of each key, and the operation in flight at the kill.
+fn replay(log: &str) -> (HashMap<u64, State>, Option<(u64, State)>, u64) {
+    let mut state = HashMap::new();
+    let mut pending: Option<(u64, State)> = None;
+    let mut max_version = 0;
+    for line in log.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
+        // A line torn by the kill parses as nothing: its operation had not started.
+        match (f.first().copied(), f.get(1).copied()) {
+            (Some("A"), None) => {
+                if let Some((k, s)) = pending.take() {
+                    state.insert(k, s);
+                }
+            }
+            (Some("B"), Some("D")) => pending = num(2).map(|k| (k, State::Absent)),
+            (Some("B"), Some("S")) => pending = num(2).zip(num(3)).map(|(k, v)| (k, State::Value(v, 0))),
+            (Some("B"), Some("T")) if f.len() == 5 => {
+                pending = num(2).zip(num(3)).zip(num(4)).map(|((k, v), at)| (k, State::Value(v, at)))
+            }
+            _ => {}
+        }
+        if let Some((_, State::Value(v, _))) = &pending {
+            max_version = max_version.max(*v);
+        }
+    }
+    (state, pending, max_version)
+}
+
+#[test]
+fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let dir = std::env::temp_dir().join(format!("segcache-crash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = 0x0123_4567_89ab_cdefu64 ^ u64::from(std::process::id());
+    for evicting in [false, true] {
+        let path = dir.join(format!("heap-{evicting}"));
+        let log_path = dir.join(format!("log-{evicting}"));
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&log_path);
+        let mut next_version = 0;
+        let mut checked = 0;
+        for _round in 0..12 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let mut child = Command::new(&exe)
+                .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
+                .env(CHILD_ENV, format!("{},{},{},{}", path.display(), log_path.display(), next_version, u8::from(evicting)))
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            // Let it open (and recover) the file and write for a random while.
+            std::thread::sleep(Duration::from_millis(150 + rng % 400));
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let (state, pending, max_version) = replay(&log);
+            next_version = max_version + 1_000_000;
+            let started = Instant::now();
+            let cache = open(&path, evicting);
+            let _ = started.elapsed();
+            let t = now();
+            for key in 0..KEYS {
+                let got = cache.get(format!("key{key}").as_bytes());
+                let acked = state.get(&key).cloned().unwrap_or(State::Absent);
+                let in_flight = pending.as_ref().filter(|(k, _)| *k == key).map(|(_, s)| s.clone());
+                let allowed = |s: &State, got: &Option<segcache_core::OwnedItem>| match (s, got) {
+                    (State::Absent, None) => true,
+                    (State::Absent, Some(_)) => false,
+                    (State::Value(..), None) => false,
+                    (State::Value(v, _), Some(item)) => item.value == value(key, *v),
+                };
+                // Expired values must not be served; unexpired ones may expire up to 3 s early.
+                let expired = |s: &State| matches!(s, State::Value(_, at) if *at != 0 && t >= *at);
+                let may_be_gone = |s: &State| matches!(s, State::Value(_, at) if *at != 0 && t + 3 >= *at);
+                let ok = [Some(acked.clone()), in_flight].into_iter().flatten().any(|s| {
+                    if expired(&s) {
+                        got.is_none()
+                    } else {
+                        allowed(&s, &got) || (got.is_none() && (may_be_gone(&s) || evicting))
+                    }
+                });
+                assert!(ok, "key{key}: got {:?}, acknowledged {acked:?}, in flight {pending:?}", got.map(|i| String::from_utf8_lossy(&i.value).into_owned()));
+                checked += 1;
+            }
+            drop(cache);
+        }
+        assert!(checked > 0);
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        assert!(log.lines().filter(|l| *l == "A").count() > 1000, "the child did real work");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}

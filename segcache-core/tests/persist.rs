@@ -1,0 +1,209 @@
+//! Warm restart: graceful round trips, bad files, the lock.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use segcache_core::{Builder, Error, ManualClock, Policy};
+
+const T0: u32 = 1_700_000_000;
+
+fn tmp(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("segcache-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_file(&dir);
+    dir
+}
+
+fn builder(path: &Path, clock: &Arc<ManualClock>) -> Builder {
+    Builder::new().heap_size(8 << 20).segment_size(256 << 10).shards(2).clock(clock.clone()).path(path)
+}
+
+fn fill(c: &segcache_core::SharedCache, n: u32) {
+    for i in 0..n {
+        let ttl = if i % 4 == 0 { Duration::from_secs(100) } else { Duration::ZERO };
+        c.set(format!("k{i}").as_bytes(), format!("value {i}").as_bytes(), i, ttl).unwrap();
+    }
+}
+
+#[test]
+fn graceful_round_trip_keeps_values_flags_cas_and_expiry() {
+    let path = tmp("graceful");
+    let clock = ManualClock::new(T0);
+    let c = builder(&path, &clock).build_shared().unwrap();
+    fill(&c, 5000);
+    c.set(b"num", b"41", 0, Duration::ZERO).unwrap();
+    c.incr(b"num", 1).unwrap();
+    c.set(b"app", b"a", 9, Duration::ZERO).unwrap();
+    c.append(b"app", b"b").unwrap();
+    c.prepend(b"app", b"_").unwrap();
+    c.delete(b"k1").unwrap();
+    c.touch(b"k2", Duration::from_secs(50)).unwrap();
+    c.add(b"added", b"x", 0, Duration::ZERO).unwrap();
+    c.replace(b"k3", b"replaced", 3, Duration::ZERO).unwrap();
+    let cas_before = c.get(b"k5").unwrap().cas;
+    let stats_before = c.stats();
+    c.close().unwrap();
+
+    clock.advance(60);
+    let c = builder(&path, &clock).build_shared().unwrap();
+    let s = c.stats();
+    assert_eq!(s.items, stats_before.items, "nothing lost or freed before the first write");
+    assert_eq!((s.sets, s.get_hits), (stats_before.sets, stats_before.get_hits), "counters persist");
+    assert_eq!(c.get(b"num").unwrap().value, b"42");
+    let app = c.get(b"app").unwrap();
+    assert_eq!((app.value.as_slice(), app.flags), (&b"_ab"[..], 9));
+    assert!(c.get(b"k1").is_none(), "deleted stays deleted");
+    assert!(c.get(b"k2").is_none(), "touched to 50 s, 60 s passed while closed");
+    assert_eq!(c.get(b"k3").unwrap().value, b"replaced");
+    assert_eq!(c.get(b"added").unwrap().value, b"x");
+    let k5 = c.get(b"k5").unwrap();
+    assert_eq!(k5.cas, cas_before, "CAS survives a graceful restart");
+    c.cas(b"k5", b"new", 0, Duration::ZERO, cas_before).unwrap();
+    for i in 4..5000u32 {
+        let item = c.get(format!("k{i}").as_bytes()).unwrap_or_else(|| panic!("k{i} lost"));
+        assert_eq!(item.value, if i == 5 { b"new".to_vec() } else { format!("value {i}").into_bytes() });
+        if i % 4 == 0 {
+            assert_eq!(item.ttl, Some(Duration::from_secs(40)), "absolute expiry kept");
+        }
+    }
+    assert_eq!(c.stats().items, stats_before.items - 1, "k2's expired segment was freed by the first write");
+    clock.advance(40);
+    assert!(c.get(b"k4").is_none(), "expires at its original time");
+    drop(c); // Drop closes gracefully too.
+    let c = builder(&path, &clock).build_shared().unwrap();
+    assert_eq!(c.get(b"k5").unwrap().value, b"new");
+    c.close().unwrap();
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn single_owner_engine_persists_too() {
+    let path = tmp("single");
+    let clock = ManualClock::new(T0);
+    let b = || Builder::new().heap_size(2 << 20).segment_size(64 << 10).clock(clock.clone()).path(&path);
+    let mut c = b().build().unwrap();
+    c.set(b"a", b"1", 5, Duration::ZERO).unwrap();
+    c.close().unwrap();
+    let c = b().build().unwrap();
+    assert_eq!(c.get(b"a").unwrap().flags(), 5);
+    drop(c);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_second_open_is_refused_while_the_first_is_open() {
+    let path = tmp("lock");
+    let clock = ManualClock::new(T0);
+    let c = builder(&path, &clock).build_shared().unwrap();
+    match builder(&path, &clock).build_shared() {
+        Err(Error::Locked { path: p }) => assert_eq!(p, path),
+        other => panic!("expected Locked, got {other:?}"),
+    }
+    drop(c);
+    builder(&path, &clock).build_shared().unwrap();
+    std::fs::remove_file(&path).unwrap();
+}
+
+fn expect_bad(path: &Path, b: Builder, words: &str) {
+    let before = std::fs::read(path).unwrap();
+    match b.clone().build_shared() {
+        Err(Error::BadFile { reason, .. }) => assert!(reason.contains(words), "{reason:?} should mention {words:?}"),
+        other => panic!("expected BadFile mentioning {words:?}, got {other:?}"),
+    }
+    assert!(std::fs::read(path).unwrap() == before, "a rejected file is left untouched");
+    // Asked to, the cache starts empty over it.
+    let c = b.clone().reset_bad_file(true).build_shared().unwrap();
+    assert!(c.get(b"k10").is_none());
+    c.set(b"new", b"1", 0, Duration::ZERO).unwrap();
+    c.close().unwrap();
+    let c = b.build_shared().unwrap();
+    assert_eq!(c.get(b"new").unwrap().value, b"1");
+}
+
+fn closed_file(name: &str, clock: &Arc<ManualClock>) -> PathBuf {
+    let path = tmp(name);
+    let c = builder(&path, clock).build_shared().unwrap();
+    fill(&c, 3000);
+    c.close().unwrap();
+    path
+}
+
+#[test]
+fn foreign_truncated_and_other_version_files_are_named() {
+    let clock = ManualClock::new(T0);
+    let path = tmp("foreign");
+    std::fs::write(&path, b"this is somebody else's file, not a cache heap at all........").unwrap();
+    expect_bad(&path, builder(&path, &clock), "not a segcache file");
+
+    let path = closed_file("truncated", &clock);
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(f.metadata().unwrap().len() / 2).unwrap();
+    drop(f);
+    expect_bad(&path, builder(&path, &clock), "truncated");
+
+    let path = closed_file("version", &clock);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[8..12].copy_from_slice(&0u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    expect_bad(&path, builder(&path, &clock), "format version 0");
+}
+
+#[test]
+fn another_configuration_is_named() {
+    let clock = ManualClock::new(T0);
+    let cases: [(&str, fn(&Path, &Arc<ManualClock>) -> Builder); 3] = [
+        ("shard count", |p: &Path, c: &Arc<ManualClock>| builder(p, c).shards(4)),
+        ("segment size", |p: &Path, c: &Arc<ManualClock>| builder(p, c).segment_size(128 << 10)),
+        ("heap size", |p: &Path, c: &Arc<ManualClock>| builder(p, c).heap_size(16 << 20)),
+    ];
+    for (what, b) in cases {
+        let path = closed_file(what, &clock);
+        expect_bad(&path, b(&path, &clock), what);
+    }
+}
+
+#[test]
+fn flipped_bytes_anywhere_are_caught_or_harmless() {
+    // Flip one byte at many places (header, metadata, heap): every open either fails with
+    // BadFile or serves only values that were written.
+    let clock = ManualClock::new(T0);
+    let path = closed_file("flip", &clock);
+    let pristine = std::fs::read(&path).unwrap();
+    let len = pristine.len();
+    let mut rng = 0x1234_5678_9abc_def0u64;
+    let mut rejected = 0;
+    for round in 0..60 {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        // Half the flips land in the first pages (header, metadata), half anywhere.
+        let at = if round % 2 == 0 { (rng as usize) % (1 << 20).min(len) } else { (rng as usize) % len };
+        let mut bytes = pristine.clone();
+        bytes[at] ^= 1 << (rng >> 61);
+        std::fs::write(&path, &bytes).unwrap();
+        match builder(&path, &clock).build_shared() {
+            Err(Error::BadFile { .. }) => rejected += 1,
+            Err(e) => panic!("flip at {at}: unexpected error {e}"),
+            Ok(c) => {
+                for i in 0..3000u32 {
+                    if let Some(item) = c.get(format!("k{i}").as_bytes()) {
+                        assert_eq!(item.value, format!("value {i}").into_bytes(), "flip at {at}: wrong value for k{i}");
+                    }
+                }
+                drop(c);
+            }
+        }
+    }
+    assert!(rejected > 0);
+    std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn policies_can_change_across_restarts() {
+    let clock = ManualClock::new(T0);
+    let path = closed_file("policy", &clock);
+    let c = builder(&path, &clock).eviction(Policy::S3Fifo).build_shared().unwrap();
+    assert_eq!(c.get(b"k10").unwrap().value, b"value 10");
+    c.close().unwrap();
+    std::fs::remove_file(&path).unwrap();
+}

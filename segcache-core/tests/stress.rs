@@ -1,0 +1,136 @@
+//! Threads on one shared cache: no torn, foreign or stale-after-delete value; CAS and incr count
+//! exactly as a serial execution would.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use segcache_core::{Builder, Error, Policy, SharedCache};
+
+/// A value that names its key and version and carries a checksum of both.
+fn encode(key: u32, version: u64) -> Vec<u8> {
+    let mut v = Vec::with_capacity(64);
+    v.extend_from_slice(&key.to_le_bytes());
+    v.extend_from_slice(&version.to_le_bytes());
+    let len = 16 + (version % 100) as usize;
+    while v.len() < len {
+        v.push((key as u64 ^ version).wrapping_mul(v.len() as u64 + 1) as u8);
+    }
+    let sum = xxhash(&v);
+    v.extend_from_slice(&sum.to_le_bytes());
+    v
+}
+
+fn xxhash(b: &[u8]) -> u64 {
+    b.iter().fold(0xcbf2_9ce4_8422_2325u64, |h, &c| (h ^ u64::from(c)).wrapping_mul(0x100_0000_01b3))
+}
+
+fn decode(v: &[u8]) -> (u32, u64) {
+    assert!(v.len() >= 20, "torn value of {} bytes", v.len());
+    let (body, sum) = v.split_at(v.len() - 8);
+    assert_eq!(xxhash(body).to_le_bytes(), sum, "torn or corrupt value");
+    (u32::from_le_bytes(body[..4].try_into().unwrap()), u64::from_le_bytes(body[4..12].try_into().unwrap()))
+}
+
+fn run_mixed(cache: Arc<SharedCache>, threads: u32, ops: u32) {
+    const KEYS: u32 = 256;
+    std::thread::scope(|s| {
+        for t in 0..threads {
+            let cache = &cache;
+            s.spawn(move || {
+                let mut rng = 0x9e37_79b9u64 * u64::from(t + 1);
+                for i in 0..ops {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    let key = (rng % u64::from(KEYS)) as u32;
+                    let k = format!("key{key}");
+                    match rng >> 61 {
+                        0..=3 => {
+                            if let Some(item) = cache.get(k.as_bytes()) {
+                                let (owner, _) = decode(&item.value);
+                                assert_eq!(owner, key, "foreign value under {k}");
+                            }
+                        }
+                        4 | 5 => cache.set(k.as_bytes(), &encode(key, u64::from(t) << 32 | u64::from(i)), 0, Duration::ZERO).unwrap(),
+                        6 => {
+                            // Deleting, then reading in the same thread: the delete must be visible
+                            // unless another thread set the key in between (then it is theirs).
+                            let _ = cache.delete(k.as_bytes());
+                            if let Some(item) = cache.get(k.as_bytes()) {
+                                assert_eq!(decode(&item.value).0, key);
+                            }
+                        }
+                        _ => {
+                            let mut keys = Vec::new();
+                            for j in 0..8 {
+                                keys.push(format!("key{}", (key + j * 31) % KEYS));
+                            }
+                            let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_bytes()).collect();
+                            cache.get_many_with(&refs, |idx, item| {
+                                assert_eq!(format!("key{}", decode(item.value()).0), keys[idx]);
+                            });
+                        }
+                    }
+                }
+            });
+        }
+    });
+}
+
+#[test]
+fn mixed_operations_never_see_torn_or_foreign_values() {
+    for policy in [Policy::Merge, Policy::Fifo, Policy::S3Fifo] {
+        // Small heap: eviction and merging run all the time under the readers.
+        let cache = Arc::new(Builder::new().heap_size(4 << 20).segment_size(64 << 10).shards(4).eviction(policy).build_shared().unwrap());
+        run_mixed(cache.clone(), 4, 100_000);
+        assert!(cache.stats().evicted_segments > 0 || policy == Policy::None);
+    }
+}
+
+#[test]
+fn cas_and_incr_count_exactly() {
+    let cache = Arc::new(Builder::new().heap_size(8 << 20).segment_size(64 << 10).shards(8).build_shared().unwrap());
+    cache.set(b"incr", b"0", 0, Duration::ZERO).unwrap();
+    cache.set(b"cas", b"0", 0, Duration::ZERO).unwrap();
+    let (threads, per) = (4u64, 5_000u64);
+    std::thread::scope(|s| {
+        for _ in 0..threads {
+            let cache = &cache;
+            s.spawn(move || {
+                for _ in 0..per {
+                    cache.incr(b"incr", 1).unwrap();
+                    loop {
+                        let item = cache.get(b"cas").unwrap();
+                        let n: u64 = std::str::from_utf8(&item.value).unwrap().parse().unwrap();
+                        match cache.cas(b"cas", (n + 1).to_string().as_bytes(), 0, Duration::ZERO, item.cas) {
+                            Ok(()) => break,
+                            Err(Error::Exists) => continue,
+                            Err(e) => panic!("{e}"),
+                        }
+                    }
+                }
+            });
+        }
+    });
+    assert_eq!(cache.get(b"incr").unwrap().value, (threads * per).to_string().into_bytes());
+    assert_eq!(cache.get(b"cas").unwrap().value, (threads * per).to_string().into_bytes());
+}
+
+#[test]
+fn stats_are_readable_under_load_and_add_up() {
+    let cache = Arc::new(Builder::new().heap_size(8 << 20).segment_size(64 << 10).shards(4).build_shared().unwrap());
+    std::thread::scope(|s| {
+        let c = &cache;
+        s.spawn(move || run_mixed(c.clone(), 2, 20_000));
+        s.spawn(move || {
+            for _ in 0..200 {
+                let st = c.stats();
+                assert_eq!(st.shards, 4);
+                assert!(st.segments_free <= st.segments_total);
+            }
+        });
+    });
+    let st = cache.stats();
+    assert_eq!(st.items as usize, cache.len());
+    assert!(st.get_hits + st.get_misses > 0);
+}
