@@ -172,28 +172,29 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
     let found = if len == 0 {
         Found::Fresh
     } else {
-        let mut head = vec![0u8; (HEADER_BYTES + 8).min(len as usize)];
+        let mut head = vec![0u8; FILE_HEADER_LEN.min(len as usize)];
         file.read_exact_at(&mut head, 0).map_err(io_err(path))?;
-        let problem = match Header::decode(&head) {
-            Err(reason) => Some(reason),
-            Ok(h) => h.mismatch(&want).or_else(|| {
-                (len != h.total_len || h.total_len != want.total_len)
-                    .then(|| format!("file is {len} bytes, expected {} (truncated or resized)", want.total_len))
-            }).map_or_else(|| {
-                // Header fine: clean or crashed.
-                None
-            }, Some),
+        // A process that died while creating the file leaves it zero-filled (the header is
+        // written last): there is nothing in it to lose.
+        let problem = if head.iter().all(|&b| b == 0) {
+            None
+        } else {
+            match Header::decode(&head) {
+                Err(reason) => Some(reason),
+                Ok(h) => h.mismatch(&want).or_else(|| {
+                    (len != h.total_len).then(|| format!("file is {len} bytes, expected {} (truncated or resized)", h.total_len))
+                }),
+            }
         };
-        match problem {
-            Some(reason) if reset_bad => {
+        match (problem, Header::decode(&head)) {
+            (Some(reason), _) if reset_bad => {
                 eprintln!("segcache: warning: {}: {reason}; starting empty", path.display());
                 Found::Fresh
             }
-            Some(reason) => return Err(bad(path, reason)),
-            None => {
-                let h = Header::decode(&head).map_err(|r| bad(path, r))?;
-                if h.clean == 1 { Found::Clean } else { Found::Crashed }
-            }
+            (Some(reason), _) => return Err(bad(path, reason)),
+            (None, Ok(h)) if h.clean == 1 => Found::Clean,
+            (None, Ok(_)) => Found::Crashed,
+            (None, Err(_)) => Found::Fresh,
         }
     };
     if found == Found::Fresh {

@@ -207,3 +207,16 @@ fn policies_can_change_across_restarts() {
     c.close().unwrap();
     std::fs::remove_file(&path).unwrap();
 }
+
+#[test]
+fn a_file_left_zeroed_by_a_crash_during_creation_starts_empty() {
+    let clock = ManualClock::new(T0);
+    let path = tmp("zeroed");
+    std::fs::write(&path, vec![0u8; 12345]).unwrap();
+    let c = builder(&path, &clock).build_shared().unwrap();
+    assert!(c.is_empty());
+    c.set(b"a", b"1", 0, Duration::ZERO).unwrap();
+    c.close().unwrap();
+    assert_eq!(builder(&path, &clock).build_shared().unwrap().get(b"a").unwrap().value, b"1");
+    std::fs::remove_file(&path).unwrap();
+}
