@@ -8,9 +8,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CARGO ?= cargo
 
-.PHONY: test deps venv test-rust test-c test-python test-server test-bench fuzz-build
+.PHONY: test deps venv test-rust test-c test-python test-server test-bench fuzz-build test-restart
 
-test: deps test-rust fuzz-build test-c test-python test-server test-bench
+test: deps test-rust fuzz-build test-c test-python test-server test-bench test-restart
 	@echo "make test: every suite passed"
 
 # Debian packages the suites use: memcached (peer), libmemcached-tools (memccapable),
@@ -41,14 +41,35 @@ fuzz-build:
 	  $(CARGO) build --manifest-path fuzz/Cargo.toml
 	fi
 
-test-c:
-	@echo "test-c: not yet"
+# C library (segcache-ffi + bindings/c): header freshness, C tests plain / valgrind / ASan, the C++
+# wrapper's test, the example via pkg-config (shared and static). See docs/c.md.
+test-c: deps
+	$(MAKE) -C bindings/c test CARGO="$(CARGO)"
 
-test-python:
-	@echo "test-python: not yet"
+# The Python package: build and install it into the venv (maturin, release), then its pytest suite.
+test-python: venv
+	$(PY) -m pip install -q "maturin>=1.5,<2" -r python/tests/requirements.txt
+	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=$(CURDIR)/target/python $(PY) -m pip install -q --no-build-isolation ./python
+	(cd python && $(abspath $(PY)) -m pytest -q -p no:cacheprovider tests)
+	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) test -q --manifest-path python/Cargo.toml
 
-test-server:
-	@echo "test-server: not yet"
+# segcache-server end to end: the release binary against pymemcache, pylibmc, memccapable -a and
+# a three-server nutcracker cluster (tests/server/). Its Rust unit tests run in test-rust.
+test-server: deps venv
+	$(CARGO) build --release -p segcache-server
+	SEGCACHE_SERVER_BIN="$${CARGO_TARGET_DIR:-target}/release/segcache-server" $(PY) -m pytest -q tests/server
 
-test-bench:
-	@echo "test-bench: not yet"
+# Load harness (benches/load, docs/load.md): unit and mock-server tests, then a smoke ramp of
+# a few seconds against segcache-server (against memcached while the server does not serve).
+test-bench: deps
+	$(CARGO) test --release -p segcache-bench
+	$(CARGO) build --release -p segcache-bench
+	$(CARGO) build --release -p segcache-server || echo "test-bench: segcache-server does not build; the smoke run uses memcached"
+	bash benches/load/smoke.sh
+
+# Warm-restart benchmarks (benches/restart, docs/restart.md): their end-to-end tests (fill, stop
+# gracefully or by SIGKILL, reopen in a fresh process, every item back; the compare driver beside
+# memcached -e), then a small smoke run of the benchmark script. The full run: benches/restart/run.sh.
+test-restart: deps
+	$(CARGO) test --release -p segcache-restart-bench
+	SIZES=64MiB STEADY_ITEMS=100000 PORT=21988 bash benches/restart/run.sh

@@ -37,6 +37,16 @@ unsafe impl Send for Segcache {}
 // SAFETY: as above: shared access only reads plain memory and updates atomics.
 unsafe impl Sync for Segcache {}
 
+impl Drop for Segcache {
+    /// A file-backed engine takes its segments' checksums for the next open (the region, once
+    /// its last engine is gone, then seals the file: see `persist::close`).
+    fn drop(&mut self) {
+        if self.mem.region.file.as_ref().is_some_and(|f| f.active.load(Relaxed)) {
+            self.seal_for_close();
+        }
+    }
+}
+
 impl std::fmt::Debug for Segcache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Segcache").field("geometry", &self.geo).field("policy", &self.policy).finish_non_exhaustive()
@@ -864,7 +874,7 @@ impl Segcache {
             let sources = self.merge_sources(b, None);
             if sources.len() >= 2 {
                 self.meta_mut().merge_cursor = ((b + 1) % ttl::BUCKETS) as u32;
-                return self.compact(&sources, 1, POOL_MAIN);
+                return self.compact(&sources, 0, POOL_MAIN);
             }
         }
         self.evict_simple(Policy::Fifo)
@@ -897,13 +907,22 @@ impl Segcache {
         out
     }
 
-    /// Copies the live items of `sources` whose frequency is at least `min_freq` (highest first
-    /// when they do not all fit) into the spare segment, which joins the chain in the first
-    /// source's place, in `pool`; the rest are evicted. The sources are freed (one becomes the
-    /// next spare). Items leaving S3-FIFO's small pool unread are remembered in the ghost.
+    /// Copies the live items of `sources` (neighbours in one TTL chain) that are worth keeping
+    /// into at most half as many destination segments, which take the sources' place in the
+    /// chain, in `pool`; the rest are evicted and the sources freed.
+    ///
+    /// What is kept: every live item when they fit (so dead space is compacted away without
+    /// losing anything), else the most frequently read ones down to a cut-off, and never items
+    /// read fewer than `min_freq` times. Kept items have their counters halved. The first
+    /// destination is the spare segment; the next ones are sources already emptied, so no extra
+    /// memory is needed. Items leaving S3-FIFO's small pool unread are remembered in the ghost.
+    ///
+    /// Crash safety: a destination is linked into the chain before a source is reused, and a
+    /// reused source is re-initialised as a spare first, so a crash leaves every kept item in a
+    /// linked segment (possibly twice, with the same value).
     fn compact(&mut self, sources: &[u32], min_freq: u8, pool: u8) -> Result<()> {
-        let dest = self.meta().spare;
-        if dest == NONE || sources.is_empty() {
+        let spare = self.meta().spare;
+        if spare == NONE || sources.is_empty() {
             return self.evict_simple(Policy::Fifo);
         }
         // Gather live items and their frequencies.
@@ -927,11 +946,12 @@ impl Segcache {
                 }
             }
         }
-        // The lowest frequency cut-off whose items fit in one segment.
-        let cap = self.geo.segment_size as u64;
+        // At most half the sources' space is kept: each merge frees at least half its sources.
+        let max_dests = sources.len().div_ceil(2);
+        let budget = (max_dests * self.geo.segment_size) as u64;
         let mut cutoff = 256usize;
         let mut kept = 0u64;
-        while cutoff > usize::from(min_freq) && kept + hist[cutoff - 1] <= cap {
+        while cutoff > usize::from(min_freq) && kept + hist[cutoff - 1] <= budget {
             cutoff -= 1;
             kept += hist[cutoff];
         }
@@ -940,27 +960,62 @@ impl Segcache {
             let s = self.seg(first);
             (s.ttl_bucket as usize, s.expire_at, s.create_at)
         };
+        // Destinations go where the first source was: before the first non-source after it.
+        let mut before = self.seg(first).next;
+        while before != NONE && sources.contains(&before) {
+            before = self.seg(before).next;
+        }
+        // Every live item of the sources leaves the counts now; kept ones come back as written.
+        let (mut items, mut bytes) = (0u64, 0u64);
+        for &src in sources {
+            items += u64::from(self.seg(src).live_items);
+            bytes += u64::from(self.seg(src).live_bytes);
+        }
+        let m = self.meta_mut();
+        m.items = m.items.saturating_sub(items);
+        m.bytes = m.bytes.saturating_sub(bytes);
+
+        let header = |seq: u64| SegHeader { seq, create_at, expire_at, ttl_bucket: b as u16, state: SEG_SPARE, pool, ..SegHeader::EMPTY };
+        let mut dest = spare;
         let seq = self.next_seq();
-        *self.seg_mut(dest) =
-            SegHeader { seq, create_at, expire_at, ttl_bucket: b as u16, state: SEG_SPARE, pool, ..SegHeader::EMPTY };
-        let mut copied = 0u64;
-        let mut dropped = 0u64;
+        *self.seg_mut(dest) = header(seq);
+        self.meta_mut().spare = NONE;
+        let mut dests = 0usize;
+        let mut reused = 0usize; // sources[..reused] became destinations
+        let (mut copied, mut dropped) = (0u64, 0u64);
         let mut ghosts = Vec::new();
+        let mut current = 0usize; // index in `sources` of the segment being drained
         for m in &moves {
-            let slot = t.find_loc(m.hash, m.loc);
-            let Some(slot) = slot else { continue };
-            let fits = self.seg(dest).write_offset as usize + m.len as usize <= self.geo.segment_size;
-            if usize::from(m.freq) >= cutoff && m.freq >= min_freq && fits {
-                let src_off = m.loc.offset as usize;
-                let data_start = m.loc.seg as usize * self.geo.segment_size + src_off;
+            while sources[current] != m.loc.seg {
+                current += 1;
+            }
+            let Some(slot) = t.find_loc(m.hash, m.loc) else { continue };
+            let mut keep = usize::from(m.freq) >= cutoff && m.freq >= min_freq;
+            if keep && self.seg(dest).write_offset as usize + m.len as usize > self.geo.segment_size {
+                if dests + 1 < max_dests && reused < current {
+                    // Seal this destination into the chain, then drain into an emptied source.
+                    self.seal_dest(dest, b, before, pool);
+                    dests += 1;
+                    let next = sources[reused];
+                    reused += 1;
+                    self.unlink(next);
+                    let seq = self.next_seq();
+                    *self.seg_mut(next) = header(seq);
+                    dest = next;
+                } else {
+                    keep = false;
+                }
+            }
+            if keep {
+                let src_start = m.loc.seg as usize * self.geo.segment_size + m.loc.offset as usize;
                 let heap = self.mem.heap;
                 let len = m.len as usize;
                 let new = self.write_record(
                     dest,
                     |dst| {
-                        // SAFETY: the source record lies in another segment (sources never
-                        // include the spare), inside the heap, `len` bytes long.
-                        let src = unsafe { std::slice::from_raw_parts(heap.add(data_start), len) };
+                        // SAFETY: the source record lies in a source segment other than `dest`
+                        // (a source becomes a destination only once drained), inside the heap.
+                        let src = unsafe { std::slice::from_raw_parts(heap.add(src_start), len) };
                         dst.copy_from_slice(src);
                     },
                     len,
@@ -970,53 +1025,50 @@ impl Segcache {
             } else {
                 slot.slot.store(0, Relaxed);
                 dropped += 1;
-                if pool == POOL_MAIN && self.seg(m.loc.seg).pool == POOL_SMALL {
+                if self.seg(m.loc.seg).pool == POOL_SMALL && pool == POOL_MAIN {
                     ghosts.push(m.hash);
                 }
             }
         }
+        self.moves = moves;
         for h in ghosts {
             self.ghost_insert(h);
         }
-        self.moves = moves;
-        // The destination takes the first source's place in the chain: before the first
-        // segment after it that is not a source.
-        let mut before = self.seg(first).next;
-        while before != NONE && sources.contains(&before) {
-            before = self.seg(before).next;
+        // The last destination joins the chain if anything went into it; otherwise it is spare.
+        let mut leftover = Vec::new();
+        if self.seg(dest).write_offset > 0 {
+            self.seal_dest(dest, b, before, pool);
+            dests += 1;
+        } else {
+            leftover.push(dest);
         }
-        let mut live_removed = (0u64, 0u64);
-        for &src in sources {
-            let s = self.seg(src);
-            live_removed.0 += u64::from(s.live_items);
-            live_removed.1 += u64::from(s.live_bytes);
+        for &src in &sources[reused..] {
             self.unlink(src);
+            leftover.push(src);
+        }
+        // One freed segment becomes the next spare, the rest go to the free list.
+        for (i, id) in leftover.into_iter().enumerate() {
+            if i == 0 {
+                *self.seg_mut(id) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
+                self.meta_mut().spare = id;
+            } else {
+                self.push_free(id);
+            }
         }
         let m = self.meta_mut();
-        m.items = m.items.saturating_sub(live_removed.0);
-        m.bytes = m.bytes.saturating_sub(live_removed.1);
         m.evicted_items += dropped;
         m.merged_items += copied;
-        if copied > 0 {
-            self.seg_mut(dest).state = SEG_SEALED;
-            self.link_before(b, dest, before);
-            if pool == POOL_SMALL {
-                self.meta_mut().small_segments += 1;
-            }
-            let spare = sources[0];
-            *self.seg_mut(spare) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
-            self.meta_mut().spare = spare;
-            for &src in &sources[1..] {
-                self.push_free(src);
-            }
-        } else {
-            *self.seg_mut(dest) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
-            for &src in sources {
-                self.push_free(src);
-            }
-        }
-        self.meta_mut().evicted_segments += sources.len() as u64 - u64::from(copied > 0);
+        m.evicted_segments += (sources.len() - dests.min(sources.len())) as u64;
         Ok(())
+    }
+
+    /// Links a filled merge destination into chain `b` before `before`, as sealed.
+    fn seal_dest(&mut self, dest: u32, b: usize, before: u32, pool: u8) {
+        self.seg_mut(dest).state = SEG_SEALED;
+        self.link_before(b, dest, before);
+        if pool == POOL_SMALL {
+            self.meta_mut().small_segments += 1;
+        }
     }
 
     /// S3-FIFO at segment granularity: while the small pool holds more than a tenth of the

@@ -8,30 +8,38 @@ use crate::record;
 use crate::table::{self, Loc};
 use crate::{ttl, Segcache};
 
-/// How a segment's records must add up.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Strictness {
-    /// After a graceful close: records tile the segment up to its write offset and their
-    /// checksums sum to the header's.
-    Exact,
-    /// After a crash: as `Exact`, except that the process may have died between publishing the
-    /// last record's offset and adding its checksum to the sum.
-    Crash,
-}
-
 impl Segcache {
-    /// Checks the records of every segment in use among `ids`; `Err` names the first bad one.
+    /// After a graceful close: checks every segment in use among `ids` against the checksum
+    /// taken at close; `Err` names the first bad one.
     pub(crate) fn verify_segments(&self, ids: std::ops::Range<u32>) -> Result<(), String> {
         for id in ids {
             let s = self.seg(id);
-            if matches!(s.state, SEG_OPEN | SEG_SEALED) && !self.segment_checks_out(id, Strictness::Exact) {
-                return Err(format!("segment {id} fails its checksum or record structure (corrupt heap)"));
+            if !matches!(s.state, SEG_OPEN | SEG_SEALED) {
+                continue;
+            }
+            if s.write_offset as usize > self.geo.segment_size
+                || xxhash_rust::xxh3::xxh3_64(self.seg_data(id)) != s.close_sum
+            {
+                return Err(format!("segment {id} does not match its checksum (corrupt heap)"));
             }
         }
         Ok(())
     }
 
-    pub(crate) fn segment_checks_out(&self, id: u32, strictness: Strictness) -> bool {
+    /// Before a graceful close: takes every used segment's checksum (see `verify_segments`).
+    pub(crate) fn seal_for_close(&mut self) {
+        for id in 0..self.geo.segments as u32 {
+            if matches!(self.seg(id).state, SEG_OPEN | SEG_SEALED) {
+                let sum = xxhash_rust::xxh3::xxh3_64(self.seg_data(id));
+                self.seg_mut(id).close_sum = sum;
+            }
+        }
+    }
+
+    /// Records tile the segment up to its write offset and their checksums add up to the
+    /// header's sum, or would but for the last record: the process may have died between
+    /// publishing that record's offset and adding its checksum.
+    pub(crate) fn segment_checks_out(&self, id: u32) -> bool {
         let s = self.seg(id);
         if s.write_offset as usize > self.geo.segment_size
             || s.ttl_bucket as usize >= ttl::BUCKETS
@@ -49,7 +57,7 @@ impl Segcache {
             sum = sum.wrapping_add(last);
             off += r.len;
         }
-        sum == s.sum || (strictness == Strictness::Crash && sum.wrapping_sub(last) == s.sum)
+        sum == s.sum || sum.wrapping_sub(last) == s.sum
     }
 
     /// Rebuilds the hash table, TTL chains, free list and counts from the segments after a
@@ -67,7 +75,7 @@ impl Segcache {
             if !matches!(s.state, SEG_OPEN | SEG_SEALED) || s.seq <= flushed_below || flush_due {
                 continue;
             }
-            if self.segment_checks_out(id, Strictness::Crash) {
+            if self.segment_checks_out(id) {
                 keep.push((s.seq, id));
             } else {
                 corrupt += 1;

@@ -94,6 +94,19 @@ fn replay(log: &str) -> (HashMap<u64, State>, Option<(u64, State)>, u64) {
             }
             (Some("B"), Some("D")) => pending = num(2).map(|k| (k, State::Absent)),
             (Some("B"), Some("S")) => pending = num(2).zip(num(3)).map(|(k, v)| (k, State::Value(v, 0))),
+            // The parent's record of how the operation in flight at a kill turned out.
+            (Some("R"), Some("D")) => {
+                pending = None;
+                if let Some(k) = num(2) {
+                    state.insert(k, State::Absent);
+                }
+            }
+            (Some("R"), Some("S")) => {
+                pending = None;
+                if let (Some(k), Some(v), Some(at)) = (num(2), num(3), num(4)) {
+                    state.insert(k, State::Value(v, at));
+                }
+            }
             (Some("B"), Some("T")) if f.len() == 5 => {
                 pending = num(2).zip(num(3)).zip(num(4)).map(|((k, v), at)| (k, State::Value(v, at)))
             }
@@ -172,6 +185,19 @@ fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
                 });
                 assert!(ok, "key{key}: got {:?}, acknowledged {acked:?}, in flight {pending:?}", got.map(|i| String::from_utf8_lossy(&i.value).into_owned()));
                 checked += 1;
+                // The next child appends to the same log: record how the in-flight operation
+                // turned out, so that later rounds replay the state the cache really holds.
+                if let Some((k, s)) = pending.as_ref().filter(|(k, _)| *k == key) {
+                    let resolved = match (&got, s) {
+                        (Some(item), State::Value(v, at)) if item.value == value(key, *v) => format!("R S {k} {v} {at}\n"),
+                        (Some(_), _) => match &acked {
+                            State::Value(v, at) => format!("R S {k} {v} {at}\n"),
+                            State::Absent => format!("R D {k}\n"),
+                        },
+                        (None, _) => format!("R D {k}\n"),
+                    };
+                    std::fs::OpenOptions::new().append(true).open(&log_path).unwrap().write_all(resolved.as_bytes()).unwrap();
+                }
             }
             drop(cache);
         }

@@ -1,0 +1,247 @@
+//! One-thread latency of each cache, criterion, all libraries in the same run:
+//! get hit (random order), get miss, set (key formatting included), and 16-key batch reads.
+//!
+//! `BENCH_ITEMS` (default 1,000,000) sets the item count; every cache is sized to hold all of
+//! them, filled once, and checked to return every one before it is timed.
+
+use std::hint::black_box;
+use std::time::Duration;
+
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
+use criterion::measurement::WallTime;
+
+use segcache_core::{Item, Segcache, SharedCache};
+use segcache_engine_benches::keys::{format_key, keys, touch, Key, VALUE};
+use segcache_engine_benches::store::{self, Lib, Sizing, Store};
+use segcache_engine_benches::workload::shuffled;
+
+/// Keys per batch read.
+const BATCH: usize = 16;
+
+fn items() -> usize {
+    std::env::var("BENCH_ITEMS").ok().and_then(|s| s.parse().ok()).unwrap_or(1_000_000)
+}
+
+/// The data every benchmark walks: hits and misses in a random order, laid out in that order
+/// so that walking them is sequential and only the cache's own memory accesses miss.
+struct Data {
+    hits: Vec<Key>,
+    misses: Vec<Key>,
+    /// Key numbers of the present keys in a random order, formatted inside the `set` loop.
+    set_order: Vec<u32>,
+}
+
+impl Data {
+    fn new(n: usize) -> Self {
+        let all = keys(0, n);
+        let hits = shuffled(n, 1).into_iter().map(|i| all[i as usize]).collect();
+        let misses = shuffled(n, 2).into_iter().map(|i| all[i as usize]).map(|k| miss_key(&k)).collect();
+        Data { hits, misses, set_order: shuffled(n, 3) }
+    }
+}
+
+/// A key of the same length and shape that is never stored (`m` for `k`).
+fn miss_key(k: &Key) -> Key {
+    let mut m = *k;
+    m[0] = b'm';
+    m
+}
+
+/// Fills `s` with every key and checks that every one reads back.
+fn fill<S: Store>(lib: Lib, s: &mut S, d: &Data) {
+    for k in &d.hits {
+        s.set(k, &VALUE);
+    }
+    s.settle();
+    let found = d.hits.iter().filter(|k| s.get(&k[..]).is_some()).count();
+    // A cache sized to hold every item may still refuse a few (Pelikan's table does not chain);
+    // more than 0.1% would make "get hit" a mix of hits and misses.
+    assert!(found * 1000 >= d.hits.len() * 999, "{} keeps only {found} of {} items", lib.name(), d.hits.len());
+    if found < d.hits.len() {
+        eprintln!("{}: {} of {} items kept", lib.name(), found, d.hits.len());
+    }
+}
+
+/// Walks `v` forever, one element per call.
+struct Cycle<'a, T> {
+    v: &'a [T],
+    i: usize,
+}
+
+impl<'a, T> Cycle<'a, T> {
+    fn new(v: &'a [T]) -> Self {
+        Cycle { v, i: 0 }
+    }
+    #[inline]
+    fn next(&mut self) -> &'a T {
+        let x = &self.v[self.i];
+        self.i += 1;
+        if self.i == self.v.len() {
+            self.i = 0;
+        }
+        x
+    }
+    /// The next `n` elements (restarting at the front when fewer than `n` are left).
+    #[inline]
+    fn next_n(&mut self, n: usize) -> &'a [T] {
+        if self.i + n > self.v.len() {
+            self.i = 0;
+        }
+        let x = &self.v[self.i..self.i + n];
+        self.i += n;
+        x
+    }
+}
+
+fn bench_store<S: Store>(c: &mut Criterion, lib: Lib, s: &mut S, d: &Data) {
+    let name = lib.arg();
+    let mut g = c.benchmark_group("get_hit");
+    let mut ks = Cycle::new(&d.hits);
+    g.bench_function(name, |b| b.iter(|| black_box(s.get(ks.next()))));
+    g.finish();
+
+    let mut g = c.benchmark_group("get_miss");
+    let mut ks = Cycle::new(&d.misses);
+    g.bench_function(name, |b| b.iter(|| black_box(s.get(ks.next()))));
+    g.finish();
+
+    let mut g = c.benchmark_group("set");
+    let mut order = Cycle::new(&d.set_order);
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            let mut k = [0u8; 16];
+            format_key(u64::from(*order.next()), &mut k);
+            black_box(s.set(&k, &VALUE))
+        })
+    });
+    g.finish();
+
+    // Peers have no batch read: a batch is 16 single gets.
+    let mut g = batch_group(c);
+    let mut ks = Cycle::new(&d.hits);
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            let mut acc = 0;
+            for k in ks.next_n(BATCH) {
+                acc += s.get(k).unwrap_or(0);
+            }
+            black_box(acc)
+        })
+    });
+    g.finish();
+}
+
+fn batch_group(c: &mut Criterion) -> BenchmarkGroup<'_, WallTime> {
+    let mut g = c.benchmark_group("get_many16");
+    g.throughput(Throughput::Elements(BATCH as u64));
+    g
+}
+
+/// The key slices of `keys`, for the batch-read APIs.
+fn refs(keys: &[Key]) -> Vec<&[u8]> {
+    keys.iter().map(|k| &k[..]).collect()
+}
+
+/// Our batch reads: `get_many_with` of 16 keys (the engine overlaps their memory accesses).
+fn bench_ours_batches(c: &mut Criterion, single: &Segcache, shared: &SharedCache, d: &Data) {
+    let r = refs(&d.hits);
+    let mut g = batch_group(c);
+    let mut ks = Cycle::new(&r);
+    g.bench_function("ours-single get_many_with", |b| {
+        b.iter(|| {
+            let mut acc = 0;
+            single.get_many_with(ks.next_n(BATCH), |_, item: Item<'_>| acc += touch(item.value()));
+            black_box(acc)
+        })
+    });
+    let mut ks = Cycle::new(&r);
+    g.bench_function("ours get_many_with", |b| {
+        b.iter(|| {
+            let mut acc = 0;
+            shared.get_many_with(ks.next_n(BATCH), |_, item| acc += touch(item.value()));
+            black_box(acc)
+        })
+    });
+    g.finish();
+
+    // `SharedCache::get` copies the value out (an allocation), as quick_cache and moka do.
+    let mut g = c.benchmark_group("get_hit");
+    let mut ks = Cycle::new(&d.hits);
+    g.bench_function("ours get (copy)", |b| b.iter(|| black_box(shared.get(ks.next()))));
+    g.finish();
+}
+
+fn engine(c: &mut Criterion) {
+    let n = items();
+    let d = Data::new(n);
+    let size = Sizing::holding(n);
+    eprintln!("{n} items of 16-byte keys and 64-byte values; budget {} MiB", size.budget >> 20);
+
+    // Each cache is built, filled, measured and dropped in turn, so that the others' memory does
+    // not crowd the one being measured.
+    let mut single = store::build_ours_single(&size);
+    fill(Lib::OursSingle, &mut single, &d);
+    bench_store(c, Lib::OursSingle, &mut single, &d);
+    let shared = store::build_ours(&size);
+    fill(Lib::Ours, &mut &shared, &d);
+    bench_store(c, Lib::Ours, &mut &shared, &d);
+    bench_ours_batches(c, &single, &shared, &d);
+    drop((single, shared));
+
+    let p = store::build_pelikan(&size);
+    fill(Lib::Pelikan, &mut &p, &d);
+    bench_store(c, Lib::Pelikan, &mut &p, &d);
+    drop(p);
+    let q = store::build_quick(&size);
+    fill(Lib::QuickCache, &mut &q, &d);
+    bench_store(c, Lib::QuickCache, &mut &q, &d);
+    drop(q);
+    let m = store::build_moka(&size);
+    fill(Lib::Moka, &mut &m, &d);
+    bench_store(c, Lib::Moka, &mut &m, &d);
+    drop(m);
+    let l = store::build_lru(&size);
+    fill(Lib::Lru, &mut &l, &d);
+    bench_store(c, Lib::Lru, &mut &l, &d);
+}
+
+/// The floor: one dependent DRAM miss, a pointer chase through `BENCH_CHASE_MIB` (default 512)
+/// MiB of 64-byte nodes linked in one random cycle, so that each step waits for the previous
+/// load and none is prefetched. Ordinary 4 KiB pages, so each step may also miss the TLB.
+fn dram_miss(c: &mut Criterion) {
+    use rand::{rngs::SmallRng, Rng, SeedableRng};
+    const LINE: usize = 64 / std::mem::size_of::<u64>();
+    let mib: usize = std::env::var("BENCH_CHASE_MIB").ok().and_then(|s| s.parse().ok()).unwrap_or(512);
+    let nodes = (mib << 20) / 64;
+    // Sattolo's shuffle: a random permutation that is a single cycle through every node.
+    let mut perm: Vec<u32> = (0..nodes as u32).collect();
+    let mut rng = SmallRng::seed_from_u64(5);
+    for i in (1..nodes).rev() {
+        perm.swap(i, rng.gen_range(0..i));
+    }
+    let mut next = vec![0u64; nodes * LINE];
+    for (i, &p) in perm.iter().enumerate() {
+        next[i * LINE] = p as u64 * LINE as u64;
+    }
+    drop(perm);
+    let mut g = c.benchmark_group("dram_miss");
+    let mut p = 0usize;
+    g.bench_function("pointer chase", |b| {
+        b.iter(|| {
+            p = next[p] as usize;
+            black_box(p)
+        })
+    });
+    g.finish();
+}
+
+criterion_group! {
+    name = benches;
+    // Short runs: the machine is small and shared. Override with `-- --measurement-time N`.
+    config = Criterion::default()
+        .warm_up_time(Duration::from_millis(500))
+        .measurement_time(Duration::from_secs(2))
+        .sample_size(20);
+    targets = dram_miss, engine
+}
+criterion_main!(benches);

@@ -1,0 +1,347 @@
+//! One small interface over every cache measured, so that each workload is written once and
+//! runs the same loop for every library.
+//!
+//! Peers with a generic key/value type store `Box<[u8]>` keys and values: a byte cache with
+//! keys and values of any length has to keep them on the heap, and `Box<[u8]>` is the leanest
+//! owner of a byte string (no spare capacity word). Peers that hand out clones on a read
+//! (`quick_cache`, `moka`) therefore allocate and copy on every hit; that is the cost of their API.
+
+use std::num::NonZeroUsize;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use crate::keys::touch;
+
+/// Heap key/value of the peers with generic types.
+pub type Bytes = Box<[u8]>;
+
+/// The libraries measured.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Lib {
+    /// `segcache_core::SharedCache` (this project, thread-safe handle).
+    Ours,
+    /// `segcache_core::Segcache` (this project, single owner; one thread only).
+    OursSingle,
+    /// `segcache` 0.4.4 (Pelikan's crate, thread-safe).
+    Pelikan,
+    /// `quick_cache::sync::Cache`.
+    QuickCache,
+    /// `moka::sync::Cache`.
+    Moka,
+    /// `lru::LruCache` behind a `std::sync::Mutex`.
+    Lru,
+}
+
+impl Lib {
+    /// Every library with a thread-safe handle.
+    pub const SHARED: [Lib; 5] = [Lib::Ours, Lib::Pelikan, Lib::QuickCache, Lib::Moka, Lib::Lru];
+    /// Every library, the single-owner engine included.
+    pub const ALL: [Lib; 6] = [Lib::Ours, Lib::OursSingle, Lib::Pelikan, Lib::QuickCache, Lib::Moka, Lib::Lru];
+
+    /// The name printed in tables.
+    pub fn name(self) -> &'static str {
+        match self {
+            Lib::Ours => "segcache-core SharedCache",
+            Lib::OursSingle => "segcache-core Segcache",
+            Lib::Pelikan => "segcache 0.4.4 (Pelikan)",
+            Lib::QuickCache => "quick_cache 0.7 sync",
+            Lib::Moka => "moka 0.12 sync",
+            Lib::Lru => "lru 0.19 + Mutex",
+        }
+    }
+
+    /// The name on the command line (`--lib`).
+    pub fn arg(self) -> &'static str {
+        match self {
+            Lib::Ours => "ours",
+            Lib::OursSingle => "ours-single",
+            Lib::Pelikan => "pelikan",
+            Lib::QuickCache => "quick-cache",
+            Lib::Moka => "moka",
+            Lib::Lru => "lru",
+        }
+    }
+
+    /// Whether the library is sized by a byte budget (true) or by an item count (false).
+    pub fn has_byte_budget(self) -> bool {
+        matches!(self, Lib::Ours | Lib::OursSingle | Lib::Pelikan)
+    }
+}
+
+/// A cache used from one thread (`&mut self`).
+pub trait Store {
+    /// Reads `key`; on a hit returns a number computed from the value's bytes (see [`touch`]).
+    fn get(&mut self, key: &[u8]) -> Option<usize>;
+    /// Stores `key` -> `value` without expiry; false when the cache refused it.
+    fn set(&mut self, key: &[u8], value: &[u8]) -> bool;
+    /// Runs deferred maintenance (moka's pending evictions) before memory or hits are counted.
+    fn settle(&mut self) {}
+}
+
+/// A cache shared between threads (`&self`).
+pub trait SharedStore: Send + Sync {
+    fn get(&self, key: &[u8]) -> Option<usize>;
+    fn set(&self, key: &[u8], value: &[u8]) -> bool;
+    fn settle(&self) {}
+}
+
+impl<T: SharedStore + ?Sized> Store for &T {
+    #[inline]
+    fn get(&mut self, key: &[u8]) -> Option<usize> {
+        SharedStore::get(*self, key)
+    }
+    #[inline]
+    fn set(&mut self, key: &[u8], value: &[u8]) -> bool {
+        SharedStore::set(*self, key, value)
+    }
+    fn settle(&mut self) {
+        SharedStore::settle(*self)
+    }
+}
+
+impl<S: Store + ?Sized> Store for &mut S {
+    #[inline]
+    fn get(&mut self, key: &[u8]) -> Option<usize> {
+        (**self).get(key)
+    }
+    #[inline]
+    fn set(&mut self, key: &[u8], value: &[u8]) -> bool {
+        (**self).set(key, value)
+    }
+    fn settle(&mut self) {
+        (**self).settle()
+    }
+}
+
+impl Store for segcache_core::Segcache {
+    #[inline]
+    fn get(&mut self, key: &[u8]) -> Option<usize> {
+        segcache_core::Segcache::get(self, key).map(|i| touch(i.value()))
+    }
+    #[inline]
+    fn set(&mut self, key: &[u8], value: &[u8]) -> bool {
+        segcache_core::Segcache::set(self, key, value, 0, Duration::ZERO).is_ok()
+    }
+}
+
+impl SharedStore for segcache_core::SharedCache {
+    /// Zero-copy read under the shard's read lock (`get_with`), as the server uses it.
+    #[inline]
+    fn get(&self, key: &[u8]) -> Option<usize> {
+        self.get_with(key, |i| touch(i.value()))
+    }
+    #[inline]
+    fn set(&self, key: &[u8], value: &[u8]) -> bool {
+        segcache_core::SharedCache::set(self, key, value, 0, Duration::ZERO).is_ok()
+    }
+}
+
+/// Pelikan's value may be a byte string or a `u64`; the benchmarks store byte strings only.
+#[inline]
+fn pelikan_touch(v: segcache::Value<'_>) -> usize {
+    match v {
+        segcache::Value::Bytes(b) => touch(b),
+        segcache::Value::U64(n) => n as usize,
+    }
+}
+
+impl SharedStore for segcache::Segcache {
+    #[inline]
+    fn get(&self, key: &[u8]) -> Option<usize> {
+        segcache::Segcache::get(self, key).map(|i| pelikan_touch(i.value()))
+    }
+    #[inline]
+    fn set(&self, key: &[u8], value: &[u8]) -> bool {
+        self.insert(key, value, None, Duration::ZERO).is_ok()
+    }
+}
+
+/// `quick_cache::sync::Cache` with heap keys and values.
+pub type QuickCache = quick_cache::sync::Cache<Bytes, Bytes>;
+
+impl SharedStore for QuickCache {
+    #[inline]
+    fn get(&self, key: &[u8]) -> Option<usize> {
+        quick_cache::sync::Cache::get(self, key).map(|v| touch(&v))
+    }
+    #[inline]
+    fn set(&self, key: &[u8], value: &[u8]) -> bool {
+        self.insert(key.into(), value.into());
+        true
+    }
+}
+
+/// `moka::sync::Cache` with heap keys and values.
+pub type MokaCache = moka::sync::Cache<Bytes, Bytes>;
+
+impl SharedStore for MokaCache {
+    #[inline]
+    fn get(&self, key: &[u8]) -> Option<usize> {
+        moka::sync::Cache::get(self, key).map(|v| touch(&v))
+    }
+    #[inline]
+    fn set(&self, key: &[u8], value: &[u8]) -> bool {
+        self.insert(key.into(), value.into());
+        true
+    }
+    fn settle(&self) {
+        self.run_pending_tasks();
+    }
+}
+
+/// `lru::LruCache` behind one mutex: the usual way to share it.
+pub struct LruMutex(pub Mutex<lru::LruCache<Bytes, Bytes>>);
+
+impl SharedStore for LruMutex {
+    #[inline]
+    fn get(&self, key: &[u8]) -> Option<usize> {
+        let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        guard.get(key).map(|v| touch(v))
+    }
+    #[inline]
+    fn set(&self, key: &[u8], value: &[u8]) -> bool {
+        let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        guard.put(key.into(), value.into());
+        true
+    }
+}
+
+/// How big to make a cache.
+#[derive(Debug, Clone, Copy)]
+pub struct Sizing {
+    /// Bytes of heap for libraries with a byte budget (ours, Pelikan).
+    pub budget: usize,
+    /// Items for libraries sized by count (quick_cache, moka, lru).
+    pub capacity: usize,
+    /// Items the byte-budget caches are expected to hold: sizes Pelikan's hash table, which
+    /// does not chain and is not sized from the heap by itself.
+    pub expected_items: usize,
+    /// Pelikan's hash power, when not derived from `expected_items`.
+    pub pelikan_hash_power: Option<u8>,
+}
+
+impl Sizing {
+    /// Every library holds `budget` bytes of key+value payload: count-sized peers get
+    /// `budget / payload` items (how the peer figures in `shared/peers.md` were made).
+    pub fn equal_data(budget: usize, payload: usize) -> Self {
+        // Pelikan stores an item in its payload + 6 header bytes, rounded up to 8 (88 here).
+        Sizing { budget, capacity: budget / payload, expected_items: budget / (payload + 8), pelikan_hash_power: None }
+    }
+
+    /// Room for `items` items in every library (with headroom so that none is evicted).
+    pub fn holding(items: usize) -> Self {
+        // 192 bytes of heap per item covers every engine's per-item header and the partly
+        // filled segments of each shard, with headroom; count-based peers get 25% spare.
+        let budget = (items * 192).max(16 << 20).next_power_of_two();
+        // Pelikan's table fails inserts once an unlucky bucket pair is full; its own benchmark
+        // keeps it at 25% load so that every key stays, and so do we here.
+        let power = pelikan_hash_power_at(items, 0.25);
+        Sizing { budget, capacity: items + items / 4, expected_items: items, pelikan_hash_power: Some(power) }
+    }
+}
+
+/// Pelikan's table has 2^power slots in buckets of 8 with two-choice placement and no overflow
+/// chaining: a bucket pair that is full makes the insert fail. Two-choice placement keeps
+/// failures rare up to about 90% load; size it for at most 85%, the smallest table that does.
+pub fn pelikan_hash_power(expected_items: usize) -> u8 {
+    pelikan_hash_power_at(expected_items, 0.85)
+}
+
+/// The smallest power whose table holds `items` at most at `load` (0..1].
+pub fn pelikan_hash_power_at(items: usize, load: f64) -> u8 {
+    let slots = (items as f64 / load).ceil().max(128.0) as u64;
+    (64 - (slots - 1).leading_zeros()) as u8
+}
+
+pub fn build_ours(s: &Sizing) -> segcache_core::SharedCache {
+    segcache_core::Builder::new().heap_size(s.budget).build_shared().expect("segcache-core SharedCache")
+}
+
+pub fn build_ours_single(s: &Sizing) -> segcache_core::Segcache {
+    segcache_core::Builder::new().heap_size(s.budget).build().expect("segcache-core Segcache")
+}
+
+/// Pelikan segcache with 1 MiB segments and its default eviction (random).
+pub fn build_pelikan(s: &Sizing) -> segcache::Segcache {
+    segcache::Segcache::builder()
+        .heap_size(s.budget)
+        .segment_size(1 << 20)
+        .hash_power(s.pelikan_hash_power.unwrap_or_else(|| pelikan_hash_power(s.expected_items)))
+        .build()
+        .expect("Pelikan segcache")
+}
+
+pub fn build_quick(s: &Sizing) -> QuickCache {
+    QuickCache::new(s.capacity.max(1))
+}
+
+pub fn build_moka(s: &Sizing) -> MokaCache {
+    MokaCache::new(s.capacity.max(1) as u64)
+}
+
+pub fn build_lru(s: &Sizing) -> LruMutex {
+    let cap = NonZeroUsize::new(s.capacity.max(1)).expect("non-zero");
+    LruMutex(Mutex::new(lru::LruCache::new(cap)))
+}
+
+/// Something to do with a freshly built cache of any library: the workload code is generic, so
+/// each library's loop is compiled (and inlined) for that library.
+pub trait Visit {
+    type Out;
+    /// A thread-safe cache.
+    fn shared<S: SharedStore + 'static>(self, lib: Lib, cache: S) -> Self::Out;
+    /// The single-owner engine.
+    fn single(self, lib: Lib, cache: segcache_core::Segcache) -> Self::Out;
+}
+
+/// Builds `lib` sized by `s` and hands it to `v`.
+pub fn with_cache<V: Visit>(lib: Lib, s: &Sizing, v: V) -> V::Out {
+    match lib {
+        Lib::Ours => v.shared(lib, build_ours(s)),
+        Lib::OursSingle => v.single(lib, build_ours_single(s)),
+        Lib::Pelikan => v.shared(lib, build_pelikan(s)),
+        Lib::QuickCache => v.shared(lib, build_quick(s)),
+        Lib::Moka => v.shared(lib, build_moka(s)),
+        Lib::Lru => v.shared(lib, build_lru(s)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::keys::{key, VALUE};
+
+    fn roundtrip<S: Store>(mut s: S) {
+        assert!(s.set(&key(1), &VALUE));
+        assert_eq!(s.get(&key(1)), Some(touch(&VALUE)));
+        assert_eq!(s.get(&key(2)), None);
+        s.settle();
+    }
+
+    struct Check;
+    impl Visit for Check {
+        type Out = ();
+        fn shared<S: SharedStore + 'static>(self, _: Lib, cache: S) {
+            roundtrip(&cache);
+        }
+        fn single(self, _: Lib, cache: segcache_core::Segcache) {
+            roundtrip(cache);
+        }
+    }
+
+    #[test]
+    fn every_library_stores_and_reads_back() {
+        let s = Sizing::holding(1000);
+        for lib in Lib::ALL {
+            with_cache(lib, &s, Check);
+        }
+    }
+
+    #[test]
+    fn pelikan_power_keeps_load_at_most_85_percent() {
+        assert_eq!(pelikan_hash_power(10), 7);
+        let p = pelikan_hash_power(1_000_000);
+        assert!((1u64 << p) as f64 * 0.85 >= 1_000_000.0);
+        assert!((1u64 << (p - 1)) as f64 * 0.85 < 1_000_000.0);
+    }
+}

@@ -1,0 +1,282 @@
+// segcache.hpp: a thin C++17 wrapper over segcache.h.
+//
+// - segcache::Cache owns one segcache_t (RAII, move-only); the destructor closes it.
+// - Keys and values are std::string_view (any bytes, NULs included).
+// - Expected outcomes come back as values: get() -> std::optional<Item>, add()/replace()/
+//   append()/prepend() -> bool (false: not stored), cas() -> CasResult, del()/touch() -> bool,
+//   incr()/decr() -> std::optional<uint64_t> (nullopt: not found).
+// - Everything else (bad arguments, too large, no memory, I/O, ...) throws segcache::Error,
+//   which carries the status and segcache_last_error()'s message.
+// - Thread safety: as the C API: one Cache may be used from many threads at once; moving,
+//   close() and destruction must not race with other calls.
+#ifndef SEGCACHE_HPP
+#define SEGCACHE_HPP
+
+#include <cstdint>
+#include <exception>
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include "segcache.h"
+
+namespace segcache {
+
+/// A failed call: its status and the library's message.
+class Error : public std::runtime_error {
+public:
+    Error(segcache_status_t status, const std::string &message)
+        : std::runtime_error(message), status_(status) {}
+    segcache_status_t status() const noexcept { return status_; }
+
+private:
+    segcache_status_t status_;
+};
+
+namespace detail {
+[[noreturn]] inline void fail(segcache_status_t st, const char *what) {
+    std::string msg = what;
+    msg += ": ";
+    msg += segcache_strerror(st);
+    const char *detail = segcache_last_error();
+    if (detail != nullptr && detail[0] != '\0' && std::string_view(detail) != segcache_strerror(st)) {
+        msg += " (";
+        msg += detail;
+        msg += ")";
+    }
+    throw Error(st, msg);
+}
+inline void check(segcache_status_t st, const char *what) {
+    if (st != SEGCACHE_OK) fail(st, what);
+}
+inline const uint8_t *bytes(std::string_view s) noexcept {
+    return reinterpret_cast<const uint8_t *>(s.data());
+}
+}  // namespace detail
+
+/// Settings; starts from segcache_config_default().
+struct Config {
+    segcache_config_t raw{};
+    std::string path;  // empty: no persistence file
+
+    Config() { detail::check(segcache_config_default(&raw), "segcache_config_default"); }
+    Config &heap_size(size_t v) { raw.heap_size = v; return *this; }
+    Config &segment_size(size_t v) { raw.segment_size = v; return *this; }
+    Config &hash_power(uint8_t v) { raw.hash_power = v; return *this; }
+    Config &eviction(segcache_policy_t v) { raw.eviction = static_cast<uint32_t>(v); return *this; }
+    Config &shards(uint32_t v) { raw.shards = v; return *this; }
+    Config &file(std::string p) { path = std::move(p); return *this; }
+    Config &reset_bad_file(bool v) { raw.reset_bad_file = v; return *this; }
+    Config &manual_clock(uint32_t start) { raw.manual_clock_start = start; return *this; }
+};
+
+/// An item copied out of the cache.
+struct Item {
+    std::string value;
+    uint32_t flags = 0;
+    uint64_t cas = 0;
+    uint32_t ttl = 0;        // seconds left; 0: never expires
+    uint32_t expire_at = 0;  // Unix seconds; 0: never expires
+};
+
+enum class CasResult { Stored, Exists, NotFound };
+
+class Cache {
+public:
+    explicit Cache(const Config &config = Config()) {
+        segcache_config_t raw = config.raw;
+        raw.path = config.path.empty() ? nullptr : config.path.c_str();
+        detail::check(segcache_open(&raw, &h_), "segcache_open");
+    }
+    ~Cache() {
+        if (h_ != nullptr) (void)segcache_close(h_);
+    }
+    Cache(const Cache &) = delete;
+    Cache &operator=(const Cache &) = delete;
+    Cache(Cache &&o) noexcept : h_(std::exchange(o.h_, nullptr)) {}
+    Cache &operator=(Cache &&o) noexcept {
+        if (this != &o) {
+            if (h_ != nullptr) (void)segcache_close(h_);
+            h_ = std::exchange(o.h_, nullptr);
+        }
+        return *this;
+    }
+
+    /// Closes now and reports a failure to persist (the destructor cannot).
+    void close() {
+        if (h_ == nullptr) return;
+        segcache_t *h = std::exchange(h_, nullptr);
+        detail::check(segcache_close(h), "segcache_close");
+    }
+    bool is_open() const noexcept { return h_ != nullptr; }
+    /// The C handle, for calls the wrapper does not cover. Still owned by this object.
+    segcache_t *raw() const noexcept { return h_; }
+
+    std::optional<Item> get(std::string_view key) const {
+        Item item;
+        bool found = get_with(key, [&](const segcache_item_t &it) {
+            item.value.assign(reinterpret_cast<const char *>(it.value), it.value_len);
+            item.flags = it.meta.flags;
+            item.cas = it.meta.cas;
+            item.ttl = it.meta.ttl;
+            item.expire_at = it.meta.expire_at;
+        });
+        if (!found) return std::nullopt;
+        return item;
+    }
+
+    /// Copies the value into `out` (reusing its capacity); false on a miss.
+    bool get_into(std::string_view key, std::string &out, segcache_meta_t *meta = nullptr) const {
+        size_t len = 0;
+        for (;;) {
+            out.resize(out.capacity());
+            auto st = segcache_get(live(), detail::bytes(key), key.size(),
+                                   reinterpret_cast<uint8_t *>(out.data()), out.size(), &len, meta);
+            if (st == SEGCACHE_OK) { out.resize(len); return true; }
+            if (st == SEGCACHE_NOT_FOUND) { out.clear(); return false; }
+            if (st != SEGCACHE_BUFFER_TOO_SMALL) detail::fail(st, "segcache_get");
+            out.reserve(len);  // the value may change between the two calls: loop
+        }
+    }
+
+    /// Calls `f(const segcache_item_t&)` on a hit without copying; the item is valid only during
+    /// the call, which runs under the shard's read lock (do not call into this cache from `f`).
+    /// An exception from `f` is caught at the C boundary and rethrown here.
+    template <class F>
+    bool get_with(std::string_view key, F &&f) const {
+        struct Ctx { F *f; std::exception_ptr err; } ctx{&f, nullptr};
+        auto st = segcache_get_with(live(), detail::bytes(key), key.size(),
+            [](void *ud, const segcache_item_t *it) {
+                auto *c = static_cast<Ctx *>(ud);
+                try { (*c->f)(*it); } catch (...) { c->err = std::current_exception(); }
+            }, &ctx);
+        if (ctx.err) std::rethrow_exception(ctx.err);
+        if (st == SEGCACHE_NOT_FOUND) return false;
+        detail::check(st, "segcache_get_with");
+        return true;
+    }
+
+    /// Looks up every key; one entry per key, nullopt for misses.
+    std::vector<std::optional<Item>> get_many(const std::vector<std::string_view> &keys) const {
+        std::vector<const uint8_t *> ptrs;
+        std::vector<size_t> lens;
+        ptrs.reserve(keys.size());
+        lens.reserve(keys.size());
+        for (auto k : keys) { ptrs.push_back(detail::bytes(k)); lens.push_back(k.size()); }
+        struct Ctx { std::vector<std::optional<Item>> out; std::exception_ptr err; } ctx{
+            std::vector<std::optional<Item>>(keys.size()), nullptr};
+        auto st = segcache_get_many(live(), ptrs.data(), lens.data(), keys.size(),
+            [](void *ud, size_t i, const segcache_item_t *it) {
+                auto *c = static_cast<Ctx *>(ud);
+                try {
+                    c->out[i] = Item{std::string(reinterpret_cast<const char *>(it->value), it->value_len),
+                                     it->meta.flags, it->meta.cas, it->meta.ttl, it->meta.expire_at};
+                } catch (...) { c->err = std::current_exception(); }
+            }, &ctx, nullptr);
+        if (ctx.err) std::rethrow_exception(ctx.err);
+        detail::check(st, "segcache_get_many");
+        return std::move(ctx.out);
+    }
+
+    bool contains(std::string_view key) const {
+        auto st = segcache_contains(live(), detail::bytes(key), key.size());
+        if (st == SEGCACHE_NOT_FOUND) return false;
+        detail::check(st, "segcache_contains");
+        return true;
+    }
+
+    void set(std::string_view key, std::string_view value, uint32_t flags = 0, uint32_t ttl = 0) {
+        detail::check(segcache_set(live(), detail::bytes(key), key.size(), detail::bytes(value), value.size(), flags, ttl),
+                      "segcache_set");
+    }
+    bool add(std::string_view key, std::string_view value, uint32_t flags = 0, uint32_t ttl = 0) {
+        return stored(segcache_add(live(), detail::bytes(key), key.size(), detail::bytes(value), value.size(), flags, ttl),
+                      "segcache_add");
+    }
+    bool replace(std::string_view key, std::string_view value, uint32_t flags = 0, uint32_t ttl = 0) {
+        return stored(segcache_replace(live(), detail::bytes(key), key.size(), detail::bytes(value), value.size(), flags, ttl),
+                      "segcache_replace");
+    }
+    CasResult cas(std::string_view key, std::string_view value, uint64_t cas, uint32_t flags = 0, uint32_t ttl = 0) {
+        auto st = segcache_cas(live(), detail::bytes(key), key.size(), detail::bytes(value), value.size(), flags, ttl, cas);
+        if (st == SEGCACHE_EXISTS) return CasResult::Exists;
+        if (st == SEGCACHE_NOT_FOUND) return CasResult::NotFound;
+        detail::check(st, "segcache_cas");
+        return CasResult::Stored;
+    }
+    bool append(std::string_view key, std::string_view value) {
+        return stored(segcache_append(live(), detail::bytes(key), key.size(), detail::bytes(value), value.size()),
+                      "segcache_append");
+    }
+    bool prepend(std::string_view key, std::string_view value) {
+        return stored(segcache_prepend(live(), detail::bytes(key), key.size(), detail::bytes(value), value.size()),
+                      "segcache_prepend");
+    }
+    std::optional<uint64_t> incr(std::string_view key, uint64_t delta = 1) {
+        uint64_t v = 0;
+        auto st = segcache_incr(live(), detail::bytes(key), key.size(), delta, &v);
+        if (st == SEGCACHE_NOT_FOUND) return std::nullopt;
+        detail::check(st, "segcache_incr");
+        return v;
+    }
+    std::optional<uint64_t> decr(std::string_view key, uint64_t delta = 1) {
+        uint64_t v = 0;
+        auto st = segcache_decr(live(), detail::bytes(key), key.size(), delta, &v);
+        if (st == SEGCACHE_NOT_FOUND) return std::nullopt;
+        detail::check(st, "segcache_decr");
+        return v;
+    }
+    /// `delete` is a C++ keyword.
+    bool del(std::string_view key) { return found(segcache_delete(live(), detail::bytes(key), key.size()), "segcache_delete"); }
+    bool touch(std::string_view key, uint32_t ttl) {
+        return found(segcache_touch(live(), detail::bytes(key), key.size(), ttl), "segcache_touch");
+    }
+    void flush() { detail::check(segcache_flush(live()), "segcache_flush"); }
+    void flush_after(uint32_t delay) { detail::check(segcache_flush_after(live(), delay), "segcache_flush_after"); }
+    size_t expire() {
+        size_t n = 0;
+        detail::check(segcache_expire(live(), &n), "segcache_expire");
+        return n;
+    }
+    segcache_stats_t stats() const {
+        segcache_stats_t s{};
+        detail::check(segcache_stats(live(), &s), "segcache_stats");
+        return s;
+    }
+    size_t size() const {
+        size_t n = 0;
+        detail::check(segcache_len(live(), &n), "segcache_len");
+        return n;
+    }
+    uint32_t now() const {
+        uint32_t t = 0;
+        detail::check(segcache_now(live(), &t), "segcache_now");
+        return t;
+    }
+    void advance_clock(uint32_t secs) { detail::check(segcache_advance_clock(live(), secs), "segcache_advance_clock"); }
+
+private:
+    segcache_t *h_ = nullptr;
+
+    segcache_t *live() const {
+        if (h_ == nullptr) throw Error(SEGCACHE_INVALID_ARGUMENT, "segcache::Cache used after close() or move");
+        return h_;
+    }
+    static bool stored(segcache_status_t st, const char *what) {
+        if (st == SEGCACHE_NOT_STORED) return false;
+        detail::check(st, what);
+        return true;
+    }
+    static bool found(segcache_status_t st, const char *what) {
+        if (st == SEGCACHE_NOT_FOUND) return false;
+        detail::check(st, what);
+        return true;
+    }
+};
+
+}  // namespace segcache
+
+#endif  // SEGCACHE_HPP

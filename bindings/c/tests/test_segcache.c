@@ -1,0 +1,868 @@
+/*
+ * Tests of the segcache C API: every function, every status, the bad-argument paths, several
+ * threads at once, and persistence. Built with gcc -std=c11 -Wall -Wextra -Werror and run plain,
+ * under valgrind and under AddressSanitizer by `make -C bindings/c test`.
+ *
+ * While segcache-core's engine is the placeholder (SEGCACHE_PLACEHOLDER=1 in the environment),
+ * the assertions that need the real segment engine (warm restart, file errors, heap-full,
+ * delayed flush, expiry counts, full stats) are skipped and counted as such.
+ */
+#define _GNU_SOURCE
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdalign.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "segcache.h"
+
+static int passed, failed, skipped;
+
+#define CHECK(cond)                                                                  \
+    do {                                                                             \
+        if (cond) {                                                                  \
+            passed++;                                                                \
+        } else {                                                                     \
+            failed++;                                                                \
+            fprintf(stderr, "%s:%d: %s: CHECK failed: %s (last error: %s)\n", __FILE__, \
+                    __LINE__, __func__, #cond, segcache_last_error());               \
+        }                                                                            \
+    } while (0)
+
+#define CHECK_ST(call, want)                                                          \
+    do {                                                                              \
+        segcache_status_t st_ = (call);                                               \
+        if (st_ == (want)) {                                                          \
+            passed++;                                                                 \
+        } else {                                                                      \
+            failed++;                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s returned %d (%s), want %s (last error: %s)\n", \
+                    __FILE__, __LINE__, __func__, #call, (int)st_, segcache_strerror(st_), \
+                    #want, segcache_last_error());                                    \
+        }                                                                             \
+    } while (0)
+
+#define K(s) (const uint8_t *)(s), strlen(s)
+
+static int placeholder(void) {
+    const char *e = getenv("SEGCACHE_PLACEHOLDER");
+    return e != NULL && e[0] == '1';
+}
+
+static int skip(const char *what) {
+    if (placeholder()) {
+        skipped++;
+        printf("SKIP (placeholder engine): %s\n", what);
+        return 1;
+    }
+    return 0;
+}
+
+static segcache_t *open_small(uint32_t manual_clock) {
+    segcache_config_t cfg;
+    if (segcache_config_default(&cfg) != SEGCACHE_OK) abort();
+    cfg.heap_size = 8u << 20;
+    cfg.segment_size = 256u << 10;
+    cfg.shards = 4;
+    cfg.manual_clock_start = manual_clock;
+    segcache_t *c = NULL;
+    segcache_status_t st = segcache_open(&cfg, &c);
+    if (st != SEGCACHE_OK || c == NULL) {
+        fprintf(stderr, "open failed: %s\n", segcache_last_error());
+        abort();
+    }
+    return c;
+}
+
+/* Reads key into a static buffer as a C string; returns the status. */
+static segcache_status_t get_str(segcache_t *c, const char *key, char *out, size_t cap, segcache_meta_t *meta) {
+    size_t len = 0;
+    segcache_status_t st = segcache_get(c, K(key), (uint8_t *)out, cap - 1, &len, meta);
+    if (st == SEGCACHE_OK) out[len] = '\0';
+    return st;
+}
+
+static void test_version_and_strerror(void) {
+    const char *v = segcache_version();
+    CHECK(v != NULL && strncmp(v, "0.", 2) == 0);
+    CHECK(SEGCACHE_ABI_VERSION == 0);
+    for (int s = SEGCACHE_OK; s <= SEGCACHE_INTERNAL_ERROR; s++) {
+        const char *m = segcache_strerror(s);
+        CHECK(m != NULL && m[0] != '\0' && strcmp(m, "unknown status") != 0);
+        for (int t = SEGCACHE_OK; t < s; t++) CHECK(strcmp(segcache_strerror(t), m) != 0);
+    }
+    CHECK(strcmp(segcache_strerror(SEGCACHE_NOT_FOUND), "not found") == 0);
+    CHECK(strcmp(segcache_strerror(-1), "unknown status") == 0);
+    CHECK(strcmp(segcache_strerror(SEGCACHE_INTERNAL_ERROR + 1), "unknown status") == 0);
+    CHECK(strcmp(segcache_strerror(1 << 30), "unknown status") == 0);
+}
+
+static void test_config_default(void) {
+    segcache_config_t cfg;
+    memset(&cfg, 0xAB, sizeof cfg);
+    CHECK_ST(segcache_config_default(&cfg), SEGCACHE_OK);
+    CHECK(cfg.heap_size == 64u << 20);
+    CHECK(cfg.segment_size == 1u << 20);
+    CHECK(cfg.hash_power == 0);
+    CHECK(cfg.eviction == SEGCACHE_POLICY_MERGE);
+    CHECK(cfg.shards == 0);
+    CHECK(cfg.path == NULL);
+    CHECK(cfg.reset_bad_file == false);
+    CHECK(cfg.manual_clock_start == 0);
+    CHECK_ST(segcache_config_default(NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "config") != NULL);
+}
+
+static void test_open_errors(void) {
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 1u << 20;
+    cfg.segment_size = 64u << 10;
+    segcache_t *c = (segcache_t *)&cfg; /* any non-NULL value: open must reset it to NULL */
+
+    CHECK_ST(segcache_open(NULL, &c), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(c == NULL);
+    CHECK_ST(segcache_open(&cfg, NULL), SEGCACHE_INVALID_ARGUMENT);
+
+    segcache_config_t bad = cfg;
+    bad.eviction = 99;
+    c = (segcache_t *)&cfg;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(c == NULL);
+    CHECK(strstr(segcache_last_error(), "policy") != NULL);
+
+    bad = cfg;
+    bad.segment_size = 1000;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    CHECK(strstr(segcache_last_error(), "segment_size") != NULL);
+    CHECK(c == NULL);
+
+    bad = cfg;
+    bad.shards = 3;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    CHECK(strstr(segcache_last_error(), "shards") != NULL);
+
+    bad = cfg;
+    bad.hash_power = 2;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    CHECK(strstr(segcache_last_error(), "hash_power") != NULL);
+
+    bad = cfg;
+    bad.heap_size = 4096;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    CHECK(strstr(segcache_last_error(), "heap_size") != NULL);
+
+    bad = cfg;
+    bad.path = "";
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_ARGUMENT);
+
+    /* Every policy opens. */
+    for (uint32_t p = SEGCACHE_POLICY_NONE; p <= SEGCACHE_POLICY_S3FIFO; p++) {
+        segcache_config_t ok = cfg;
+        ok.eviction = p;
+        ok.hash_power = 10;
+        ok.shards = 2;
+        c = NULL;
+        CHECK_ST(segcache_open(&ok, &c), SEGCACHE_OK);
+        CHECK(c != NULL);
+        CHECK_ST(segcache_set(c, K("k"), K("v"), 0, 0), SEGCACHE_OK);
+        CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    }
+
+    /* A heap the OS cannot give: refused with a status, never an abort. */
+    if (!skip("heap larger than the address space -> MAP_FAILED")) {
+        bad = cfg;
+        bad.heap_size = (size_t)1 << 62;
+        bad.segment_size = 4u << 20;
+        bad.hash_power = 16;
+        bad.shards = 1;
+        segcache_status_t st = segcache_open(&bad, &c);
+        CHECK(st == SEGCACHE_MAP_FAILED || st == SEGCACHE_INVALID_CONFIG);
+        CHECK(c == NULL);
+    }
+}
+
+static void test_set_get(void) {
+    segcache_t *c = open_small(0);
+    char buf[256];
+    segcache_meta_t meta;
+    size_t len = 12345;
+
+    CHECK_ST(segcache_get(c, K("absent"), (uint8_t *)buf, sizeof buf, &len, NULL), SEGCACHE_NOT_FOUND);
+    CHECK(len == 12345); /* untouched on a miss */
+
+    CHECK_ST(segcache_set(c, K("hello"), K("world"), 42, 0), SEGCACHE_OK);
+    memset(&meta, 0xFF, sizeof meta);
+    CHECK_ST(get_str(c, "hello", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "world") == 0);
+    CHECK(meta.flags == 42);
+    CHECK(meta.ttl == 0);
+    CHECK(meta.expire_at == 0);
+    CHECK(meta.cas != 0);
+
+    /* A second set replaces the value and changes the CAS. */
+    uint64_t cas1 = meta.cas;
+    CHECK_ST(segcache_set(c, K("hello"), K("there!"), 7, 0), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "hello", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "there!") == 0 && meta.flags == 7 && meta.cas != cas1);
+
+    /* Buffer too small: needed length reported, buffer untouched. */
+    memset(buf, 'x', sizeof buf);
+    len = 0;
+    CHECK_ST(segcache_get(c, K("hello"), (uint8_t *)buf, 3, &len, &meta), SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(len == 6);
+    CHECK(buf[0] == 'x' && buf[1] == 'x' && buf[2] == 'x');
+    CHECK(meta.flags == 7);
+    CHECK(strstr(segcache_last_error(), "buffer") != NULL);
+    /* Length query with a NULL buffer. */
+    len = 0;
+    CHECK_ST(segcache_get(c, K("hello"), NULL, 0, &len, NULL), SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(len == 6);
+    /* Exact fit. */
+    CHECK_ST(segcache_get(c, K("hello"), (uint8_t *)buf, 6, &len, NULL), SEGCACHE_OK);
+    CHECK(len == 6 && memcmp(buf, "there!", 6) == 0);
+
+    /* Empty value (NULL pointer allowed with length 0), read with a NULL buffer. */
+    CHECK_ST(segcache_set(c, K("empty"), NULL, 0, 1, 0), SEGCACHE_OK);
+    len = 99;
+    CHECK_ST(segcache_get(c, K("empty"), NULL, 0, &len, &meta), SEGCACHE_OK);
+    CHECK(len == 0 && meta.flags == 1);
+
+    /* Binary keys and values, NUL bytes included. */
+    const uint8_t bkey[] = {0, 1, 2, 0, 255};
+    const uint8_t bval[] = {0, 0, 7, 0};
+    uint8_t out[8];
+    CHECK_ST(segcache_set(c, bkey, sizeof bkey, bval, sizeof bval, 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_get(c, bkey, sizeof bkey, out, sizeof out, &len, NULL), SEGCACHE_OK);
+    CHECK(len == sizeof bval && memcmp(out, bval, sizeof bval) == 0);
+    CHECK_ST(segcache_get(c, bkey, 4, out, sizeof out, &len, NULL), SEGCACHE_NOT_FOUND);
+
+    /* Longest key works; one more byte is KEY_TOO_LONG everywhere. */
+    char longkey[SEGCACHE_MAX_KEY_LEN + 2];
+    memset(longkey, 'k', sizeof longkey);
+    CHECK_ST(segcache_set(c, (uint8_t *)longkey, SEGCACHE_MAX_KEY_LEN, K("v"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_get(c, (uint8_t *)longkey, SEGCACHE_MAX_KEY_LEN, (uint8_t *)buf, sizeof buf, &len, NULL), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, (uint8_t *)longkey, SEGCACHE_MAX_KEY_LEN + 1, K("v"), 0, 0), SEGCACHE_KEY_TOO_LONG);
+    CHECK(strstr(segcache_last_error(), "too long") != NULL);
+    CHECK_ST(segcache_get(c, (uint8_t *)longkey, SEGCACHE_MAX_KEY_LEN + 1, (uint8_t *)buf, sizeof buf, &len, NULL), SEGCACHE_KEY_TOO_LONG);
+    CHECK_ST(segcache_delete(c, (uint8_t *)longkey, SEGCACHE_MAX_KEY_LEN + 1), SEGCACHE_KEY_TOO_LONG);
+
+    /* contains */
+    CHECK_ST(segcache_contains(c, K("hello")), SEGCACHE_OK);
+    CHECK_ST(segcache_contains(c, K("nope")), SEGCACHE_NOT_FOUND);
+
+    size_t n = 0;
+    CHECK_ST(segcache_len(c, &n), SEGCACHE_OK);
+    CHECK(n == 4);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_too_large(void) {
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 64u << 10;
+    cfg.segment_size = 4096;
+    cfg.shards = 1;
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    char *big = calloc(1, 8192);
+    CHECK_ST(segcache_set(c, K("big"), (uint8_t *)big, 8192, 0, 0), SEGCACHE_TOO_LARGE);
+    CHECK(strstr(segcache_last_error(), "too large") != NULL);
+    CHECK_ST(segcache_set(c, K("ok"), (uint8_t *)big, 1000, 0, 0), SEGCACHE_OK);
+    /* append that would outgrow the segment */
+    CHECK_ST(segcache_append(c, K("ok"), (uint8_t *)big, 4000), SEGCACHE_TOO_LARGE);
+    free(big);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_no_memory(void) {
+    if (skip("eviction NONE on a full heap -> NO_MEMORY")) return;
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 64u << 10;
+    cfg.segment_size = 4096;
+    cfg.shards = 1;
+    cfg.eviction = SEGCACHE_POLICY_NONE;
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    uint8_t val[500] = {0};
+    segcache_status_t st = SEGCACHE_OK;
+    int i;
+    for (i = 0; i < 10000 && st == SEGCACHE_OK; i++) {
+        char key[32];
+        snprintf(key, sizeof key, "fill-%d", i);
+        st = segcache_set(c, K(key), val, sizeof val, 0, 0);
+    }
+    CHECK_ST(st, SEGCACHE_NO_MEMORY);
+    CHECK(i > 10 && i < 10000);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_bad_arguments(void) {
+    segcache_t *c = open_small(0);
+    uint8_t buf[16];
+    size_t len;
+    segcache_meta_t meta;
+    segcache_stats_t stats;
+    uint64_t u64;
+    uint32_t u32;
+
+    /* NULL handle: every function that takes one. */
+    CHECK_ST(segcache_close(NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "NULL") != NULL);
+    CHECK_ST(segcache_advance_clock(NULL, 1), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get(NULL, K("k"), buf, sizeof buf, &len, &meta), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_with(NULL, K("k"), NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_many(NULL, NULL, NULL, 0, NULL, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_contains(NULL, K("k")), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_and_touch(NULL, K("k"), 0, buf, sizeof buf, &len, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_stats(NULL, &stats), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_len(NULL, &len), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_now(NULL, &u32), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_set(NULL, K("k"), K("v"), 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_add(NULL, K("k"), K("v"), 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_replace(NULL, K("k"), K("v"), 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_cas(NULL, K("k"), K("v"), 0, 0, 1), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_append(NULL, K("k"), K("v")), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_prepend(NULL, K("k"), K("v")), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_incr(NULL, K("k"), 1, &u64), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_decr(NULL, K("k"), 1, &u64), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_delete(NULL, K("k")), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_touch(NULL, K("k"), 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_flush(NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_flush_after(NULL, 1), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_expire(NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+
+    /* Pointers that are not a live handle: misaligned, or a foreign object. */
+    alignas(16) unsigned char fake[256];
+    memset(fake, 0, sizeof fake);
+    CHECK_ST(segcache_set((segcache_t *)(void *)fake, K("k"), K("v"), 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "not a live") != NULL);
+    CHECK_ST(segcache_close((segcache_t *)(void *)fake), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get((segcache_t *)(void *)(fake + 1), K("k"), buf, sizeof buf, &len, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "misaligned") != NULL);
+
+    /* NULL and empty keys. */
+    CHECK_ST(segcache_set(c, NULL, 1, K("v"), 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "key is NULL") != NULL);
+    CHECK_ST(segcache_set(c, (const uint8_t *)"k", 0, K("v"), 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "empty") != NULL);
+    CHECK_ST(segcache_get(c, NULL, 0, buf, sizeof buf, &len, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_with(c, (const uint8_t *)"k", 0, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_contains(c, NULL, 3), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_add(c, NULL, 3, K("v"), 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_replace(c, (const uint8_t *)"k", 0, K("v"), 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_cas(c, NULL, 1, K("v"), 0, 0, 1), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_append(c, NULL, 1, K("v")), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_prepend(c, (const uint8_t *)"k", 0, K("v")), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_incr(c, NULL, 1, 1, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_decr(c, (const uint8_t *)"k", 0, 1, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_delete(c, NULL, 1), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_touch(c, (const uint8_t *)"k", 0, 1), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_and_touch(c, NULL, 1, 1, buf, sizeof buf, &len, NULL), SEGCACHE_INVALID_ARGUMENT);
+
+    /* NULL value with a length, NULL buffer with a length, missing out-pointers. */
+    CHECK_ST(segcache_set(c, K("k"), NULL, 5, 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "value is NULL") != NULL);
+    CHECK_ST(segcache_add(c, K("k"), NULL, 5, 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_append(c, K("k"), NULL, 1), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_set(c, K("k"), K("v"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_get(c, K("k"), NULL, 10, &len, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "buf is NULL") != NULL);
+    CHECK_ST(segcache_get(c, K("k"), buf, sizeof buf, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_and_touch(c, K("k"), 0, buf, sizeof buf, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_stats(c, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_len(c, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_now(c, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_with(c, K("k"), NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "callback") != NULL);
+    CHECK_ST(segcache_get_many(c, NULL, NULL, 0, NULL, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    /* The system clock cannot be advanced. */
+    CHECK_ST(segcache_advance_clock(c, 1), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "system clock") != NULL);
+
+    /* After all that the handle still works and nothing was stored by the refused calls. */
+    size_t n = 0;
+    CHECK_ST(segcache_len(c, &n), SEGCACHE_OK);
+    CHECK(n == 1);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_add_replace_cas(void) {
+    segcache_t *c = open_small(0);
+    char buf[64];
+    segcache_meta_t meta;
+    CHECK_ST(segcache_replace(c, K("k"), K("r"), 0, 0), SEGCACHE_NOT_STORED);
+    CHECK(strcmp(segcache_last_error(), "not stored") == 0);
+    CHECK_ST(segcache_add(c, K("k"), K("a"), 1, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_add(c, K("k"), K("b"), 2, 0), SEGCACHE_NOT_STORED);
+    CHECK_ST(get_str(c, "k", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "a") == 0 && meta.flags == 1);
+    CHECK_ST(segcache_replace(c, K("k"), K("r"), 3, 0), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "k", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "r") == 0 && meta.flags == 3);
+
+    uint64_t cas = meta.cas;
+    CHECK_ST(segcache_cas(c, K("k"), K("c1"), 4, 0, cas + 1000), SEGCACHE_EXISTS);
+    CHECK(strstr(segcache_last_error(), "exists") != NULL);
+    CHECK_ST(segcache_cas(c, K("k"), K("c1"), 4, 0, cas), SEGCACHE_OK);
+    CHECK_ST(segcache_cas(c, K("k"), K("c2"), 5, 0, cas), SEGCACHE_EXISTS); /* stale now */
+    CHECK_ST(get_str(c, "k", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "c1") == 0 && meta.flags == 4 && meta.cas != cas);
+    CHECK_ST(segcache_cas(c, K("absent"), K("x"), 0, 0, 1), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_append_prepend(void) {
+    segcache_t *c = open_small(0);
+    char buf[64];
+    segcache_meta_t meta;
+    CHECK_ST(segcache_append(c, K("s"), K("x")), SEGCACHE_NOT_STORED);
+    CHECK_ST(segcache_prepend(c, K("s"), K("x")), SEGCACHE_NOT_STORED);
+    CHECK_ST(segcache_set(c, K("s"), K("mid"), 9, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_append(c, K("s"), K("-end")), SEGCACHE_OK);
+    CHECK_ST(segcache_prepend(c, K("s"), K("start-")), SEGCACHE_OK);
+    CHECK_ST(segcache_append(c, K("s"), NULL, 0), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "s", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "start-mid-end") == 0);
+    CHECK(meta.flags == 9);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_incr_decr(void) {
+    segcache_t *c = open_small(0);
+    char buf[64];
+    uint64_t v = 0;
+    CHECK_ST(segcache_incr(c, K("n"), 1, &v), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_decr(c, K("n"), 1, &v), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_set(c, K("n"), K("10"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_incr(c, K("n"), 5, &v), SEGCACHE_OK);
+    CHECK(v == 15);
+    CHECK_ST(segcache_incr(c, K("n"), 1, NULL), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "n", buf, sizeof buf, NULL), SEGCACHE_OK);
+    CHECK(strcmp(buf, "16") == 0);
+    CHECK_ST(segcache_decr(c, K("n"), 6, &v), SEGCACHE_OK);
+    CHECK(v == 10);
+    CHECK_ST(segcache_decr(c, K("n"), 100, &v), SEGCACHE_OK);
+    CHECK(v == 0); /* stops at zero */
+    CHECK_ST(segcache_set(c, K("big"), K("18446744073709551615"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_incr(c, K("big"), 2, &v), SEGCACHE_OK);
+    CHECK(v == 1); /* wraps at 2^64 */
+    CHECK_ST(segcache_set(c, K("word"), K("abc"), 0, 0), SEGCACHE_OK);
+    v = 77;
+    CHECK_ST(segcache_incr(c, K("word"), 1, &v), SEGCACHE_NOT_NUMERIC);
+    CHECK(v == 77);
+    CHECK(strstr(segcache_last_error(), "non-numeric") != NULL);
+    CHECK_ST(segcache_decr(c, K("word"), 1, &v), SEGCACHE_NOT_NUMERIC);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_delete_touch_ttl(void) {
+    const uint32_t t0 = 1700000000;
+    segcache_t *c = open_small(t0);
+    char buf[64];
+    segcache_meta_t meta;
+    size_t len;
+    uint32_t now = 0;
+
+    CHECK_ST(segcache_now(c, &now), SEGCACHE_OK);
+    CHECK(now == t0);
+    CHECK_ST(segcache_set(c, K("t"), K("v"), 0, 10), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "t", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(meta.ttl == 10 && meta.expire_at == t0 + 10);
+    CHECK_ST(segcache_advance_clock(c, 4), SEGCACHE_OK);
+    CHECK_ST(segcache_now(c, &now), SEGCACHE_OK);
+    CHECK(now == t0 + 4);
+    CHECK_ST(get_str(c, "t", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(meta.ttl == 6 && meta.expire_at == t0 + 10);
+
+    /* touch extends the TTL; 0 makes it permanent */
+    CHECK_ST(segcache_touch(c, K("t"), 100), SEGCACHE_OK);
+    CHECK_ST(segcache_advance_clock(c, 50), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "t", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(meta.ttl == 50 && strcmp(buf, "v") == 0);
+    CHECK_ST(segcache_touch(c, K("t"), 0), SEGCACHE_OK);
+    CHECK_ST(segcache_advance_clock(c, 1000), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "t", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(meta.ttl == 0 && meta.expire_at == 0);
+    CHECK_ST(segcache_touch(c, K("absent"), 5), SEGCACHE_NOT_FOUND);
+
+    /* expiry */
+    CHECK_ST(segcache_set(c, K("short"), K("v"), 0, 2), SEGCACHE_OK);
+    CHECK_ST(segcache_contains(c, K("short")), SEGCACHE_OK);
+    CHECK_ST(segcache_advance_clock(c, 3), SEGCACHE_OK);
+    CHECK_ST(segcache_contains(c, K("short")), SEGCACHE_NOT_FOUND);
+    CHECK_ST(get_str(c, "short", buf, sizeof buf, &meta), SEGCACHE_NOT_FOUND);
+
+    /* get_and_touch: reads and sets the TTL in one step */
+    CHECK_ST(segcache_set(c, K("gat"), K("value"), 3, 5), SEGCACHE_OK);
+    CHECK_ST(segcache_get_and_touch(c, K("gat"), 60, (uint8_t *)buf, sizeof buf, &len, &meta), SEGCACHE_OK);
+    CHECK(len == 5 && memcmp(buf, "value", 5) == 0 && meta.flags == 3 && meta.ttl == 60);
+    CHECK_ST(segcache_advance_clock(c, 30), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "gat", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(meta.ttl == 30);
+    CHECK_ST(segcache_get_and_touch(c, K("gat"), 0, (uint8_t *)buf, 2, &len, NULL), SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(len == 5);
+    CHECK_ST(segcache_get_and_touch(c, K("absent"), 10, (uint8_t *)buf, sizeof buf, &len, NULL), SEGCACHE_NOT_FOUND);
+
+    /* delete */
+    CHECK_ST(segcache_delete(c, K("t")), SEGCACHE_OK);
+    CHECK_ST(segcache_delete(c, K("t")), SEGCACHE_NOT_FOUND);
+    CHECK_ST(get_str(c, "t", buf, sizeof buf, &meta), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_flush_expire(void) {
+    const uint32_t t0 = 1700000000;
+    segcache_t *c = open_small(t0);
+    char key[32];
+    size_t n = 0, removed = 12345;
+    for (int i = 0; i < 100; i++) {
+        snprintf(key, sizeof key, "f%d", i);
+        CHECK_ST(segcache_set(c, K(key), K("v"), 0, 0), SEGCACHE_OK);
+    }
+    CHECK_ST(segcache_flush(c), SEGCACHE_OK);
+    CHECK_ST(segcache_len(c, &n), SEGCACHE_OK);
+    CHECK(n == 0);
+    CHECK_ST(segcache_contains(c, K("f1")), SEGCACHE_NOT_FOUND);
+
+    /* flush_after(0) is flush now */
+    CHECK_ST(segcache_set(c, K("a"), K("v"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_flush_after(c, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_contains(c, K("a")), SEGCACHE_NOT_FOUND);
+
+    /* flush_after(delay): items stored before stay until the delay passes */
+    CHECK_ST(segcache_set(c, K("b"), K("v"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_flush_after(c, 10), SEGCACHE_OK);
+    if (!skip("flush_after keeps items until the delay passes")) {
+        CHECK_ST(segcache_advance_clock(c, 5), SEGCACHE_OK);
+        CHECK_ST(segcache_contains(c, K("b")), SEGCACHE_OK);
+    }
+    CHECK_ST(segcache_advance_clock(c, 20), SEGCACHE_OK);
+    CHECK_ST(segcache_contains(c, K("b")), SEGCACHE_NOT_FOUND);
+
+    /* expire frees what has expired */
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "e%d", i);
+        CHECK_ST(segcache_set(c, K(key), K("v"), 0, 5), SEGCACHE_OK);
+    }
+    CHECK_ST(segcache_set(c, K("keep"), K("v"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_expire(c, &removed), SEGCACHE_OK);
+    CHECK(removed == 0); /* nothing has expired yet */
+    CHECK_ST(segcache_advance_clock(c, 200), SEGCACHE_OK);
+    CHECK_ST(segcache_expire(c, &removed), SEGCACHE_OK);
+    CHECK(removed <= 200);
+    CHECK_ST(segcache_expire(c, NULL), SEGCACHE_OK);
+    CHECK_ST(segcache_contains(c, K("e1")), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_contains(c, K("keep")), SEGCACHE_OK);
+    if (!skip("expire reports the expired items it removed")) {
+        segcache_stats_t st;
+        CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+        CHECK(st.expired_items >= 200);
+        CHECK(st.items == 1);
+    }
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+struct seen {
+    int calls;
+    char value[64];
+    segcache_meta_t meta;
+    int hit[8];
+};
+
+static void on_item(void *ud, const segcache_item_t *item) {
+    struct seen *s = ud;
+    s->calls++;
+    size_t n = item->value_len < sizeof s->value - 1 ? item->value_len : sizeof s->value - 1;
+    memcpy(s->value, item->value, n);
+    s->value[n] = '\0';
+    s->meta = item->meta;
+    if (item->key_len != 3 || memcmp(item->key, "zc1", 3) != 0) s->calls += 1000;
+}
+
+static void on_many(void *ud, size_t index, const segcache_item_t *item) {
+    struct seen *s = ud;
+    s->calls++;
+    if (index < 8) s->hit[index] = (int)item->value_len;
+}
+
+static void test_get_with_and_many(void) {
+    segcache_t *c = open_small(0);
+    struct seen s;
+    memset(&s, 0, sizeof s);
+    CHECK_ST(segcache_set(c, K("zc1"), K("zero-copy"), 11, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_get_with(c, K("zc1"), on_item, &s), SEGCACHE_OK);
+    CHECK(s.calls == 1 && strcmp(s.value, "zero-copy") == 0 && s.meta.flags == 11);
+    CHECK_ST(segcache_get_with(c, K("zc2"), on_item, &s), SEGCACHE_NOT_FOUND);
+    CHECK(s.calls == 1);
+
+    const char *names[6] = {"m0", "m1", "missing", "m3", "nope", "m5"};
+    const uint8_t *keys[6];
+    size_t lens[6];
+    for (int i = 0; i < 6; i++) {
+        keys[i] = (const uint8_t *)names[i];
+        lens[i] = strlen(names[i]);
+        if (names[i][0] == 'm' && names[i][1] != 'i') {
+            char val[16];
+            memset(val, 'x', sizeof val);
+            CHECK_ST(segcache_set(c, keys[i], lens[i], (uint8_t *)val, (size_t)(i + 1), 0, 0), SEGCACHE_OK);
+        }
+    }
+    memset(&s, 0, sizeof s);
+    size_t hits = 99;
+    CHECK_ST(segcache_get_many(c, keys, lens, 6, on_many, &s, &hits), SEGCACHE_OK);
+    CHECK(hits == 4 && s.calls == 4);
+    CHECK(s.hit[0] == 1 && s.hit[1] == 2 && s.hit[2] == 0 && s.hit[3] == 4 && s.hit[4] == 0 && s.hit[5] == 6);
+    /* n == 0: nothing to do, NULL arrays allowed */
+    CHECK_ST(segcache_get_many(c, NULL, NULL, 0, on_many, &s, &hits), SEGCACHE_OK);
+    CHECK(hits == 0);
+    CHECK_ST(segcache_get_many(c, keys, lens, 6, on_many, &s, NULL), SEGCACHE_OK);
+    /* a bad key anywhere refuses the whole call before any callback */
+    memset(&s, 0, sizeof s);
+    lens[4] = 0;
+    CHECK_ST(segcache_get_many(c, keys, lens, 6, on_many, &s, &hits), SEGCACHE_INVALID_ARGUMENT);
+    lens[4] = SEGCACHE_MAX_KEY_LEN + 1;
+    CHECK_ST(segcache_get_many(c, keys, lens, 6, on_many, &s, &hits), SEGCACHE_KEY_TOO_LONG);
+    lens[4] = 4;
+    keys[4] = NULL;
+    CHECK_ST(segcache_get_many(c, keys, lens, 6, on_many, &s, &hits), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(s.calls == 0);
+    CHECK_ST(segcache_get_many(c, NULL, lens, 6, on_many, &s, &hits), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_stats(void) {
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 4u << 20;
+    cfg.segment_size = 64u << 10;
+    cfg.shards = 2;
+    cfg.eviction = SEGCACHE_POLICY_FIFO;
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    segcache_stats_t before, after;
+    memset(&before, 0xFF, sizeof before);
+    CHECK_ST(segcache_stats(c, &before), SEGCACHE_OK);
+    CHECK(before.items == 0);
+    CHECK(before.shards == 2);
+    char key[16], buf[16];
+    for (int i = 0; i < 50; i++) {
+        snprintf(key, sizeof key, "s%d", i);
+        CHECK_ST(segcache_set(c, K(key), K("v"), 0, 0), SEGCACHE_OK);
+    }
+    for (int i = 0; i < 30; i++) {
+        snprintf(key, sizeof key, "s%d", i);
+        CHECK_ST(get_str(c, key, buf, sizeof buf, NULL), SEGCACHE_OK);
+    }
+    CHECK_ST(get_str(c, "absent", buf, sizeof buf, NULL), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_delete(c, K("s0")), SEGCACHE_OK);
+    CHECK_ST(segcache_stats(c, &after), SEGCACHE_OK);
+    CHECK(after.items == 49);
+    CHECK(after.get_hits - before.get_hits >= 30);
+    size_t n = 0;
+    CHECK_ST(segcache_len(c, &n), SEGCACHE_OK);
+    CHECK(n == 49);
+    if (!skip("full stats: sizes, policy, sets, deletes, misses")) {
+        CHECK(after.policy == SEGCACHE_POLICY_FIFO);
+        CHECK(after.heap_bytes > 0 && after.heap_bytes <= cfg.heap_size);
+        CHECK(after.segment_size == cfg.segment_size);
+        CHECK(after.segments_total >= 2 && after.segments_free < after.segments_total);
+        CHECK(after.sets - before.sets == 50);
+        CHECK(after.deletes - before.deletes == 1);
+        CHECK(after.get_misses - before.get_misses >= 1);
+        CHECK(after.bytes > 49 * 3);
+    }
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_panic(void) {
+    CHECK_ST(segcache_debug_panic(), SEGCACHE_PANIC);
+    CHECK(strstr(segcache_last_error(), "panic") != NULL);
+    /* the library keeps working */
+    segcache_t *c = open_small(0);
+    CHECK_ST(segcache_set(c, K("after"), K("panic"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_contains(c, K("after")), SEGCACHE_OK);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+/* ---- several threads at once ---- */
+#define THREADS 4
+#define PER_THREAD 5000
+
+struct worker {
+    segcache_t *c;
+    int id;
+    int errors;
+    char last_error[128];
+};
+
+static void *work(void *arg) {
+    struct worker *w = arg;
+    char key[32], val[32], buf[64];
+    for (int i = 0; i < PER_THREAD; i++) {
+        snprintf(key, sizeof key, "t%d-%d", w->id, i);
+        snprintf(val, sizeof val, "v%d-%d", w->id, i * 7);
+        if (segcache_set(w->c, K(key), K(val), (uint32_t)w->id, 0) != SEGCACHE_OK) w->errors++;
+        segcache_meta_t meta;
+        if (get_str(w->c, key, buf, sizeof buf, &meta) != SEGCACHE_OK || strcmp(buf, val) != 0 ||
+            meta.flags != (uint32_t)w->id)
+            w->errors++;
+        if (segcache_incr(w->c, K("shared-counter"), 1, NULL) != SEGCACHE_OK) w->errors++;
+        /* read other threads' keys too: a hit must hold that thread's value */
+        snprintf(key, sizeof key, "t%d-%d", (w->id + 1) % THREADS, i);
+        if (get_str(w->c, key, buf, sizeof buf, NULL) == SEGCACHE_OK) {
+            snprintf(val, sizeof val, "v%d-%d", (w->id + 1) % THREADS, i * 7);
+            if (strcmp(buf, val) != 0) w->errors++;
+        }
+    }
+    /* each thread has its own last-error message */
+    segcache_set(w->c, NULL, 0, NULL, 0, 0, 0);
+    snprintf(w->last_error, sizeof w->last_error, "%s", segcache_last_error());
+    return NULL;
+}
+
+static void test_threads(void) {
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 32u << 20;
+    cfg.segment_size = 1u << 20;
+    cfg.shards = 8;
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("shared-counter"), K("0"), 0, 0), SEGCACHE_OK);
+    segcache_get(NULL, NULL, 0, NULL, 0, NULL, NULL); /* main thread's own message */
+    pthread_t th[THREADS];
+    struct worker w[THREADS];
+    for (int i = 0; i < THREADS; i++) {
+        w[i] = (struct worker){.c = c, .id = i};
+        CHECK(pthread_create(&th[i], NULL, work, &w[i]) == 0);
+    }
+    for (int i = 0; i < THREADS; i++) {
+        CHECK(pthread_join(th[i], NULL) == 0);
+        CHECK(w[i].errors == 0);
+        CHECK(strstr(w[i].last_error, "key is NULL") != NULL);
+    }
+    CHECK(strstr(segcache_last_error(), "cache handle is NULL") != NULL);
+    uint64_t v = 0;
+    CHECK_ST(segcache_incr(c, K("shared-counter"), 0, &v), SEGCACHE_OK);
+    CHECK(v == (uint64_t)THREADS * PER_THREAD); /* incr is atomic */
+    size_t n = 0;
+    CHECK_ST(segcache_len(c, &n), SEGCACHE_OK);
+    CHECK(n == (size_t)THREADS * PER_THREAD + 1);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+/* ---- persistence through the C API ---- */
+static void test_persistence(void) {
+    char dir[] = "/tmp/segcache-c-test-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/cache.dat", dir);
+
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 4u << 20;
+    cfg.segment_size = 256u << 10;
+    cfg.shards = 2;
+    cfg.path = path;
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    char key[32], val[32], buf[64];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "p%d", i);
+        snprintf(val, sizeof val, "value-%d", i);
+        CHECK_ST(segcache_set(c, K(key), K(val), (uint32_t)i, 0), SEGCACHE_OK);
+    }
+    if (!skip("a second open of a file in use -> LOCKED")) {
+        segcache_t *c2 = NULL;
+        CHECK_ST(segcache_open(&cfg, &c2), SEGCACHE_LOCKED);
+        CHECK(c2 == NULL);
+    }
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+
+    c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    if (!skip("warm restart keeps every item")) {
+        int ok = 0;
+        for (int i = 0; i < 1000; i++) {
+            segcache_meta_t meta;
+            snprintf(key, sizeof key, "p%d", i);
+            snprintf(val, sizeof val, "value-%d", i);
+            if (get_str(c, key, buf, sizeof buf, &meta) == SEGCACHE_OK && strcmp(buf, val) == 0 &&
+                meta.flags == (uint32_t)i)
+                ok++;
+        }
+        CHECK(ok == 1000);
+    }
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+
+    /* another configuration over the same file */
+    if (!skip("a file of another configuration -> BAD_FILE, reset_bad_file starts empty")) {
+        segcache_config_t other = cfg;
+        other.segment_size = 128u << 10;
+        c = NULL;
+        CHECK_ST(segcache_open(&other, &c), SEGCACHE_BAD_FILE);
+        CHECK(c == NULL && strlen(segcache_last_error()) > 0);
+        other.reset_bad_file = true;
+        CHECK_ST(segcache_open(&other, &c), SEGCACHE_OK);
+        size_t n = 99;
+        CHECK_ST(segcache_len(c, &n), SEGCACHE_OK);
+        CHECK(n == 0);
+        CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    }
+
+    /* garbage in the file */
+    char junk_path[256];
+    snprintf(junk_path, sizeof junk_path, "%s/junk.dat", dir);
+    int fd = open(junk_path, O_CREAT | O_WRONLY | O_TRUNC, 0600);
+    CHECK(fd >= 0);
+    char junk[8192];
+    memset(junk, 0x5A, sizeof junk);
+    CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
+    close(fd);
+    if (!skip("a corrupt file -> BAD_FILE")) {
+        segcache_config_t j = cfg;
+        j.path = junk_path;
+        c = NULL;
+        CHECK_ST(segcache_open(&j, &c), SEGCACHE_BAD_FILE);
+        CHECK(c == NULL);
+    }
+    if (!skip("a path under a regular file -> IO_ERROR")) {
+        /* junk.dat is a file, so no directory can exist (or be created) beneath it */
+        char bad_path[300];
+        snprintf(bad_path, sizeof bad_path, "%s/sub/cache.dat", junk_path);
+        segcache_config_t m = cfg;
+        m.path = bad_path;
+        c = NULL;
+        CHECK_ST(segcache_open(&m, &c), SEGCACHE_IO_ERROR);
+        CHECK(c == NULL && strstr(segcache_last_error(), "junk.dat") != NULL);
+    }
+    unlink(junk_path);
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void) {
+    test_version_and_strerror();
+    test_config_default();
+    test_open_errors();
+    test_set_get();
+    test_too_large();
+    test_no_memory();
+    test_bad_arguments();
+    test_add_replace_cas();
+    test_append_prepend();
+    test_incr_decr();
+    test_delete_touch_ttl();
+    test_flush_expire();
+    test_get_with_and_many();
+    test_stats();
+    test_panic();
+    test_threads();
+    test_persistence();
+    printf("test_segcache: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    return failed == 0 ? 0 : 1;
+}

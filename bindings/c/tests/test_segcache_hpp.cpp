@@ -1,0 +1,155 @@
+// Tests of the C++17 wrapper (segcache.hpp): RAII, string_view keys, optional results,
+// exceptions carrying the status, and exceptions from callbacks crossing back safely.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "segcache.hpp"
+
+static int passed, failed;
+#define CHECK(cond)                                                                      \
+    do {                                                                                 \
+        if (cond) passed++;                                                              \
+        else { failed++; std::fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); } \
+    } while (0)
+
+template <class F>
+static segcache_status_t thrown(F &&f) {
+    try { f(); } catch (const segcache::Error &e) { return e.status(); }
+    return SEGCACHE_OK;
+}
+
+static segcache::Config small() {
+    return segcache::Config().heap_size(8u << 20).segment_size(256u << 10).shards(4);
+}
+
+int main() {
+    using namespace std::string_view_literals;
+    {
+        segcache::Cache c(small());
+        CHECK(c.is_open());
+        CHECK(!c.get("k").has_value());
+        c.set("k", "v1", 5);
+        auto it = c.get("k");
+        CHECK(it && it->value == "v1" && it->flags == 5 && it->ttl == 0);
+        // binary keys and values
+        c.set("a\0b"sv, "x\0y"sv);
+        CHECK(c.get("a\0b"sv)->value == "x\0y"sv);
+        CHECK(!c.get("a"sv));
+        // get_into reuses and grows the buffer
+        std::string buf;
+        c.set("long", std::string(1000, 'z'));
+        CHECK(c.get_into("long", buf) && buf == std::string(1000, 'z'));
+        CHECK(!c.get_into("absent", buf) && buf.empty());
+        // add / replace / cas
+        CHECK(!c.add("k", "x"));
+        CHECK(c.add("new", "x"));
+        CHECK(!c.replace("absent", "x"));
+        CHECK(c.replace("new", "y"));
+        uint64_t cas = c.get("new")->cas;
+        CHECK(c.cas("new", "z", cas + 1) == segcache::CasResult::Exists);
+        CHECK(c.cas("new", "z", cas) == segcache::CasResult::Stored);
+        CHECK(c.cas("absent", "z", 1) == segcache::CasResult::NotFound);
+        CHECK(c.get("new")->value == "z");
+        // append / prepend
+        CHECK(!c.append("absent", "x"));
+        CHECK(c.append("new", "!") && c.prepend("new", "<"));
+        CHECK(c.get("new")->value == "<z!");
+        // incr / decr
+        CHECK(!c.incr("n"));
+        c.set("n", "41");
+        CHECK(c.incr("n") == 42u);
+        CHECK(c.decr("n", 50) == 0u);
+        CHECK(thrown([&] { c.incr("new"); }) == SEGCACHE_NOT_NUMERIC);
+        // delete / contains
+        CHECK(c.contains("k"));
+        CHECK(c.del("k"));
+        CHECK(!c.del("k"));
+        CHECK(!c.contains("k"));
+        // get_many
+        auto many = c.get_many({"new", "absent", "n"});
+        CHECK(many.size() == 3 && many[0]->value == "<z!" && !many[1] && many[2]->value == "0");
+        // zero-copy get_with
+        size_t seen = 0;
+        CHECK(c.get_with("long", [&](const segcache_item_t &i) { seen = i.value_len; }));
+        CHECK(seen == 1000);
+        CHECK(!c.get_with("absent", [&](const segcache_item_t &) { seen = 0; }));
+        // an exception from the callback comes back to the caller, not through the C library
+        bool caught = false;
+        try {
+            c.get_with("long", [](const segcache_item_t &) { throw std::runtime_error("from callback"); });
+        } catch (const std::runtime_error &e) {
+            caught = std::string(e.what()) == "from callback";
+        }
+        CHECK(caught);
+        CHECK(c.contains("long"));  // the cache still works (the read lock was released)
+        c.set("long", "short");
+        // errors become exceptions with the status and message
+        CHECK(thrown([&] { c.set("", "v"); }) == SEGCACHE_INVALID_ARGUMENT);
+        CHECK(thrown([&] { c.set(std::string(251, 'k'), "v"); }) == SEGCACHE_KEY_TOO_LONG);
+        CHECK(thrown([&] { c.set("big", std::string(1u << 20, 'b')); }) == SEGCACHE_TOO_LARGE);
+        try {
+            c.set(std::string(251, 'k'), "v");
+        } catch (const segcache::Error &e) {
+            CHECK(std::string(e.what()).find("key too long") != std::string::npos);
+        }
+        CHECK(thrown([&] { c.advance_clock(1); }) == SEGCACHE_INVALID_ARGUMENT);
+        // stats and size
+        auto s = c.stats();
+        CHECK(s.shards == 4);
+        CHECK(s.items == c.size());
+        c.flush();
+        CHECK(c.size() == 0);
+        c.flush_after(0);
+        CHECK(c.expire() == 0);
+        // move: the moved-from object is closed and refuses calls with an exception
+        segcache::Cache d = std::move(c);
+        CHECK(!c.is_open() && d.is_open());
+        CHECK(thrown([&] { c.set("k", "v"); }) == SEGCACHE_INVALID_ARGUMENT);
+        d.set("k", "v");
+        d.close();
+        CHECK(!d.is_open());
+        d.close();  // a second close is a no-op
+    }
+    {
+        // TTLs on a manual clock
+        segcache::Cache c(small().manual_clock(1700000000));
+        CHECK(c.now() == 1700000000u);
+        c.set("t", "v", 0, 10);
+        CHECK(c.get("t")->ttl == 10);
+        c.advance_clock(5);
+        CHECK(c.touch("t", 100));
+        CHECK(!c.touch("absent", 1));
+        c.advance_clock(50);
+        CHECK(c.get("t")->ttl == 50);
+        c.advance_clock(60);
+        CHECK(!c.get("t"));
+    }
+    {
+        // bad configuration
+        CHECK(thrown([] { segcache::Cache c(segcache::Config().segment_size(1000)); }) == SEGCACHE_INVALID_CONFIG);
+        CHECK(thrown([] { segcache::Cache c(segcache::Config().eviction(static_cast<segcache_policy_t>(42))); }) ==
+              SEGCACHE_INVALID_ARGUMENT);
+    }
+    {
+        // one Cache from several threads
+        segcache::Cache c(small());
+        c.set("counter", "0");
+        std::vector<std::thread> ts;
+        for (int t = 0; t < 4; t++)
+            ts.emplace_back([&c, t] {
+                for (int i = 0; i < 2000; i++) {
+                    c.set("k" + std::to_string(t) + "-" + std::to_string(i), std::to_string(i));
+                    c.incr("counter");
+                }
+            });
+        for (auto &t : ts) t.join();
+        CHECK(c.get("counter")->value == "8000");
+        CHECK(c.get("k3-1999")->value == "1999");
+        CHECK(c.size() == 8001);
+    }
+    std::printf("test_segcache_hpp: %d passed, %d failed\n", passed, failed);
+    return failed == 0 ? 0 : 1;
+}

@@ -1,0 +1,49 @@
+"""segcache: a segment-structured in-process cache (Segcache, NSDI'21) for Python.
+
+    >>> import segcache
+    >>> c = segcache.Cache(heap_size="64MiB")
+    >>> c["user:1"] = b"alice"
+    >>> c.get("user:1")
+    b'alice'
+
+Items live in one pre-allocated heap of fixed-size segments rather than as Python objects, so a
+cached entry costs little more than its bytes; with `path=` the heap lives in a file and comes
+back after a restart. `Cache` is safe to share between threads.
+"""
+
+from __future__ import annotations
+
+from ._errors import (
+    BadFile,
+    Closed,
+    EmptyKey,
+    Error,
+    Exists,
+    InvalidConfig,
+    KeyTooLong,
+    Locked,
+    MapError,
+    NoMemory,
+    NotFound,
+    NotNumeric,
+    NotStored,
+    PersistenceError,
+    TooLarge,
+)
+from ._memoize import make_key, memoize
+from ._segcache import (
+    MAX_KEY_LEN,
+    MAX_SEGMENT_SIZE,
+    MAX_TTL,
+    MIN_SEGMENT_SIZE,
+    Cache,
+    ManualClock,
+    __version__,
+)
+
+__all__ = [
+    "Cache", "ManualClock", "memoize", "make_key",
+    "MAX_KEY_LEN", "MAX_SEGMENT_SIZE", "MIN_SEGMENT_SIZE", "MAX_TTL", "__version__",
+    "Error", "Closed", "NotFound", "Exists", "NotStored", "TooLarge", "KeyTooLong", "EmptyKey",
+    "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "MapError",
+]

@@ -1,0 +1,791 @@
+//! `segcache.Cache`: the Python face of `segcache_core::SharedCache`.
+//!
+//! # Locking and the GIL
+//! - The handle sits in `RwLock<Option<SharedCache>>`: every call takes the read side (one
+//!   uncontended atomic), `close()` takes the write side to move the engine out and close it.
+//!   Reads use `read_recursive`, which never waits for a queued writer: a thread holding the GIL
+//!   can then never wait on a `close()` that itself waits for a thread that needs the GIL. So
+//!   that a stream of readers cannot starve `close()`, it first raises `closing`, after which new
+//!   calls fail at once with `Closed` and the readers in flight drain.
+//! - Rule: no engine lock is ever held while the GIL is being acquired. Work done with the GIL
+//!   released (`py.detach`) takes and drops the engine's shard locks inside the closure; work
+//!   done with the GIL held (small gets build their `bytes` inside `get_with`) never releases it.
+//! - The GIL is released for values of `BIG` bytes or more, `flush`, `expire`, `close` and
+//!   opening the cache (which may read a persisted heap).
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use pyo3::exceptions::{PyKeyError, PyTypeError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict, PyTuple};
+use segcache_core::{Error, Policy, SharedCache};
+
+use crate::clock::ManualClock;
+use crate::convert::{self, key, value};
+use crate::errors::{closed, engine_error};
+
+/// Values at least this long are copied with the GIL released (about 10 us of copying).
+const BIG: usize = 64 << 10;
+
+/// The thread-safe segment cache. See the package README for the full API.
+#[pyclass(module = "segcache", frozen)]
+pub struct Cache {
+    inner: RwLock<Option<SharedCache>>,
+    /// Set by `close()` before it waits for the write lock.
+    closing: AtomicBool,
+    default_ttl: Duration,
+    path: Option<PathBuf>,
+    heap_size: usize,
+    segment_size: usize,
+    policy: Policy,
+}
+
+/// Which write a store call makes.
+#[derive(Clone, Copy)]
+enum Store {
+    Set,
+    Add,
+    Replace,
+}
+
+/// A raw pointer into a fresh `bytes` object that no other thread can see yet, handed to a
+/// closure that runs with the GIL released.
+struct SendPtr(*mut u8);
+// SAFETY: the pointee is a buffer owned by a `bytes` object that only this call references; the
+// GIL-released closure is its only user until the call returns.
+unsafe impl Send for SendPtr {}
+
+impl Cache {
+    /// Runs `f` on the open engine, or raises `segcache.Closed`.
+    #[inline(always)]
+    fn with<R>(&self, f: impl FnOnce(&SharedCache) -> PyResult<R>) -> PyResult<R> {
+        let guard = self.inner.read_recursive();
+        match guard.as_ref() {
+            Some(c) if !self.closing.load(Ordering::Relaxed) => f(c),
+            _ => Err(closed()),
+        }
+    }
+
+    /// The value as a new `bytes`, or `None` on a miss.
+    #[inline(always)]
+    fn lookup<'py>(&self, py: Python<'py>, k: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        self.with(|c| {
+            // Small values: the `bytes` object is built straight from the slot under the shard's
+            // read lock; the GIL stays held, so nothing can wait on us for it.
+            let r = c.get_with(k, |item| {
+                let v = item.value();
+                if v.len() < BIG {
+                    Ok(PyBytes::new(py, v))
+                } else {
+                    Err(v.len())
+                }
+            });
+            match r {
+                None => Ok(None),
+                Some(Ok(b)) => Ok(Some(b)),
+                Some(Err(len)) => big_get(py, c, k, len),
+            }
+        })
+    }
+
+    fn store(
+        &self,
+        py: Python<'_>,
+        op: Store,
+        k: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        flags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let k = key(k)?;
+        let v = value(v)?;
+        let ttl = convert::ttl(ttl, self.default_ttl)?;
+        let flags = convert::flags(flags)?;
+        self.with(|c| {
+            let (k, v) = (&*k, v.as_slice());
+            let run = || match op {
+                Store::Set => c.set(k, v, flags, ttl),
+                Store::Add => c.add(k, v, flags, ttl),
+                Store::Replace => c.replace(k, v, flags, ttl),
+            };
+            let r = if v.len() >= BIG {
+                py.detach(run)
+            } else {
+                run()
+            };
+            stored(r)
+        })
+    }
+
+    fn concat(
+        &self,
+        py: Python<'_>,
+        k: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyAny>,
+        front: bool,
+    ) -> PyResult<bool> {
+        let k = key(k)?;
+        let v = value(v)?;
+        self.with(|c| {
+            let (k, v) = (&*k, v.as_slice());
+            let run = || {
+                if front {
+                    c.prepend(k, v)
+                } else {
+                    c.append(k, v)
+                }
+            };
+            // An append copies the whole item, whose size we do not know: release the GIL when
+            // the part we add is big.
+            let r = if v.len() >= BIG {
+                py.detach(run)
+            } else {
+                run()
+            };
+            stored(r)
+        })
+    }
+
+    fn arith(
+        &self,
+        k: &Bound<'_, PyAny>,
+        delta: &Bound<'_, PyAny>,
+        up: bool,
+    ) -> PyResult<Option<u64>> {
+        let k = key(k)?;
+        let delta = convert::int_in_range(delta, "delta", 0, u64::MAX)?;
+        self.with(|c| {
+            let r = if up {
+                c.incr(&k, delta)
+            } else {
+                c.decr(&k, delta)
+            };
+            match r {
+                Ok(n) => Ok(Some(n)),
+                Err(Error::NotFound) | Err(Error::NotStored) => Ok(None),
+                Err(e) => Err(engine_error(e)),
+            }
+        })
+    }
+}
+
+/// `Ok(true)` when stored, `Ok(false)` when the condition failed (`add` on a present key,
+/// `replace`/`append`/`prepend` on an absent one), an exception otherwise.
+#[inline]
+fn stored(r: segcache_core::Result<()>) -> PyResult<bool> {
+    match r {
+        Ok(()) => Ok(true),
+        Err(Error::NotStored) | Err(Error::NotFound) => Ok(false),
+        Err(e) => Err(engine_error(e)),
+    }
+}
+
+/// A get of a value of `len >= BIG` bytes: the `bytes` object is allocated with the GIL held,
+/// then filled with the GIL released. If the value changed size meanwhile, try again.
+#[cold]
+fn big_get<'py>(
+    py: Python<'py>,
+    c: &SharedCache,
+    k: &[u8],
+    mut len: usize,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    for _ in 0..4 {
+        if len < BIG {
+            return Ok(c.get_with(k, |item| PyBytes::new(py, item.value())));
+        }
+        // SAFETY: PyBytes_FromStringAndSize(NULL, n) returns a new, uninitialised bytes object
+        // of n bytes, or NULL with an exception set (handled by from_owned_ptr_or_err).
+        let obj = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyo3::ffi::PyBytes_FromStringAndSize(
+                    std::ptr::null(),
+                    len as pyo3::ffi::Py_ssize_t,
+                ),
+            )?
+        };
+        // SAFETY: obj is a bytes object; PyBytes_AsString returns its buffer of `len` bytes.
+        let buf = SendPtr(unsafe { pyo3::ffi::PyBytes_AsString(obj.as_ptr()) }.cast::<u8>());
+        let r = py.detach(move || {
+            let buf = buf;
+            c.get_with(k, |item| {
+                let v = item.value();
+                if v.len() != len {
+                    return Err(v.len());
+                }
+                // SAFETY: buf points to `len` writable bytes that only this call can see.
+                unsafe { std::ptr::copy_nonoverlapping(v.as_ptr(), buf.0, len) };
+                Ok(())
+            })
+        });
+        match r {
+            None => return Ok(None),
+            // SAFETY: obj was created as a bytes object above.
+            Some(Ok(())) => return Ok(Some(unsafe { obj.cast_into_unchecked() })),
+            Some(Err(n)) => len = n,
+        }
+    }
+    // The value kept changing size: copy it out whole, then wrap it.
+    Ok(py
+        .detach(|| c.get(k))
+        .map(|item| PyBytes::new(py, &item.value)))
+}
+
+#[pymethods]
+impl Cache {
+    #[new]
+    #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
+                        hash_power=None, shards=None, clock=None, reset_bad_file=false))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        heap_size: Option<&Bound<'_, PyAny>>,
+        segment_size: Option<&Bound<'_, PyAny>>,
+        eviction: Option<&Bound<'_, PyAny>>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        path: Option<&Bound<'_, PyAny>>,
+        hash_power: Option<&Bound<'_, PyAny>>,
+        shards: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
+        reset_bad_file: bool,
+    ) -> PyResult<Self> {
+        let heap_size = match heap_size {
+            Some(v) => convert::size(v, "heap_size")?,
+            None => 256 << 20,
+        };
+        let segment_size = match segment_size {
+            Some(v) => convert::size(v, "segment_size")?,
+            None => 1 << 20,
+        };
+        let policy = match eviction {
+            None => Policy::Merge,
+            Some(v) => {
+                let s: String = v.extract().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "eviction must be a str, not {}",
+                        convert::type_name(v)
+                    ))
+                })?;
+                s.parse::<Policy>()
+                    .map_err(|e| crate::errors::bad_arg(format!("eviction: {e}")))?
+            }
+        };
+        let default_ttl = match ttl {
+            Some(v) if !v.is_none() => convert::ttl_value(v, "ttl")?,
+            _ => Duration::ZERO,
+        };
+        let path: Option<PathBuf> = match path {
+            Some(v) if !v.is_none() => Some(v.extract().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "path must be a str or os.PathLike, not {}",
+                    convert::type_name(v)
+                ))
+            })?),
+            _ => None,
+        };
+        let mut b = SharedCache::builder()
+            .heap_size(heap_size)
+            .segment_size(segment_size)
+            .eviction(policy)
+            .reset_bad_file(reset_bad_file);
+        if let Some(v) = hash_power.filter(|v| !v.is_none()) {
+            b = b.hash_power(convert::int_in_range(v, "hash_power", 4, 32)? as u8);
+        }
+        if let Some(v) = shards.filter(|v| !v.is_none()) {
+            b = b.shards(convert::int_in_range(v, "shards", 1, 256)? as usize);
+        }
+        if let Some(v) = clock.filter(|v| !v.is_none()) {
+            let clock = v.cast::<ManualClock>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "clock must be a segcache.ManualClock, not {}",
+                    convert::type_name(v)
+                ))
+            })?;
+            b = b.clock(clock.get().inner.clone());
+        }
+        if let Some(p) = &path {
+            b = b.path(p.clone());
+        }
+        // Opening may map and check a persisted heap of gigabytes: let other threads run.
+        let cache = py.detach(move || b.build_shared()).map_err(engine_error)?;
+        Ok(Cache {
+            inner: RwLock::new(Some(cache)),
+            closing: AtomicBool::new(false),
+            default_ttl,
+            path,
+            heap_size,
+            segment_size,
+            policy,
+        })
+    }
+
+    /// The value stored under `key` as `bytes`, or `default` when absent.
+    #[pyo3(signature = (key, default=None))]
+    fn get<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let k = self::key(key)?;
+        match self.lookup(py, &k)? {
+            Some(b) => Ok(b.into_any()),
+            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
+        }
+    }
+
+    /// `(value, cas)` for `key`, or `default` when absent. Pass the CAS value to `cas()`.
+    #[pyo3(signature = (key, default=None))]
+    fn gets<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let k = self::key(key)?;
+        let r = self.with(|c| Ok(py.detach(|| c.get(&k))))?;
+        match r {
+            Some(item) => Ok((PyBytes::new(py, &item.value), item.cas)
+                .into_pyobject(py)?
+                .into_any()),
+            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
+        }
+    }
+
+    /// `(value, flags, cas, ttl)` for `key` (ttl: whole seconds left, `None` if it never
+    /// expires), or `default` when absent.
+    #[pyo3(signature = (key, default=None))]
+    fn get_item<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let k = self::key(key)?;
+        let r = self.with(|c| Ok(py.detach(|| c.get(&k))))?;
+        match r {
+            Some(item) => {
+                let ttl = item.ttl.map(|d| d.as_secs());
+                Ok((PyBytes::new(py, &item.value), item.flags, item.cas, ttl)
+                    .into_pyobject(py)?
+                    .into_any())
+            }
+            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
+        }
+    }
+
+    /// Reads `key` and sets its TTL in one step; the value or `default`.
+    #[pyo3(signature = (key, ttl, default=None))]
+    fn get_and_touch<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        ttl: Option<&Bound<'py, PyAny>>,
+        default: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let k = self::key(key)?;
+        let ttl = convert::ttl(ttl, self.default_ttl)?;
+        let r = self.with(|c| Ok(py.detach(|| c.get_and_touch(&k, ttl))))?;
+        match r {
+            Some(item) => Ok(PyBytes::new(py, &item.value).into_any()),
+            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
+        }
+    }
+
+    /// Stores `value` under `key`. `ttl`: seconds (int/float), a timedelta, 0 for never, or
+    /// None for the cache's default. Raises TooLarge, KeyTooLong, EmptyKey or NoMemory.
+    #[pyo3(signature = (key, value, ttl=None, flags=None))]
+    fn set(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        flags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        self.store(py, Store::Set, key, value, ttl, flags)
+            .map(|_| ())
+    }
+
+    /// Stores only if `key` is absent; True if stored.
+    #[pyo3(signature = (key, value, ttl=None, flags=None))]
+    fn add(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        flags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        self.store(py, Store::Add, key, value, ttl, flags)
+    }
+
+    /// Stores only if `key` is present; True if stored.
+    #[pyo3(signature = (key, value, ttl=None, flags=None))]
+    fn replace(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        flags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        self.store(py, Store::Replace, key, value, ttl, flags)
+    }
+
+    /// Stores only if the item's CAS value is still `cas` (from `gets`): True if stored, False
+    /// if the item changed since, None if it is absent.
+    #[pyo3(signature = (key, value, cas, ttl=None, flags=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn cas(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+        cas: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        flags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<bool>> {
+        let k = self::key(key)?;
+        let v = self::value(value)?;
+        let cas = convert::int_in_range(cas, "cas", 0, u64::MAX)?;
+        let ttl = convert::ttl(ttl, self.default_ttl)?;
+        let flags = convert::flags(flags)?;
+        self.with(|c| {
+            let (k, v) = (&*k, v.as_slice());
+            let run = || c.cas(k, v, flags, ttl, cas);
+            let r = if v.len() >= BIG {
+                py.detach(run)
+            } else {
+                run()
+            };
+            match r {
+                Ok(()) => Ok(Some(true)),
+                Err(Error::Exists) => Ok(Some(false)),
+                Err(Error::NotFound) | Err(Error::NotStored) => Ok(None),
+                Err(e) => Err(engine_error(e)),
+            }
+        })
+    }
+
+    /// Appends `value` to the stored value; False if `key` is absent.
+    fn append(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.concat(py, key, value, false)
+    }
+
+    /// Prepends `value` to the stored value; False if `key` is absent.
+    fn prepend(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<bool> {
+        self.concat(py, key, value, true)
+    }
+
+    /// Adds `delta` to a decimal value (wrapping at 2**64); the new value, or None if absent.
+    /// Raises NotNumeric if the value is not a decimal number.
+    #[pyo3(signature = (key, delta=None))]
+    fn incr(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        delta: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<u64>> {
+        let one = 1u8.into_pyobject(py)?.into_any();
+        self.arith(key, delta.unwrap_or(&one), true)
+    }
+
+    /// Subtracts `delta` (stopping at 0); the new value, or None if absent.
+    #[pyo3(signature = (key, delta=None))]
+    fn decr(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        delta: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<u64>> {
+        let one = 1u8.into_pyobject(py)?.into_any();
+        self.arith(key, delta.unwrap_or(&one), false)
+    }
+
+    /// Removes `key`; True if it was there.
+    fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = self::key(key)?;
+        self.with(|c| match c.delete(&k) {
+            Ok(()) => Ok(true),
+            Err(Error::NotFound) | Err(Error::NotStored) => Ok(false),
+            Err(e) => Err(engine_error(e)),
+        })
+    }
+
+    /// Sets a new TTL on `key` (None: the cache's default); True if it was there.
+    fn touch(&self, key: &Bound<'_, PyAny>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+        let k = self::key(key)?;
+        let ttl = convert::ttl(ttl, self.default_ttl)?;
+        self.with(|c| match c.touch(&k, ttl) {
+            Ok(()) => Ok(true),
+            Err(Error::NotFound) | Err(Error::NotStored) => Ok(false),
+            Err(e) => Err(engine_error(e)),
+        })
+    }
+
+    /// Removes every item; with `delay` (seconds or timedelta), every item stored before that
+    /// time from now, at that time.
+    #[pyo3(signature = (delay=None))]
+    fn flush(&self, py: Python<'_>, delay: Option<&Bound<'_, PyAny>>) -> PyResult<()> {
+        let delay = match delay.filter(|d| !d.is_none()) {
+            Some(d) => Some(convert::ttl_value(d, "delay")?),
+            None => None,
+        };
+        self.with(|c| {
+            py.detach(|| match delay {
+                Some(d) if !d.is_zero() => c.flush_after(d),
+                _ => c.flush(),
+            });
+            Ok(())
+        })
+    }
+
+    /// Frees expired items now (the engine also does it as it goes); the number removed.
+    fn expire(&self, py: Python<'_>) -> PyResult<usize> {
+        self.with(|c| Ok(py.detach(|| c.expire())))
+    }
+
+    /// A dict `{key: value}` of the keys that are present (keys as given).
+    fn get_many<'py>(
+        &self,
+        py: Python<'py>,
+        keys: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let objs: Vec<Bound<'py, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
+        let bufs = objs
+            .iter()
+            .map(|o| self::key(o))
+            .collect::<PyResult<Vec<_>>>()?;
+        let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
+        let mut vals: Vec<Option<Bound<'py, PyBytes>>> = vec![None; slices.len()];
+        // The `bytes` objects are built under the shard locks with the GIL held (no Python code
+        // runs there); the dict is filled after, when no engine lock is held, since hashing a
+        // key may run Python code.
+        self.with(|c| {
+            c.get_many_with(&slices, |i, item| {
+                vals[i] = Some(PyBytes::new(py, item.value()))
+            });
+            Ok(())
+        })?;
+        let out = PyDict::new(py);
+        for (o, v) in objs.iter().zip(vals) {
+            if let Some(v) = v {
+                out.set_item(o, v)?;
+            }
+        }
+        Ok(out)
+    }
+
+    /// Stores every `(key, value)` of a mapping or an iterable of pairs, with one TTL and flags.
+    #[pyo3(signature = (items, ttl=None, flags=None))]
+    fn set_many(
+        &self,
+        py: Python<'_>,
+        items: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        flags: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let ttl_d = convert::ttl(ttl, self.default_ttl)?;
+        let flags = convert::flags(flags)?;
+        let pairs = if items.hasattr("items")? {
+            items.call_method0("items")?
+        } else {
+            items.clone()
+        };
+        for pair in pairs.try_iter()? {
+            let pair = pair?;
+            let t = pair.cast::<PyTuple>().ok().filter(|t| t.len() == 2).ok_or_else(|| {
+                PyTypeError::new_err(format!("items must be a mapping or an iterable of (key, value) pairs, got an item of type {}", convert::type_name(&pair)))
+            })?;
+            let (k, v) = (t.get_item(0)?, t.get_item(1)?);
+            let k = self::key(&k)?;
+            let v = self::value(&v)?;
+            self.with(|c| {
+                let (k, v) = (&*k, v.as_slice());
+                let run = || c.set(k, v, flags, ttl_d);
+                let r = if v.len() >= BIG {
+                    py.detach(run)
+                } else {
+                    run()
+                };
+                r.map_err(engine_error)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Removes every key given; the number that were there.
+    fn delete_many(&self, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
+        let mut n = 0;
+        for k in keys.try_iter()? {
+            if self.delete(&k?)? {
+                n += 1;
+            }
+        }
+        Ok(n)
+    }
+
+    /// Counters and gauges of the engine, as a dict of ints (and `policy`, a str).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.with(|c| Ok(c.stats()))?;
+        let d = PyDict::new(py);
+        let fields: [(&str, u64); 18] = [
+            ("items", s.items),
+            ("bytes", s.bytes),
+            ("heap_bytes", s.heap_bytes),
+            ("segment_size", s.segment_size),
+            ("segments_total", s.segments_total),
+            ("segments_free", s.segments_free),
+            ("get_hits", s.get_hits),
+            ("get_misses", s.get_misses),
+            ("sets", s.sets),
+            ("deletes", s.deletes),
+            ("evicted_items", s.evicted_items),
+            ("evicted_segments", s.evicted_segments),
+            ("expired_items", s.expired_items),
+            ("expired_segments", s.expired_segments),
+            ("merged_items", s.merged_items),
+            ("flushes", s.flushes),
+            ("overflow_buckets", s.overflow_buckets),
+            ("shards", s.shards),
+        ];
+        for (k, v) in fields {
+            d.set_item(k, v)?;
+        }
+        d.set_item("policy", s.policy.name())?;
+        Ok(d)
+    }
+
+    /// The cache clock's time, Unix seconds.
+    fn now(&self) -> PyResult<u32> {
+        self.with(|c| Ok(c.now()))
+    }
+
+    /// Closes the cache: with `path`, writes what a warm restart needs and marks the file clean.
+    /// Idempotent; every other method raises `segcache.Closed` afterwards.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        // The write lock is taken with the GIL released: readers that hold the read side may need
+        // the GIL to finish.
+        self.closing.store(true, Ordering::Relaxed);
+        let taken = py.detach(|| self.inner.write().take());
+        match taken {
+            Some(c) => py.detach(move || c.close()).map_err(engine_error),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closing.load(Ordering::Relaxed) || self.inner.read_recursive().is_none()
+    }
+
+    /// The persistence file, or None.
+    #[getter]
+    fn path(&self) -> Option<PathBuf> {
+        self.path.clone()
+    }
+
+    /// The default TTL in seconds (0: never expires).
+    #[getter]
+    fn ttl(&self) -> u64 {
+        self.default_ttl.as_secs()
+    }
+
+    #[getter]
+    fn heap_size(&self) -> usize {
+        self.heap_size
+    }
+
+    #[getter]
+    fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    #[getter]
+    fn eviction(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __getitem__<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let k = self::key(key)?;
+        self.lookup(py, &k)?
+            .ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
+    }
+
+    fn __setitem__(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        value: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
+        self.store(py, Store::Set, key, value, None, None)
+            .map(|_| ())
+    }
+
+    fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
+        if self.delete(key)? {
+            Ok(())
+        } else {
+            Err(PyKeyError::new_err(key.clone().unbind()))
+        }
+    }
+
+    fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+        let k = self::key(key)?;
+        self.with(|c| Ok(c.contains(&k)))
+    }
+
+    fn __len__(&self) -> PyResult<usize> {
+        self.with(|c| Ok(c.len()))
+    }
+
+    /// The engine keeps no list of keys: iteration is refused rather than guessed at.
+    fn __iter__(&self) -> PyResult<()> {
+        Err(PyTypeError::new_err(
+            "segcache.Cache is not iterable: the engine keeps no list of keys",
+        ))
+    }
+
+    fn __repr__(&self) -> String {
+        let state = match self.inner.read_recursive().as_ref() {
+            Some(c) => format!("items={}", c.len()),
+            None => "closed".into(),
+        };
+        format!(
+            "<segcache.Cache heap_size={} segment_size={} eviction={} {}>",
+            self.heap_size,
+            self.segment_size,
+            self.policy.name(),
+            state
+        )
+    }
+}

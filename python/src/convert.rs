@@ -1,0 +1,265 @@
+//! Python arguments to engine arguments. Every error names the argument it is about.
+//!
+//! The hot path is `bytes` keys and values: they are borrowed without a copy. Other bytes-like
+//! objects (bytearray, memoryview, NumPy arrays, anything with the buffer protocol) are copied
+//! once into a `bytes` object under the GIL, since the limited API of Python 3.9 has no buffer
+//! access and since a mutable buffer could change while the engine reads it.
+
+use std::borrow::Cow;
+use std::time::Duration;
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyMemoryView, PyString, PyType};
+use segcache_core::MAX_KEY_LEN;
+
+use crate::errors::engine_error;
+
+/// Longest TTL accepted: ten years. Expiry times are absolute u32 Unix seconds in the engine, so
+/// an unbounded TTL would wrap.
+pub const MAX_TTL_SECS: u64 = 10 * 365 * 24 * 3600;
+
+/// The Python type name of `v`, for error messages.
+pub fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .name()
+        .map(|n| n.to_string())
+        .unwrap_or_else(|_| "?".into())
+}
+
+/// A key as bytes: borrowed from `bytes` and (when Python keeps a UTF-8 copy) from `str`,
+/// copied from other bytes-like objects. Empty and over-long keys are refused here so that every
+/// operation, reads included, reports them the same way.
+#[inline]
+pub fn key<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
+    let k: Cow<'a, [u8]> = if let Ok(b) = v.cast::<PyBytes>() {
+        Cow::Borrowed(b.as_bytes())
+    } else if let Ok(s) = v.cast::<PyString>() {
+        match s.to_cow()? {
+            Cow::Borrowed(s) => Cow::Borrowed(s.as_bytes()),
+            Cow::Owned(s) => Cow::Owned(s.into_bytes()),
+        }
+    } else {
+        Cow::Owned(
+            buffer_copy(v, "key", "str or a bytes-like object")?
+                .as_bytes()
+                .to_vec(),
+        )
+    };
+    check_key_len(k.len())?;
+    Ok(k)
+}
+
+#[inline]
+fn check_key_len(len: usize) -> PyResult<()> {
+    if len == 0 {
+        return Err(engine_error(segcache_core::Error::EmptyKey));
+    }
+    if len > MAX_KEY_LEN {
+        return Err(engine_error(segcache_core::Error::KeyTooLong { len }));
+    }
+    Ok(())
+}
+
+/// A value's bytes: borrowed from a `bytes` object, or from a `bytes` copy of another buffer.
+pub enum Value<'a, 'py> {
+    Borrowed(&'a [u8]),
+    Owned(Bound<'py, PyBytes>),
+}
+
+impl Value<'_, '_> {
+    #[inline]
+    pub fn as_slice(&self) -> &[u8] {
+        match self {
+            Value::Borrowed(s) => s,
+            Value::Owned(b) => b.as_bytes(),
+        }
+    }
+}
+
+#[inline]
+pub fn value<'a, 'py>(v: &'a Bound<'py, PyAny>) -> PyResult<Value<'a, 'py>> {
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(Value::Borrowed(b.as_bytes()));
+    }
+    Ok(Value::Owned(buffer_copy(
+        v,
+        "value",
+        "a bytes-like object (bytes, bytearray, memoryview, a buffer)",
+    )?))
+}
+
+/// `bytes(memoryview(v))`: a copy of any object with the buffer protocol. `str` and ints are
+/// refused (`bytes()` would encode or zero-fill them, which is never what a cache caller means).
+fn buffer_copy<'py>(
+    v: &Bound<'py, PyAny>,
+    name: &str,
+    what: &str,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let py = v.py();
+    let refuse = || PyTypeError::new_err(format!("{name} must be {what}, not {}", type_name(v)));
+    if v.is_instance_of::<PyString>() || v.is_instance_of::<PyInt>() {
+        return Err(refuse());
+    }
+    // bytearray and memoryview go straight to PyBytes_FromObject; anything else must first pass
+    // as a memoryview, which refuses lists and other iterables that `bytes()` would accept.
+    let view;
+    let src = if v.is_instance_of::<PyByteArray>() || v.is_instance_of::<PyMemoryView>() {
+        v
+    } else {
+        // SAFETY: `v` is a valid object pointer while its Bound lives; PyMemoryView_FromObject
+        // returns a new reference or NULL with an exception set, which `from_owned_ptr_or_err`
+        // handles.
+        view = unsafe {
+            Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyMemoryView_FromObject(v.as_ptr()))
+        }
+        .map_err(|_| refuse())?;
+        &view
+    };
+    // SAFETY: as above; PyBytes_FromObject copies the buffer (under the GIL, so a bytearray
+    // cannot be resized meanwhile) into a new `bytes` reference, or returns NULL.
+    let bytes =
+        unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyBytes_FromObject(src.as_ptr())) }?;
+    // SAFETY: PyBytes_FromObject returns an exact `bytes` object on success.
+    Ok(unsafe { bytes.cast_into_unchecked() })
+}
+
+/// An int from `lo` to `hi` (inclusive); bools and other types are refused.
+pub fn int_in_range(v: &Bound<'_, PyAny>, name: &str, lo: u64, hi: u64) -> PyResult<u64> {
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be an int, not {}",
+            type_name(v)
+        )));
+    }
+    match v.extract::<u64>() {
+        Ok(n) if (lo..=hi).contains(&n) => Ok(n),
+        _ => Err(PyValueError::new_err(format!(
+            "{name} must be an int from {lo} to {hi}, got {v}"
+        ))),
+    }
+}
+
+/// `flags`: the 32-bit client flags stored with an item.
+#[inline]
+pub fn flags(v: Option<&Bound<'_, PyAny>>) -> PyResult<u32> {
+    match v {
+        None => Ok(0),
+        Some(v) => int_in_range(v, "flags", 0, u64::from(u32::MAX)).map(|n| n as u32),
+    }
+}
+
+/// A TTL: `None` means the cache's default; 0 means never expires; ints and floats are seconds
+/// (a fraction rounds up, so that a positive TTL never becomes "never"); `timedelta` works too.
+#[inline]
+pub fn ttl(v: Option<&Bound<'_, PyAny>>, default: Duration) -> PyResult<Duration> {
+    let Some(v) = v else { return Ok(default) };
+    if v.is_none() {
+        return Ok(default);
+    }
+    ttl_value(v, "ttl")
+}
+
+/// A TTL that is given (no default): int/float seconds or `timedelta`.
+pub fn ttl_value(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
+    static TIMEDELTA: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    let py = v.py();
+    if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() {
+        return int_in_range(v, name, 0, MAX_TTL_SECS).map(Duration::from_secs);
+    }
+    let secs: f64 = if let Ok(f) = v.cast::<PyFloat>() {
+        f.value()
+    } else if v.is_instance(TIMEDELTA.import(py, "datetime", "timedelta")?)? {
+        v.call_method0("total_seconds")?.extract()?
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "{name} must be seconds (int or float), a datetime.timedelta or None, not {}",
+            type_name(v)
+        )));
+    };
+    if !secs.is_finite() || secs < 0.0 || secs > MAX_TTL_SECS as f64 {
+        return Err(PyValueError::new_err(format!(
+            "{name} must be from 0 to {MAX_TTL_SECS} seconds (0 means never expires), got {secs}"
+        )));
+    }
+    Ok(Duration::from_secs(secs.ceil() as u64))
+}
+
+/// A size in bytes: an int, or a string with an optional unit: `"256MiB"`, `"64 KiB"`, `"1.5G"`,
+/// `"4096"`. Binary units (KiB, MiB, GiB, TiB and the bare K, M, G, T) are powers of 1024;
+/// decimal units (KB, MB, GB, TB) powers of 1000. Units are case-insensitive.
+pub fn size(v: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
+    if let Ok(s) = v.cast::<PyString>() {
+        let s = s.to_cow()?;
+        return parse_size(&s).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "{name}: cannot read {s:?} as a size; give an int or a string like \"256MiB\", \"64KiB\", \"1GB\""
+            ))
+        });
+    }
+    if v.is_instance_of::<PyInt>() && !v.is_instance_of::<PyBool>() {
+        return int_in_range(v, name, 0, usize::MAX as u64).map(|n| n as usize);
+    }
+    Err(PyTypeError::new_err(format!(
+        "{name} must be an int or a string with a unit such as \"256MiB\", not {}",
+        type_name(v)
+    )))
+}
+
+pub fn parse_size(s: &str) -> Option<usize> {
+    let s = s.trim();
+    let split = s
+        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
+        .unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let num: String = num.chars().filter(|c| *c != '_').collect();
+    if num.is_empty() || num.starts_with('.') {
+        return None;
+    }
+    let mult: u128 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1,
+        "k" | "kib" => 1 << 10,
+        "m" | "mib" => 1 << 20,
+        "g" | "gib" => 1 << 30,
+        "t" | "tib" => 1 << 40,
+        "kb" => 1_000,
+        "mb" => 1_000_000,
+        "gb" => 1_000_000_000,
+        "tb" => 1_000_000_000_000,
+        _ => return None,
+    };
+    let (int_part, frac_part) = match num.split_once('.') {
+        Some((i, f)) => (i, f),
+        None => (num.as_str(), ""),
+    };
+    if frac_part.contains('.') || frac_part.len() > 18 {
+        return None;
+    }
+    let whole: u128 = int_part.parse().ok()?;
+    let mut bytes = whole.checked_mul(mult)?;
+    if !frac_part.is_empty() {
+        let frac: u128 = frac_part.parse().ok()?;
+        bytes = bytes.checked_add(frac.checked_mul(mult)? / 10u128.pow(frac_part.len() as u32))?;
+    }
+    usize::try_from(bytes).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_size;
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("256MiB"), Some(256 << 20));
+        assert_eq!(parse_size("64 kib"), Some(64 << 10));
+        assert_eq!(parse_size("1GB"), Some(1_000_000_000));
+        assert_eq!(parse_size("1.5K"), Some(1536));
+        assert_eq!(parse_size("4_096"), Some(4096));
+        assert_eq!(parse_size("12 parsecs"), None);
+        assert_eq!(parse_size("-1M"), None);
+        assert_eq!(parse_size("MiB"), None);
+        assert_eq!(parse_size("1.2.3M"), None);
+        assert_eq!(parse_size("99999999999999999999999T"), None);
+    }
+}

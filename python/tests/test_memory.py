@@ -1,0 +1,32 @@
+"""Full heaps: eviction makes room; with eviction off, writes fail cleanly with NoMemory."""
+
+import pytest
+
+import segcache
+from conftest import needs_real_engine
+
+pytestmark = needs_real_engine
+
+
+def test_no_memory_without_eviction():
+    c = segcache.Cache(heap_size="1MiB", segment_size="64KiB", eviction="none", shards=1)
+    stored = 0
+    with pytest.raises(segcache.NoMemory):
+        for i in range(100_000):
+            c.set(b"k%d" % i, b"v" * 100)
+            stored += 1
+    assert 0 < stored < 100_000
+    assert c.get(b"k0") == b"v" * 100  # what was stored is still there
+    assert isinstance(segcache.NoMemory("x"), MemoryError)
+
+
+@pytest.mark.parametrize("policy", ["random", "random-fifo", "fifo", "cte", "util", "merge", "s3fifo"])
+def test_eviction_makes_room(policy):
+    c = segcache.Cache(heap_size="2MiB", segment_size="64KiB", eviction=policy, shards=1)
+    n = 40_000  # about 5 MB of items into a 2 MiB heap
+    for i in range(n):
+        c.set(b"k%d" % i, b"v" * 100)
+    assert 0 < len(c) < n
+    assert c.stats()["evicted_items"] > 0
+    # the last item written is always there
+    assert c.get(b"k%d" % (n - 1)) == b"v" * 100

@@ -1,0 +1,133 @@
+//! Counters and gauges, item count and the cache's clock.
+
+use crate::args::{self, put};
+use crate::guard::run;
+use crate::handle::segcache_t;
+use crate::status::segcache_status_t;
+
+/// A snapshot of the cache's counters (monotonic since open) and gauges, summed over shards.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct segcache_stats_t {
+    /// Live items (gauge).
+    pub items: u64,
+    /// Bytes of live items, headers included (gauge).
+    pub bytes: u64,
+    /// Heap size in bytes (configuration).
+    pub heap_bytes: u64,
+    /// Segment size in bytes (configuration).
+    pub segment_size: u64,
+    /// Segments in all (gauge).
+    pub segments_total: u64,
+    /// Free segments (gauge).
+    pub segments_free: u64,
+    /// Reads that found the key.
+    pub get_hits: u64,
+    /// Reads that did not.
+    pub get_misses: u64,
+    /// Successful writes of every kind (set, add, replace, cas, append, prepend, incr, decr).
+    pub sets: u64,
+    /// Deletes that removed an item.
+    pub deletes: u64,
+    /// Items removed by eviction.
+    pub evicted_items: u64,
+    /// Segments evicted or merged away.
+    pub evicted_segments: u64,
+    /// Items removed because they expired.
+    pub expired_items: u64,
+    /// Whole segments freed by expiry.
+    pub expired_segments: u64,
+    /// Items kept by merge eviction.
+    pub merged_items: u64,
+    /// Flushes that took effect.
+    pub flushes: u64,
+    /// Overflow hash buckets in use (gauge).
+    pub overflow_buckets: u64,
+    /// Number of shards.
+    pub shards: u64,
+    /// The eviction policy, a `segcache_policy_t` value.
+    pub policy: u32,
+}
+
+/// Writes a snapshot of the counters to `*out`. Each shard is read under its own read lock in
+/// turn, so the sum is not one atomic snapshot while writers run. Thread safety: any thread.
+/// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+///
+/// # Safety
+/// `cache` is NULL or a live handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_stats(
+    cache: *const segcache_t,
+    out: *mut segcache_stats_t,
+) -> segcache_status_t {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { args::handle(cache) }?;
+        let out = args::out(out, c"out is NULL")?;
+        let s = h.cache.stats();
+        let c = segcache_stats_t {
+            items: s.items,
+            bytes: s.bytes,
+            heap_bytes: s.heap_bytes,
+            segment_size: s.segment_size,
+            segments_total: s.segments_total,
+            segments_free: s.segments_free,
+            get_hits: s.get_hits,
+            get_misses: s.get_misses,
+            sets: s.sets,
+            deletes: s.deletes,
+            evicted_items: s.evicted_items,
+            evicted_segments: s.evicted_segments,
+            expired_items: s.expired_items,
+            expired_segments: s.expired_segments,
+            merged_items: s.merged_items,
+            flushes: s.flushes,
+            overflow_buckets: s.overflow_buckets,
+            shards: s.shards,
+            policy: s.policy as u32,
+        };
+        // SAFETY: checked non-NULL and aligned; writable per the contract.
+        unsafe { put(out, c) };
+        Ok(())
+    })
+}
+
+/// Writes the number of live items to `*out`. Thread safety: any thread.
+/// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+///
+/// # Safety
+/// `cache` is NULL or a live handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_len(
+    cache: *const segcache_t,
+    out: *mut usize,
+) -> segcache_status_t {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { args::handle(cache) }?;
+        let out = args::out(out, c"out is NULL")?;
+        // SAFETY: checked non-NULL and aligned; writable per the contract.
+        unsafe { put(out, h.cache.len()) };
+        Ok(())
+    })
+}
+
+/// Writes the cache clock's current time (Unix seconds) to `*out`. Thread safety: any thread.
+/// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+///
+/// # Safety
+/// `cache` is NULL or a live handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_now(
+    cache: *const segcache_t,
+    out: *mut u32,
+) -> segcache_status_t {
+    run(|| {
+        // SAFETY: the caller's contract.
+        let h = unsafe { args::handle(cache) }?;
+        let out = args::out(out, c"out is NULL")?;
+        // SAFETY: checked non-NULL and aligned; writable per the contract.
+        unsafe { put(out, h.cache.now()) };
+        Ok(())
+    })
+}

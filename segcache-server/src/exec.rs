@@ -1,0 +1,403 @@
+//! Runs text-protocol requests against the engine and writes memcached's replies.
+//!
+//! Replies are appended to the connection's reusable output buffer; values are copied into it
+//! straight from the engine under the shard's read lock (`get_with`), so a hit costs one copy and
+//! no allocation.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use segcache_core::{Error, Item};
+
+use crate::parse::{Keys, Request, StoreKind};
+use crate::state::Ctx;
+use crate::stats::bump;
+
+/// memcached's boundary between a relative TTL and an absolute Unix time.
+pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
+
+/// What the connection does after a request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Flow {
+    Continue,
+    /// `quit`: close once the replies before it are sent.
+    Close,
+}
+
+/// An exptime resolved against the cache clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    /// `0`: never expires.
+    Never,
+    /// Expires after this long (whole seconds, at least one).
+    After(Duration),
+    /// Negative, or an absolute time not in the future: expired on arrival.
+    Expired,
+}
+
+impl Expiry {
+    /// memcached's rules: 0 never, negative expired, up to 30 days relative, beyond that an
+    /// absolute Unix time (converted with the cache clock's `now`).
+    pub fn from_exptime(exptime: i64, now: u32) -> Expiry {
+        match exptime {
+            0 => Expiry::Never,
+            e if e < 0 => Expiry::Expired,
+            e if e <= REALTIME_MAXDELTA => Expiry::After(Duration::from_secs(e as u64)),
+            e if e <= i64::from(now) => Expiry::Expired,
+            e => Expiry::After(Duration::from_secs((e - i64::from(now)) as u64)),
+        }
+    }
+
+    /// The engine TTL (`ZERO` = never); `None` when expired.
+    pub fn ttl(self) -> Option<Duration> {
+        match self {
+            Expiry::Never => Some(Duration::ZERO),
+            Expiry::After(d) => Some(d),
+            Expiry::Expired => None,
+        }
+    }
+}
+
+#[inline]
+pub fn put_u64(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+#[inline]
+pub fn put_i64(out: &mut Vec<u8>, n: i64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
+}
+
+/// Writes `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
+#[inline]
+fn put_value(out: &mut Vec<u8>, key: &[u8], item: &Item<'_>, cas: bool) {
+    let v = item.value();
+    out.reserve(key.len() + v.len() + 64);
+    out.extend_from_slice(b"VALUE ");
+    out.extend_from_slice(key);
+    out.push(b' ');
+    put_u64(out, u64::from(item.flags()));
+    out.push(b' ');
+    put_u64(out, v.len() as u64);
+    if cas {
+        out.push(b' ');
+        put_u64(out, item.cas());
+    }
+    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(v);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Runs one request, appending its reply (unless `noreply`) to `out`.
+pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
+    let mark = out.len();
+    let noreply = match req {
+        Request::Get { keys, cas } => {
+            get(keys, cas, out, ctx);
+            false
+        }
+        Request::Gat { exptime, keys, cas } => {
+            gat(exptime, keys, cas, out, ctx);
+            false
+        }
+        Request::Store { kind, key, flags, exptime, data, cas, noreply } => {
+            store(kind, key, flags, exptime, data, cas, out, ctx);
+            noreply
+        }
+        Request::Arith { incr, key, delta, noreply } => {
+            arith(incr, key, delta, out, ctx);
+            noreply
+        }
+        Request::Delete { key, noreply } => {
+            let ok = ctx.shared.cache.delete(key).is_ok();
+            bump(if ok { &ctx.stats.delete_hits } else { &ctx.stats.delete_misses }, 1);
+            out.extend_from_slice(if ok { b"DELETED\r\n" } else { b"NOT_FOUND\r\n" });
+            noreply
+        }
+        Request::Touch { key, exptime, noreply } => {
+            bump(&ctx.stats.cmd_touch, 1);
+            let ok = touch(key, exptime, ctx);
+            bump(if ok { &ctx.stats.touch_hits } else { &ctx.stats.touch_misses }, 1);
+            out.extend_from_slice(if ok { b"TOUCHED\r\n" } else { b"NOT_FOUND\r\n" });
+            noreply
+        }
+        Request::FlushAll { delay, noreply } => {
+            bump(&ctx.stats.cmd_flush, 1);
+            let cache = &ctx.shared.cache;
+            match Expiry::from_exptime(delay, cache.now()) {
+                Expiry::After(d) => cache.flush_after(d),
+                Expiry::Never | Expiry::Expired => cache.flush(),
+            }
+            out.extend_from_slice(b"OK\r\n");
+            noreply
+        }
+        Request::Verbosity { level, noreply } => {
+            ctx.shared.verbosity.store(level, Ordering::Relaxed);
+            // As memcached: more verbosity, more logging (never less than configured).
+            let wanted = match level {
+                0 => log::LevelFilter::Off,
+                1 => log::LevelFilter::Info,
+                2 => log::LevelFilter::Debug,
+                _ => log::LevelFilter::Trace,
+            };
+            log::set_max_level(wanted.max(ctx.shared.settings.log_level));
+            out.extend_from_slice(b"OK\r\n");
+            noreply
+        }
+        Request::Version => {
+            out.extend_from_slice(concat!("VERSION 1.6.0-segcache-", env!("CARGO_PKG_VERSION"), "\r\n").as_bytes());
+            false
+        }
+        Request::Quit => return Flow::Close,
+        Request::Stats { arg } => {
+            if !crate::report::write_stats(out, ctx, arg) {
+                out.extend_from_slice(b"ERROR\r\n");
+            }
+            false
+        }
+        Request::Meta { cmd, key, data, flags } => {
+            bump(&ctx.stats.cmd_meta, 1);
+            crate::meta::execute(cmd, key, data, &flags, out, ctx);
+            false
+        }
+    };
+    if noreply {
+        out.truncate(mark);
+    }
+    Flow::Continue
+}
+
+/// Replaces a retrieval reply that grew past the limit with memcached's error for it.
+fn over_limit(out: &mut Vec<u8>, mark: usize, ctx: &Ctx<'_>) -> bool {
+    if out.len() - mark <= ctx.shared.limits.max_response {
+        return false;
+    }
+    out.truncate(mark);
+    out.extend_from_slice(b"SERVER_ERROR out of memory writing get response\r\n");
+    true
+}
+
+fn get(keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    let cache = &ctx.shared.cache;
+    let mark = out.len();
+    let (mut hits, mut n) = (0u64, 0u64);
+    for key in keys {
+        n += 1;
+        if cache.get_with(key, |item| put_value(out, key, &item, cas)).is_some() {
+            hits += 1;
+            if over_limit(out, mark, ctx) {
+                return;
+            }
+        }
+    }
+    bump(&ctx.stats.cmd_get, n);
+    bump(&ctx.stats.get_hits, hits);
+    bump(&ctx.stats.get_misses, n - hits);
+    out.extend_from_slice(b"END\r\n");
+}
+
+fn gat(exptime: i64, keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    let cache = &ctx.shared.cache;
+    let expiry = Expiry::from_exptime(exptime, cache.now());
+    let mark = out.len();
+    let (mut hits, mut n) = (0u64, 0u64);
+    for key in keys {
+        n += 1;
+        let hit = match expiry.ttl() {
+            Some(ttl) => cache.touch(key, ttl).is_ok() && cache.get_with(key, |item| put_value(out, key, &item, cas)).is_some(),
+            // Expired on arrival: return the item this once, then it is gone.
+            None => {
+                let hit = cache.get_with(key, |item| put_value(out, key, &item, cas)).is_some();
+                let _ = cache.delete(key);
+                hit
+            }
+        };
+        hits += u64::from(hit);
+        if hit && over_limit(out, mark, ctx) {
+            return;
+        }
+    }
+    bump(&ctx.stats.cmd_get, n);
+    bump(&ctx.stats.cmd_touch, n);
+    bump(&ctx.stats.get_hits, hits);
+    bump(&ctx.stats.touch_hits, hits);
+    bump(&ctx.stats.get_misses, n - hits);
+    bump(&ctx.stats.touch_misses, n - hits);
+    out.extend_from_slice(b"END\r\n");
+}
+
+/// Sets a key's expiry; `true` when the key was there.
+pub fn touch(key: &[u8], exptime: i64, ctx: &Ctx<'_>) -> bool {
+    let cache = &ctx.shared.cache;
+    match Expiry::from_exptime(exptime, cache.now()).ttl() {
+        Some(ttl) => cache.touch(key, ttl).is_ok(),
+        None => cache.delete(key).is_ok(),
+    }
+}
+
+/// The outcome of a storage request, before it is spelled for a protocol.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stored {
+    Stored,
+    NotStored,
+    Exists,
+    NotFound,
+    TooLarge,
+    NoMemory,
+    Failed,
+}
+
+/// Runs a storage command with memcached's expiry rules; counts it.
+#[allow(clippy::too_many_arguments)]
+pub fn do_store(
+    kind: StoreKind,
+    key: &[u8],
+    flags: u32,
+    exptime: i64,
+    data: &[u8],
+    cas: u64,
+    ctx: &Ctx<'_>,
+) -> Stored {
+    let cache = &ctx.shared.cache;
+    bump(&ctx.stats.cmd_set, 1);
+    let r = match Expiry::from_exptime(exptime, cache.now()).ttl() {
+        Some(ttl) => match kind {
+            StoreKind::Set => cache.set(key, data, flags, ttl),
+            StoreKind::Add => cache.add(key, data, flags, ttl),
+            StoreKind::Replace => cache.replace(key, data, flags, ttl),
+            StoreKind::Append => cache.append(key, data),
+            StoreKind::Prepend => cache.prepend(key, data),
+            StoreKind::Cas => cache.cas(key, data, flags, ttl, cas),
+        },
+        // An item that expires on arrival is never readable: the command's effect is to remove
+        // any current item (where the command would have replaced it).
+        None => match kind {
+            StoreKind::Set => {
+                let _ = cache.delete(key);
+                Ok(())
+            }
+            StoreKind::Add => {
+                if cache.contains(key) {
+                    Err(Error::NotStored)
+                } else {
+                    Ok(())
+                }
+            }
+            StoreKind::Replace => cache.delete(key).map_err(|_| Error::NotStored),
+            StoreKind::Append => cache.append(key, data),
+            StoreKind::Prepend => cache.prepend(key, data),
+            StoreKind::Cas => match cache.get_with(key, |i| i.cas()) {
+                None => Err(Error::NotFound),
+                Some(c) if c != cas => Err(Error::Exists),
+                Some(_) => cache.delete(key).or(Ok(())),
+            },
+        },
+    };
+    if kind == StoreKind::Cas {
+        let c = match r {
+            Ok(()) => &ctx.stats.cas_hits,
+            Err(Error::Exists) => &ctx.stats.cas_badval,
+            Err(_) => &ctx.stats.cas_misses,
+        };
+        bump(c, 1);
+    }
+    match r {
+        Ok(()) => Stored::Stored,
+        Err(Error::NotStored) => Stored::NotStored,
+        Err(Error::Exists) => Stored::Exists,
+        // `append`/`prepend` on a missing key are NOT_STORED; `cas` on one is NOT_FOUND.
+        Err(Error::NotFound) if kind == StoreKind::Cas => Stored::NotFound,
+        Err(Error::NotFound) => Stored::NotStored,
+        Err(Error::TooLarge { .. }) => {
+            bump(&ctx.stats.store_too_large, 1);
+            // As memcached: a failed set must not leave the old value readable.
+            if kind == StoreKind::Set {
+                let _ = cache.delete(key);
+            }
+            Stored::TooLarge
+        }
+        Err(Error::NoMemory) => {
+            bump(&ctx.stats.store_no_memory, 1);
+            Stored::NoMemory
+        }
+        Err(e) => {
+            log::warn!("store failed: {e}");
+            Stored::Failed
+        }
+    }
+}
+
+#[allow(clippy::too_many_arguments)]
+fn store(kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u8], cas: u64, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    let reply: &[u8] = match do_store(kind, key, flags, exptime, data, cas, ctx) {
+        Stored::Stored => b"STORED\r\n",
+        Stored::NotStored => b"NOT_STORED\r\n",
+        Stored::Exists => b"EXISTS\r\n",
+        Stored::NotFound => b"NOT_FOUND\r\n",
+        Stored::TooLarge => b"SERVER_ERROR object too large for cache\r\n",
+        Stored::NoMemory => b"SERVER_ERROR out of memory storing object\r\n",
+        Stored::Failed => b"SERVER_ERROR storage failed\r\n",
+    };
+    out.extend_from_slice(reply);
+}
+
+/// The outcome of incr/decr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arith {
+    Value(u64),
+    NotFound,
+    NotNumeric,
+    Failed,
+}
+
+/// Runs incr/decr and counts it.
+pub fn do_arith(incr: bool, key: &[u8], delta: u64, ctx: &Ctx<'_>) -> Arith {
+    let cache = &ctx.shared.cache;
+    let r = if incr { cache.incr(key, delta) } else { cache.decr(key, delta) };
+    let (hit, miss) =
+        if incr { (&ctx.stats.incr_hits, &ctx.stats.incr_misses) } else { (&ctx.stats.decr_hits, &ctx.stats.decr_misses) };
+    match r {
+        Ok(n) => {
+            bump(hit, 1);
+            Arith::Value(n)
+        }
+        Err(Error::NotFound) => {
+            bump(miss, 1);
+            Arith::NotFound
+        }
+        Err(Error::NotNumeric) => Arith::NotNumeric,
+        Err(e) => {
+            log::warn!("incr/decr failed: {e}");
+            Arith::Failed
+        }
+    }
+}
+
+fn arith(incr: bool, key: &[u8], delta: u64, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    match do_arith(incr, key, delta, ctx) {
+        Arith::Value(n) => {
+            put_u64(out, n);
+            out.extend_from_slice(b"\r\n");
+        }
+        Arith::NotFound => out.extend_from_slice(b"NOT_FOUND\r\n"),
+        Arith::NotNumeric => out.extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
+        Arith::Failed => out.extend_from_slice(b"SERVER_ERROR out of memory\r\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exptime_rules() {
+        let now = 1_700_000_000;
+        assert_eq!(Expiry::from_exptime(0, now), Expiry::Never);
+        assert_eq!(Expiry::from_exptime(-1, now), Expiry::Expired);
+        assert_eq!(Expiry::from_exptime(10, now), Expiry::After(Duration::from_secs(10)));
+        assert_eq!(Expiry::from_exptime(REALTIME_MAXDELTA, now), Expiry::After(Duration::from_secs(REALTIME_MAXDELTA as u64)));
+        assert_eq!(Expiry::from_exptime(REALTIME_MAXDELTA + 1, now), Expiry::Expired);
+        assert_eq!(Expiry::from_exptime(i64::from(now), now), Expiry::Expired);
+        assert_eq!(Expiry::from_exptime(i64::from(now) + 100, now), Expiry::After(Duration::from_secs(100)));
+    }
+}

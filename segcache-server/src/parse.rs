@@ -1,0 +1,713 @@
+//! The request parser: turns the bytes a client sent into one [`Request`] that borrows them.
+//!
+//! It never allocates and never copies: keys, values and flag tokens are slices of the input
+//! buffer. A request is either complete ([`Parse::Done`] with the bytes it used), needs more
+//! bytes ([`Parse::Incomplete`]), or is rejected ([`Parse::Fail`]) with the reply to send and the
+//! number of bytes to drop so that the stream stays in sync (a rejected storage command's data
+//! block is dropped too, even the part not received yet).
+
+use memchr::memchr;
+use segcache_core::MAX_KEY_LEN;
+
+use crate::meta::{parse_meta_flags, MetaCmd, MetaFlags};
+
+/// The longest command line, as in memcached.
+pub const MAX_LINE: usize = 2048;
+/// Retrieval lines (`get`, `gets`, `gat`, `gats`) may carry many keys: they may be this long.
+pub const MAX_GET_LINE: usize = 256 * 1024;
+/// The most space-separated tokens one non-retrieval command line may have.
+pub const MAX_TOKENS: usize = 24;
+/// The longest data block a request may declare, whatever the item size limit.
+const MAX_DATA_LEN: i64 = i32::MAX as i64;
+
+/// The limits the parser enforces.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Largest value, in bytes (`-I`).
+    pub max_item_size: usize,
+    /// Largest reply to one retrieval request. A multi-get may name many keys (or one key many
+    /// times); past this its reply is replaced by memcached's `SERVER_ERROR out of memory
+    /// writing get response`, so one request cannot make the server buffer gigabytes.
+    pub max_response: usize,
+}
+
+/// The default [`Limits::max_response`].
+pub const MAX_RESPONSE: usize = 64 << 20;
+
+/// The storage commands, which carry a data block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreKind {
+    Set,
+    Add,
+    Replace,
+    Append,
+    Prepend,
+    Cas,
+}
+
+/// One parsed request; every slice borrows the input buffer.
+#[derive(Debug)]
+pub enum Request<'a> {
+    /// `get`/`gets` (with `cas`).
+    Get { keys: Keys<'a>, cas: bool },
+    /// `gat`/`gats`: get and set the expiry time.
+    Gat { exptime: i64, keys: Keys<'a>, cas: bool },
+    /// `set`, `add`, `replace`, `append`, `prepend`, `cas`.
+    Store { kind: StoreKind, key: &'a [u8], flags: u32, exptime: i64, data: &'a [u8], cas: u64, noreply: bool },
+    /// `incr`/`decr`.
+    Arith { incr: bool, key: &'a [u8], delta: u64, noreply: bool },
+    Delete { key: &'a [u8], noreply: bool },
+    Touch { key: &'a [u8], exptime: i64, noreply: bool },
+    FlushAll { delay: i64, noreply: bool },
+    Verbosity { level: u32, noreply: bool },
+    Version,
+    Quit,
+    /// `stats` with its optional argument (`settings`, `items`, `slabs`, `reset`).
+    Stats { arg: Option<&'a [u8]> },
+    /// A meta command (`mg`, `ms`, `md`, `ma`, `me`, `mn`). `key` is as sent (base64 with `b`).
+    Meta { cmd: MetaCmd, key: &'a [u8], data: &'a [u8], flags: MetaFlags<'a> },
+}
+
+/// The keys of a retrieval command, validated, yielded in order.
+#[derive(Debug, Clone, Copy)]
+pub struct Keys<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Iterator for Keys<'a> {
+    type Item = &'a [u8];
+    fn next(&mut self) -> Option<&'a [u8]> {
+        next_token(&mut self.rest)
+    }
+}
+
+/// Why a request was rejected. Each has the reply memcached clients expect.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FailKind {
+    /// Unknown command, or a known one with the wrong number of arguments.
+    Unknown,
+    BadFormat,
+    KeyTooLong,
+    BadKey,
+    TooLarge,
+    BadDataChunk,
+    BadDelta,
+    DeleteUsage,
+    /// A line over the limit without a newline: reply, then close.
+    LineTooLong,
+    /// The client speaks HTTP: close without a reply.
+    Http,
+    /// The client speaks memcached's binary protocol (first byte 0x80): reply, then close.
+    Binary,
+    /// Meta: a flag letter the command does not know.
+    InvalidFlag,
+    /// Meta: a flag this server cannot honour with the engine it has (see docs/server.md).
+    UnsupportedFlag,
+    /// Meta: a flag's token is not a valid number (or is too long).
+    BadToken,
+    /// Meta: an `M` mode the command does not know.
+    InvalidMode,
+}
+
+impl FailKind {
+    /// The reply line, or `None` for no reply.
+    pub fn reply(self) -> Option<&'static [u8]> {
+        Some(match self {
+            FailKind::Unknown => b"ERROR\r\n",
+            FailKind::BadFormat => b"CLIENT_ERROR bad command line format\r\n",
+            FailKind::KeyTooLong => b"CLIENT_ERROR key too long (at most 250 bytes)\r\n",
+            FailKind::BadKey => b"CLIENT_ERROR key contains control characters\r\n",
+            FailKind::TooLarge => b"SERVER_ERROR object too large for cache\r\n",
+            FailKind::BadDataChunk => b"CLIENT_ERROR bad data chunk\r\n",
+            FailKind::BadDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
+            FailKind::DeleteUsage => b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
+            FailKind::LineTooLong => b"CLIENT_ERROR line too long\r\n",
+            FailKind::Http => return None,
+            FailKind::Binary => b"CLIENT_ERROR the binary protocol is not supported; use the text or meta protocol\r\n",
+            FailKind::InvalidFlag => b"CLIENT_ERROR invalid flag\r\n",
+            FailKind::UnsupportedFlag => b"CLIENT_ERROR flag not supported by this server\r\n",
+            FailKind::BadToken => b"CLIENT_ERROR bad token in command line format\r\n",
+            FailKind::InvalidMode => b"CLIENT_ERROR invalid mode\r\n",
+        })
+    }
+
+    /// Whether the connection is closed after this failure.
+    pub fn closes(self) -> bool {
+        matches!(self, FailKind::LineTooLong | FailKind::Http | FailKind::Binary)
+    }
+}
+
+/// A rejected request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fail<'a> {
+    pub kind: FailKind,
+    /// Bytes to drop, counted from the start of the request; may exceed what was received
+    /// (the rest of a rejected data block is dropped as it arrives).
+    pub skip: usize,
+    /// The request asked for no reply (`noreply`): the error is not sent, as memcached does.
+    pub noreply: bool,
+    /// A `set` refused as too large: memcached removes the key's current value so that a stale
+    /// one is not read back; so do we.
+    pub unlink: Option<&'a [u8]>,
+}
+
+/// The parser's verdict on the start of a buffer.
+#[derive(Debug)]
+pub enum Parse<'a> {
+    /// A complete request that used this many bytes.
+    Done(Request<'a>, usize),
+    /// Not enough bytes yet.
+    Incomplete,
+    Fail(Fail<'a>),
+}
+
+fn fail<'a>(kind: FailKind, skip: usize, noreply: bool) -> Parse<'a> {
+    Parse::Fail(Fail { kind, skip, noreply, unlink: None })
+}
+
+/// Splits off the next space-separated token.
+#[inline]
+fn next_token<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
+    let s = *rest;
+    let start = s.iter().position(|&b| b != b' ')?;
+    let s = &s[start..];
+    let end = memchr(b' ', s).unwrap_or(s.len());
+    *rest = &s[end..];
+    Some(&s[..end])
+}
+
+/// The command line split into at most [`MAX_TOKENS`] tokens.
+struct Tokens<'a> {
+    toks: [&'a [u8]; MAX_TOKENS],
+    n: usize,
+}
+
+impl<'a> Tokens<'a> {
+    /// `None` when the line has more than [`MAX_TOKENS`] tokens.
+    fn split(mut line: &'a [u8]) -> Option<Self> {
+        let mut t = Tokens { toks: [&[][..]; MAX_TOKENS], n: 0 };
+        while let Some(tok) = next_token(&mut line) {
+            if t.n == MAX_TOKENS {
+                return None;
+            }
+            t.toks[t.n] = tok;
+            t.n += 1;
+        }
+        Some(t)
+    }
+    fn get(&self) -> &[&'a [u8]] {
+        &self.toks[..self.n]
+    }
+}
+
+/// Checks a key: 1 to 250 bytes, no spaces or control characters.
+#[inline]
+pub fn check_key(key: &[u8]) -> Result<(), FailKind> {
+    if key.is_empty() {
+        return Err(FailKind::BadFormat);
+    }
+    if key.len() > MAX_KEY_LEN {
+        return Err(FailKind::KeyTooLong);
+    }
+    if key.iter().any(|&b| b <= b' ' || b == 0x7f) {
+        return Err(FailKind::BadKey);
+    }
+    Ok(())
+}
+
+/// Parses an unsigned decimal number: digits only, no sign, no overflow.
+#[inline]
+pub fn parse_u64(s: &[u8]) -> Option<u64> {
+    if s.is_empty() || s.len() > 20 {
+        return None;
+    }
+    let mut n: u64 = 0;
+    for &b in s {
+        if !b.is_ascii_digit() {
+            return None;
+        }
+        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
+    }
+    Some(n)
+}
+
+/// Parses a signed decimal number (an optional leading `-`).
+#[inline]
+pub fn parse_i64(s: &[u8]) -> Option<i64> {
+    match s.split_first() {
+        Some((b'-', rest)) => {
+            let n = parse_u64(rest)?;
+            if n > i64::MAX as u64 + 1 {
+                return None;
+            }
+            Some((n as i128).wrapping_neg() as i64)
+        }
+        _ => i64::try_from(parse_u64(s)?).ok(),
+    }
+}
+
+#[inline]
+fn parse_u32(s: &[u8]) -> Option<u32> {
+    u32::try_from(parse_u64(s)?).ok()
+}
+
+/// Whether the line starts like an HTTP request (`GET / HTTP/1.1`, ...). Memcache commands are
+/// lower case, so an upper-case method followed by a space is never one.
+fn looks_like_http(buf: &[u8]) -> bool {
+    const METHODS: [&[u8]; 10] =
+        [b"GET ", b"POST ", b"PUT ", b"HEAD ", b"DELETE ", b"OPTIONS ", b"PATCH ", b"CONNECT ", b"TRACE ", b"PRI "];
+    METHODS.iter().any(|m| buf.starts_with(m))
+}
+
+/// The longest line allowed for the command that `buf` starts with.
+fn line_limit(buf: &[u8]) -> usize {
+    if buf.starts_with(b"get ") || buf.starts_with(b"gets ") || buf.starts_with(b"gat ") || buf.starts_with(b"gats ")
+    {
+        MAX_GET_LINE
+    } else {
+        MAX_LINE
+    }
+}
+
+/// Parses the request at the start of `buf`.
+pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
+    if buf.first() == Some(&0x80) {
+        return fail(FailKind::Binary, buf.len(), false);
+    }
+    let limit = line_limit(buf);
+    let window = &buf[..buf.len().min(limit + 1)];
+    let Some(nl) = memchr(b'\n', window) else {
+        if looks_like_http(buf) {
+            return fail(FailKind::Http, buf.len(), false);
+        }
+        if buf.len() > limit {
+            return fail(FailKind::LineTooLong, buf.len(), false);
+        }
+        return Parse::Incomplete;
+    };
+    let line_end = if nl > 0 && buf[nl - 1] == b'\r' { nl - 1 } else { nl };
+    let line = &buf[..line_end];
+    let used = nl + 1;
+    if looks_like_http(line) {
+        return fail(FailKind::Http, used, false);
+    }
+
+    let mut rest = line;
+    let Some(cmd) = next_token(&mut rest) else {
+        return fail(FailKind::Unknown, used, false);
+    };
+    match cmd {
+        b"get" | b"gets" => parse_get(rest, cmd == b"gets", used),
+        b"gat" | b"gats" => parse_gat(rest, cmd == b"gats", used),
+        b"set" => parse_store(buf, rest, StoreKind::Set, used, limits),
+        b"add" => parse_store(buf, rest, StoreKind::Add, used, limits),
+        b"replace" => parse_store(buf, rest, StoreKind::Replace, used, limits),
+        b"append" => parse_store(buf, rest, StoreKind::Append, used, limits),
+        b"prepend" => parse_store(buf, rest, StoreKind::Prepend, used, limits),
+        b"cas" => parse_store(buf, rest, StoreKind::Cas, used, limits),
+        b"mg" | b"ms" | b"md" | b"ma" | b"me" | b"mn" => parse_meta(buf, cmd, rest, used, limits),
+        _ => {
+            let Some(t) = Tokens::split(rest) else {
+                return fail(FailKind::Unknown, used, false);
+            };
+            parse_simple(cmd, t.get(), used)
+        }
+    }
+}
+
+fn parse_get(rest: &[u8], cas: bool, used: usize) -> Parse<'_> {
+    let mut keys = Keys { rest };
+    let mut any = false;
+    for key in keys {
+        if let Err(kind) = check_key(key) {
+            return fail(kind, used, false);
+        }
+        any = true;
+    }
+    if !any {
+        return fail(FailKind::Unknown, used, false);
+    }
+    keys = Keys { rest };
+    Parse::Done(Request::Get { keys, cas }, used)
+}
+
+fn parse_gat(mut rest: &[u8], cas: bool, used: usize) -> Parse<'_> {
+    let Some(t) = next_token(&mut rest) else {
+        return fail(FailKind::Unknown, used, false);
+    };
+    let Some(exptime) = parse_i64(t) else {
+        return fail(FailKind::BadFormat, used, false);
+    };
+    match parse_get(rest, cas, used) {
+        Parse::Done(Request::Get { keys, cas }, used) => Parse::Done(Request::Gat { exptime, keys, cas }, used),
+        other => other,
+    }
+}
+
+fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, limits: &Limits) -> Parse<'a> {
+    let Some(t) = Tokens::split(rest) else {
+        return fail(FailKind::BadFormat, used, false);
+    };
+    let t = t.get();
+    let base = if kind == StoreKind::Cas { 5 } else { 4 };
+    let noreply = t.len() == base + 1 && t[base] == b"noreply";
+    if t.len() != base && !noreply {
+        return fail(if t.len() < base { FailKind::Unknown } else { FailKind::BadFormat }, used, noreply);
+    }
+    let (key, flags, exptime, bytes) = (t[0], parse_u32(t[1]), parse_i64(t[2]), parse_i64(t[3]));
+    let cas = if kind == StoreKind::Cas { parse_u64(t[4]) } else { Some(0) };
+    let (Some(flags), Some(exptime), Some(bytes), Some(cas)) = (flags, exptime, bytes, cas) else {
+        return fail(FailKind::BadFormat, used, noreply);
+    };
+    if !(0..=MAX_DATA_LEN).contains(&bytes) {
+        return fail(FailKind::BadFormat, used, noreply);
+    }
+    let bytes = bytes as usize;
+    // From here on the length is known: a rejected request drops its data block too.
+    let whole = used + bytes + 2;
+    if let Err(kind) = check_key(key) {
+        return fail(kind, whole, noreply);
+    }
+    if bytes > limits.max_item_size {
+        let unlink = (kind == StoreKind::Set).then_some(key);
+        return Parse::Fail(Fail { kind: FailKind::TooLarge, skip: whole, noreply, unlink });
+    }
+    if buf.len() < whole {
+        return Parse::Incomplete;
+    }
+    if &buf[used + bytes..whole] != b"\r\n" {
+        return fail(FailKind::BadDataChunk, whole, noreply);
+    }
+    let data = &buf[used..used + bytes];
+    Parse::Done(Request::Store { kind, key, flags, exptime, data, cas, noreply }, whole)
+}
+
+fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
+    let noreply = t.last() == Some(&&b"noreply"[..]);
+    let req = match cmd {
+        b"incr" | b"decr" => {
+            if !(t.len() == 2 || (t.len() == 3 && noreply)) {
+                return fail(FailKind::Unknown, used, false);
+            }
+            if let Err(kind) = check_key(t[0]) {
+                return fail(kind, used, noreply);
+            }
+            let Some(delta) = parse_u64(t[1]) else {
+                return fail(FailKind::BadDelta, used, noreply);
+            };
+            Request::Arith { incr: cmd == b"incr", key: t[0], delta, noreply }
+        }
+        b"delete" => {
+            // memcached accepts a legacy `0` time argument.
+            let ok = match t.len() {
+                1 => true,
+                2 => noreply || t[1] == b"0",
+                3 => noreply && t[1] == b"0",
+                _ => false,
+            };
+            if t.is_empty() {
+                return fail(FailKind::Unknown, used, false);
+            }
+            if !ok {
+                return fail(FailKind::DeleteUsage, used, false);
+            }
+            if let Err(kind) = check_key(t[0]) {
+                return fail(kind, used, noreply);
+            }
+            Request::Delete { key: t[0], noreply }
+        }
+        b"touch" => {
+            if !(t.len() == 2 || (t.len() == 3 && noreply)) {
+                return fail(FailKind::Unknown, used, false);
+            }
+            if let Err(kind) = check_key(t[0]) {
+                return fail(kind, used, noreply);
+            }
+            let Some(exptime) = parse_i64(t[1]) else {
+                return fail(FailKind::BadFormat, used, noreply);
+            };
+            Request::Touch { key: t[0], exptime, noreply }
+        }
+        b"flush_all" => {
+            let args = if noreply { &t[..t.len() - 1] } else { t };
+            let delay = match args {
+                [] => 0,
+                [d] => match parse_i64(d) {
+                    Some(d) if d >= 0 => d,
+                    _ => return fail(FailKind::BadFormat, used, noreply),
+                },
+                _ => return fail(FailKind::BadFormat, used, noreply),
+            };
+            Request::FlushAll { delay, noreply }
+        }
+        b"verbosity" => {
+            // memcached 1.6 answers `verbosity noreply` with nothing at all.
+            if t.len() == 1 && noreply {
+                return fail(FailKind::BadFormat, used, true);
+            }
+            if !(t.len() == 1 || (t.len() == 2 && noreply)) {
+                return fail(FailKind::Unknown, used, false);
+            }
+            let Some(level) = parse_u32(t[0]) else {
+                return fail(FailKind::BadFormat, used, false);
+            };
+            Request::Verbosity { level, noreply }
+        }
+        // memcached 1.6 ignores arguments to these two.
+        b"version" => Request::Version,
+        b"quit" => Request::Quit,
+        b"stats" => match t {
+            [] => Request::Stats { arg: None },
+            [a] => Request::Stats { arg: Some(a) },
+            _ => return fail(FailKind::Unknown, used, false),
+        },
+        _ => return fail(FailKind::Unknown, used, false),
+    };
+    Parse::Done(req, used)
+}
+
+fn parse_meta<'a>(buf: &'a [u8], cmd: &[u8], mut rest: &'a [u8], used: usize, limits: &Limits) -> Parse<'a> {
+    let cmd = match cmd {
+        b"mg" => MetaCmd::Get,
+        b"ms" => MetaCmd::Set,
+        b"md" => MetaCmd::Delete,
+        b"ma" => MetaCmd::Arith,
+        b"me" => MetaCmd::Debug,
+        _ => {
+            return Parse::Done(
+                Request::Meta { cmd: MetaCmd::Noop, key: &[], data: &[], flags: MetaFlags::default() },
+                used,
+            )
+        }
+    };
+    let Some(key) = next_token(&mut rest) else {
+        return fail(FailKind::BadFormat, used, false);
+    };
+    // `ms` has the data length before the flags; the rest of a bad `ms` is dropped with it.
+    let mut whole = used;
+    let mut datalen = 0usize;
+    if cmd == MetaCmd::Set {
+        let len = next_token(&mut rest).and_then(parse_i64);
+        match len {
+            Some(n) if (0..=MAX_DATA_LEN).contains(&n) => datalen = n as usize,
+            _ => return fail(FailKind::BadFormat, used, false),
+        }
+        whole = used + datalen + 2;
+    }
+    let flags = match parse_meta_flags(cmd, rest) {
+        Ok(f) => f,
+        Err(kind) => return fail(kind, whole, false),
+    };
+    let key_check = if flags.base64 {
+        // Validated when decoded; here only the encoded length is bounded.
+        if key.len() > MAX_KEY_LEN.div_ceil(3) * 4 {
+            Err(FailKind::KeyTooLong)
+        } else {
+            Ok(())
+        }
+    } else {
+        check_key(key)
+    };
+    if let Err(kind) = key_check {
+        return fail(kind, whole, false);
+    }
+    let mut data: &[u8] = &[];
+    if cmd == MetaCmd::Set {
+        if datalen > limits.max_item_size {
+            return fail(FailKind::TooLarge, whole, false);
+        }
+        if buf.len() < whole {
+            return Parse::Incomplete;
+        }
+        if &buf[used + datalen..whole] != b"\r\n" {
+            return fail(FailKind::BadDataChunk, whole, false);
+        }
+        data = &buf[used..used + datalen];
+    }
+    Parse::Done(Request::Meta { cmd, key, data, flags }, whole)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const L: Limits = Limits { max_item_size: 1024, max_response: MAX_RESPONSE };
+
+    fn done(buf: &[u8]) -> (Request<'_>, usize) {
+        match parse(buf, &L) {
+            Parse::Done(r, n) => (r, n),
+            other => panic!("expected a request from {:?}, got {other:?}", String::from_utf8_lossy(buf)),
+        }
+    }
+    fn failed(buf: &[u8]) -> Fail<'_> {
+        match parse(buf, &L) {
+            Parse::Fail(f) => f,
+            other => panic!("expected a failure from {:?}, got {other:?}", String::from_utf8_lossy(buf)),
+        }
+    }
+
+    #[test]
+    fn get_with_many_keys_and_either_line_ending() {
+        let (r, n) = done(b"get a bb  ccc\r\nrest");
+        assert_eq!(n, 15);
+        let Request::Get { keys, cas: false } = r else { panic!("{r:?}") };
+        assert_eq!(keys.collect::<Vec<_>>(), vec![&b"a"[..], b"bb", b"ccc"]);
+        let (r, n) = done(b"gets k\n");
+        assert_eq!(n, 7);
+        assert!(matches!(r, Request::Get { cas: true, .. }));
+    }
+
+    #[test]
+    fn get_without_key_is_an_error() {
+        assert_eq!(failed(b"get\r\n").kind, FailKind::Unknown);
+        assert_eq!(failed(b"get   \r\n").kind, FailKind::Unknown);
+    }
+
+    #[test]
+    fn incomplete_until_newline_and_data() {
+        assert!(matches!(parse(b"get a", &L), Parse::Incomplete));
+        assert!(matches!(parse(b"set a 0 0 5\r\nhel", &L), Parse::Incomplete));
+        assert!(matches!(parse(b"set a 0 0 5\r\nhello\r", &L), Parse::Incomplete));
+        let (r, n) = done(b"set a 7 -1 5 noreply\r\nhello\r\nget");
+        assert_eq!(n, 29);
+        match r {
+            Request::Store { kind, key, flags, exptime, data, noreply, .. } => {
+                assert_eq!((kind, key, flags, exptime, data, noreply), (StoreKind::Set, &b"a"[..], 7, -1, &b"hello"[..], true));
+            }
+            r => panic!("{r:?}"),
+        }
+    }
+
+    #[test]
+    fn binary_data_with_newlines_inside() {
+        let (r, _) = done(b"set k 0 0 4\r\n\r\n\0\n\r\n");
+        let Request::Store { data, .. } = r else { panic!() };
+        assert_eq!(data, b"\r\n\0\n");
+    }
+
+    #[test]
+    fn cas_needs_its_unique() {
+        let (r, _) = done(b"cas k 1 2 1 99\r\nx\r\n");
+        assert!(matches!(r, Request::Store { kind: StoreKind::Cas, cas: 99, .. }));
+        assert_eq!(failed(b"cas k 1 2 1\r\nx\r\n").kind, FailKind::Unknown);
+    }
+
+    #[test]
+    fn too_large_value_is_swallowed_whole() {
+        let f = failed(b"set k 0 0 2000\r\n");
+        assert_eq!(f.kind, FailKind::TooLarge);
+        assert_eq!(f.skip, 16 + 2002);
+        assert_eq!(f.unlink, Some(&b"k"[..]));
+        assert_eq!(failed(b"add k 0 0 2000\r\n").unlink, None);
+    }
+
+    #[test]
+    fn bad_key_drops_the_data_block() {
+        let long = format!("set {} 0 0 3\r\nabc\r\n", "k".repeat(251));
+        let f = failed(long.as_bytes());
+        assert_eq!((f.kind, f.skip), (FailKind::KeyTooLong, long.len()));
+        assert_eq!(failed(b"get a\x01b\r\n").kind, FailKind::BadKey);
+        assert_eq!(failed(b"delete a\tb\r\n").kind, FailKind::BadKey);
+        let ok = format!("get {}\r\n", "k".repeat(250));
+        done(ok.as_bytes());
+    }
+
+    #[test]
+    fn bad_data_chunk() {
+        let f = failed(b"set k 0 0 3\r\nabcde\r\n");
+        assert_eq!((f.kind, f.skip), (FailKind::BadDataChunk, 18));
+    }
+
+    #[test]
+    fn bad_numbers() {
+        assert_eq!(failed(b"set k x 0 3\r\nabc\r\n").kind, FailKind::BadFormat);
+        assert_eq!(failed(b"set k 0 0 -3\r\n").kind, FailKind::BadFormat);
+        assert_eq!(failed(b"set k 4294967296 0 1\r\n").kind, FailKind::BadFormat);
+        assert_eq!(failed(b"incr k -1\r\n").kind, FailKind::BadDelta);
+        assert_eq!(failed(b"incr k 18446744073709551616\r\n").kind, FailKind::BadDelta);
+        let (r, _) = done(b"incr k 18446744073709551615\r\n");
+        assert!(matches!(r, Request::Arith { incr: true, delta: u64::MAX, .. }));
+    }
+
+    #[test]
+    fn line_limits() {
+        let long = vec![b'x'; MAX_LINE + 1];
+        let f = failed(&long);
+        assert_eq!(f.kind, FailKind::LineTooLong);
+        assert!(f.kind.closes());
+        assert!(matches!(parse(&long[..MAX_LINE], &L), Parse::Incomplete));
+        // A get line may be longer.
+        let mut get = b"get".to_vec();
+        while get.len() < 3 * MAX_LINE {
+            get.extend_from_slice(b" key");
+        }
+        assert!(matches!(parse(&get, &L), Parse::Incomplete));
+        get.extend_from_slice(b"\r\n");
+        done(&get);
+    }
+
+    #[test]
+    fn http_is_refused() {
+        let f = failed(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n");
+        assert_eq!(f.kind, FailKind::Http);
+        assert!(f.kind.closes() && f.kind.reply().is_none());
+        assert_eq!(failed(b"POST / HTT").kind, FailKind::Http);
+    }
+
+    #[test]
+    fn binary_protocol_is_refused() {
+        let f = failed(&[0x80, 0x0a, 0, 0]);
+        assert_eq!(f.kind, FailKind::Binary);
+        assert!(f.kind.closes() && f.kind.reply().unwrap().starts_with(b"CLIENT_ERROR"));
+    }
+
+    #[test]
+    fn simple_commands_and_their_arity() {
+        assert!(matches!(done(b"version\r\n").0, Request::Version));
+        assert!(matches!(done(b"version foo\r\n").0, Request::Version));
+        assert!(matches!(done(b"quit\r\n").0, Request::Quit));
+        assert!(matches!(done(b"quit noreply\r\n").0, Request::Quit));
+        assert!(matches!(done(b"verbosity 1\r\n").0, Request::Verbosity { level: 1, noreply: false }));
+        assert!(matches!(done(b"verbosity 0 noreply\r\n").0, Request::Verbosity { level: 0, noreply: true }));
+        assert!(matches!(parse(b"verbosity noreply\r\n", &L), Parse::Fail(Fail { noreply: true, .. })));
+        assert!(parse_is_fail(b"verbosity\r\n"));
+        assert!(parse_is_fail(b"verbosity foo bar my\r\n"));
+        assert!(matches!(done(b"flush_all\r\n").0, Request::FlushAll { delay: 0, noreply: false }));
+        assert!(matches!(done(b"flush_all 10 noreply\r\n").0, Request::FlushAll { delay: 10, noreply: true }));
+        assert!(matches!(done(b"flush_all noreply\r\n").0, Request::FlushAll { delay: 0, noreply: true }));
+        assert!(parse_is_fail(b"flush_all foo\r\n"));
+        assert!(matches!(done(b"delete k\r\n").0, Request::Delete { noreply: false, .. }));
+        assert!(matches!(done(b"delete k 0\r\n").0, Request::Delete { noreply: false, .. }));
+        assert!(matches!(done(b"delete k noreply\r\n").0, Request::Delete { noreply: true, .. }));
+        assert_eq!(failed(b"delete\r\n").kind, FailKind::Unknown);
+        assert_eq!(failed(b"delete a b c d e\r\n").kind, FailKind::DeleteUsage);
+        assert!(matches!(done(b"touch k 10\r\n").0, Request::Touch { exptime: 10, .. }));
+        assert!(matches!(done(b"stats\r\n").0, Request::Stats { arg: None }));
+        assert!(matches!(done(b"stats noreply\r\n").0, Request::Stats { arg: Some(b"noreply") }));
+        assert_eq!(failed(b"bogus\r\n").kind, FailKind::Unknown);
+        assert_eq!(failed(b"\r\n").kind, FailKind::Unknown);
+        assert_eq!(failed(b"GET\r\n").kind, FailKind::Unknown);
+    }
+
+    fn parse_is_fail(b: &[u8]) -> bool {
+        matches!(parse(b, &L), Parse::Fail(_))
+    }
+
+    #[test]
+    fn gat_takes_exptime_first() {
+        let (r, _) = done(b"gats 100 a b\r\n");
+        let Request::Gat { exptime: 100, keys, cas: true } = r else { panic!("{r:?}") };
+        assert_eq!(keys.count(), 2);
+        assert!(parse_is_fail(b"gat 100\r\n"));
+        assert!(parse_is_fail(b"gat x a\r\n"));
+    }
+
+    #[test]
+    fn numbers() {
+        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
+        assert_eq!(parse_i64(b"9223372036854775808"), None);
+        assert_eq!(parse_i64(b"-"), None);
+        assert_eq!(parse_u64(b"+1"), None);
+        assert_eq!(parse_u64(b""), None);
+    }
+}

@@ -1,0 +1,155 @@
+"""Fixtures for the segcache-server end-to-end tests: start the real release binary on a free
+port, wait for it to answer, stop it with SIGTERM (checking that it exits cleanly)."""
+
+import os
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def server_binary() -> Path:
+    env = os.environ.get("SEGCACHE_SERVER_BIN")
+    if env:
+        return Path(env)
+    target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+    return target / "release" / "segcache-server"
+
+
+def engine_is_placeholder() -> bool:
+    """The lead's placeholder engine (a HashMap) has no persistence or delayed flush yet."""
+    return "PLACEHOLDER" in (ROOT / "segcache-core/src/engine.rs").read_text()
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"server exited early with {proc.returncode}: {proc.stderr.read()!r}")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                s.sendall(b"version\r\n")
+                if s.recv(100).startswith(b"VERSION "):
+                    return
+        except OSError:
+            time.sleep(0.05)
+    raise RuntimeError(f"server on port {port} did not answer within {timeout}s")
+
+
+class Server:
+    def __init__(self, *args: str, port: int | None = None):
+        self.port = port or free_port()
+        self.args = ["-p", str(self.port), "-t", "2", *args]
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> "Server":
+        binary = server_binary()
+        assert binary.exists(), f"{binary} missing: build it with `cargo build --release -p segcache-server`"
+        self.proc = subprocess.Popen(
+            [str(binary), *self.args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+        )
+        wait_port(self.port, self.proc)
+        return self
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """SIGTERM, then wait; returns the exit code."""
+        if self.proc is None or self.proc.poll() is not None:
+            return self.proc.returncode if self.proc else 0
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise
+
+    def stderr(self) -> str:
+        return self.proc.stderr.read() if self.proc and self.proc.poll() is not None else ""
+
+    def connect(self, timeout: float = 5.0) -> socket.socket:
+        return socket.create_connection(("127.0.0.1", self.port), timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = Server("-I", "64k", "-m", "32").start()
+    yield s
+    assert s.stop() == 0, s.stderr()
+
+
+@pytest.fixture
+def fresh_server():
+    """A server of its own, for tests that stop or overload it."""
+    started = []
+
+    def make(*args: str) -> Server:
+        s = Server(*args).start()
+        started.append(s)
+        return s
+
+    yield make
+    for s in started:
+        s.stop()
+
+
+class Raw:
+    """A raw protocol connection: send bytes, read lines and blocks."""
+
+    def __init__(self, sock: socket.socket):
+        self.sock = sock
+        self.buf = b""
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> bool:
+        chunk = self.sock.recv(65536)
+        self.buf += chunk
+        return bool(chunk)
+
+    def line(self) -> bytes:
+        while b"\r\n" not in self.buf:
+            if not self._fill():
+                raise EOFError(f"connection closed; partial {self.buf!r}")
+        line, self.buf = self.buf.split(b"\r\n", 1)
+        return line
+
+    def exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            if not self._fill():
+                raise EOFError("connection closed")
+        data, self.buf = self.buf[:n], self.buf[n:]
+        return data
+
+    def closed(self) -> bool:
+        """True when the server closes the connection (after any pending bytes)."""
+        try:
+            while self._fill():
+                pass
+            return True
+        except (ConnectionResetError, BrokenPipeError):
+            return True
+        except socket.timeout:
+            return False
+
+    def request(self, data: bytes) -> bytes:
+        self.send(data)
+        return self.line()
+
+
+@pytest.fixture
+def raw(server):
+    s = server.connect()
+    yield Raw(s)
+    s.close()
