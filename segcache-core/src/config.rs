@@ -9,6 +9,9 @@ use crate::{Error, Policy, Result};
 /// Smallest and largest segment sizes. Slots address bytes within a segment with 22 bits.
 pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
 pub const MAX_SEGMENT_SIZE: usize = 4 << 20;
+/// Heap and segment size of `Builder::new()`.
+pub const DEFAULT_HEAP_SIZE: usize = 64 << 20;
+pub const DEFAULT_SEGMENT_SIZE: usize = 1 << 20;
 /// Longest key, as in memcached.
 pub const MAX_KEY_LEN: usize = 250;
 
@@ -44,8 +47,8 @@ impl Builder {
     /// shards chosen from the core count, the system clock, anonymous memory.
     pub fn new() -> Self {
         Builder {
-            heap_size: 64 << 20,
-            segment_size: 1 << 20,
+            heap_size: DEFAULT_HEAP_SIZE,
+            segment_size: DEFAULT_SEGMENT_SIZE,
             hash_power: None,
             policy: Policy::default(),
             shards: None,

@@ -106,7 +106,7 @@ impl Segcache {
             moves: Vec::new(),
         };
         if fresh {
-            engine.reset_all();
+            engine.reset(true);
         }
         engine.fit_spare_to_policy();
         engine
@@ -771,7 +771,7 @@ impl Segcache {
     fn prepare_write(&mut self) -> u32 {
         let now = self.now();
         if self.flushed(now) {
-            self.reset_all();
+            self.reset(false);
             self.meta_mut().flushes += 1;
         }
         if now != self.meta().last_expire {
@@ -1113,7 +1113,7 @@ impl Segcache {
 
     /// Removes every item now.
     pub fn flush(&mut self) {
-        self.reset_all();
+        self.reset(false);
         self.meta_mut().flushes += 1;
     }
 
@@ -1127,13 +1127,17 @@ impl Segcache {
     }
 
     /// Empties the shard: every segment free, the table cleared, a new CAS epoch.
-    pub(crate) fn reset_all(&mut self) {
+    /// `zeroed`: the region is fresh, all zero, so the table need not be written (writing it
+    /// would make every page of it resident before the first item).
+    pub(crate) fn reset(&mut self, zeroed: bool) {
         // Segments allocated before now belong to the flushed cache, whatever a crash leaves;
         // recorded first, so that a crash in the middle of the reset cannot bring them back.
         let m = self.meta_mut();
         m.flushed_below = m.next_seq;
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
-        self.table().clear();
+        if !zeroed {
+            self.table().clear();
+        }
         for b in 0..ttl::BUCKETS {
             *self.ttl_bucket_mut(b) = TtlBucket::EMPTY;
         }

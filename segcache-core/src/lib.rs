@@ -39,7 +39,7 @@ pub mod ttl;
 use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{Builder, MAX_KEY_LEN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
+pub use config::{Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_KEY_LEN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
 pub use engine::Segcache;
 pub use error::{Error, Result};
 pub use item::{Item, OwnedItem};
@@ -104,7 +104,7 @@ impl Builder {
                         return Err(Error::BadFile { path, reason });
                     }
                     eprintln!("segcache: warning: {}: {reason}; starting empty", path.display());
-                    engines.iter_mut().for_each(Segcache::reset_all);
+                    engines.iter_mut().for_each(|e| e.reset(false));
                 }
             }
             Found::Crashed => {

@@ -234,9 +234,10 @@ impl<'a> Table<'a> {
         slot.store(pack(slot_tag(value), freq, loc), Relaxed);
     }
 
-    /// Clears every bucket (items, chains, CAS counters).
+    /// Clears the primary buckets (items, chains, CAS counters). Overflow buckets are zeroed when
+    /// a chain takes them, so they are left alone: their pages stay untouched until needed.
     pub fn clear(&self) {
-        for b in self.buckets {
+        for b in &self.buckets[..=self.mask as usize] {
             for s in &b.slots {
                 s.store(0, Relaxed);
             }

@@ -108,10 +108,9 @@ pub unsafe extern "C" fn segcache_config_default(
 ) -> segcache_status_t {
     run(|| {
         let config = args::out(config, c"config is NULL")?;
-        // The engine's Builder keeps its defaults private; these mirror `Builder::new()`.
         let defaults = segcache_config_t {
-            heap_size: 64 << 20,
-            segment_size: 1 << 20,
+            heap_size: segcache_core::DEFAULT_HEAP_SIZE as _,
+            segment_size: segcache_core::DEFAULT_SEGMENT_SIZE as _,
             hash_power: 0,
             eviction: Policy::default() as u32,
             shards: 0,

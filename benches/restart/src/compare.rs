@@ -60,7 +60,10 @@ pub fn compare(a: &CompareArgs) -> Result<()> {
     for &size in &a.sizes {
         for rep in 1..=a.reps {
             for graceful in [true, false] {
-                let r = segcache_round(a, size, graceful, rep)?;
+                let r = segcache_round(a, size, graceful, rep);
+                // Its file goes whether the round worked or not.
+                let _ = std::fs::remove_file(seg_file(&a.dir));
+                let r = r?;
                 print_row(&r);
                 rows.push(r);
                 if with_mc {
@@ -108,7 +111,7 @@ fn read_tagged(r: &mut impl BufRead, tag: &str) -> Result<String> {
 }
 
 fn segcache_round(a: &CompareArgs, size: usize, graceful: bool, rep: usize) -> Result<Row> {
-    let path = a.dir.join(format!("segcache-restart-{}.heap", std::process::id()));
+    let path = seg_file(&a.dir);
     let common = vec!["--path".to_string(), path.display().to_string(), "--heap".into(), size.to_string()];
     let mut args = vec!["fill".to_string()];
     args.extend(common.iter().cloned());
@@ -201,12 +204,16 @@ fn memcached_round(a: &CompareArgs, size: usize, graceful: bool, rep: usize) -> 
     result
 }
 
+fn seg_file(dir: &Path) -> PathBuf {
+    dir.join(format!("segcache-restart-{}.heap", std::process::id()))
+}
+
 fn mc_file(dir: &Path) -> PathBuf {
     dir.join(format!("mc-mem-{}", std::process::id()))
 }
 
 fn mib(size: usize) -> String {
-    if size >= 1 << 30 && size % (1 << 30) == 0 {
+    if size >= 1 << 30 && size & ((1 << 30) - 1) == 0 {
         format!("{} GiB", size >> 30)
     } else {
         format!("{} MiB", size >> 20)

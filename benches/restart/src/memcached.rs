@@ -151,8 +151,14 @@ impl Conn {
             // was refused; after a refusal the count is no longer a prefix: stop there.
             stored += ok;
             batches += 1;
-            if refused || (batches % CHECK_EVERY == 0 && self.stat("evictions")? > 0) {
+            if refused {
                 return Ok(stored);
+            }
+            if batches == CHECK_EVERY {
+                batches = 0;
+                if self.stat("evictions")? > 0 {
+                    return Ok(stored);
+                }
             }
         }
     }

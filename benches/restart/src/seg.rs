@@ -54,6 +54,10 @@ pub struct FillArgs {
     /// After filling, print the count and wait to be killed (the driver sends SIGKILL).
     #[arg(long)]
     pub then_wait: bool,
+    /// Print `acked keys=N` (keys 0..N acknowledged) every this many writes, so that a parent may
+    /// kill the fill under load and still know what must come back. 0: never.
+    #[arg(long, default_value_t = 0)]
+    pub progress_every: u64,
 }
 
 /// Writes keys 0, 1, 2, ... until the heap is full: the first write refused for lack of memory, or
@@ -69,12 +73,22 @@ pub fn fill(a: &FillArgs) -> Result<()> {
     let cache = a.cache.builder().build_shared().context("opening the cache")?;
     let t = mono_ns();
     let mut written = 0u64;
+    let mut out = std::io::stdout().lock();
+    let mut until_progress = a.progress_every;
     'fill: loop {
         for _ in 0..1024 {
             match cache.set(&key(written), &value(written), 0, Duration::ZERO) {
                 Ok(()) => written += 1,
                 Err(Error::NoMemory) => break 'fill,
                 Err(e) => bail!("set of key {written} failed: {e}"),
+            }
+            if until_progress > 0 {
+                until_progress -= 1;
+                if until_progress == 0 {
+                    writeln!(out, "acked keys={written}")?;
+                    out.flush()?;
+                    until_progress = a.progress_every;
+                }
             }
         }
         let s = cache.stats();
@@ -84,7 +98,6 @@ pub fn fill(a: &FillArgs) -> Result<()> {
     }
     let fill_ms = ms(t, mono_ns());
     let s = cache.stats();
-    let mut out = std::io::stdout().lock();
     writeln!(
         out,
         "fill keys={written} items={} bytes={} heap={} shards={} fill_ms={fill_ms:.1} evicted={}",

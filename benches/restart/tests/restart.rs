@@ -90,6 +90,42 @@ fn kill_9_keeps_every_acknowledged_item() {
 }
 
 #[test]
+fn kill_9_during_writes_keeps_every_acknowledged_item() {
+    let dir = tmp_dir("underload");
+    let path = dir.join("underload.heap");
+    let p = path.to_str().unwrap();
+    // Several rounds, each killed at a different point of the fill.
+    for (round, stop_after) in [3u64, 17, 40].into_iter().enumerate() {
+        let mut child = Command::new(BIN)
+            .args(["fill", "--path", p, "--heap", "64MiB", "--then-wait", "--progress-every", "4096"])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut out = BufReader::new(child.stdout.take().unwrap());
+        let mut acked = 0;
+        let mut line = String::new();
+        for _ in 0..stop_after {
+            line.clear();
+            out.read_line(&mut line).unwrap();
+            acked = kv(&line, "keys");
+        }
+        child.kill().unwrap(); // SIGKILL while it is still writing
+        child.wait().unwrap();
+        // Keys past the last acknowledged count may or may not be there, but never wrong. The
+        // child may be far past the last line read: probe more keys than 64 MiB can hold.
+        let probe = 1_000_000;
+        let out = run(&["reopen", "--path", p, "--heap", "64MiB", "--keys", &probe.to_string()]);
+        let r = out.lines().find(|l| l.starts_with("reopen ")).expect("reopen line");
+        assert_eq!(kv(r, "wrong"), 0, "round {round}: {r}");
+        assert!(kv(r, "served") >= acked, "round {round}: {acked} acknowledged, {r}");
+        assert_eq!(kv(r, "served"), kv(r, "items"), "round {round}: nothing but these keys: {r}");
+        let check = run(&["reopen", "--path", p, "--heap", "64MiB", "--keys", &acked.to_string()]);
+        let c = check.lines().find(|l| l.starts_with("reopen ")).unwrap();
+        assert_eq!(kv(c, "served"), acked, "round {round}: every acknowledged key: {c}");
+    }
+}
+
+#[test]
 fn bad_input_is_a_clear_error() {
     let out = Command::new(BIN).args(["reopen", "--path", "/nonexistent/x.heap", "--keys", "10"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
