@@ -925,12 +925,15 @@ impl Segcache {
         if spare == NONE || sources.is_empty() {
             return self.evict_simple(Policy::Fifo);
         }
+        // Newest source first: among items read equally often, the newer ones are kept (they have
+        // had less time to prove themselves); and drained sources become destinations.
+        let order: Vec<u32> = sources.iter().rev().copied().collect();
         // Gather live items and their frequencies.
         let mut moves = std::mem::take(&mut self.moves);
         moves.clear();
         let t = self.table();
         let mut hist = [0u64; 256];
-        for &src in sources {
+        for &src in &order {
             let mut off = 0usize;
             while let Some(r) = self.seg_data(src).get(off..).and_then(record::parse) {
                 let loc = Loc { seg: src, offset: off as u32 };
@@ -981,12 +984,12 @@ impl Segcache {
         *self.seg_mut(dest) = header(seq);
         self.meta_mut().spare = NONE;
         let mut dests = 0usize;
-        let mut reused = 0usize; // sources[..reused] became destinations
+        let mut reused = 0usize; // order[..reused] became destinations
         let (mut copied, mut dropped) = (0u64, 0u64);
         let mut ghosts = Vec::new();
-        let mut current = 0usize; // index in `sources` of the segment being drained
+        let mut current = 0usize; // index in `order` of the segment being drained
         for m in &moves {
-            while sources[current] != m.loc.seg {
+            while order[current] != m.loc.seg {
                 current += 1;
             }
             let Some(slot) = t.find_loc(m.hash, m.loc) else { continue };
@@ -996,7 +999,7 @@ impl Segcache {
                     // Seal this destination into the chain, then drain into an emptied source.
                     self.seal_dest(dest, b, before, pool);
                     dests += 1;
-                    let next = sources[reused];
+                    let next = order[reused];
                     reused += 1;
                     self.unlink(next);
                     let seq = self.next_seq();
@@ -1042,7 +1045,7 @@ impl Segcache {
         } else {
             leftover.push(dest);
         }
-        for &src in &sources[reused..] {
+        for &src in &order[reused..] {
             self.unlink(src);
             leftover.push(src);
         }
@@ -1253,7 +1256,7 @@ fn format_decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
 }
 
 #[inline(always)]
-fn prefetch(p: *const u8) {
+pub(crate) fn prefetch(p: *const u8) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: prefetch is a hint that never faults, whatever the address.
     unsafe {

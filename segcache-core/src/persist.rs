@@ -16,9 +16,7 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use memmap2::MmapRaw;
-
-use crate::layout::{Layout, FILE_HEADER_LEN};
+use crate::layout::{Bucket, Layout, ShardMeta, FILE_HEADER_LEN};
 use crate::region::{advise_huge_pages, Region};
 use crate::{Error, Result};
 
@@ -202,12 +200,18 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
         file.set_len(0).map_err(io_err(path))?;
         file.set_len(layout.total_len() as u64).map_err(io_err(path))?;
     }
-    let map = MmapRaw::map_raw(&file).map_err(io_err(path))?;
+    // An existing file is about to be read whole (verified or scanned): fault it in at once,
+    // which costs the kernel far less than a fault per page.
+    let mut opts = memmap2::MmapOptions::new();
+    if found != Found::Fresh {
+        opts.populate();
+    }
+    let map = opts.map_raw(&file).map_err(io_err(path))?;
     advise_huge_pages(&map);
     let region = Region { map, layout, file: Some(PersistFile { path: path.to_path_buf(), _file: file, active: std::sync::atomic::AtomicBool::new(false), closed: false }) };
     if found == Found::Clean {
         let h = read_header(&region).map_err(|r| bad(path, r))?;
-        if xxhash_rust::xxh3::xxh3_64(region.metas()) != h.meta_checksum {
+        if metas_checksum(&region) != h.meta_checksum {
             let reason = "metadata checksum mismatch (corrupt hash table, segment headers or counters)";
             if !reset_bad {
                 return Err(bad(path, reason));
@@ -226,6 +230,29 @@ pub(crate) fn mark_open(region: &Region) {
         write_header(region, &Header::for_layout(&region.layout));
         pf.active.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// Checksum of every shard's metadata in use: counters, TTL buckets, segment headers, primary
+/// buckets and the overflow buckets handed out (the rest of the pool is zeroed when taken, so it
+/// carries nothing). Shards are hashed in parallel.
+fn metas_checksum(region: &Region) -> u64 {
+    let layout = region.layout;
+    let g = layout.geometry;
+    let shard_sum = |i: usize| {
+        let start = layout.meta_start(i);
+        // SAFETY: the shard's metadata lies inside the mapping; no engine runs during open/close.
+        let meta = unsafe { &*(region.base().add(start) as *const ShardMeta) };
+        let used = (meta.overflow_used as usize).min(g.overflow_buckets());
+        let len = g.table_offset() + (g.primary_buckets() + used) * std::mem::size_of::<Bucket>();
+        // SAFETY: `len` stays within this shard's metadata (`Geometry::meta_len`).
+        xxhash_rust::xxh3::xxh3_64(unsafe { std::slice::from_raw_parts(region.base().add(start), len) })
+    };
+    let sums: Vec<u64> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..layout.shards).map(|i| s.spawn(move || shard_sum(i))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or(0)).collect()
+    });
+    let bytes: Vec<u8> = sums.iter().flat_map(|s| s.to_le_bytes()).collect();
+    xxhash_rust::xxh3::xxh3_64(&bytes)
 }
 
 /// Zeroes every shard's metadata (the caller then lays out a fresh cache).
@@ -257,7 +284,7 @@ pub(crate) fn close(region: &mut Region, now: u32) -> Result<()> {
     }
     let path = pf.path.clone();
     let mut h = Header::for_layout(&region.layout);
-    h.meta_checksum = xxhash_rust::xxh3::xxh3_64(region.metas());
+    h.meta_checksum = metas_checksum(region);
     h.clean = 1;
     h.closed_at = now;
     // Data and metadata first, then the header that vouches for them.

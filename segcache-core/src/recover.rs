@@ -127,18 +127,38 @@ impl Segcache {
             if pool == POOL_SMALL {
                 self.meta_mut().small_segments += 1;
             }
+            // Records in batches: the hash buckets of a batch are prefetched before any is
+            // touched, so the table's cache misses overlap instead of queueing one by one.
+            const BATCH: usize = 16;
+            let mut batch = [(Loc { seg: 0, offset: 0 }, 0u64); BATCH];
             let mut off = 0usize;
-            while let Some(r) = self.seg_data(id).get(off..).and_then(record::parse) {
-                let loc = Loc { seg: id, offset: off as u32 };
-                off += r.len;
-                if !r.dead && self.index_recovered(loc) {
-                    recovered += 1;
+            loop {
+                let mut n = 0;
+                while n < BATCH {
+                    let Some(r) = self.seg_data(id).get(off..).and_then(record::parse) else { break };
+                    if !r.dead {
+                        let h = hash(r.key);
+                        crate::engine::prefetch(self.table().head(h) as *const Bucket as *const u8);
+                        batch[n] = (Loc { seg: id, offset: off as u32 }, h);
+                        n += 1;
+                    }
+                    off += r.len;
+                }
+                for &(loc, h) in &batch[..n] {
+                    if self.index_recovered(loc, h) {
+                        recovered += 1;
+                    }
+                }
+                if n < BATCH {
+                    break;
                 }
             }
         }
         // The publish in flight at the crash wins over the copy it was replacing.
         if (intent.seg as usize) < kept.len() && kept[intent.seg as usize] && intent.offset < self.seg(intent.seg).write_offset {
-            self.index_recovered(intent);
+            if let Some(h) = self.record_at(intent).map(|r| hash(r.key)) {
+                self.index_recovered(intent, h);
+            }
         }
         self.fit_spare_to_policy();
         (recovered, corrupt)
@@ -146,16 +166,14 @@ impl Segcache {
 
     /// Points the record's key at `loc`, marking any other copy dead. `false` if the record is
     /// unreadable or there is no room for it in its hash chain.
-    fn index_recovered(&mut self, loc: Loc) -> bool {
-        let Some(r) = self.record_at(loc) else { return false };
-        if r.dead {
-            return false;
-        }
-        let (key, len) = (r.key.to_vec(), r.len as u32);
-        let h = hash(&key);
+    fn index_recovered(&mut self, loc: Loc, h: u64) -> bool {
         let t = self.table();
+        let (len, existing) = {
+            let Some(r) = self.record_at(loc).filter(|r| !r.dead) else { return false };
+            (r.len as u32, t.find(h, |l| self.record_at(l).is_some_and(|o| o.key == r.key)))
+        };
         let new = table::pack(table::tag_of(h), 0, loc);
-        if let Some(f) = t.find(h, |l| self.record_at(l).is_some_and(|o| o.key == key.as_slice())) {
+        if let Some(f) = existing {
             if table::slot_loc(f.value) == loc {
                 return true;
             }

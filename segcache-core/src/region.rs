@@ -35,14 +35,6 @@ impl Region {
         self.map.as_mut_ptr()
     }
 
-    /// The bytes of shard `i`'s metadata (for checksums).
-    pub fn metas(&self) -> &[u8] {
-        let start = self.layout.meta_start(0);
-        // SAFETY: the range lies inside the mapping; callers hold every shard exclusively (close,
-        // open) so nothing writes it meanwhile.
-        unsafe { std::slice::from_raw_parts(self.base().add(start), self.layout.metas_end() - start) }
-    }
-
     /// Pointers into shard `i`'s parts.
     pub fn shard(self: &Arc<Self>, i: usize) -> ShardMem {
         let g = self.layout.geometry;
