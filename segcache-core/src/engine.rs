@@ -404,7 +404,7 @@ impl Segcache {
         };
         let loc = table::slot_loc(found.value);
         self.kill(loc);
-        found.slot.store(0, Relaxed);
+        self.remove_slot(h, found.slot);
         self.table().touch_info(h, now);
         self.meta_mut().deletes += 1;
         Ok(())
@@ -453,12 +453,12 @@ impl Segcache {
                 f.slot.store(new, Relaxed);
             }
             None => {
-                let mut used = self.meta().overflow_used;
-                let slot = match t.empty_slot(h, &mut used) {
+                let mut pool = self.meta().overflow;
+                let slot = match t.empty_slot(h, &mut pool) {
                     Some(s) => s,
                     None => self.make_room_in_chain(h)?,
                 };
-                self.meta_mut().overflow_used = used;
+                self.meta_mut().overflow = pool;
                 slot.store(new, Relaxed);
             }
         }
@@ -480,6 +480,13 @@ impl Segcache {
         self.meta_mut().evicted_items += 1;
         victim.slot.store(0, Relaxed);
         Ok(victim.slot)
+    }
+
+    /// Empties a slot, keeping its chain compact (see `Table::remove`).
+    fn remove_slot(&mut self, h: u64, slot: &std::sync::atomic::AtomicU64) {
+        let mut pool = self.meta().overflow;
+        self.table().remove(h, slot, &mut pool);
+        self.meta_mut().overflow = pool;
     }
 
     pub(crate) fn kill_at(&mut self, loc: Loc) {
@@ -723,7 +730,7 @@ impl Segcache {
             }
             let h = hash(r.key);
             if let Some(f) = t.find_loc(h, loc) {
-                f.slot.store(0, Relaxed);
+                self.remove_slot(h, f.slot);
                 removed += 1;
             }
         }
@@ -1026,7 +1033,7 @@ impl Segcache {
                 Table::relocate(slot.slot, slot.value, m.freq / 2, new);
                 copied += 1;
             } else {
-                slot.slot.store(0, Relaxed);
+                self.remove_slot(m.hash, slot.slot);
                 dropped += 1;
                 if self.seg(m.loc.seg).pool == POOL_SMALL && pool == POOL_MAIN {
                     ghosts.push(m.hash);
@@ -1152,7 +1159,7 @@ impl Segcache {
         m.free_head = 0;
         m.free_count = n;
         m.spare = NONE;
-        m.overflow_used = 0;
+        m.overflow = Default::default();
         m.flush_at = 0;
         m.cas_epoch = m.cas_epoch.wrapping_add(1);
         m.intent_seg = NONE;
@@ -1200,7 +1207,7 @@ impl Segcache {
             expired_segments: m.expired_segments,
             merged_items: m.merged_items,
             flushes: m.flushes,
-            overflow_buckets: u64::from(m.overflow_used),
+            overflow_buckets: u64::from(m.overflow.used),
             shards: 1,
             policy: self.policy,
         }

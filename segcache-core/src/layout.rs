@@ -110,7 +110,9 @@ pub struct ShardMeta {
     pub free_head: u32,
     pub free_count: u32,
     pub spare: u32,
-    pub overflow_used: u32,
+    pub _reserved: u32,
+    /// Overflow buckets handed out and given back.
+    pub overflow: crate::table::Pool,
     pub next_seq: u64,
     /// Segments with a sequence number up to this one were flushed (recovery skips them).
     pub flushed_below: u64,

@@ -242,7 +242,7 @@ fn metas_checksum(region: &Region) -> u64 {
         let start = layout.meta_start(i);
         // SAFETY: the shard's metadata lies inside the mapping; no engine runs during open/close.
         let meta = unsafe { &*(region.base().add(start) as *const ShardMeta) };
-        let used = (meta.overflow_used as usize).min(g.overflow_buckets());
+        let used = (meta.overflow.used as usize).min(g.overflow_buckets());
         let len = g.table_offset() + (g.primary_buckets() + used) * std::mem::size_of::<Bucket>();
         // SAFETY: `len` stays within this shard's metadata (`Geometry::meta_len`).
         xxhash_rust::xxh3::xxh3_64(unsafe { std::slice::from_raw_parts(region.base().add(start), len) })

@@ -94,7 +94,7 @@ impl Segcache {
             m.free_head = NONE;
             m.free_count = 0;
             m.spare = NONE;
-            m.overflow_used = 0;
+            m.overflow = Default::default();
             m.items = 0;
             m.bytes = 0;
             m.small_segments = 0;
@@ -180,12 +180,12 @@ impl Segcache {
             self.kill_at(table::slot_loc(f.value));
             f.slot.store(new, Relaxed);
         } else {
-            let mut used = self.meta().overflow_used;
-            let Some(slot) = t.empty_slot(h, &mut used) else {
+            let mut pool = self.meta().overflow;
+            let Some(slot) = t.empty_slot(h, &mut pool) else {
                 self.mark_dead_only(loc);
                 return false;
             };
-            self.meta_mut().overflow_used = used;
+            self.meta_mut().overflow = pool;
             slot.store(new, Relaxed);
         }
         self.count_live(loc.seg, len);

@@ -33,7 +33,7 @@ pub struct Stats {
     pub merged_items: u64,
     /// `flush` calls that took effect.
     pub flushes: u64,
-    /// Overflow hash buckets in use (gauge).
+    /// Overflow hash buckets taken from the pool (high-water mark; emptied ones are reused).
     pub overflow_buckets: u64,
     /// Number of shards (1 for a single-owner engine).
     pub shards: u64,

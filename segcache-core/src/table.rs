@@ -69,6 +69,15 @@ pub fn info_cas(info: u64) -> u32 {
     (info >> 32) as u32
 }
 
+/// The overflow pool's bookkeeping: buckets handed out so far (a high-water mark), and the head
+/// of the list of buckets given back (bucket index + 1; 0 for none), linked through slot 0.
+#[repr(C)]
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Pool {
+    pub used: u32,
+    pub free: u32,
+}
+
 /// A view of one shard's buckets: `1 << hash_power` primary buckets, then the overflow pool.
 pub struct Table<'a> {
     pub buckets: &'a [Bucket],
@@ -154,27 +163,34 @@ impl<'a> Table<'a> {
         best
     }
 
-    /// First empty item slot of the chain, growing the chain from the overflow pool if needed.
-    /// `overflow_used` counts pool buckets handed out. `None` when the pool is exhausted.
-    pub fn empty_slot(&self, hash: u64, overflow_used: &mut u32) -> Option<&'a AtomicU64> {
+    /// First empty item slot of the chain, growing the chain with an overflow bucket if needed.
+    /// `None` when the pool is exhausted.
+    pub fn empty_slot(&self, hash: u64, pool: &mut Pool) -> Option<&'a AtomicU64> {
         if let Some(s) = self.scan_empty(hash) {
             return Some(s);
         }
-        let primary = self.mask as usize + 1;
-        let next = primary + *overflow_used as usize;
-        let new = self.buckets.get(next)?;
         let head = self.head(hash);
         let info = head.slots[0].load(Relaxed);
         let chain = info_chain_len(info);
         if chain >= 255 {
             return None;
         }
+        let next = if pool.free != 0 {
+            let idx = pool.free as usize - 1;
+            pool.free = self.buckets.get(idx)?.slots[0].load(Relaxed) as u32;
+            idx
+        } else {
+            let idx = self.mask as usize + 1 + pool.used as usize;
+            self.buckets.get(idx)?;
+            pool.used += 1;
+            idx
+        };
+        let new = &self.buckets[next];
         // Walk to the tail; its last slot's item moves to the new bucket and the slot becomes the link.
         let mut tail = head;
         for _ in 0..chain {
             tail = &self.buckets[tail.slots[SLOTS - 1].load(Relaxed) as usize];
         }
-        *overflow_used += 1;
         for s in &new.slots {
             s.store(0, Relaxed);
         }
@@ -182,6 +198,39 @@ impl<'a> Table<'a> {
         tail.slots[SLOTS - 1].store(next as u64, Relaxed);
         head.slots[0].store((info & !0xff) | (chain as u64 + 1), Relaxed);
         Some(&new.slots[1])
+    }
+
+    /// Empties `slot` (an item slot of the hash's chain) and keeps the chain compact: the chain's
+    /// last item moves into the hole, and a last bucket left empty goes back to the pool. Without
+    /// this, chains would keep the longest length they ever had, and the pool would grow with
+    /// every burst of collisions.
+    pub fn remove(&self, hash: u64, slot: &AtomicU64, pool: &mut Pool) {
+        slot.store(0, Relaxed);
+        let head = self.head(hash);
+        let info = head.slots[0].load(Relaxed);
+        let chain = info_chain_len(info);
+        if chain == 0 {
+            return;
+        }
+        let mut prev = head;
+        let mut tail = head;
+        for _ in 0..chain {
+            prev = tail;
+            tail = &self.buckets[tail.slots[SLOTS - 1].load(Relaxed) as usize];
+        }
+        if let Some(last) = tail.slots.iter().rev().find(|s| s.load(Relaxed) != 0) {
+            if !std::ptr::eq(last, slot) && slot.load(Relaxed) == 0 {
+                slot.store(last.load(Relaxed), Relaxed);
+                last.store(0, Relaxed);
+            }
+        }
+        if tail.slots.iter().all(|s| s.load(Relaxed) == 0) {
+            let idx = prev.slots[SLOTS - 1].load(Relaxed);
+            prev.slots[SLOTS - 1].store(0, Relaxed);
+            head.slots[0].store((info & !0xff) | (chain as u64 - 1), Relaxed);
+            tail.slots[0].store(u64::from(pool.free), Relaxed);
+            pool.free = idx as u32 + 1;
+        }
     }
 
     fn scan_empty(&self, hash: u64) -> Option<&'a AtomicU64> {
@@ -267,15 +316,15 @@ mod tests {
     fn chains_grow_into_overflow_and_find_every_item() {
         let (buckets, mask) = table(16);
         let t = Table { buckets: &buckets, mask };
-        let mut used = 0;
+        let mut pool = Pool::default();
         // Twenty items with the same bucket (hash low bit 0) and distinct tags.
         let hashes: Vec<u64> = (1..=20u64).map(|i| i << 52).collect();
         for (i, &h) in hashes.iter().enumerate() {
-            let slot = t.empty_slot(h, &mut used).expect("pool has room");
+            let slot = t.empty_slot(h, &mut pool).expect("pool has room");
             slot.store(pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }), Relaxed);
         }
         // k overflow buckets hold 7k + 7 items with the head: 20 items need 2.
-        assert_eq!(used, 2);
+        assert_eq!(pool.used, 2);
         for (i, &h) in hashes.iter().enumerate() {
             let f = t.find(h, |loc| loc.seg == i as u32).expect("found");
             assert_eq!(slot_loc(f.value).seg, i as u32);
@@ -283,15 +332,31 @@ mod tests {
         }
         // Other bucket unaffected.
         assert!(t.find(1 | (5 << 52), |_| true).is_none());
+        // Removing items shrinks the chain and returns buckets, which are taken again first.
+        for (i, &h) in hashes.iter().enumerate().take(14) {
+            let f = t.find(h, |loc| loc.seg == i as u32).expect("found");
+            t.remove(h, f.slot, &mut pool);
+        }
+        for (i, &h) in hashes.iter().enumerate().skip(14) {
+            assert!(t.find(h, |loc| loc.seg == i as u32).is_some(), "item {i} survives compaction");
+        }
+        assert_eq!(info_chain_len(t.head(0).slots[0].load(Relaxed)), 0, "six items fit in the head again");
+        assert_ne!(pool.free, 0);
+        let again = t.empty_slot(hashes[0], &mut pool).unwrap();
+        again.store(1, Relaxed);
+        for h in &hashes[..8] {
+            t.empty_slot(*h, &mut pool).unwrap().store(pack(1, 0, Loc { seg: 99, offset: 1 }), Relaxed);
+        }
+        assert_eq!(pool.used, 2, "returned buckets are reused before the pool grows");
     }
 
     #[test]
     fn pool_exhaustion_is_reported() {
         let (buckets, mask) = table(3);
         let t = Table { buckets: &buckets, mask };
-        let mut used = 0;
+        let mut pool = Pool::default();
         let mut n = 0;
-        while let Some(s) = t.empty_slot(0, &mut used) {
+        while let Some(s) = t.empty_slot(0, &mut pool) {
             s.store(pack(1, 0, Loc { seg: n, offset: 0 }), Relaxed);
             n += 1;
         }
