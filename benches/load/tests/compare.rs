@@ -9,6 +9,10 @@ use segcache_bench::ramp::{RampPlan, Slo};
 use segcache_bench::server::ServerSpec;
 use segcache_bench::workload::Workload;
 
+/// The tests of this file run one at a time: each picks free ports by binding and releasing
+/// them, and the other's servers and client connections could take one in between.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
@@ -27,6 +31,7 @@ fn mock_spec(name: &str, delay_us: u64) -> ServerSpec {
 
 #[test]
 fn compare_alternates_servers_and_writes_every_output() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = std::env::temp_dir().join(format!("segcache-bench-compare-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     let mut w = Workload::momento();
@@ -77,6 +82,7 @@ fn compare_alternates_servers_and_writes_every_output() {
 
 #[test]
 fn a_server_that_cannot_start_is_a_clear_error() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let out = std::env::temp_dir().join(format!("segcache-bench-compare-bad-{}", std::process::id()));
     let mut bad = mock_spec("bad", 0);
     bad.program = "/nonexistent/segcache-server".into();
