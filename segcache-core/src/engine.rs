@@ -215,12 +215,12 @@ impl Segcache {
         let counters = &self.meta().reads;
         match item {
             Some((item, found)) => {
-                let coin = counters.hits.fetch_add(1, Relaxed);
+                let coin = bump(&counters.hits);
                 Table::bump_freq(found.slot, found.value, coin ^ h);
                 Some(item)
             }
             None => {
-                counters.misses.fetch_add(1, Relaxed);
+                bump(&counters.misses);
                 None
             }
         }
@@ -270,12 +270,12 @@ impl Segcache {
             for (i, k) in chunk.iter().enumerate() {
                 match self.lookup(k, hashes[i], now) {
                     Some((item, found)) => {
-                        let coin = self.meta().reads.hits.fetch_add(1, Relaxed);
+                        let coin = bump(&self.meta().reads.hits);
                         Table::bump_freq(found.slot, found.value, coin ^ hashes[i]);
                         f(chunk_no * BATCH + i, item)
                     }
                     None => {
-                        self.meta().reads.misses.fetch_add(1, Relaxed);
+                        bump(&self.meta().reads.misses);
                     }
                 }
             }

@@ -95,12 +95,25 @@ impl TtlBucket {
     pub const EMPTY: TtlBucket = TtlBucket { head: NONE, tail: NONE, open: [NONE; 2], segments: 0, _pad: 0 };
 }
 
-/// Counters that readers bump (under a shared lock), hence atomic.
+/// Counters that readers bump (under a shared lock), hence atomic. They are bumped with a plain
+/// load and store rather than a locked add: exact for one reader at a time, approximate (a
+/// concurrent increment can be lost) when threads read one shard at once, and no barrier on the
+/// read path.
 #[repr(C)]
 #[derive(Debug, Default)]
 pub struct ReadCounters {
     pub hits: AtomicU64,
     pub misses: AtomicU64,
+}
+
+/// Adds one to a read counter without a locked instruction (see `ReadCounters`); returns the
+/// old value.
+#[inline]
+pub fn bump(counter: &AtomicU64) -> u64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    let v = counter.load(Relaxed);
+    counter.store(v.wrapping_add(1), Relaxed);
+    v
 }
 
 /// Per-shard state that is not a table, a bucket or a header.

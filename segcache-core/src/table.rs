@@ -268,13 +268,18 @@ impl<'a> Table<'a> {
 
     /// Raises a slot's frequency counter: always while small, then with falling probability, so
     /// that 8 bits tell apart warm from hot. `coin` is a cheap random number.
+    ///
+    /// A plain store, not a locked read-modify-write: only readers race here (writers hold the
+    /// engine exclusively), they change nothing but the counter, and a lost increment is
+    /// harmless. A locked instruction would instead stop the processor from overlapping the
+    /// memory misses of consecutive reads.
     #[inline]
     pub fn bump_freq(slot: &AtomicU64, value: u64, coin: u64) {
         let f = slot_freq(value);
         if f == u8::MAX || (f >= 16 && coin & ((f as u64).next_power_of_two() - 1) != 0) {
             return;
         }
-        let _ = slot.compare_exchange(value, value + (1 << FREQ_SHIFT), Relaxed, Relaxed);
+        slot.store(value + (1 << FREQ_SHIFT), Relaxed);
     }
 
     /// Replaces a slot's location and frequency, keeping its tag.
