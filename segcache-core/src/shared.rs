@@ -7,8 +7,10 @@
 //! not use for bucket choice, so keys spread evenly and each shard's table stays dense.
 //!
 //! - Reads take the shard's lock shared: any number of threads read one shard at once. The
-//!   frequency counter that eviction uses is updated with a relaxed atomic inside the slot, so a
-//!   read never needs the lock exclusively.
+//!   frequency counter that eviction uses, and the hit and miss counters, are bumped with plain
+//!   relaxed stores (no locked instruction, so consecutive reads overlap their memory misses):
+//!   a read never needs the lock exclusively, and concurrent readers of one shard may lose an
+//!   increment, which only makes those counters approximate.
 //! - Writes take the shard's lock exclusively for the append and the slot update only (a few
 //!   hundred nanoseconds); writers on different shards never meet. CAS, incr/decr, append and
 //!   prepend are atomic because the read-modify-write happens under that one exclusive lock.
