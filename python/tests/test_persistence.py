@@ -5,9 +5,7 @@ import gc
 import pytest
 
 import segcache
-from conftest import needs_real_engine
 
-pytestmark = needs_real_engine
 
 
 def open_cache(path, **kw):

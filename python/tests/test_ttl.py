@@ -5,7 +5,6 @@ import datetime
 import pytest
 
 import segcache
-from conftest import needs_real_engine
 
 
 def test_manual_clock(clock):
@@ -129,7 +128,6 @@ def test_flush_after_delay(cache, clock):
     assert cache.get(b"k") is None
 
 
-@needs_real_engine
 def test_flush_delay_keeps_items_until_then(cache, clock):
     cache.set(b"k", b"v")
     cache.flush(delay=datetime.timedelta(seconds=5))
@@ -139,7 +137,6 @@ def test_flush_delay_keeps_items_until_then(cache, clock):
     assert cache.get(b"k") is None
 
 
-@needs_real_engine
 def test_expire_frees_expired_items(cache, clock):
     for i in range(1000):
         cache.set(b"short%d" % i, b"v" * 50, ttl=10)

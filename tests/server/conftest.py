@@ -21,10 +21,6 @@ def server_binary() -> Path:
     return target / "release" / "segcache-server"
 
 
-def engine_is_placeholder() -> bool:
-    """The lead's placeholder engine (a HashMap) has no persistence or delayed flush yet."""
-    return "PLACEHOLDER" in (ROOT / "segcache-core/src/engine.rs").read_text()
-
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import Raw, Server, engine_is_placeholder, free_port, server_binary
+from conftest import Raw, Server, free_port, server_binary
 
 
 def stats(port: int, arg: str = "") -> dict[str, str]:
@@ -157,7 +157,6 @@ def test_pinning_options(fresh_server):
     assert stats(s2.port, "settings")["pin_threads"] == "no"
 
 
-@pytest.mark.skipif(engine_is_placeholder(), reason="persistence lands with the segment engine")
 def test_graceful_stop_then_warm_restart(tmp_path):
     path = tmp_path / "cache.seg"
     port = free_port()
@@ -176,7 +175,6 @@ def test_graceful_stop_then_warm_restart(tmp_path):
     assert s.stop() == 0
 
 
-@pytest.mark.skipif(engine_is_placeholder(), reason="persistence lands with the segment engine")
 def test_unusable_persistence_file_is_refused_unless_reset(tmp_path):
     path = tmp_path / "garbage.seg"
     path.write_bytes(b"not a segcache file" * 1000)

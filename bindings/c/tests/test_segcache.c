@@ -2,10 +2,6 @@
  * Tests of the segcache C API: every function, every status, the bad-argument paths, several
  * threads at once, and persistence. Built with gcc -std=c11 -Wall -Wextra -Werror and run plain,
  * under valgrind and under AddressSanitizer by `make -C bindings/c test`.
- *
- * While segcache-core's engine is the placeholder (SEGCACHE_PLACEHOLDER=1 in the environment),
- * the assertions that need the real segment engine (warm restart, file errors, heap-full,
- * delayed flush, expiry counts, full stats) are skipped and counted as such.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -18,7 +14,7 @@
 
 #include "segcache.h"
 
-static int passed, failed, skipped;
+static int passed, failed;
 
 #define CHECK(cond)                                                                  \
     do {                                                                             \
@@ -45,20 +41,6 @@ static int passed, failed, skipped;
     } while (0)
 
 #define K(s) (const uint8_t *)(s), strlen(s)
-
-static int placeholder(void) {
-    const char *e = getenv("SEGCACHE_PLACEHOLDER");
-    return e != NULL && e[0] == '1';
-}
-
-static int skip(const char *what) {
-    if (placeholder()) {
-        skipped++;
-        printf("SKIP (placeholder engine): %s\n", what);
-        return 1;
-    }
-    return 0;
-}
 
 static segcache_t *open_small(uint32_t manual_clock) {
     segcache_config_t cfg;
@@ -172,7 +154,7 @@ static void test_open_errors(void) {
     }
 
     /* A heap the OS cannot give: refused with a status, never an abort. */
-    if (!skip("heap larger than the address space -> MAP_FAILED")) {
+    { /* heap larger than the address space -> MAP_FAILED */
         bad = cfg;
         bad.heap_size = (size_t)1 << 62;
         bad.segment_size = 4u << 20;
@@ -278,7 +260,6 @@ static void test_too_large(void) {
 }
 
 static void test_no_memory(void) {
-    if (skip("eviction NONE on a full heap -> NO_MEMORY")) return;
     segcache_config_t cfg;
     segcache_config_default(&cfg);
     cfg.heap_size = 64u << 10;
@@ -536,7 +517,7 @@ static void test_flush_expire(void) {
     /* flush_after(delay): items stored before stay until the delay passes */
     CHECK_ST(segcache_set(c, K("b"), K("v"), 0, 0), SEGCACHE_OK);
     CHECK_ST(segcache_flush_after(c, 10), SEGCACHE_OK);
-    if (!skip("flush_after keeps items until the delay passes")) {
+    { /* flush_after keeps items until the delay passes */
         CHECK_ST(segcache_advance_clock(c, 5), SEGCACHE_OK);
         CHECK_ST(segcache_contains(c, K("b")), SEGCACHE_OK);
     }
@@ -557,7 +538,7 @@ static void test_flush_expire(void) {
     CHECK_ST(segcache_expire(c, NULL), SEGCACHE_OK);
     CHECK_ST(segcache_contains(c, K("e1")), SEGCACHE_NOT_FOUND);
     CHECK_ST(segcache_contains(c, K("keep")), SEGCACHE_OK);
-    if (!skip("expire reports the expired items it removed")) {
+    { /* expire reports the expired items it removed */
         segcache_stats_t st;
         CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
         CHECK(st.expired_items >= 200);
@@ -665,7 +646,7 @@ static void test_stats(void) {
     size_t n = 0;
     CHECK_ST(segcache_len(c, &n), SEGCACHE_OK);
     CHECK(n == 49);
-    if (!skip("full stats: sizes, policy, sets, deletes, misses")) {
+    { /* full stats: sizes, policy, sets, deletes, misses */
         CHECK(after.policy == SEGCACHE_POLICY_FIFO);
         CHECK(after.heap_bytes > 0 && after.heap_bytes <= cfg.heap_size);
         CHECK(after.segment_size == cfg.segment_size);
@@ -776,7 +757,7 @@ static void test_persistence(void) {
         snprintf(val, sizeof val, "value-%d", i);
         CHECK_ST(segcache_set(c, K(key), K(val), (uint32_t)i, 0), SEGCACHE_OK);
     }
-    if (!skip("a second open of a file in use -> LOCKED")) {
+    { /* a second open of a file in use -> LOCKED */
         segcache_t *c2 = NULL;
         CHECK_ST(segcache_open(&cfg, &c2), SEGCACHE_LOCKED);
         CHECK(c2 == NULL);
@@ -785,7 +766,7 @@ static void test_persistence(void) {
 
     c = NULL;
     CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
-    if (!skip("warm restart keeps every item")) {
+    { /* warm restart keeps every item */
         int ok = 0;
         for (int i = 0; i < 1000; i++) {
             segcache_meta_t meta;
@@ -800,7 +781,7 @@ static void test_persistence(void) {
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
 
     /* another configuration over the same file */
-    if (!skip("a file of another configuration -> BAD_FILE, reset_bad_file starts empty")) {
+    { /* a file of another configuration -> BAD_FILE, reset_bad_file starts empty */
         segcache_config_t other = cfg;
         other.segment_size = 128u << 10;
         c = NULL;
@@ -823,14 +804,14 @@ static void test_persistence(void) {
     memset(junk, 0x5A, sizeof junk);
     CHECK(write(fd, junk, sizeof junk) == (ssize_t)sizeof junk);
     close(fd);
-    if (!skip("a corrupt file -> BAD_FILE")) {
+    { /* a corrupt file -> BAD_FILE */
         segcache_config_t j = cfg;
         j.path = junk_path;
         c = NULL;
         CHECK_ST(segcache_open(&j, &c), SEGCACHE_BAD_FILE);
         CHECK(c == NULL);
     }
-    if (!skip("a path under a regular file -> IO_ERROR")) {
+    { /* a path under a regular file -> IO_ERROR */
         /* junk.dat is a file, so no directory can exist (or be created) beneath it */
         char bad_path[300];
         snprintf(bad_path, sizeof bad_path, "%s/sub/cache.dat", junk_path);
@@ -863,6 +844,6 @@ int main(void) {
     test_panic();
     test_threads();
     test_persistence();
-    printf("test_segcache: %d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    printf("test_segcache: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }
