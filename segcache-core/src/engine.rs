@@ -105,10 +105,10 @@ impl Segcache {
             scratch: Vec::new(),
             moves: Vec::new(),
         };
+        // Metadata found in a file is left untouched until it is verified or rebuilt.
         if fresh {
             engine.reset(true);
         }
-        engine.fit_spare_to_policy();
         engine
     }
 

@@ -98,13 +98,23 @@ impl Builder {
         match found {
             Found::Fresh => {}
             Found::Clean => {
-                if let Err(reason) = verify_all(&engines) {
-                    let path = self.path.clone().unwrap_or_default();
-                    if !self.reset_bad_file {
-                        return Err(Error::BadFile { path, reason });
+                // Metadata and segments are checked at once, the metadata first among the errors:
+                // a corrupt segment header can make its segment look corrupt too.
+                let checked = std::thread::scope(|s| {
+                    let metas = s.spawn(|| persist::check_metas(&region));
+                    let segments = verify_all(&engines);
+                    metas.join().unwrap_or_else(|_| Err("metadata check panicked".into())).and(segments)
+                });
+                match checked {
+                    Ok(()) => engines.iter_mut().for_each(Segcache::fit_spare_to_policy),
+                    Err(reason) => {
+                        let path = self.path.clone().unwrap_or_default();
+                        if !self.reset_bad_file {
+                            return Err(Error::BadFile { path, reason });
+                        }
+                        eprintln!("segcache: warning: {}: {reason}; starting empty", path.display());
+                        engines.iter_mut().for_each(|e| e.reset(false));
                     }
-                    eprintln!("segcache: warning: {}: {reason}; starting empty", path.display());
-                    engines.iter_mut().for_each(|e| e.reset(false));
                 }
             }
             Found::Crashed => {

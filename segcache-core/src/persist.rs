@@ -200,27 +200,12 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
         file.set_len(0).map_err(io_err(path))?;
         file.set_len(layout.total_len() as u64).map_err(io_err(path))?;
     }
-    // An existing file is about to be read whole (verified or scanned): fault it in at once,
-    // which costs the kernel far less than a fault per page.
-    let mut opts = memmap2::MmapOptions::new();
-    if found != Found::Fresh {
-        opts.populate();
-    }
-    let map = opts.map_raw(&file).map_err(io_err(path))?;
+    // No MAP_POPULATE: it faults the whole file in on one thread before anything else can run;
+    // the verification or rebuild that follows reads every page anyway, on every core, and the
+    // kernel maps the neighbours of each faulting page in the same fault.
+    let map = memmap2::MmapOptions::new().map_raw(&file).map_err(io_err(path))?;
     advise_huge_pages(&map);
     let region = Region { map, layout, file: Some(PersistFile { path: path.to_path_buf(), _file: file, active: std::sync::atomic::AtomicBool::new(false), closed: false }) };
-    if found == Found::Clean {
-        let h = read_header(&region).map_err(|r| bad(path, r))?;
-        if metas_checksum(&region) != h.meta_checksum {
-            let reason = "metadata checksum mismatch (corrupt hash table, segment headers or counters)";
-            if !reset_bad {
-                return Err(bad(path, reason));
-            }
-            eprintln!("segcache: warning: {}: {reason}; starting empty", path.display());
-            reset(&region)?;
-            return Ok((region, Found::Fresh));
-        }
-    }
     Ok((region, found))
 }
 
@@ -230,6 +215,15 @@ pub(crate) fn mark_open(region: &Region) {
         write_header(region, &Header::for_layout(&region.layout));
         pf.active.store(true, std::sync::atomic::Ordering::Relaxed);
     }
+}
+
+/// After a graceful close: the metadata still matches the checksum the header vouches for.
+pub(crate) fn check_metas(region: &Region) -> std::result::Result<(), String> {
+    let h = read_header(region)?;
+    if metas_checksum(region) != h.meta_checksum {
+        return Err("metadata checksum mismatch (corrupt hash table, segment headers or counters)".into());
+    }
+    Ok(())
 }
 
 /// Checksum of every shard's metadata in use: counters, TTL buckets, segment headers, primary
@@ -253,15 +247,6 @@ fn metas_checksum(region: &Region) -> u64 {
     });
     let bytes: Vec<u8> = sums.iter().flat_map(|s| s.to_le_bytes()).collect();
     xxhash_rust::xxh3::xxh3_64(&bytes)
-}
-
-/// Zeroes every shard's metadata (the caller then lays out a fresh cache).
-pub(crate) fn reset(region: &Region) -> Result<()> {
-    let start = region.layout.meta_start(0);
-    let len = region.layout.metas_end() - start;
-    // SAFETY: the range lies inside the mapping and nothing else uses it yet.
-    unsafe { std::ptr::write_bytes(region.base().add(start), 0, len) };
-    Ok(())
 }
 
 fn read_header(region: &Region) -> std::result::Result<Header, String> {
