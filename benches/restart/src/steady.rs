@@ -63,7 +63,7 @@ pub fn steady(a: &SteadyArgs) -> Result<()> {
     let set_ns = (mono_ns() - t) as f64 / n;
     println!(
         "steady heap={} items={} insert_ns={insert_ns:.0} get_ns={get_ns:.0} set_ns={set_ns:.0}",
-        if a.path.is_some() { "file" } else { "anon" },
+        a.path.as_ref().and_then(|p| p.parent()).map_or("anon".into(), |d| format!("file-in:{}", d.display())),
         a.items
     );
     cache.close()?;
