@@ -29,6 +29,9 @@ pub struct Segcache {
     scratch: Vec<u8>,
     /// Live items of the segments being merged.
     moves: Vec<Move>,
+    /// File-backed: records carry the checksums that crash recovery checks. Anonymous memory
+    /// does not outlive the process, so it skips them.
+    durable: bool,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -95,7 +98,9 @@ impl Segcache {
         } else {
             0
         };
+        let durable = mem.region.file.is_some();
         let mut engine = Segcache {
+            durable,
             mem,
             geo,
             clock: builder.clock.clone(),
@@ -423,7 +428,15 @@ impl Segcache {
             return Err(Error::TooLarge { size: key.len() + value_len, max: self.max_item_size() });
         }
         let h = hash(key);
-        let existing = self.lookup(key, h, now).map(|(item, found)| (item.cas, found.value));
+        // The bucket's miss overlaps the append; the lookup after it finds the line in cache.
+        prefetch(self.table().head(h) as *const Bucket as *const u8);
+        // A plain set needs the current copy only to replace it, which the lookup after the
+        // append does (S3-FIFO also wants its pool).
+        let existing = if mode == Mode::Set && self.policy != Policy::S3Fifo {
+            None
+        } else {
+            self.lookup(key, h, now).map(|(item, found)| (item.cas, found.value))
+        };
         match (mode, existing) {
             (Mode::Add, Some(_)) | (Mode::Replace, None) => return Err(Error::NotStored),
             (Mode::Cas(_), None) => return Err(Error::NotFound),
@@ -586,9 +599,10 @@ impl Segcache {
     /// offset and the checksum, so that a crash leaves either the whole record or none.
     fn write_record(&mut self, seg: u32, fill: impl FnOnce(&mut [u8]), len: usize) -> Loc {
         let offset = self.seg(seg).write_offset as usize;
+        let durable = self.durable;
         let dst = &mut self.seg_space(seg)[offset..offset + len];
         fill(dst);
-        let sum = record::checksum(dst);
+        let sum = if durable { record::checksum(dst) } else { 0 };
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);
         let s = self.seg_mut(seg);
         s.write_offset = (offset + len) as u32;

@@ -32,6 +32,10 @@ struct Args {
     /// Runs per cell; the best is reported.
     #[arg(long, default_value_t = 3)]
     reps: usize,
+    /// Only the workloads whose set percentage is in this list (e.g. `50` for the 50:50 mix
+    /// alone, as when profiling one); all of them when left out.
+    #[arg(long, value_delimiter = ',')]
+    set_pct: Vec<u32>,
     /// Pre-generated operations per thread (cycled).
     #[arg(long, default_value_t = 1 << 20)]
     ops_per_thread: usize,
@@ -64,6 +68,7 @@ fn workloads(a: &Args, keys: &[Key]) -> Vec<Workload> {
     WORKLOADS
         .iter()
         .enumerate()
+        .filter(|(_, w)| a.set_pct.is_empty() || a.set_pct.contains(&w.2))
         .map(|(w, &(name, dist, set_pct))| {
             let streams = (0..max_t)
                 .map(|t| {
