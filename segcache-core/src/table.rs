@@ -85,6 +85,7 @@ pub struct Table<'a> {
 }
 
 /// The result of looking for a key's slot.
+#[derive(Clone, Copy)]
 pub struct Found<'a> {
     pub slot: &'a AtomicU64,
     pub value: u64,
