@@ -34,6 +34,7 @@ pub struct Builder {
     pub(crate) clock: Arc<dyn Clock>,
     pub(crate) path: Option<PathBuf>,
     pub(crate) reset_bad_file: bool,
+    pub(crate) lazy_verify: bool,
 }
 
 impl Default for Builder {
@@ -55,6 +56,7 @@ impl Builder {
             clock: Arc::new(SystemClock),
             path: None,
             reset_bad_file: false,
+            lazy_verify: false,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -97,6 +99,18 @@ impl Builder {
     /// stderr.
     pub fn reset_bad_file(mut self, reset: bool) -> Self {
         self.reset_bad_file = reset;
+        self
+    }
+
+    /// Reopening a gracefully closed file: `false` (default) checks every segment against its
+    /// checksum before the open returns, so that any damage fails the open with
+    /// [`Error::BadFile`] (or starts empty, with [`Builder::reset_bad_file`]). `true` checks only
+    /// the header and the metadata (hash table, segment headers) at open, so the cache serves
+    /// at once; a segment is checked when it is first read, and a shard checks the rest at its
+    /// first write, at `expire` or at close. A segment found damaged then is dropped with its
+    /// items (they read as misses) and a warning on stderr: no wrong value is served either way.
+    pub fn lazy_verify(mut self, lazy: bool) -> Self {
+        self.lazy_verify = lazy;
         self
     }
 

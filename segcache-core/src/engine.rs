@@ -32,6 +32,10 @@ pub struct Segcache {
     /// File-backed: records carry the checksums that crash recovery checks. Anonymous memory
     /// does not outlive the process, so it skips them.
     durable: bool,
+    /// After a lazily verified reopen (`Builder::lazy_verify`), each segment's check state
+    /// (`recover::UNCHECKED`, `GOOD`, `BAD`) until every segment is checked: a read checks the
+    /// segment it touches, the first write checks all the others. `None` otherwise.
+    pub(crate) unchecked: Option<Box<[std::sync::atomic::AtomicU8]>>,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -101,6 +105,7 @@ impl Segcache {
         let durable = mem.region.file.is_some();
         let mut engine = Segcache {
             durable,
+            unchecked: None,
             mem,
             geo,
             clock: builder.clock.clone(),
@@ -177,7 +182,7 @@ impl Segcache {
     }
     #[inline]
     fn record(&self, loc: Loc) -> Option<Record<'_>> {
-        if loc.seg as usize >= self.geo.segments {
+        if loc.seg as usize >= self.geo.segments || !self.readable_segment(loc.seg) {
             return None;
         }
         record::parse(self.seg_data(loc.seg).get(loc.offset as usize..)?)
@@ -678,7 +683,7 @@ impl Segcache {
         self.ttl_bucket_mut(b).segments += 1;
     }
 
-    fn unlink(&mut self, id: u32) {
+    pub(crate) fn unlink(&mut self, id: u32) {
         let (prev, next, b, pool) = {
             let s = self.seg(id);
             (s.prev, s.next, s.ttl_bucket as usize, s.pool)
@@ -787,6 +792,7 @@ impl Segcache {
     /// Frees every segment whose items have all expired, from the heads of the TTL chains.
     /// Returns the number of items removed. Writes call it at most once a second.
     pub fn expire(&mut self) -> usize {
+        self.finish_checks();
         let now = self.now();
         self.meta_mut().last_expire = now;
         let before = self.meta().expired_items;
@@ -808,6 +814,7 @@ impl Segcache {
 
     /// Start of every write: a due flush, and expiry once a second.
     fn prepare_write(&mut self) -> u32 {
+        self.finish_checks();
         let now = self.now();
         if self.flushed(now) {
             self.reset(false);
@@ -1172,6 +1179,8 @@ impl Segcache {
     /// `zeroed`: the region is fresh, all zero, so the table need not be written (writing it
     /// would make every page of it resident before the first item).
     pub(crate) fn reset(&mut self, zeroed: bool) {
+        // Every segment is about to be freed: none is left to check.
+        self.unchecked = None;
         // Segments allocated before now belong to the flushed cache, whatever a crash leaves;
         // recorded first, so that a crash in the middle of the reset cannot bring them back.
         let m = self.meta_mut();

@@ -36,6 +36,7 @@ mod stats;
 mod table;
 pub mod ttl;
 
+use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -100,13 +101,25 @@ impl Builder {
             Found::Clean => {
                 // Metadata and segments are checked at once, the metadata first among the errors:
                 // a corrupt segment header can make its segment look corrupt too.
-                let checked = std::thread::scope(|s| {
-                    let metas = s.spawn(|| persist::check_metas(&region));
-                    let segments = verify_all(&engines);
-                    metas.join().unwrap_or_else(|_| Err("metadata check panicked".into())).and(segments)
-                });
+                let checked = if self.lazy_verify {
+                    persist::check_metas(&region)
+                } else {
+                    std::thread::scope(|s| {
+                        let metas = s.spawn(|| persist::check_metas(&region));
+                        let segments = verify_all(&engines);
+                        metas.join().unwrap_or_else(|_| Err("metadata check panicked".into())).and(segments)
+                    })
+                };
                 match checked {
-                    Ok(()) => engines.iter_mut().for_each(Segcache::fit_spare_to_policy),
+                    Ok(()) => {
+                        for e in &mut engines {
+                            if self.lazy_verify {
+                                let n = e.geo.segments;
+                                e.unchecked = Some((0..n).map(|_| AtomicU8::new(recover::UNCHECKED)).collect());
+                            }
+                            e.fit_spare_to_policy();
+                        }
+                    }
                     Err(reason) => {
                         let path = self.path.clone().unwrap_or_default();
                         if !self.reset_bad_file {

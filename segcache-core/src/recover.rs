@@ -1,6 +1,7 @@
 //! Checking a reopened heap, and rebuilding the index after a crash.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::AtomicU8;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 
 use crate::hash::hash;
 use crate::layout::*;
@@ -8,26 +9,90 @@ use crate::record;
 use crate::table::{self, Loc};
 use crate::{ttl, Segcache};
 
+/// Check states of `Segcache::unchecked`.
+pub(crate) const UNCHECKED: u8 = 0;
+const GOOD: u8 = 1;
+const BAD: u8 = 2;
+
 impl Segcache {
     /// After a graceful close: checks every segment in use among `ids` against the checksum
     /// taken at close; `Err` names the first bad one.
     pub(crate) fn verify_segments(&self, ids: std::ops::Range<u32>) -> Result<(), String> {
-        for id in ids {
-            let s = self.seg(id);
-            if !matches!(s.state, SEG_OPEN | SEG_SEALED) {
-                continue;
-            }
-            if s.write_offset as usize > self.geo.segment_size
-                || xxhash_rust::xxh3::xxh3_64(self.seg_data(id)) != s.close_sum
-            {
-                return Err(format!("segment {id} does not match its checksum (corrupt heap)"));
+        match ids.into_iter().find(|&id| !self.matches_close_sum(id)) {
+            Some(id) => Err(format!("segment {id} does not match its checksum (corrupt heap)")),
+            None => Ok(()),
+        }
+    }
+
+    /// The segment is unused, or its bytes are those it had at the graceful close.
+    fn matches_close_sum(&self, id: u32) -> bool {
+        let s = self.seg(id);
+        !matches!(s.state, SEG_OPEN | SEG_SEALED)
+            || (s.write_offset as usize <= self.geo.segment_size
+                && xxhash_rust::xxh3::xxh3_64(self.seg_data(id)) == s.close_sum)
+    }
+
+    /// Whether records of segment `id` may be read: after a lazily verified reopen, the first
+    /// read of a segment checks it (readers racing on one segment may both check it; the
+    /// result is the same).
+    #[inline]
+    pub(crate) fn readable_segment(&self, id: u32) -> bool {
+        let Some(states) = &self.unchecked else { return true };
+        match states[id as usize].load(Acquire) {
+            GOOD => true,
+            BAD => false,
+            _ => self.check_segment(states, id),
+        }
+    }
+
+    #[cold]
+    fn check_segment(&self, states: &[AtomicU8], id: u32) -> bool {
+        let ok = self.matches_close_sum(id);
+        states[id as usize].store(if ok { GOOD } else { BAD }, Release);
+        ok
+    }
+
+    /// Before the first write after a lazily verified reopen: checks the segments no read has
+    /// checked yet, and drops the corrupt ones (their items become misses), with a warning.
+    pub(crate) fn finish_checks(&mut self) {
+        let Some(states) = self.unchecked.take() else { return };
+        let mut dropped = 0;
+        for id in 0..self.geo.segments as u32 {
+            let good = match states[id as usize].load(Acquire) {
+                UNCHECKED => self.matches_close_sum(id),
+                state => state == GOOD,
+            };
+            if !good {
+                self.drop_corrupt_segment(id);
+                dropped += 1;
             }
         }
-        Ok(())
+        if dropped > 0 {
+            eprintln!(
+                "segcache: warning: {dropped} segment(s) did not match their checksums after reopening \
+                 (corrupt heap) and were dropped with their items"
+            );
+        }
+    }
+
+    /// Removes every slot pointing into the segment (its records cannot be trusted to find
+    /// them) and frees it.
+    fn drop_corrupt_segment(&mut self, id: u32) {
+        let mut pool = self.meta().overflow;
+        self.table().remove_where(|loc| loc.seg == id, &mut pool);
+        self.meta_mut().overflow = pool;
+        let (items, bytes) = (u64::from(self.seg(id).live_items), u64::from(self.seg(id).live_bytes));
+        self.unlink(id);
+        self.push_free(id);
+        let m = self.meta_mut();
+        m.items = m.items.saturating_sub(items);
+        m.bytes = m.bytes.saturating_sub(bytes);
     }
 
     /// Before a graceful close: takes every used segment's checksum (see `verify_segments`).
     pub(crate) fn seal_for_close(&mut self) {
+        // A segment never checked since the reopen must not be vouched for unchecked.
+        self.finish_checks();
         for id in 0..self.geo.segments as u32 {
             if matches!(self.seg(id).state, SEG_OPEN | SEG_SEALED) {
                 let sum = xxhash_rust::xxh3::xxh3_64(self.seg_data(id));

@@ -234,6 +234,20 @@ impl<'a> Table<'a> {
         }
     }
 
+    /// Empties every item slot whose location `gone` selects, keeping chains compact; returns
+    /// how many. Walks the whole table: for rare repairs only.
+    pub fn remove_where(&self, mut gone: impl FnMut(Loc) -> bool, pool: &mut Pool) -> u64 {
+        let mut removed = 0;
+        for chain in 0..=self.mask {
+            // A chain's index serves as its hash: `head` only uses the masked bits.
+            while let Some(slot) = self.scan(chain, |_, v| gone(slot_loc(v))) {
+                self.remove(chain, slot, pool);
+                removed += 1;
+            }
+        }
+        removed
+    }
+
     fn scan_empty(&self, hash: u64) -> Option<&'a AtomicU64> {
         let head = self.head(hash);
         let chain = info_chain_len(head.slots[0].load(Relaxed));

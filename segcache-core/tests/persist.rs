@@ -181,16 +181,19 @@ fn flipped_bytes_anywhere_are_caught_or_harmless() {
         let mut bytes = pristine.clone();
         bytes[at] ^= 1 << (rng >> 61);
         std::fs::write(&path, &bytes).unwrap();
-        match builder(&path, &clock).build_shared() {
-            Err(Error::BadFile { .. }) => rejected += 1,
-            Err(e) => panic!("flip at {at}: unexpected error {e}"),
-            Ok(c) => {
-                for i in 0..3000u32 {
-                    if let Some(item) = c.get(format!("k{i}").as_bytes()) {
-                        assert_eq!(item.value, format!("value {i}").into_bytes(), "flip at {at}: wrong value for k{i}");
+        for lazy in [false, true] {
+            std::fs::write(&path, &bytes).unwrap();
+            match builder(&path, &clock).lazy_verify(lazy).build_shared() {
+                Err(Error::BadFile { .. }) => rejected += 1,
+                Err(e) => panic!("flip at {at}: unexpected error {e}"),
+                Ok(c) => {
+                    for i in 0..3000u32 {
+                        if let Some(item) = c.get(format!("k{i}").as_bytes()) {
+                            assert_eq!(item.value, format!("value {i}").into_bytes(), "flip at {at}: wrong value for k{i}");
+                        }
                     }
+                    drop(c);
                 }
-                drop(c);
             }
         }
     }
@@ -219,4 +222,71 @@ fn a_file_left_zeroed_by_a_crash_during_creation_starts_empty() {
     c.close().unwrap();
     assert_eq!(builder(&path, &clock).build_shared().unwrap().get(b"a").unwrap().value, b"1");
     std::fs::remove_file(&path).unwrap();
+}
+
+/// Flips one byte inside the stored value of `key`'s item (`value N`) in a closed file.
+fn damage_value(path: &Path, n: u32) {
+    let mut bytes = std::fs::read(path).unwrap();
+    let needle = format!("value {n}").into_bytes();
+    let at = bytes.windows(needle.len()).position(|w| w == needle.as_slice()).expect("value in the file");
+    bytes[at + 2] ^= 0x20;
+    std::fs::write(path, &bytes).unwrap();
+}
+
+#[test]
+fn lazy_verify_serves_at_once_and_drops_only_a_damaged_segment() {
+    let clock = ManualClock::new(T0);
+    // Undamaged: everything comes back, writes work, the file closes clean again.
+    let path = closed_file("lazy-good", &clock);
+    let c = builder(&path, &clock).lazy_verify(true).build_shared().unwrap();
+    for i in 0..3000u32 {
+        assert_eq!(c.get(format!("k{i}").as_bytes()).unwrap().value, format!("value {i}").into_bytes());
+    }
+    c.set(b"after", b"1", 0, Duration::ZERO).unwrap();
+    c.close().unwrap();
+    let c = builder(&path, &clock).build_shared().unwrap();
+    assert_eq!(c.len(), 3001);
+    drop(c);
+    std::fs::remove_file(&path).unwrap();
+
+    // One value damaged: the strict open refuses the file; the lazy one serves the other
+    // segments and never the damaged value.
+    let path = closed_file("lazy-bad", &clock);
+    damage_value(&path, 1234);
+    expect_bad_segment(&path, &clock);
+    let c = builder(&path, &clock).lazy_verify(true).build_shared().unwrap();
+    assert!(c.get(b"k1234").is_none(), "a key in the damaged segment reads as a miss");
+    let served = |c: &segcache_core::SharedCache| {
+        (0..3000u32)
+            .filter(|i| match c.get(format!("k{i}").as_bytes()) {
+                Some(item) => {
+                    assert_eq!(item.value, format!("value {i}").into_bytes(), "wrong value for k{i}");
+                    true
+                }
+                None => false,
+            })
+            .count()
+    };
+    let before_write = served(&c);
+    assert!(before_write > 0 && before_write < 3000, "only the damaged segment is lost ({before_write} served)");
+    // A shard's first write (or `expire`, which every shard runs) checks the rest and drops
+    // the damaged segment for good.
+    c.set(b"after", b"1", 0, Duration::ZERO).unwrap();
+    c.expire();
+    assert_eq!(served(&c), before_write);
+    assert_eq!(c.len(), before_write + 1, "the dropped items are no longer counted");
+    c.close().unwrap();
+    // What was kept is sound: a strict reopen accepts it.
+    let c = builder(&path, &clock).build_shared().unwrap();
+    assert_eq!(served(&c), before_write);
+    assert_eq!(c.get(b"after").unwrap().value, b"1");
+    drop(c);
+    std::fs::remove_file(&path).unwrap();
+}
+
+fn expect_bad_segment(path: &Path, clock: &Arc<ManualClock>) {
+    match builder(path, clock).build_shared() {
+        Err(Error::BadFile { reason, .. }) => assert!(reason.contains("checksum"), "{reason}"),
+        other => panic!("expected BadFile, got {other:?}"),
+    }
 }

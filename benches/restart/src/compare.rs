@@ -63,9 +63,10 @@ pub fn compare(a: &CompareArgs) -> Result<()> {
                 let r = segcache_round(a, size, graceful, rep);
                 // Its file goes whether the round worked or not.
                 let _ = std::fs::remove_file(seg_file(&a.dir));
-                let r = r?;
-                print_row(&r);
-                rows.push(r);
+                for r in r? {
+                    print_row(&r);
+                    rows.push(r);
+                }
                 if with_mc {
                     let r = memcached_round(a, size, graceful, rep)?;
                     print_row(&r);
@@ -110,7 +111,7 @@ fn read_tagged(r: &mut impl BufRead, tag: &str) -> Result<String> {
     }
 }
 
-fn segcache_round(a: &CompareArgs, size: usize, graceful: bool, rep: usize) -> Result<Row> {
+fn segcache_round(a: &CompareArgs, size: usize, graceful: bool, rep: usize) -> Result<Vec<Row>> {
     let path = seg_file(&a.dir);
     let common = vec!["--path".to_string(), path.display().to_string(), "--heap".into(), size.to_string()];
     let mut args = vec!["fill".to_string()];
@@ -133,8 +134,28 @@ fn segcache_round(a: &CompareArgs, size: usize, graceful: bool, rep: usize) -> R
     let retained: u64 = field(&fill, "items")?;
     std::thread::sleep(Duration::from_millis(a.pause_ms));
 
+    let mut rows = vec![reopen_round(&common, size, if graceful { "graceful" } else { "kill -9" }, rep, keys, retained)];
+    // The reopen closed the file gracefully: reopen it once more with lazy verification.
+    if graceful {
+        let mut lazy = common.clone();
+        lazy.push("--lazy-verify".into());
+        rows.push(reopen_round(&lazy, size, "graceful, lazy verify", rep, keys, retained));
+    }
+    let _ = std::fs::remove_file(&path);
+    rows.into_iter().collect()
+}
+
+/// Times one `reopen` child over the file that `common` names.
+fn reopen_round(
+    common: &[String],
+    size: usize,
+    stop: &'static str,
+    rep: usize,
+    keys: u64,
+    retained: u64,
+) -> Result<Row> {
     let mut args = vec!["reopen".to_string()];
-    args.extend(common);
+    args.extend(common.iter().cloned());
     args.extend(["--keys".into(), keys.to_string()]);
     let t0 = mono_ns();
     args.extend(["--t0-ns".into(), t0.to_string()]);
@@ -142,7 +163,6 @@ fn segcache_round(a: &CompareArgs, size: usize, graceful: bool, rep: usize) -> R
     let mut out = BufReader::new(child.stdout.take().context("child stdout")?);
     let line = read_tagged(&mut out, "reopen ");
     let st = child.wait()?;
-    let _ = std::fs::remove_file(&path);
     let m = kv(&line?);
     if !st.success() {
         bail!("reopen exited with {st}");
@@ -150,7 +170,7 @@ fn segcache_round(a: &CompareArgs, size: usize, graceful: bool, rep: usize) -> R
     Ok(Row {
         engine: "segcache",
         size,
-        stop: if graceful { "graceful" } else { "kill -9" },
+        stop,
         rep,
         keys,
         retained,

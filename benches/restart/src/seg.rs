@@ -32,11 +32,14 @@ pub struct CacheArgs {
     /// Shards (power of two); the engine chooses from the core count when left out.
     #[arg(long)]
     pub shards: Option<usize>,
+    /// Reopen with `Builder::lazy_verify`: segments are checked at first use, not at open.
+    #[arg(long)]
+    pub lazy_verify: bool,
 }
 
 impl CacheArgs {
     pub fn builder(&self) -> Builder {
-        let mut b = Builder::new().heap_size(self.heap).segment_size(self.segment).eviction(self.policy).path(&self.path);
+        let mut b = Builder::new().heap_size(self.heap).segment_size(self.segment).eviction(self.policy).path(&self.path).lazy_verify(self.lazy_verify);
         if let Some(s) = self.shards {
             b = b.shards(s);
         }

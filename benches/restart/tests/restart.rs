@@ -45,8 +45,11 @@ fn run(args: &[&str]) -> String {
     String::from_utf8(out.stdout).unwrap()
 }
 
-fn reopen_and_check(path: &str, keys: u64, items: u64) {
-    let out = run(&["reopen", "--path", path, "--heap", "16MiB", "--keys", &keys.to_string()]);
+fn reopen_and_check(path: &str, keys: u64, items: u64, extra: &[&str]) {
+    let keys_arg = keys.to_string();
+    let mut args = vec!["reopen", "--path", path, "--heap", "16MiB", "--keys", &keys_arg];
+    args.extend_from_slice(extra);
+    let out = run(&args);
     let line = out.lines().find(|l| l.starts_with("reopen ")).expect("reopen line");
     assert_eq!(kv(line, "wrong"), 0, "{line}");
     assert_eq!(kv(line, "served"), items, "every item present at the stop must come back: {line}");
@@ -65,9 +68,10 @@ fn graceful_stop_keeps_every_item() {
     let (keys, items) = (kv(fill, "keys"), kv(fill, "items"));
     // 16 MiB of ~100-byte records: well over 100k items, and the heap really was filled.
     assert!(items > 100_000 && items <= keys, "{fill}");
-    reopen_and_check(p, keys, items);
-    // Reopened and closed again: still all there.
-    reopen_and_check(p, keys, items);
+    reopen_and_check(p, keys, items, &[]);
+    // Reopened and closed again: still all there, also when segments are checked lazily.
+    reopen_and_check(p, keys, items, &["--lazy-verify"]);
+    reopen_and_check(p, keys, items, &[]);
 }
 
 #[test]
@@ -86,7 +90,7 @@ fn kill_9_keeps_every_acknowledged_item() {
     child.wait().unwrap();
     let (keys, items) = (kv(&line, "keys"), kv(&line, "items"));
     assert!(items > 100_000, "{line}");
-    reopen_and_check(p, keys, items);
+    reopen_and_check(p, keys, items, &[]);
 }
 
 #[test]
@@ -151,7 +155,8 @@ fn compare_runs_both_engines_and_segcache_keeps_everything() {
     let mc = if have_mc { "memcached" } else { "none" };
     let out = run(&["compare", "--sizes", "64MiB", "--dir", dir.to_str().unwrap(), "--port", &port, "--memcached", mc]);
     let rows: Vec<&str> = out.lines().filter(|l| l.contains(" rep=")).collect();
-    assert_eq!(rows.len(), if have_mc { 4 } else { 2 }, "{out}");
+    // segcache: graceful (strict and lazy verification) and kill -9; memcached: both stops.
+    assert_eq!(rows.len(), if have_mc { 5 } else { 3 }, "{out}");
     for r in rows.iter().filter(|r| r.starts_with("segcache")) {
         assert_eq!(kv(r, "served"), kv(r, "retained"), "{r}");
         assert_eq!(kv(r, "wrong"), 0, "{r}");
@@ -162,6 +167,7 @@ fn compare_runs_both_engines_and_segcache_keeps_everything() {
         assert_eq!(kv(g, "wrong"), 0, "{g}");
     }
     assert!(out.contains("| segcache | 64 MiB | kill -9 |"), "{out}");
+    assert!(out.contains("| segcache | 64 MiB | graceful, lazy verify |"), "{out}");
     // Its files are gone.
     assert_eq!(std::fs::read_dir(&*dir).unwrap().count(), 0);
 }
