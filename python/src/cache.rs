@@ -21,7 +21,7 @@ use parking_lot::RwLock;
 use pyo3::exceptions::{PyKeyError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use segcache_core::{Error, Policy, SharedCache};
+use segcache_core::{Error, OwnedItem, Policy, SharedCache};
 
 use crate::clock::ManualClock;
 use crate::convert::{self, key, value};
@@ -91,6 +91,16 @@ impl Cache {
         })
     }
 
+    /// The item copied out by `op` (a read that copies, run with the GIL released), or `None`.
+    #[inline]
+    fn fetch(
+        &self,
+        py: Python<'_>,
+        op: impl FnOnce(&SharedCache) -> Option<OwnedItem> + Send,
+    ) -> PyResult<Option<OwnedItem>> {
+        self.with(|c| Ok(py.detach(|| op(c))))
+    }
+
     fn store(
         &self,
         py: Python<'_>,
@@ -106,17 +116,11 @@ impl Cache {
         let flags = convert::flags(flags)?;
         self.with(|c| {
             let (k, v) = (&*k, v.as_slice());
-            let run = || match op {
+            stored(detach_if_big(py, v.len(), || match op {
                 Store::Set => c.set(k, v, flags, ttl),
                 Store::Add => c.add(k, v, flags, ttl),
                 Store::Replace => c.replace(k, v, flags, ttl),
-            };
-            let r = if v.len() >= BIG {
-                py.detach(run)
-            } else {
-                run()
-            };
-            stored(r)
+            }))
         })
     }
 
@@ -131,55 +135,80 @@ impl Cache {
         let v = value(v)?;
         self.with(|c| {
             let (k, v) = (&*k, v.as_slice());
-            let run = || {
+            // An append copies the whole item, whose size we do not know: release the GIL when
+            // the part we add is big.
+            stored(detach_if_big(py, v.len(), || {
                 if front {
                     c.prepend(k, v)
                 } else {
                     c.append(k, v)
                 }
-            };
-            // An append copies the whole item, whose size we do not know: release the GIL when
-            // the part we add is big.
-            let r = if v.len() >= BIG {
-                py.detach(run)
-            } else {
-                run()
-            };
-            stored(r)
+            }))
         })
     }
 
+    /// `incr` (`up`) or `decr` by `delta` (1 when not given).
     fn arith(
         &self,
         k: &Bound<'_, PyAny>,
-        delta: &Bound<'_, PyAny>,
+        delta: Option<&Bound<'_, PyAny>>,
         up: bool,
     ) -> PyResult<Option<u64>> {
         let k = key(k)?;
-        let delta = convert::int_in_range(delta, "delta", 0, u64::MAX)?;
+        let delta = match delta {
+            Some(d) => convert::int_in_range(d, "delta", 0, u64::MAX)?,
+            None => 1,
+        };
         self.with(|c| {
-            let r = if up {
+            present(if up {
                 c.incr(&k, delta)
             } else {
                 c.decr(&k, delta)
-            };
-            match r {
-                Ok(n) => Ok(Some(n)),
-                Err(Error::NotFound) | Err(Error::NotStored) => Ok(None),
-                Err(e) => Err(engine_error(e)),
-            }
+            })
         })
     }
 }
 
-/// `Ok(true)` when stored, `Ok(false)` when the condition failed (`add` on a present key,
-/// `replace`/`append`/`prepend` on an absent one), an exception otherwise.
+/// Runs the write `f` with the GIL released when it copies `len >= BIG` bytes, else with it held.
+#[inline(always)]
+fn detach_if_big<T: Send>(py: Python<'_>, len: usize, f: impl FnOnce() -> T + Send) -> T {
+    if len >= BIG {
+        py.detach(f)
+    } else {
+        f()
+    }
+}
+
+/// `Ok(Some(..))` on success, `Ok(None)` when the key was absent or the condition failed
+/// (`NotFound`, `NotStored`), an exception otherwise.
+#[inline]
+fn present<T>(r: segcache_core::Result<T>) -> PyResult<Option<T>> {
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(Error::NotStored) | Err(Error::NotFound) => Ok(None),
+        Err(e) => Err(engine_error(e)),
+    }
+}
+
+/// `Ok(true)` when stored (or deleted, touched), `Ok(false)` when the condition failed (`add` on
+/// a present key, `replace`/`append`/`prepend`/`delete`/`touch` on an absent one), an exception
+/// otherwise.
 #[inline]
 fn stored(r: segcache_core::Result<()>) -> PyResult<bool> {
-    match r {
-        Ok(()) => Ok(true),
-        Err(Error::NotStored) | Err(Error::NotFound) => Ok(false),
-        Err(e) => Err(engine_error(e)),
+    Ok(present(r)?.is_some())
+}
+
+/// A read's result as a Python object (made by `f`), or `default` (None when not given) on a miss.
+#[inline]
+fn found_or<'py, T>(
+    py: Python<'py>,
+    found: Option<T>,
+    default: Option<Bound<'py, PyAny>>,
+    f: impl FnOnce(T) -> PyResult<Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    match found {
+        Some(x) => f(x),
+        None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
     }
 }
 
@@ -331,10 +360,7 @@ impl Cache {
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
-        match self.lookup(py, &k)? {
-            Some(b) => Ok(b.into_any()),
-            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
-        }
+        found_or(py, self.lookup(py, &k)?, default, |b| Ok(b.into_any()))
     }
 
     /// `(value, cas)` for `key`, or `default` when absent. Pass the CAS value to `cas()`.
@@ -346,13 +372,12 @@ impl Cache {
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
-        let r = self.with(|c| Ok(py.detach(|| c.get(&k))))?;
-        match r {
-            Some(item) => Ok((PyBytes::new(py, &item.value), item.cas)
+        let r = self.fetch(py, |c| c.get(&k))?;
+        found_or(py, r, default, |item| {
+            Ok((PyBytes::new(py, &item.value), item.cas)
                 .into_pyobject(py)?
-                .into_any()),
-            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
-        }
+                .into_any())
+        })
     }
 
     /// `(value, flags, cas, ttl)` for `key` (ttl: whole seconds left, `None` if it never
@@ -365,16 +390,13 @@ impl Cache {
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
-        let r = self.with(|c| Ok(py.detach(|| c.get(&k))))?;
-        match r {
-            Some(item) => {
-                let ttl = item.ttl.map(|d| d.as_secs());
-                Ok((PyBytes::new(py, &item.value), item.flags, item.cas, ttl)
-                    .into_pyobject(py)?
-                    .into_any())
-            }
-            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
-        }
+        let r = self.fetch(py, |c| c.get(&k))?;
+        found_or(py, r, default, |item| {
+            let ttl = item.ttl.map(|d| d.as_secs());
+            Ok((PyBytes::new(py, &item.value), item.flags, item.cas, ttl)
+                .into_pyobject(py)?
+                .into_any())
+        })
     }
 
     /// Reads `key` and sets its TTL in one step; the value or `default`.
@@ -388,11 +410,10 @@ impl Cache {
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
-        let r = self.with(|c| Ok(py.detach(|| c.get_and_touch(&k, ttl))))?;
-        match r {
-            Some(item) => Ok(PyBytes::new(py, &item.value).into_any()),
-            None => Ok(default.unwrap_or_else(|| py.None().into_bound(py))),
-        }
+        let r = self.fetch(py, |c| c.get_and_touch(&k, ttl))?;
+        found_or(py, r, default, |item| {
+            Ok(PyBytes::new(py, &item.value).into_any())
+        })
     }
 
     /// Stores `value` under `key`. `ttl`: seconds (int/float), a timedelta, 0 for never, or
@@ -456,17 +477,9 @@ impl Cache {
         let flags = convert::flags(flags)?;
         self.with(|c| {
             let (k, v) = (&*k, v.as_slice());
-            let run = || c.cas(k, v, flags, ttl, cas);
-            let r = if v.len() >= BIG {
-                py.detach(run)
-            } else {
-                run()
-            };
-            match r {
-                Ok(()) => Ok(Some(true)),
+            match detach_if_big(py, v.len(), || c.cas(k, v, flags, ttl, cas)) {
                 Err(Error::Exists) => Ok(Some(false)),
-                Err(Error::NotFound) | Err(Error::NotStored) => Ok(None),
-                Err(e) => Err(engine_error(e)),
+                r => Ok(present(r)?.map(|()| true)),
             }
         })
     }
@@ -496,45 +509,33 @@ impl Cache {
     #[pyo3(signature = (key, delta=None))]
     fn incr(
         &self,
-        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         delta: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<u64>> {
-        let one = 1u8.into_pyobject(py)?.into_any();
-        self.arith(key, delta.unwrap_or(&one), true)
+        self.arith(key, delta, true)
     }
 
     /// Subtracts `delta` (stopping at 0); the new value, or None if absent.
     #[pyo3(signature = (key, delta=None))]
     fn decr(
         &self,
-        py: Python<'_>,
         key: &Bound<'_, PyAny>,
         delta: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<u64>> {
-        let one = 1u8.into_pyobject(py)?.into_any();
-        self.arith(key, delta.unwrap_or(&one), false)
+        self.arith(key, delta, false)
     }
 
     /// Removes `key`; True if it was there.
     fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
         let k = self::key(key)?;
-        self.with(|c| match c.delete(&k) {
-            Ok(()) => Ok(true),
-            Err(Error::NotFound) | Err(Error::NotStored) => Ok(false),
-            Err(e) => Err(engine_error(e)),
-        })
+        self.with(|c| stored(c.delete(&k)))
     }
 
     /// Sets a new TTL on `key` (None: the cache's default); True if it was there.
     fn touch(&self, key: &Bound<'_, PyAny>, ttl: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let k = self::key(key)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
-        self.with(|c| match c.touch(&k, ttl) {
-            Ok(()) => Ok(true),
-            Err(Error::NotFound) | Err(Error::NotStored) => Ok(false),
-            Err(e) => Err(engine_error(e)),
-        })
+        self.with(|c| stored(c.touch(&k, ttl)))
     }
 
     /// Removes every item; with `delay` (seconds or timedelta), every item stored before that
@@ -616,13 +617,7 @@ impl Cache {
             let v = self::value(&v)?;
             self.with(|c| {
                 let (k, v) = (&*k, v.as_slice());
-                let run = || c.set(k, v, flags, ttl_d);
-                let r = if v.len() >= BIG {
-                    py.detach(run)
-                } else {
-                    run()
-                };
-                r.map_err(engine_error)
+                detach_if_big(py, v.len(), || c.set(k, v, flags, ttl_d)).map_err(engine_error)
             })?;
         }
         Ok(())

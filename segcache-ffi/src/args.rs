@@ -129,3 +129,15 @@ pub(crate) unsafe fn put<T>(ptr: *mut T, v: T) {
     // SAFETY: see the function's contract; `write` does not drop the old (maybe uninitialised) value.
     unsafe { ptr.write(v) }
 }
+
+/// Writes `v` through an optional out-pointer checked by [`opt_out`]; nothing when it is `None`.
+///
+/// # Safety
+/// As for [`put`] when `ptr` is `Some`.
+#[inline(always)]
+pub(crate) unsafe fn put_opt<T>(ptr: Option<*mut T>, v: T) {
+    if let Some(p) = ptr {
+        // SAFETY: the function's contract.
+        unsafe { put(p, v) }
+    }
+}

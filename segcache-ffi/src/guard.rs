@@ -3,7 +3,9 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
+use crate::args;
 use crate::error::{set_last_error, Fail};
+use crate::handle::segcache_t;
 use crate::status::segcache_status_t;
 
 /// Runs `body`; `Ok` -> `SEGCACHE_OK`, `Err(fail)` -> its status (message recorded), a panic ->
@@ -35,6 +37,42 @@ pub(crate) fn run(body: impl FnOnce() -> Result<(), Fail>) -> segcache_status_t 
             segcache_status_t::SEGCACHE_PANIC
         }
     }
+}
+
+/// [`run`] with the handle checked first: `body` gets the live handle behind `cache`.
+///
+/// # Safety
+/// `cache` is NULL or a live handle (see [`args::handle`]).
+#[inline(always)]
+pub(crate) unsafe fn run_with(
+    cache: *const segcache_t,
+    body: impl FnOnce(&segcache_t) -> Result<(), Fail>,
+) -> segcache_status_t {
+    run(|| {
+        // SAFETY: the function's contract.
+        let h = unsafe { args::handle(cache) }?;
+        body(h)
+    })
+}
+
+/// [`run_with`], then the key checked: `body` gets the live handle and the key.
+///
+/// # Safety
+/// As for [`run_with`]; `key` points to `key_len` readable bytes (see [`args::key`]).
+#[inline(always)]
+pub(crate) unsafe fn run_keyed(
+    cache: *const segcache_t,
+    key: *const u8,
+    key_len: usize,
+    body: impl FnOnce(&segcache_t, &[u8]) -> Result<(), Fail>,
+) -> segcache_status_t {
+    let keyed = |h: &segcache_t| {
+        // SAFETY: the function's contract.
+        let key = unsafe { args::key(key, key_len) }?;
+        body(h, key)
+    };
+    // SAFETY: the function's contract.
+    unsafe { run_with(cache, keyed) }
 }
 
 /// Panics inside the library on purpose and returns `SEGCACHE_PANIC`: lets callers and tests

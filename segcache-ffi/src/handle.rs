@@ -9,7 +9,7 @@ use segcache_core::{Builder, ManualClock, Policy, SharedCache};
 
 use crate::args::{self, put};
 use crate::error::Fail;
-use crate::guard::run;
+use crate::guard::{run, run_with};
 use crate::status::segcache_status_t;
 
 /// Marks a live handle; cleared when the handle is closed so that a stale copy of the pointer is
@@ -250,13 +250,16 @@ pub unsafe extern "C" fn segcache_advance_clock(
     cache: *const segcache_t,
     secs: u32,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let clock = h.clock.as_ref().ok_or_else(|| {
-            Fail::invalid(c"cache runs on the system clock; open it with manual_clock_start != 0")
-        })?;
-        clock.advance(secs);
-        Ok(())
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        run_with(cache, |h| {
+            let clock = h.clock.as_ref().ok_or_else(|| {
+                Fail::invalid(
+                    c"cache runs on the system clock; open it with manual_clock_start != 0",
+                )
+            })?;
+            clock.advance(secs);
+            Ok(())
+        })
+    }
 }

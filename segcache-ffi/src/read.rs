@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use segcache_core::Item;
 
-use crate::args::{self, put};
+use crate::args::{self, put, put_opt};
 use crate::error::Fail;
-use crate::guard::run;
+use crate::guard::{run_keyed, run_with};
 use crate::handle::segcache_t;
 use crate::status::segcache_status_t::{self, *};
 
@@ -50,14 +50,18 @@ pub type segcache_get_many_cb = Option<
     unsafe extern "C" fn(user_data: *mut c_void, index: usize, item: *const segcache_item_t),
 >;
 
+/// `segcache_meta_t.ttl` of a time left to live: whole seconds, at least 1; 0 for never.
+#[inline(always)]
+fn ttl_secs(ttl: Option<Duration>) -> u32 {
+    ttl.map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX).max(1))
+}
+
 #[inline(always)]
 fn meta(item: &Item<'_>) -> segcache_meta_t {
     segcache_meta_t {
         cas: item.cas(),
         flags: item.flags(),
-        ttl: item
-            .ttl()
-            .map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX).max(1)),
+        ttl: ttl_secs(item.ttl()),
         expire_at: item.expire_at().unwrap_or(0),
     }
 }
@@ -74,34 +78,61 @@ fn view(item: &Item<'_>) -> segcache_item_t {
     }
 }
 
-/// Reports the value's length and (when asked) its metadata, and copies it into `buf` when it
-/// fits; returns whether it did. Small result on purpose: this runs inside the engine's read
-/// closure, and keeping it lean lets the compiler inline the engine's lookup around it.
-///
-/// # Safety
-/// `value_len` and `meta_out` (when Some) are valid for writes.
-#[inline(always)]
-unsafe fn deliver(
-    value: &[u8],
-    m: impl FnOnce() -> segcache_meta_t,
-    buf: &mut [u8],
+/// Where a copying read (`segcache_get`, `segcache_get_and_touch`) puts its result: the caller's
+/// buffer and out-pointers, checked.
+struct Dest<'a> {
+    buf: &'a mut [u8],
     value_len: *mut usize,
     meta_out: Option<*mut segcache_meta_t>,
-) -> bool {
-    // SAFETY: the function's contract.
-    unsafe {
-        put(value_len, value.len());
-        // The metadata is computed only when asked for: most reads want just the value.
-        if let Some(p) = meta_out {
-            put(p, m());
-        }
+}
+
+impl Dest<'_> {
+    /// Checks `buf`, `value_len` and `meta`, in that order.
+    ///
+    /// # Safety
+    /// `buf` points to `buf_len` writable bytes (or is NULL with 0); `value_len` and `meta` are
+    /// NULL or valid for writes until the returned `Dest` is used.
+    #[inline(always)]
+    unsafe fn check(
+        buf: *mut u8,
+        buf_len: usize,
+        value_len: *mut usize,
+        meta: *mut segcache_meta_t,
+    ) -> Result<Self, Fail> {
+        // SAFETY: the function's contract.
+        let buf = unsafe { args::buffer(buf, buf_len) }?;
+        let value_len = args::out(value_len, c"value_len is NULL")?;
+        let meta_out = args::opt_out(meta, c"meta is misaligned")?;
+        Ok(Dest {
+            buf,
+            value_len,
+            meta_out,
+        })
     }
-    match buf.get_mut(..value.len()) {
-        Some(dst) => {
-            dst.copy_from_slice(value);
-            true
+
+    /// Reports the value's length and (when asked) its metadata, and copies it into `buf` when it
+    /// fits; returns whether it did. Small result on purpose: this runs inside the engine's read
+    /// closure, and keeping it lean lets the compiler inline the engine's lookup around it.
+    ///
+    /// # Safety
+    /// `value_len` and `meta_out` (when Some) are still valid for writes (as `check` required).
+    #[inline(always)]
+    unsafe fn deliver(self, value: &[u8], m: impl FnOnce() -> segcache_meta_t) -> bool {
+        // SAFETY: the function's contract.
+        unsafe {
+            put(self.value_len, value.len());
+            // The metadata is computed only when asked for: most reads want just the value.
+            if let Some(p) = self.meta_out {
+                put(p, m());
+            }
         }
-        None => false,
+        match self.buf.get_mut(..value.len()) {
+            Some(dst) => {
+                dst.copy_from_slice(value);
+                true
+            }
+            None => false,
+        }
     }
 }
 
@@ -139,18 +170,16 @@ pub unsafe extern "C" fn segcache_get(
     value_len: *mut usize,
     meta: *mut segcache_meta_t,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all four): the caller's contract, documented above.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let buf = unsafe { args::buffer(buf, buf_len) }?;
-        let value_len = args::out(value_len, c"value_len is NULL")?;
-        let meta_out = args::opt_out(meta, c"meta is misaligned")?;
+    let body = |h: &segcache_t, key: &[u8]| {
+        // SAFETY: the caller's contract, documented above.
+        let dest = unsafe { Dest::check(buf, buf_len, value_len, meta) }?;
         // SAFETY: out-pointers checked above, writable per the contract.
         copied(h.cache.get_with(key, |item| unsafe {
-            deliver(item.value(), || self::meta(&item), buf, value_len, meta_out)
+            dest.deliver(item.value(), || self::meta(&item))
         }))
-    })
+    };
+    // SAFETY: the caller's contract, documented above.
+    unsafe { run_keyed(cache, key, key_len, body) }
 }
 
 /// Looks `key` up and calls `callback(user_data, &item)` on a hit, without copying the value.
@@ -171,10 +200,7 @@ pub unsafe extern "C" fn segcache_get_with(
     callback: segcache_get_cb,
     user_data: *mut c_void,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
+    let body = |h: &segcache_t, key: &[u8]| {
         let cb = callback.ok_or_else(|| Fail::invalid(c"callback is NULL"))?;
         h.cache
             .get_with(key, |item| {
@@ -183,7 +209,9 @@ pub unsafe extern "C" fn segcache_get_with(
                 unsafe { cb(user_data, &v) };
             })
             .ok_or_else(|| Fail::of(SEGCACHE_NOT_FOUND))
-    })
+    };
+    // SAFETY: the caller's contract.
+    unsafe { run_keyed(cache, key, key_len, body) }
 }
 
 /// Looks up `n` keys (`keys[i]`, `key_lens[i]` bytes) and calls `callback(user_data, i, &item)`
@@ -210,9 +238,7 @@ pub unsafe extern "C" fn segcache_get_many(
     user_data: *mut c_void,
     hits: *mut usize,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
+    let body = |h: &segcache_t| {
         let cb = callback.ok_or_else(|| Fail::invalid(c"callback is NULL"))?;
         let hits_out = args::opt_out(hits, c"hits is misaligned")?;
         let mut list: Vec<&[u8]> = Vec::new();
@@ -245,12 +271,12 @@ pub unsafe extern "C" fn segcache_get_many(
             // SAFETY: `v` borrows the item, alive under the shard lock for the call.
             unsafe { cb(user_data, i, &v) };
         });
-        if let Some(p) = hits_out {
-            // SAFETY: checked non-NULL and aligned; writable per the contract.
-            unsafe { put(p, found) };
-        }
+        // SAFETY: checked non-NULL and aligned; writable per the contract.
+        unsafe { put_opt(hits_out, found) };
         Ok(())
-    })
+    };
+    // SAFETY: the caller's contract.
+    unsafe { run_with(cache, body) }
 }
 
 /// `SEGCACHE_OK` if `key` is present (and not expired), `SEGCACHE_NOT_FOUND` if not.
@@ -266,16 +292,16 @@ pub unsafe extern "C" fn segcache_contains(
     key: *const u8,
     key_len: usize,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        if h.cache.contains(key) {
-            Ok(())
-        } else {
-            Err(Fail::of(SEGCACHE_NOT_FOUND))
-        }
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        run_keyed(cache, key, key_len, |h, key| {
+            if h.cache.contains(key) {
+                Ok(())
+            } else {
+                Err(Fail::of(SEGCACHE_NOT_FOUND))
+            }
+        })
+    }
 }
 
 /// Sets the item's TTL to `ttl` seconds (0: never expires) and reads it in one step (memcached
@@ -297,20 +323,14 @@ pub unsafe extern "C" fn segcache_get_and_touch(
     value_len: *mut usize,
     meta: *mut segcache_meta_t,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let buf = unsafe { args::buffer(buf, buf_len) }?;
-        let value_len = args::out(value_len, c"value_len is NULL")?;
-        let meta_out = args::opt_out(meta, c"meta is misaligned")?;
+    let body = |h: &segcache_t, key: &[u8]| {
+        // SAFETY: the caller's contract.
+        let dest = unsafe { Dest::check(buf, buf_len, value_len, meta) }?;
         let item = h
             .cache
             .get_and_touch(key, Duration::from_secs(ttl.into()))
             .ok_or_else(|| Fail::of(SEGCACHE_NOT_FOUND))?;
-        let secs = item
-            .ttl
-            .map_or(0, |d| u32::try_from(d.as_secs()).unwrap_or(u32::MAX).max(1));
+        let secs = ttl_secs(item.ttl);
         let now = h.cache.now();
         let m = segcache_meta_t {
             cas: item.cas,
@@ -323,8 +343,8 @@ pub unsafe extern "C" fn segcache_get_and_touch(
             },
         };
         // SAFETY: out-pointers checked above.
-        copied(Some(unsafe {
-            deliver(&item.value, || m, buf, value_len, meta_out)
-        }))
-    })
+        copied(Some(unsafe { dest.deliver(&item.value, || m) }))
+    };
+    // SAFETY: the caller's contract.
+    unsafe { run_keyed(cache, key, key_len, body) }
 }

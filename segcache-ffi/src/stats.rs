@@ -1,7 +1,9 @@
 //! Counters and gauges, item count and the cache's clock.
 
+use segcache_core::{SharedCache, Stats};
+
 use crate::args::{self, put};
-use crate::guard::run;
+use crate::guard::run_with;
 use crate::handle::segcache_t;
 use crate::status::segcache_status_t;
 
@@ -49,6 +51,53 @@ pub struct segcache_stats_t {
     pub policy: u32,
 }
 
+/// The C struct of core's [`Stats`]: the same fields, the policy as its `segcache_policy_t` value.
+#[inline(always)]
+fn c_stats(s: Stats) -> segcache_stats_t {
+    segcache_stats_t {
+        items: s.items,
+        bytes: s.bytes,
+        heap_bytes: s.heap_bytes,
+        segment_size: s.segment_size,
+        segments_total: s.segments_total,
+        segments_free: s.segments_free,
+        get_hits: s.get_hits,
+        get_misses: s.get_misses,
+        sets: s.sets,
+        deletes: s.deletes,
+        evicted_items: s.evicted_items,
+        evicted_segments: s.evicted_segments,
+        expired_items: s.expired_items,
+        expired_segments: s.expired_segments,
+        merged_items: s.merged_items,
+        flushes: s.flushes,
+        overflow_buckets: s.overflow_buckets,
+        shards: s.shards,
+        policy: s.policy as u32,
+    }
+}
+
+/// The body of a call that writes one figure of the cache to `*out` (required).
+///
+/// # Safety
+/// `cache` is NULL or a live handle; `out` is NULL or writable.
+#[inline(always)]
+unsafe fn report<T>(
+    cache: *const segcache_t,
+    out: *mut T,
+    figure: impl FnOnce(&SharedCache) -> T,
+) -> segcache_status_t {
+    let body = |h: &segcache_t| {
+        let out = args::out(out, c"out is NULL")?;
+        let v = figure(&h.cache);
+        // SAFETY: checked non-NULL and aligned; writable per the contract.
+        unsafe { put(out, v) };
+        Ok(())
+    };
+    // SAFETY: the function's contract.
+    unsafe { run_with(cache, body) }
+}
+
 /// Writes a snapshot of the counters to `*out`. Each shard is read under its own read lock in
 /// turn, so the sum is not one atomic snapshot while writers run. Thread safety: any thread.
 /// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
@@ -60,36 +109,8 @@ pub unsafe extern "C" fn segcache_stats(
     cache: *const segcache_t,
     out: *mut segcache_stats_t,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let out = args::out(out, c"out is NULL")?;
-        let s = h.cache.stats();
-        let c = segcache_stats_t {
-            items: s.items,
-            bytes: s.bytes,
-            heap_bytes: s.heap_bytes,
-            segment_size: s.segment_size,
-            segments_total: s.segments_total,
-            segments_free: s.segments_free,
-            get_hits: s.get_hits,
-            get_misses: s.get_misses,
-            sets: s.sets,
-            deletes: s.deletes,
-            evicted_items: s.evicted_items,
-            evicted_segments: s.evicted_segments,
-            expired_items: s.expired_items,
-            expired_segments: s.expired_segments,
-            merged_items: s.merged_items,
-            flushes: s.flushes,
-            overflow_buckets: s.overflow_buckets,
-            shards: s.shards,
-            policy: s.policy as u32,
-        };
-        // SAFETY: checked non-NULL and aligned; writable per the contract.
-        unsafe { put(out, c) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract, which is `report`'s.
+    unsafe { report(cache, out, |c| c_stats(c.stats())) }
 }
 
 /// Writes the number of live items to `*out`. Thread safety: any thread.
@@ -102,14 +123,8 @@ pub unsafe extern "C" fn segcache_len(
     cache: *const segcache_t,
     out: *mut usize,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let out = args::out(out, c"out is NULL")?;
-        // SAFETY: checked non-NULL and aligned; writable per the contract.
-        unsafe { put(out, h.cache.len()) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract, which is `report`'s.
+    unsafe { report(cache, out, SharedCache::len) }
 }
 
 /// Writes the cache clock's current time (Unix seconds) to `*out`. Thread safety: any thread.
@@ -122,12 +137,6 @@ pub unsafe extern "C" fn segcache_now(
     cache: *const segcache_t,
     out: *mut u32,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let out = args::out(out, c"out is NULL")?;
-        // SAFETY: checked non-NULL and aligned; writable per the contract.
-        unsafe { put(out, h.cache.now()) };
-        Ok(())
-    })
+    // SAFETY: the caller's contract, which is `report`'s.
+    unsafe { report(cache, out, SharedCache::now) }
 }

@@ -2,14 +2,65 @@
 
 use std::time::Duration;
 
-use crate::args::{self, put};
-use crate::guard::run;
+use segcache_core::{Result, SharedCache};
+
+use crate::args::{self, put_opt};
+use crate::guard::{run_keyed, run_with};
 use crate::handle::segcache_t;
 use crate::status::segcache_status_t;
 
 #[inline(always)]
 fn secs(ttl: u32) -> Duration {
     Duration::from_secs(u64::from(ttl))
+}
+
+/// The body of every store (set, add, replace, cas, append, prepend): checks the handle, the key
+/// and the value in that order, then runs `op` on them.
+///
+/// # Safety
+/// As for `segcache_set`: `cache` is NULL or a live handle; `key`/`value` point to
+/// `key_len`/`value_len` readable bytes.
+#[inline(always)]
+unsafe fn store(
+    cache: *const segcache_t,
+    key: *const u8,
+    key_len: usize,
+    value: *const u8,
+    value_len: usize,
+    op: impl FnOnce(&SharedCache, &[u8], &[u8]) -> Result<()>,
+) -> segcache_status_t {
+    let body = |h: &segcache_t, key: &[u8]| {
+        // SAFETY: the function's contract.
+        let value =
+            unsafe { args::bytes(value, value_len, c"value is NULL but value_len is not 0") }?;
+        Ok(op(&h.cache, key, value)?)
+    };
+    // SAFETY: the function's contract.
+    unsafe { run_keyed(cache, key, key_len, body) }
+}
+
+/// The body of `segcache_incr` and `segcache_decr`: checks the handle, the key and `new_value`,
+/// runs `op` and writes its result to `*new_value` when given.
+///
+/// # Safety
+/// As for `segcache_incr`.
+#[inline(always)]
+unsafe fn arith(
+    cache: *const segcache_t,
+    key: *const u8,
+    key_len: usize,
+    new_value: *mut u64,
+    op: impl FnOnce(&SharedCache, &[u8]) -> Result<u64>,
+) -> segcache_status_t {
+    let body = |h: &segcache_t, key: &[u8]| {
+        let out = args::opt_out(new_value, c"new_value is misaligned")?;
+        let v = op(&h.cache, key)?;
+        // SAFETY: checked non-NULL and aligned; writable per the contract.
+        unsafe { put_opt(out, v) };
+        Ok(())
+    };
+    // SAFETY: the function's contract.
+    unsafe { run_keyed(cache, key, key_len, body) }
 }
 
 /// Stores `value` under `key` with client `flags` and a TTL of `ttl` seconds (0: never expires),
@@ -32,14 +83,12 @@ pub unsafe extern "C" fn segcache_set(
     flags: u32,
     ttl: u32,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let value =
-            unsafe { args::bytes(value, value_len, c"value is NULL but value_len is not 0") }?;
-        Ok(h.cache.set(key, value, flags, secs(ttl))?)
-    })
+    // SAFETY: the caller's contract, which is `store`'s.
+    unsafe {
+        store(cache, key, key_len, value, value_len, |c, k, v| {
+            c.set(k, v, flags, secs(ttl))
+        })
+    }
 }
 
 /// Like `segcache_set`, but only when `key` is absent; `SEGCACHE_NOT_STORED` when present.
@@ -58,14 +107,12 @@ pub unsafe extern "C" fn segcache_add(
     flags: u32,
     ttl: u32,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let value =
-            unsafe { args::bytes(value, value_len, c"value is NULL but value_len is not 0") }?;
-        Ok(h.cache.add(key, value, flags, secs(ttl))?)
-    })
+    // SAFETY: the caller's contract, which is `store`'s.
+    unsafe {
+        store(cache, key, key_len, value, value_len, |c, k, v| {
+            c.add(k, v, flags, secs(ttl))
+        })
+    }
 }
 
 /// Like `segcache_set`, but only when `key` is present; `SEGCACHE_NOT_STORED` when absent.
@@ -84,14 +131,12 @@ pub unsafe extern "C" fn segcache_replace(
     flags: u32,
     ttl: u32,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let value =
-            unsafe { args::bytes(value, value_len, c"value is NULL but value_len is not 0") }?;
-        Ok(h.cache.replace(key, value, flags, secs(ttl))?)
-    })
+    // SAFETY: the caller's contract, which is `store`'s.
+    unsafe {
+        store(cache, key, key_len, value, value_len, |c, k, v| {
+            c.replace(k, v, flags, secs(ttl))
+        })
+    }
 }
 
 /// Compare-and-swap: stores like `segcache_set` only if the item's CAS value (from
@@ -113,14 +158,12 @@ pub unsafe extern "C" fn segcache_cas(
     ttl: u32,
     cas: u64,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let value =
-            unsafe { args::bytes(value, value_len, c"value is NULL but value_len is not 0") }?;
-        Ok(h.cache.cas(key, value, flags, secs(ttl), cas)?)
-    })
+    // SAFETY: the caller's contract, which is `store`'s.
+    unsafe {
+        store(cache, key, key_len, value, value_len, |c, k, v| {
+            c.cas(k, v, flags, secs(ttl), cas)
+        })
+    }
 }
 
 /// Appends `value` to the present item's value, keeping its flags and TTL; `SEGCACHE_NOT_STORED`
@@ -138,14 +181,12 @@ pub unsafe extern "C" fn segcache_append(
     value: *const u8,
     value_len: usize,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let value =
-            unsafe { args::bytes(value, value_len, c"value is NULL but value_len is not 0") }?;
-        Ok(h.cache.append(key, value)?)
-    })
+    // SAFETY: the caller's contract, which is `store`'s.
+    unsafe {
+        store(cache, key, key_len, value, value_len, |c, k, v| {
+            c.append(k, v)
+        })
+    }
 }
 
 /// Prepends `value` to the present item's value; otherwise as `segcache_append`.
@@ -162,14 +203,12 @@ pub unsafe extern "C" fn segcache_prepend(
     value: *const u8,
     value_len: usize,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let value =
-            unsafe { args::bytes(value, value_len, c"value is NULL but value_len is not 0") }?;
-        Ok(h.cache.prepend(key, value)?)
-    })
+    // SAFETY: the caller's contract, which is `store`'s.
+    unsafe {
+        store(cache, key, key_len, value, value_len, |c, k, v| {
+            c.prepend(k, v)
+        })
+    }
 }
 
 /// Adds `delta` to the item's value read as an unsigned decimal number (wrapping at 2^64, as
@@ -189,18 +228,8 @@ pub unsafe extern "C" fn segcache_incr(
     delta: u64,
     new_value: *mut u64,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let out = args::opt_out(new_value, c"new_value is misaligned")?;
-        let v = h.cache.incr(key, delta)?;
-        if let Some(p) = out {
-            // SAFETY: checked non-NULL and aligned; writable per the contract.
-            unsafe { put(p, v) };
-        }
-        Ok(())
-    })
+    // SAFETY: the caller's contract, which is `arith`'s.
+    unsafe { arith(cache, key, key_len, new_value, |c, k| c.incr(k, delta)) }
 }
 
 /// Subtracts `delta`, stopping at 0 (as memcached does); otherwise as `segcache_incr`.
@@ -217,18 +246,8 @@ pub unsafe extern "C" fn segcache_decr(
     delta: u64,
     new_value: *mut u64,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        let out = args::opt_out(new_value, c"new_value is misaligned")?;
-        let v = h.cache.decr(key, delta)?;
-        if let Some(p) = out {
-            // SAFETY: checked non-NULL and aligned; writable per the contract.
-            unsafe { put(p, v) };
-        }
-        Ok(())
-    })
+    // SAFETY: the caller's contract, which is `arith`'s.
+    unsafe { arith(cache, key, key_len, new_value, |c, k| c.decr(k, delta)) }
 }
 
 /// Removes `key`; `SEGCACHE_NOT_FOUND` when it was absent. Thread safety: any thread.
@@ -242,12 +261,8 @@ pub unsafe extern "C" fn segcache_delete(
     key: *const u8,
     key_len: usize,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        Ok(h.cache.delete(key)?)
-    })
+    // SAFETY: the caller's contract.
+    unsafe { run_keyed(cache, key, key_len, |h, key| Ok(h.cache.delete(key)?)) }
 }
 
 /// Sets the TTL of a present item to `ttl` seconds from now (0: never expires);
@@ -263,12 +278,12 @@ pub unsafe extern "C" fn segcache_touch(
     key_len: usize,
     ttl: u32,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY (all): the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        let key = unsafe { args::key(key, key_len) }?;
-        Ok(h.cache.touch(key, secs(ttl))?)
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        run_keyed(cache, key, key_len, |h, key| {
+            Ok(h.cache.touch(key, secs(ttl))?)
+        })
+    }
 }
 
 /// Removes every item now. Thread safety: any thread (locks each shard in turn).
@@ -278,12 +293,13 @@ pub unsafe extern "C" fn segcache_touch(
 /// `cache` is NULL or a live handle.
 #[no_mangle]
 pub unsafe extern "C" fn segcache_flush(cache: *const segcache_t) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        h.cache.flush();
-        Ok(())
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        run_with(cache, |h| {
+            h.cache.flush();
+            Ok(())
+        })
+    }
 }
 
 /// Removes, `delay` seconds from now, every item stored before that time (memcached
@@ -297,16 +313,17 @@ pub unsafe extern "C" fn segcache_flush_after(
     cache: *const segcache_t,
     delay: u32,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
-        if delay == 0 {
-            h.cache.flush();
-        } else {
-            h.cache.flush_after(secs(delay));
-        }
-        Ok(())
-    })
+    // SAFETY: the caller's contract.
+    unsafe {
+        run_with(cache, |h| {
+            if delay == 0 {
+                h.cache.flush();
+            } else {
+                h.cache.flush_after(secs(delay));
+            }
+            Ok(())
+        })
+    }
 }
 
 /// Frees the memory of expired items now (reads already treat them as misses); writes the
@@ -320,15 +337,13 @@ pub unsafe extern "C" fn segcache_expire(
     cache: *const segcache_t,
     removed: *mut usize,
 ) -> segcache_status_t {
-    run(|| {
-        // SAFETY: the caller's contract.
-        let h = unsafe { args::handle(cache) }?;
+    let body = |h: &segcache_t| {
         let out = args::opt_out(removed, c"removed is misaligned")?;
         let n = h.cache.expire();
-        if let Some(p) = out {
-            // SAFETY: checked non-NULL and aligned; writable per the contract.
-            unsafe { put(p, n) };
-        }
+        // SAFETY: checked non-NULL and aligned; writable per the contract.
+        unsafe { put_opt(out, n) };
         Ok(())
-    })
+    };
+    // SAFETY: the caller's contract.
+    unsafe { run_with(cache, body) }
 }
