@@ -57,6 +57,11 @@ pub struct Cli {
     /// Start empty over an unusable persistence file instead of refusing to start.
     #[arg(long)]
     pub reset_bad_file: bool,
+    /// After a graceful stop, serve at once and check each heap segment at its first use
+    /// instead of checking the whole heap before listening (a damaged segment is then dropped
+    /// with a warning rather than refusing to start).
+    #[arg(long)]
+    pub lazy_verify: bool,
     /// Do not pin worker threads to cores.
     #[arg(long)]
     pub no_pin: bool,
@@ -116,6 +121,7 @@ pub struct EngineFile {
     pub hash_power: Option<u8>,
     pub path: Option<PathBuf>,
     pub reset_bad_file: Option<bool>,
+    pub lazy_verify: Option<bool>,
 }
 
 /// Every setting, resolved and checked.
@@ -133,6 +139,7 @@ pub struct Settings {
     pub hash_power: Option<u8>,
     pub path: Option<PathBuf>,
     pub reset_bad_file: bool,
+    pub lazy_verify: bool,
     pub pin: bool,
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,
@@ -247,6 +254,7 @@ impl Settings {
             hash_power: cli.hash_power.or(e.hash_power),
             path: cli.persist.or(e.path),
             reset_bad_file: cli.reset_bad_file || e.reset_bad_file.unwrap_or(false),
+            lazy_verify: cli.lazy_verify || e.lazy_verify.unwrap_or(false),
             pin: !cli.no_pin && file.pin.unwrap_or(true),
             cores: cores_list,
             admin_port: cli.admin_port.or(file.admin_port),
@@ -260,7 +268,8 @@ impl Settings {
             .heap_size(self.memory_bytes)
             .segment_size(self.segment_size)
             .eviction(self.eviction)
-            .reset_bad_file(self.reset_bad_file);
+            .reset_bad_file(self.reset_bad_file)
+            .lazy_verify(self.lazy_verify);
         if let Some(s) = self.shards {
             b = b.shards(s);
         }
@@ -296,13 +305,14 @@ mod tests {
     #[test]
     fn flags_override_the_file() {
         let file: FileConfig = toml::from_str(
-            "port = 1\nthreads = 3\nmax_item_size = \"2m\"\npin = false\nadmin_port = 9\n[engine]\neviction = \"fifo\"\npath = \"/tmp/x\"\n",
+            "port = 1\nthreads = 3\nmax_item_size = \"2m\"\npin = false\nadmin_port = 9\n[engine]\neviction = \"fifo\"\npath = \"/tmp/x\"\nlazy_verify = true\n",
         )
         .unwrap();
         let s = Settings::resolve(cli(&["-p", "2", "-I", "512k", "-vv"]), file).unwrap();
         assert_eq!((s.port, s.threads, s.max_item_size), (2, 3, 512 << 10));
         assert_eq!((s.eviction, s.pin, s.admin_port), (Policy::Fifo, false, Some(9)));
         assert_eq!(s.path.as_deref(), Some(std::path::Path::new("/tmp/x")));
+        assert!(s.lazy_verify);
         assert_eq!(s.log_level, log::LevelFilter::Debug);
     }
 

@@ -167,12 +167,15 @@ def test_graceful_stop_then_warm_restart(tmp_path):
     c.close()
     assert s.stop() == 0
     time.sleep(1.1)
-    s = Server("--persist", str(path), "-m", "16", port=port).start()
-    c = Client(("127.0.0.1", port), default_noreply=False)
-    got = c.get_many([f"warm{i}" for i in range(500)])
-    assert got == {f"warm{i}": f"value{i}".encode() for i in range(500)}
-    c.close()
-    assert s.stop() == 0
+    # Once with the whole heap checked before listening, once with segments checked lazily.
+    for lazy in ([], ["--lazy-verify"]):
+        s = Server("--persist", str(path), "-m", "16", *lazy, port=port).start()
+        c = Client(("127.0.0.1", port), default_noreply=False)
+        got = c.get_many([f"warm{i}" for i in range(500)])
+        assert got == {f"warm{i}": f"value{i}".encode() for i in range(500)}
+        c.close()
+        assert s.stop() == 0
+        time.sleep(1.1)
 
 
 def test_unusable_persistence_file_is_refused_unless_reset(tmp_path):
