@@ -267,7 +267,8 @@ fn big_get<'py>(
 impl Cache {
     #[new]
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
-                        hash_power=None, shards=None, clock=None, reset_bad_file=false))]
+                        hash_power=None, shards=None, clock=None, reset_bad_file=false,
+                        lazy_verify=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -280,6 +281,7 @@ impl Cache {
         shards: Option<&Bound<'_, PyAny>>,
         clock: Option<&Bound<'_, PyAny>>,
         reset_bad_file: bool,
+        lazy_verify: bool,
     ) -> PyResult<Self> {
         let heap_size = match heap_size {
             Some(v) => convert::size(v, "heap_size")?,
@@ -319,7 +321,8 @@ impl Cache {
             .heap_size(heap_size)
             .segment_size(segment_size)
             .eviction(policy)
-            .reset_bad_file(reset_bad_file);
+            .reset_bad_file(reset_bad_file)
+            .lazy_verify(lazy_verify);
         if let Some(v) = hash_power.filter(|v| !v.is_none()) {
             b = b.hash_power(convert::int_in_range(v, "hash_power", 4, 32)? as u8);
         }

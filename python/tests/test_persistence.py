@@ -37,6 +37,20 @@ def test_round_trip(tmp_path):
         assert c[b"new"] == b"after restart"
 
 
+def test_lazy_verify_reopens_everything(tmp_path):
+    path = tmp_path / "heap"
+    items = {b"key-%d" % i: b"value-%d" % i for i in range(2000)}
+    with open_cache(path) as c:
+        c.set_many(items)
+    with open_cache(path, lazy_verify=True) as c:
+        assert c.get_many(list(items)) == items
+        c[b"new"] = b"v"
+    with open_cache(path) as c:
+        assert len(c) == len(items) + 1
+    with pytest.raises(TypeError):
+        open_cache(path, lazy_verify="yes")
+
+
 def test_dropping_without_close_persists(tmp_path):
     path = tmp_path / "heap"
     c = open_cache(path)

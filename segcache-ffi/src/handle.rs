@@ -89,6 +89,10 @@ pub struct segcache_config_t {
     /// When the persistence file is unusable: false (default) fails with `SEGCACHE_BAD_FILE`;
     /// true starts empty over it.
     pub reset_bad_file: bool,
+    /// Reopening a gracefully closed file: false (default) checks the whole heap before
+    /// `segcache_open` returns; true serves at once and checks each segment at its first use
+    /// (a damaged one is then dropped with a warning on stderr instead of `SEGCACHE_BAD_FILE`).
+    pub lazy_verify: bool,
     /// 0 (default): the system clock. Otherwise the cache runs on a manual clock that starts at
     /// this Unix time and moves only with `segcache_advance_clock` (for tests and simulations).
     pub manual_clock_start: u32,
@@ -116,6 +120,7 @@ pub unsafe extern "C" fn segcache_config_default(
             shards: 0,
             path: std::ptr::null(),
             reset_bad_file: false,
+            lazy_verify: false,
             manual_clock_start: 0,
         };
         // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
@@ -142,7 +147,8 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
         .heap_size(cfg.heap_size)
         .segment_size(cfg.segment_size)
         .eviction(policy)
-        .reset_bad_file(cfg.reset_bad_file);
+        .reset_bad_file(cfg.reset_bad_file)
+        .lazy_verify(cfg.lazy_verify);
     if cfg.hash_power != 0 {
         b = b.hash_power(cfg.hash_power);
     }

@@ -195,6 +195,12 @@ typedef struct segcache_config_t {
    */
   bool reset_bad_file;
   /**
+   * Reopening a gracefully closed file: false (default) checks the whole heap before
+   * `segcache_open` returns; true serves at once and checks each segment at its first use
+   * (a damaged one is then dropped with a warning on stderr instead of `SEGCACHE_BAD_FILE`).
+   */
+  bool lazy_verify;
+  /**
    * 0 (default): the system clock. Otherwise the cache runs on a manual clock that starts at
    * this Unix time and moves only with `segcache_advance_clock` (for tests and simulations).
    */

@@ -70,6 +70,7 @@ struct Config {
     Config &shards(uint32_t v) { raw.shards = v; return *this; }
     Config &file(std::string p) { path = std::move(p); return *this; }
     Config &reset_bad_file(bool v) { raw.reset_bad_file = v; return *this; }
+    Config &lazy_verify(bool v) { raw.lazy_verify = v; return *this; }
     Config &manual_clock(uint32_t start) { raw.manual_clock_start = start; return *this; }
 };
 

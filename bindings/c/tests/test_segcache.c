@@ -92,6 +92,7 @@ static void test_config_default(void) {
     CHECK(cfg.shards == 0);
     CHECK(cfg.path == NULL);
     CHECK(cfg.reset_bad_file == false);
+    CHECK(cfg.lazy_verify == false);
     CHECK(cfg.manual_clock_start == 0);
     CHECK_ST(segcache_config_default(NULL), SEGCACHE_INVALID_ARGUMENT);
     CHECK(strstr(segcache_last_error(), "config") != NULL);
@@ -764,9 +765,11 @@ static void test_persistence(void) {
     }
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
 
-    c = NULL;
-    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
-    { /* warm restart keeps every item */
+    /* warm restart keeps every item: the whole heap checked at open, then checked lazily */
+    for (int lazy = 0; lazy <= 1; lazy++) {
+        cfg.lazy_verify = lazy;
+        c = NULL;
+        CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
         int ok = 0;
         for (int i = 0; i < 1000; i++) {
             segcache_meta_t meta;
@@ -777,8 +780,9 @@ static void test_persistence(void) {
                 ok++;
         }
         CHECK(ok == 1000);
+        CHECK_ST(segcache_close(c), SEGCACHE_OK);
     }
-    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    cfg.lazy_verify = false;
 
     /* another configuration over the same file */
     { /* a file of another configuration -> BAD_FILE, reset_bad_file starts empty */

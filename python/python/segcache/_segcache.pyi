@@ -46,6 +46,7 @@ class Cache:
         shards: Optional[int] = None,
         clock: Optional[ManualClock] = None,
         reset_bad_file: bool = False,
+        lazy_verify: bool = False,
     ) -> None: ...
     def get(self, key: Key, default: _D = ...) -> Union[bytes, _D]: ...  # type: ignore[assignment]
     def gets(self, key: Key, default: _D = ...) -> Union[Tuple[bytes, int], _D]: ...  # type: ignore[assignment]
