@@ -207,7 +207,7 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
         opts.populate();
     }
     let map = opts.map_raw(&file).map_err(io_err(path))?;
-    advise_huge_pages(&map);
+    advise_huge_pages(&map, &layout);
     let region = Region { map, layout, file: Some(PersistFile { path: path.to_path_buf(), _file: file, active: std::sync::atomic::AtomicBool::new(false), closed: false }) };
     if found == Found::Clean {
         let h = read_header(&region).map_err(|r| bad(path, r))?;
