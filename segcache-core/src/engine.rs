@@ -27,8 +27,13 @@ pub struct Segcache {
     /// Holds an old value while its item is rewritten (append, incr, touch), since the rewrite
     /// may evict the segment it came from.
     scratch: Vec<u8>,
-    /// Live items of the segments being merged.
-    moves: Vec<Move>,
+}
+
+thread_local! {
+    /// Live items of the segments being merged. One buffer per thread, not per engine: it grows
+    /// to a few segments' worth of entries (about 1.2 MiB for 4 segments of 1 MiB holding 85-byte
+    /// items), and a shared cache has many engines (its shards) but few threads writing at once.
+    static MOVES: std::cell::Cell<Vec<Move>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -103,7 +108,6 @@ impl Segcache {
             buckets,
             ghost: vec![0; ghost_len],
             scratch: Vec::new(),
-            moves: Vec::new(),
         };
         if fresh {
             engine.reset(true);
@@ -985,7 +989,7 @@ impl Segcache {
         // had less time to prove themselves); and drained sources become destinations.
         let order: Vec<u32> = sources.iter().rev().copied().collect();
         // Gather live items and their frequencies.
-        let mut moves = std::mem::take(&mut self.moves);
+        let mut moves = MOVES.take();
         moves.clear();
         let t = self.table();
         let mut hist = [0u64; 256];
@@ -1118,7 +1122,7 @@ impl Segcache {
                 }
             }
         }
-        self.moves = moves;
+        MOVES.set(moves);
         for h in ghosts {
             self.ghost_insert(h);
         }
