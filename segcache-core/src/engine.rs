@@ -499,7 +499,7 @@ impl Segcache {
 
     /// Sets the record's dead bit without touching counts (it was never counted live).
     pub(crate) fn mark_dead_only(&mut self, loc: Loc) {
-        let off = loc.offset as usize + 4;
+        let off = loc.offset as usize + record::FLAGS_BYTE;
         self.seg_space(loc.seg)[off] |= record::DEAD;
     }
 
@@ -519,7 +519,7 @@ impl Segcache {
             Some(r) if !r.dead => r.len as u32,
             _ => return,
         };
-        let off = loc.offset as usize + 4;
+        let off = loc.offset as usize + record::FLAGS_BYTE;
         self.seg_space(loc.seg)[off] |= record::DEAD;
         let s = self.seg_mut(loc.seg);
         s.live_items = s.live_items.saturating_sub(1);

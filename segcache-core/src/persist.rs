@@ -22,7 +22,7 @@ use crate::{Error, Result};
 
 const MAGIC: [u8; 8] = *b"SEGCACHE";
 /// Bumped whenever the meaning of any persisted byte changes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The open, locked file behind a region.
 #[derive(Debug)]
@@ -333,9 +333,9 @@ mod tests {
             assert!(Header::decode(&d).is_err(), "flip at byte {i} went unnoticed");
         }
         let mut v2 = h;
-        v2.version = 2;
+        v2.version = FORMAT_VERSION + 1;
         let mut enc = v2.encode();
-        assert!(Header::decode(&enc).unwrap_err().contains("version 2"));
+        assert!(Header::decode(&enc).unwrap_err().contains(&format!("version {}", FORMAT_VERSION + 1)));
         enc[..8].copy_from_slice(b"NOTACACH");
         assert!(Header::decode(&enc).unwrap_err().contains("not a segcache file"));
     }
