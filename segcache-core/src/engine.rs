@@ -75,8 +75,16 @@ enum Mode {
     Cas(u64),
 }
 
-/// Segments merged at once by `Merge` (and promoted at once by `S3Fifo`).
-const MERGE_SOURCES: usize = 4;
+/// Segments merged at once by `Merge`. Two, not the paper's four: each merge then frees exactly
+/// one segment, the one about to be written, instead of two of which one waits on the free list
+/// (a segment per shard holding nothing; with 8 shards of 32 segments 3% of the heap), and
+/// keeps a little more (the last destination is continued by the next merge, so the smaller
+/// merges do not leave partly filled segments). Zipf bench, 64 MiB: 0.8920 -> 0.8922 unsharded,
+/// 0.8837 -> 0.8852 with 4 shards, for as many items copied.
+const MERGE_SOURCES: usize = 2;
+/// Segments promoted at once by `S3Fifo` (with 2, too little of the small pool's read items
+/// would be kept: 0.79 against 0.86 on the Zipf bench).
+const PROMOTE_SOURCES: usize = 4;
 
 pub(crate) fn ttl_secs(ttl: Duration) -> u32 {
     let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
@@ -875,9 +883,10 @@ impl Segcache {
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 
-    /// Merge eviction (the Segcache paper): take up to four neighbouring sealed segments from the
-    /// head of a TTL chain, copy their most frequently read items into the spare segment, which
-    /// takes their place, and free the sources. Retained items have their counters halved.
+    /// Merge eviction (the Segcache paper): take `MERGE_SOURCES` neighbouring sealed segments of a
+    /// TTL chain, where the chain's sweep stands, copy their most frequently read items into the
+    /// previous merge's last destination and the spare segment, which take their place, and free
+    /// the sources. Retained items have their counters halved.
     fn evict_merge(&mut self) -> Result<()> {
         let start = self.meta().merge_cursor as usize;
         for i in 0..ttl::BUCKETS {
@@ -892,11 +901,11 @@ impl Segcache {
             // only the very hottest items (no better than FIFO).
             let next = self.ttl_bucket(b).merge_next;
             let from_cursor = if next != NONE && self.seg(next).ttl_bucket as usize == b && self.seg(next).state == SEG_SEALED {
-                self.merge_sources(b, None, next)
+                self.merge_sources(b, None, next, MERGE_SOURCES)
             } else {
                 Vec::new()
             };
-            let sources = if from_cursor.len() >= 2 { from_cursor } else { self.merge_sources(b, None, self.ttl_bucket(b).head) };
+            let sources = if from_cursor.len() >= 2 { from_cursor } else { self.merge_sources(b, None, self.ttl_bucket(b).head, MERGE_SOURCES) };
             if sources.len() >= 2 {
                 self.meta_mut().merge_cursor = ((b + 1) % ttl::BUCKETS) as u32;
                 let last = *sources.last().expect("two sources");
@@ -935,13 +944,13 @@ impl Segcache {
             .then_some(prev)
     }
 
-    /// Up to `MERGE_SOURCES` sealed segments of chain `b` (of `pool`, if given) from `from` on,
-    /// whose expiry lies within one bucket width of the first one's.
-    fn merge_sources(&self, b: usize, pool: Option<u8>, from: u32) -> Vec<u32> {
+    /// Up to `max` sealed segments of chain `b` (of `pool`, if given) from `from` on, whose
+    /// expiry lies within one bucket width of the first one's.
+    fn merge_sources(&self, b: usize, pool: Option<u8>, from: u32, max: usize) -> Vec<u32> {
         let width = ttl::width_of_bucket(b);
-        let mut out = Vec::with_capacity(MERGE_SOURCES);
+        let mut out = Vec::with_capacity(max);
         let mut id = from;
-        while id != NONE && out.len() < MERGE_SOURCES {
+        while id != NONE && out.len() < max {
             let s = self.seg(id);
             if pool.is_some_and(|p| s.pool != p) {
                 id = s.next;
@@ -1185,7 +1194,7 @@ impl Segcache {
             return self.evict_simple(Policy::Fifo);
         };
         let b = self.seg(oldest).ttl_bucket as usize;
-        let mut sources = self.merge_sources(b, Some(pool), self.ttl_bucket(b).head);
+        let mut sources = self.merge_sources(b, Some(pool), self.ttl_bucket(b).head, PROMOTE_SOURCES);
         if !sources.contains(&oldest) {
             sources = vec![oldest];
         }
