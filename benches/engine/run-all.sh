@@ -59,19 +59,30 @@ python3 benches/engine/summarize.py "$CARGO_TARGET_DIR/criterion" >> "$OUT"
   echo "## Hit ratio, Zipf 0.99 over the key space, 90:10 get:set, cache-aside fill"
   echo
   echo '`target/engine-bench/release/hitratio --lib LIB '"${HR[*]}"'` (one process per library).'
-  echo 'Rows marked "equal RSS" give the count-sized peers `--capacity` = (our RSS in this table) / (their'
-  echo 'RSS bytes per retained item from the table above), so that they use about the same memory as ours.'
+  echo 'Rows marked "equal RSS" give the count-sized peers the `--capacity` whose RSS equals the larger'
+  echo 'of our two RSS figures in this table: a first run at (our RSS) / (their RSS bytes per retained'
+  echo 'item above), then the capacity interpolated linearly between that run and the 64 MiB-of-data'
+  echo 'run, which is the row shown (its RSS column shows how close it came).'
   echo
   h=--header
-  OURS_RSS=""
+  OURS_RSS=0
+  declare -A CAP0 RSS0
   for l in $LIBS_ALL; do
     row=$("$BIN/hitratio" --lib "$l" "${HR[@]}" $h); h=
     echo "$row"
-    [ "$l" = ours ] && OURS_RSS=$(echo "${row##*$'\n'}" | awk -F'|' '{print $5}')
+    last=${row##*$'\n'}
+    rss=$(echo "$last" | awk -F'|' '{gsub(/ /, "", $5); print $5}')
+    case $l in
+      ours|ours-single) OURS_RSS=$(awk -v a="$OURS_RSS" -v b="$rss" 'BEGIN {print (b > a) ? b : a}') ;;
+      *) CAP0[$l]=$(echo "$last" | awk -F'|' '{print $3 + 0}'); RSS0[$l]=$rss ;;
+    esac
   done
   for l in quick-cache moka lru; do
     per=$(echo "$RSS_ROWS" | awk -F'|' -v l="$l" '$1 == l" " {print $8}')
-    cap=$(awk -v r="$OURS_RSS" -v p="$per" 'BEGIN {printf "%d", r * 1048576 / p}')
+    cap1=$(awk -v r="$OURS_RSS" -v p="$per" 'BEGIN {printf "%d", r * 1048576 / p}')
+    rss1=$("$BIN/hitratio" --lib "$l" "${HR[@]}" --capacity "$cap1" | awk -F'|' '{gsub(/ /, "", $5); print $5}')
+    cap=$(awk -v t="$OURS_RSS" -v c1="$cap1" -v r1="$rss1" -v c0="${CAP0[$l]}" -v r0="${RSS0[$l]}" \
+      'BEGIN {c = (r0 != r1) ? c1 + (t - r1) * (c0 - c1) / (r0 - r1) : c1; printf "%d", (c < 1) ? 1 : c}')
     "$BIN/hitratio" --lib "$l" "${HR[@]}" --capacity "$cap" | sed 's/ items |/ items, equal RSS |/'
   done
   echo

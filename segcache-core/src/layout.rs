@@ -88,11 +88,13 @@ pub struct TtlBucket {
     pub tail: u32,
     pub open: [u32; 2],
     pub segments: u32,
-    pub _pad: u32,
+    /// Where `Merge` goes on in this chain: the segment after the last merge's sources (a hint,
+    /// checked before use; `NONE`: start at the head).
+    pub merge_next: u32,
 }
 
 impl TtlBucket {
-    pub const EMPTY: TtlBucket = TtlBucket { head: NONE, tail: NONE, open: [NONE; 2], segments: 0, _pad: 0 };
+    pub const EMPTY: TtlBucket = TtlBucket { head: NONE, tail: NONE, open: [NONE; 2], segments: 0, merge_next: NONE };
 }
 
 /// Counters that readers bump (under a shared lock), hence atomic. They are bumped with a plain

@@ -22,7 +22,7 @@ use crate::{Error, Result};
 
 const MAGIC: [u8; 8] = *b"SEGCACHE";
 /// Bumped whenever the meaning of any persisted byte changes.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// The open, locked file behind a region.
 #[derive(Debug)]
@@ -204,7 +204,7 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
     // the verification or rebuild that follows reads every page anyway, on every core, and the
     // kernel maps the neighbours of each faulting page in the same fault.
     let map = memmap2::MmapOptions::new().map_raw(&file).map_err(io_err(path))?;
-    advise_huge_pages(&map);
+    advise_huge_pages(&map, &layout);
     let region = Region { map, layout, file: Some(PersistFile { path: path.to_path_buf(), _file: file, active: std::sync::atomic::AtomicBool::new(false), closed: false }) };
     Ok((region, found))
 }
@@ -318,9 +318,9 @@ mod tests {
             assert!(Header::decode(&d).is_err(), "flip at byte {i} went unnoticed");
         }
         let mut v2 = h;
-        v2.version = 2;
+        v2.version = FORMAT_VERSION + 1;
         let mut enc = v2.encode();
-        assert!(Header::decode(&enc).unwrap_err().contains("version 2"));
+        assert!(Header::decode(&enc).unwrap_err().contains(&format!("version {}", FORMAT_VERSION + 1)));
         enc[..8].copy_from_slice(b"NOTACACH");
         assert!(Header::decode(&enc).unwrap_err().contains("not a segcache file"));
     }

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::layout::{Bucket, Layout, SegHeader, ShardMeta, TtlBucket};
+use crate::layout::{round_up, Bucket, Layout, SegHeader, ShardMeta, TtlBucket};
 use crate::persist::PersistFile;
 use crate::{Error, Result};
 
@@ -27,7 +27,7 @@ impl Region {
         let len = layout.total_len();
         let map = MmapOptions::new().len(len).map_anon().map_err(|source| Error::Map { bytes: len, source })?;
         let map = MmapRaw::from(map);
-        advise_huge_pages(&map);
+        advise_huge_pages(&map, &layout);
         Ok(Region { map, layout, file: None })
     }
 
@@ -72,13 +72,27 @@ pub(crate) fn close(region: Arc<Region>, now: u32) -> Result<()> {
     }
 }
 
-pub(crate) fn advise_huge_pages(map: &MmapRaw) {
+pub(crate) fn advise_huge_pages(map: &MmapRaw, layout: &Layout) {
     // A random get pays a TLB miss on top of the DRAM miss with 4 KiB pages; huge pages remove
     // most of it. Advisory: failure (no THP support) changes nothing but speed.
     #[cfg(target_os = "linux")]
-    let _ = map.advise(memmap2::Advice::HugePage);
+    {
+        let _ = map.advise(memmap2::Advice::HugePage);
+        // Except the overflow pools: each is touched only as far as its chains have grown, and
+        // a huge page would make 2 MiB resident for the first bucket a shard takes (megabytes
+        // per cache when there are many shards). Chains reach them on few lookups.
+        let g = layout.geometry;
+        for i in 0..layout.shards {
+            let start = layout.meta_start(i) + g.table_offset() + g.primary_buckets() * 64;
+            let end = layout.meta_start(i) + g.meta_len();
+            let start = round_up(start, 4096);
+            if end > start {
+                let _ = map.advise_range(memmap2::Advice::NoHugePage, start, end - start);
+            }
+        }
+    }
     #[cfg(not(target_os = "linux"))]
-    let _ = map;
+    let _ = (map, layout);
 }
 
 /// Raw pointers to one shard's parts of a region, which it keeps alive.

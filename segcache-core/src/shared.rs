@@ -19,7 +19,8 @@
 //! - Memory cost of sharding: each shard keeps one partly written segment open per TTL bucket in
 //!   use (and, with `Merge`, one spare segment), so up to `shards x (open TTL buckets + 1)`
 //!   segments are partly empty. With many shards, use smaller segments or a larger heap; the
-//!   default shard count is lowered so that each shard keeps at least 8 segments.
+//!   default shard count is lowered so that each shard keeps at least 16 segments
+//!   (`config::MIN_SHARD_SEGMENTS`).
 //! - Hot keys: one key always maps to one shard, so a key read by every thread makes that shard's
 //!   lock word bounce between cores (reads still proceed in parallel; writes to a hot key
 //!   serialise on its shard, as they must for CAS).

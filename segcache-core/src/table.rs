@@ -225,9 +225,19 @@ impl<'a> Table<'a> {
                 last.store(0, Relaxed);
             }
         }
-        if tail.slots.iter().all(|s| s.load(Relaxed) == 0) {
+        // A last bucket left empty goes back to the pool; so does one left with a single item,
+        // which takes the place of the link in the bucket before. Otherwise a chain that once
+        // held 8 items would keep its overflow bucket at 7 items (6 in the head, 1 beyond): a
+        // bucket (and a memory access on lookups) for nothing.
+        let mut items = tail.slots.iter().filter(|s| s.load(Relaxed) != 0);
+        let only = match (items.next(), items.next()) {
+            (None, _) => Some(0),
+            (Some(s), None) => Some(s.load(Relaxed)),
+            _ => None,
+        };
+        if let Some(v) = only {
             let idx = prev.slots[SLOTS - 1].load(Relaxed);
-            prev.slots[SLOTS - 1].store(0, Relaxed);
+            prev.slots[SLOTS - 1].store(v, Relaxed);
             head.slots[0].store((info & !0xff) | (chain as u64 - 1), Relaxed);
             tail.slots[0].store(u64::from(pool.free), Relaxed);
             pool.free = idx as u32 + 1;
@@ -368,6 +378,27 @@ mod tests {
             t.empty_slot(*h, &mut pool).unwrap().store(pack(1, 0, Loc { seg: 99, offset: 1 }), Relaxed);
         }
         assert_eq!(pool.used, 2, "returned buckets are reused before the pool grows");
+    }
+
+    #[test]
+    fn a_last_bucket_left_with_one_item_folds_back_into_the_link() {
+        let (buckets, mask) = table(16);
+        let t = Table { buckets: &buckets, mask };
+        let mut pool = Pool::default();
+        // Eight items: the head's 6, and 2 in one overflow bucket.
+        let hashes: Vec<u64> = (1..=8u64).map(|i| i << 52).collect();
+        for (i, &h) in hashes.iter().enumerate() {
+            t.empty_slot(h, &mut pool).unwrap().store(pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }), Relaxed);
+        }
+        assert_eq!(info_chain_len(t.head(0).slots[0].load(Relaxed)), 1);
+        let f = t.find(hashes[2], |loc| loc.seg == 2).unwrap();
+        t.remove(hashes[2], f.slot, &mut pool);
+        assert_eq!(info_chain_len(t.head(0).slots[0].load(Relaxed)), 0, "seven items fit in the head");
+        assert_ne!(pool.free, 0, "the overflow bucket went back to the pool");
+        for (i, &h) in hashes.iter().enumerate().filter(|&(i, _)| i != 2) {
+            assert!(t.find(h, |loc| loc.seg == i as u32).is_some(), "item {i} survives");
+        }
+        assert!(t.find(hashes[2], |loc| loc.seg == 2).is_none());
     }
 
     #[test]

@@ -76,6 +76,10 @@ pub trait Store {
     fn set(&mut self, key: &[u8], value: &[u8]) -> bool;
     /// Runs deferred maintenance (moka's pending evictions) before memory or hits are counted.
     fn settle(&mut self) {}
+    /// Engine counters worth printing with a result (ours only; empty for the others).
+    fn describe(&mut self) -> String {
+        String::new()
+    }
 }
 
 /// A cache shared between threads (`&self`).
@@ -83,6 +87,9 @@ pub trait SharedStore: Send + Sync {
     fn get(&self, key: &[u8]) -> Option<usize>;
     fn set(&self, key: &[u8], value: &[u8]) -> bool;
     fn settle(&self) {}
+    fn describe(&self) -> String {
+        String::new()
+    }
 }
 
 impl<T: SharedStore + ?Sized> Store for &T {
@@ -96,6 +103,9 @@ impl<T: SharedStore + ?Sized> Store for &T {
     }
     fn settle(&mut self) {
         SharedStore::settle(*self)
+    }
+    fn describe(&mut self) -> String {
+        SharedStore::describe(*self)
     }
 }
 
@@ -111,6 +121,9 @@ impl<S: Store + ?Sized> Store for &mut S {
     fn settle(&mut self) {
         (**self).settle()
     }
+    fn describe(&mut self) -> String {
+        (**self).describe()
+    }
 }
 
 impl Store for segcache_core::Segcache {
@@ -122,6 +135,25 @@ impl Store for segcache_core::Segcache {
     fn set(&mut self, key: &[u8], value: &[u8]) -> bool {
         segcache_core::Segcache::set(self, key, value, 0, Duration::ZERO).is_ok()
     }
+    fn describe(&mut self) -> String {
+        describe_ours(&self.stats())
+    }
+}
+
+/// The engine's item count, live bytes, and how full its segments and table are.
+fn describe_ours(s: &segcache_core::Stats) -> String {
+    format!(
+        "policy {} shards {} items {} live bytes {} ({:.1}% of heap) free segments {} overflow buckets {} evicted {} merged {}",
+        s.policy,
+        s.shards,
+        s.items,
+        s.bytes,
+        100.0 * s.bytes as f64 / s.heap_bytes.max(1) as f64,
+        s.segments_free,
+        s.overflow_buckets,
+        s.evicted_items,
+        s.merged_items
+    )
 }
 
 impl SharedStore for segcache_core::SharedCache {
@@ -133,6 +165,9 @@ impl SharedStore for segcache_core::SharedCache {
     #[inline]
     fn set(&self, key: &[u8], value: &[u8]) -> bool {
         segcache_core::SharedCache::set(self, key, value, 0, Duration::ZERO).is_ok()
+    }
+    fn describe(&self) -> String {
+        describe_ours(&self.stats())
     }
 }
 
@@ -218,14 +253,21 @@ pub struct Sizing {
     pub expected_items: usize,
     /// Pelikan's hash power, when not derived from `expected_items`.
     pub pelikan_hash_power: Option<u8>,
+    /// Ours: eviction policy, shard count and hash power other than the defaults (exploration).
+    pub policy: Option<segcache_core::Policy>,
+    pub shards: Option<usize>,
+    pub hash_power: Option<u8>,
 }
 
 impl Sizing {
+    const DEFAULTS: Sizing =
+        Sizing { budget: 0, capacity: 0, expected_items: 0, pelikan_hash_power: None, policy: None, shards: None, hash_power: None };
+
     /// Every library holds `budget` bytes of key+value payload: count-sized peers get
     /// `budget / payload` items (how the peer figures in `shared/peers.md` were made).
     pub fn equal_data(budget: usize, payload: usize) -> Self {
         // Pelikan stores an item in its payload + 6 header bytes, rounded up to 8 (88 here).
-        Sizing { budget, capacity: budget / payload, expected_items: budget / (payload + 8), pelikan_hash_power: None }
+        Sizing { budget, capacity: budget / payload, expected_items: budget / (payload + 8), pelikan_hash_power: None, ..Self::DEFAULTS }
     }
 
     /// Room for `items` items in every library (with headroom so that none is evicted).
@@ -236,7 +278,7 @@ impl Sizing {
         // Pelikan's table fails inserts once an unlucky bucket pair is full; its own benchmark
         // keeps it at 25% load so that every key stays, and so do we here.
         let power = pelikan_hash_power_at(items, 0.25);
-        Sizing { budget, capacity: items + items / 4, expected_items: items, pelikan_hash_power: Some(power) }
+        Sizing { budget, capacity: items + items / 4, expected_items: items, pelikan_hash_power: Some(power), ..Self::DEFAULTS }
     }
 }
 
@@ -253,12 +295,27 @@ pub fn pelikan_hash_power_at(items: usize, load: f64) -> u8 {
     (64 - (slots - 1).leading_zeros()) as u8
 }
 
+/// Our builder at the budget, with the exploration overrides of `s` (defaults otherwise).
+fn ours_builder(s: &Sizing) -> segcache_core::Builder {
+    let mut b = segcache_core::Builder::new().heap_size(s.budget);
+    if let Some(p) = s.policy {
+        b = b.eviction(p);
+    }
+    if let Some(n) = s.shards {
+        b = b.shards(n);
+    }
+    if let Some(h) = s.hash_power {
+        b = b.hash_power(h);
+    }
+    b
+}
+
 pub fn build_ours(s: &Sizing) -> segcache_core::SharedCache {
-    segcache_core::Builder::new().heap_size(s.budget).build_shared().expect("segcache-core SharedCache")
+    ours_builder(s).build_shared().expect("segcache-core SharedCache")
 }
 
 pub fn build_ours_single(s: &Sizing) -> segcache_core::Segcache {
-    segcache_core::Builder::new().heap_size(s.budget).build().expect("segcache-core Segcache")
+    ours_builder(s).build().expect("segcache-core Segcache")
 }
 
 /// Pelikan segcache with 1 MiB segments and its default eviction (random).

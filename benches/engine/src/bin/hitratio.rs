@@ -44,6 +44,18 @@ struct Args {
     /// items its heap holds at most 85% of the slots.
     #[arg(long)]
     pelikan_hash_power: Option<u8>,
+    /// Ours: eviction policy other than the default (exploration).
+    #[arg(long)]
+    policy: Option<segcache_core::Policy>,
+    /// Ours: shard count of the shared cache other than the default (exploration).
+    #[arg(long)]
+    shards: Option<usize>,
+    /// Ours: hash power other than the default (exploration).
+    #[arg(long)]
+    hash_power: Option<u8>,
+    /// Print our engine's counters (items held, live bytes, ...) to stderr.
+    #[arg(long)]
+    verbose: bool,
     /// Print the markdown table header first.
     #[arg(long)]
     header: bool,
@@ -83,6 +95,9 @@ impl Run<'_> {
             }
         }
         s.settle();
+        if a.verbose {
+            eprintln!("{}", s.describe());
+        }
         Outcome { gets, hits, rss: rss_bytes().expect("VmRSS from /proc/self/status") }
     }
 }
@@ -102,6 +117,7 @@ fn main() {
     let budget = a.budget_mib << 20;
     let mut size = Sizing::equal_data(budget, PAYLOAD);
     size.pelikan_hash_power = a.pelikan_hash_power;
+    (size.policy, size.shards, size.hash_power) = (a.policy, a.shards, a.hash_power);
     if let Some(c) = a.capacity {
         size.capacity = c;
     }

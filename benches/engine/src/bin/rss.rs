@@ -26,6 +26,15 @@ struct Args {
     /// items its heap holds at most 85% of the slots.
     #[arg(long)]
     pelikan_hash_power: Option<u8>,
+    /// Ours: hash power other than the default (exploration).
+    #[arg(long)]
+    hash_power: Option<u8>,
+    /// Ours: shard count of the shared cache other than the default (exploration).
+    #[arg(long)]
+    shards: Option<usize>,
+    /// Print our engine's counters (items held, live bytes, ...) to stderr.
+    #[arg(long)]
+    verbose: bool,
     /// Print the markdown table header first.
     #[arg(long)]
     header: bool,
@@ -33,6 +42,7 @@ struct Args {
 
 struct Measure {
     inserted: u64,
+    verbose: bool,
 }
 
 #[derive(Debug)]
@@ -65,6 +75,9 @@ impl Measure {
         }
         // Read the memory while the cache is still alive.
         let rss = rss_bytes().expect("VmRSS from /proc/self/status");
+        if self.verbose {
+            eprintln!("{}", s.describe());
+        }
         Outcome { retained, refused, rss }
     }
 }
@@ -83,10 +96,11 @@ fn main() {
     let a = Args::parse();
     let budget = a.budget_mib << 20;
     let fit = budget / PAYLOAD;
-    let m = Measure { inserted: (fit * a.overfill) as u64 };
+    let m = Measure { inserted: (fit * a.overfill) as u64, verbose: a.verbose };
     let base = rss_bytes().unwrap_or(0);
     let mut size = Sizing::equal_data(budget, PAYLOAD);
     size.pelikan_hash_power = a.pelikan_hash_power;
+    (size.hash_power, size.shards) = (a.hash_power, a.shards);
     let o = with_cache(a.lib, &size, &m);
     if o.retained == 0 {
         eprintln!("{}: no item retained", a.lib.name());
