@@ -31,7 +31,7 @@ pub struct Segcache {
     /// does not outlive the process, so it skips them.
     durable: bool,
     /// After a lazily verified reopen (`Builder::lazy_verify`), each segment's check state
-    /// (`recover::UNCHECKED`, `GOOD`, `BAD`) until every segment is checked: a read checks the
+    /// (unchecked, good, bad: see `recover`) until every segment is checked: a read checks the
     /// segment it touches, the first write checks all the others. `None` otherwise.
     pub(crate) unchecked: Option<Box<[std::sync::atomic::AtomicU8]>>,
 }

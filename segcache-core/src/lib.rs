@@ -36,7 +36,6 @@ mod stats;
 mod table;
 pub mod ttl;
 
-use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 
 pub use clock::{Clock, ManualClock, SystemClock};
@@ -114,8 +113,7 @@ impl Builder {
                     Ok(()) => {
                         for e in &mut engines {
                             if self.lazy_verify {
-                                let n = e.geo.segments;
-                                e.unchecked = Some((0..n).map(|_| AtomicU8::new(recover::UNCHECKED)).collect());
+                                e.defer_segment_checks();
                             }
                             e.fit_spare_to_policy();
                         }

@@ -10,7 +10,7 @@ use crate::table::{self, Loc};
 use crate::{ttl, Segcache};
 
 /// Check states of `Segcache::unchecked`.
-pub(crate) const UNCHECKED: u8 = 0;
+const UNCHECKED: u8 = 0;
 const GOOD: u8 = 1;
 const BAD: u8 = 2;
 
@@ -30,6 +30,12 @@ impl Segcache {
         !matches!(s.state, SEG_OPEN | SEG_SEALED)
             || (s.write_offset as usize <= self.geo.segment_size
                 && xxhash_rust::xxh3::xxh3_64(self.seg_data(id)) == s.close_sum)
+    }
+
+    /// After a clean reopen with `lazy_verify`: every segment is checked at its first use
+    /// instead of now.
+    pub(crate) fn defer_segment_checks(&mut self) {
+        self.unchecked = Some((0..self.geo.segments).map(|_| AtomicU8::new(UNCHECKED)).collect());
     }
 
     /// Whether records of segment `id` may be read: after a lazily verified reopen, the first

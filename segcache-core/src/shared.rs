@@ -101,7 +101,7 @@ impl SharedCache {
     pub fn get_many_with(&self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'_>)) {
         if self.shards.len() == 1 {
             let engine = self.shards[0].0.read();
-            engine.get_many_with(keys, |i, item| f(i, item));
+            engine.get_many_with(keys, &mut f);
             return;
         }
         let mut order: Vec<(usize, usize)> =
