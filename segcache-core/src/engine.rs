@@ -232,9 +232,14 @@ impl Segcache {
     /// Looks the key up; `None` if absent, expired or flushed.
     #[inline]
     pub fn get(&self, key: &[u8]) -> Option<Item<'_>> {
-        let h = hash(key);
+        self.get_counted_in(key, hash(key), &self.meta().reads)
+    }
+
+    /// `get` for a caller that has the key's hash and counts the read in its own `counters`
+    /// (`SharedCache` counts in each reader's own slot, so a read writes no line another core uses).
+    #[inline]
+    pub(crate) fn get_counted_in(&self, key: &[u8], h: u64, counters: &ReadCounters) -> Option<Item<'_>> {
         let item = self.lookup(key, h, self.now());
-        let counters = &self.meta().reads;
         match item {
             Some((item, found)) => {
                 let coin = bump(&counters.hits);
@@ -1348,6 +1353,13 @@ impl Segcache {
             shards: 1,
             policy: self.policy,
         }
+    }
+
+    /// Adds reads counted elsewhere (in `SharedCache`'s reader slots) to this shard's counters.
+    pub(crate) fn count_reads(&mut self, hits: u64, misses: u64) {
+        let reads = &self.meta().reads;
+        reads.hits.fetch_add(hits, Relaxed);
+        reads.misses.fetch_add(misses, Relaxed);
     }
 
     /// Live items (expired ones count until their segment is freed).

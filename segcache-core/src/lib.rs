@@ -26,6 +26,7 @@ mod error;
 pub mod hash;
 mod item;
 mod layout;
+mod lock;
 mod persist;
 mod policy;
 mod record;

@@ -6,11 +6,14 @@
 //! reader-writer lock. A key's shard comes from hash bits (44..52) that the shard's hash table does
 //! not use for bucket choice, so keys spread evenly and each shard's table stays dense.
 //!
-//! - Reads take the shard's lock shared: any number of threads read one shard at once. The
-//!   frequency counter that eviction uses, and the hit and miss counters, are bumped with plain
-//!   relaxed stores (no locked instruction, so consecutive reads overlap their memory misses):
-//!   a read never needs the lock exclusively, and concurrent readers of one shard may lose an
-//!   increment, which only makes those counters approximate.
+//! - Reads take the shard's lock shared: any number of threads read one shard at once. The lock
+//!   ([`crate::lock::ShardLock`]) counts each thread's readers on a cache line of that thread's
+//!   own, beside its hit and miss counters, so a read writes nothing that another core uses and
+//!   reads on different cores scale without passing a lock word between them; the price is a
+//!   writer that checks every reader slot (twice the cores) before it goes on. The frequency
+//!   counter that eviction uses is bumped with a plain relaxed store, and only now and then once
+//!   it is high, so hot keys rarely write their slot; concurrent readers may lose an increment,
+//!   which only makes that counter approximate.
 //! - Writes take the shard's lock exclusively for the append and the slot update only (a few
 //!   hundred nanoseconds); writers on different shards never meet. CAS, incr/decr, append and
 //!   prepend are atomic because the read-modify-write happens under that one exclusive lock.
@@ -21,29 +24,23 @@
 //!   segments are partly empty. With many shards, use smaller segments or a larger heap; the
 //!   default shard count is lowered so that each shard keeps at least 16 segments
 //!   (`config::MIN_SHARD_SEGMENTS`).
-//! - Hot keys: one key always maps to one shard, so a key read by every thread makes that shard's
-//!   lock word bounce between cores (reads still proceed in parallel; writes to a hot key
-//!   serialise on its shard, as they must for CAS).
+//! - Hot keys: one key always maps to one shard. Reads of it proceed in parallel without
+//!   writing shared lines; writes to a hot key serialise on its shard, as they must for CAS, and
+//!   each one moves the shard's lines between the cores that use it.
 //! - Eviction and expiry are per shard, so a shard evicts by its own policy view; with keys spread
 //!   evenly this approximates the global policy.
 
 use std::time::Duration;
 
-use parking_lot::RwLock;
-
 use crate::hash::{hash, shard_of};
+use crate::lock::{self, ShardLock};
 use crate::{Builder, Item, OwnedItem, Result, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
 #[derive(Debug)]
 pub struct SharedCache {
-    shards: Box<[CachePadded<RwLock<Segcache>>]>,
+    shards: Box<[ShardLock<Segcache>]>,
 }
-
-/// Keeps each shard's lock on its own cache lines so that shards do not share them.
-#[derive(Debug)]
-#[repr(align(128))]
-struct CachePadded<T>(T);
 
 impl SharedCache {
     pub fn builder() -> Builder {
@@ -51,12 +48,17 @@ impl SharedCache {
     }
 
     pub(crate) fn from_engines(engines: Vec<Segcache>) -> Self {
-        SharedCache { shards: engines.into_iter().map(|e| CachePadded(RwLock::new(e))).collect() }
+        let slots = lock::default_slots();
+        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect() }
     }
 
     #[inline]
-    fn shard(&self, key: &[u8]) -> &RwLock<Segcache> {
-        &self.shards[shard_of(hash(key), self.shards.len())].0
+    fn shard_by_hash(&self, h: u64) -> &ShardLock<Segcache> {
+        &self.shards[shard_of(h, self.shards.len())]
+    }
+    #[inline]
+    fn shard(&self, key: &[u8]) -> &ShardLock<Segcache> {
+        self.shard_by_hash(hash(key))
     }
 
     /// Number of shards.
@@ -66,18 +68,20 @@ impl SharedCache {
 
     /// The cache clock's current time, Unix seconds.
     pub fn now(&self) -> u32 {
-        self.shards[0].0.read().now()
+        self.shards[0].read().now()
     }
 
     /// Copies the item out under the shard's read lock.
     pub fn get(&self, key: &[u8]) -> Option<OwnedItem> {
-        self.shard(key).read().get(key).map(|i| i.to_owned())
+        self.get_with(key, |i| i.to_owned())
     }
 
     /// Runs `f` on the item, without a copy, under the shard's read lock. Keep `f` short: writers
     /// to this shard wait for it.
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
-        self.shard(key).read().get(key).map(f)
+        let h = hash(key);
+        let engine = self.shard_by_hash(h).read();
+        engine.get_counted_in(key, h, &engine.slot().counters).map(f)
     }
 
     /// Copies the value into `buf` (cleared first); returns the item's metadata with an empty
@@ -100,7 +104,7 @@ impl SharedCache {
     /// the memory accesses of the keys in one shard.
     pub fn get_many_with(&self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'_>)) {
         if self.shards.len() == 1 {
-            let engine = self.shards[0].0.read();
+            let engine = self.shards[0].read();
             engine.get_many_with(keys, &mut f);
             return;
         }
@@ -119,7 +123,7 @@ impl SharedCache {
                 sub.push(keys[i]);
                 idx.push(i);
             }
-            let engine = self.shards[shard].0.read();
+            let engine = self.shards[shard].read();
             engine.get_many_with(&sub, |j, item| f(idx[j], item));
             start = end;
         }
@@ -172,18 +176,18 @@ impl SharedCache {
     /// Removes every item now.
     pub fn flush(&self) {
         for s in self.shards.iter() {
-            s.0.write().flush();
+            s.write().flush();
         }
     }
     /// Removes every item stored before `delay` from now, at that time.
     pub fn flush_after(&self, delay: Duration) {
         for s in self.shards.iter() {
-            s.0.write().flush_after(delay);
+            s.write().flush_after(delay);
         }
     }
     /// Frees expired segments in every shard; returns the number of items removed.
     pub fn expire(&self) -> usize {
-        self.shards.iter().map(|s| s.0.write().expire()).sum()
+        self.shards.iter().map(|s| s.write().expire()).sum()
     }
 
     /// Counters summed over the shards. Each shard's counters are read under its read lock,
@@ -191,14 +195,18 @@ impl SharedCache {
     pub fn stats(&self) -> Stats {
         let mut total = Stats::default();
         for s in self.shards.iter() {
-            total.merge(&s.0.read().stats());
+            let mut shard = s.read().stats();
+            let (hits, misses) = slot_reads(s);
+            shard.get_hits += hits;
+            shard.get_misses += misses;
+            total.merge(&shard);
         }
         total
     }
 
     /// Live items.
     pub fn len(&self) -> usize {
-        self.shards.iter().map(|s| s.0.read().len()).sum()
+        self.shards.iter().map(|s| s.read().len()).sum()
     }
     pub fn is_empty(&self) -> bool {
         self.len() == 0
@@ -208,8 +216,25 @@ impl SharedCache {
     /// marks the file clean. Dropping the cache does the same but cannot report an error.
     pub fn close(self) -> Result<()> {
         let now = self.now();
-        let region = std::sync::Arc::clone(&self.shards[0].0.read().mem.region);
+        let region = std::sync::Arc::clone(&self.shards[0].read().mem.region);
         drop(self);
         crate::region::close(region, now)
+    }
+}
+
+/// Hits and misses counted in a shard's reader slots.
+fn slot_reads(shard: &ShardLock<Segcache>) -> (u64, u64) {
+    use std::sync::atomic::Ordering::Relaxed;
+    shard.slots().iter().fold((0, 0), |(h, m), s| (h + s.counters.hits.load(Relaxed), m + s.counters.misses.load(Relaxed)))
+}
+
+impl Drop for SharedCache {
+    /// Moves the reads counted in reader slots into each engine's own counters, which a
+    /// file-backed cache keeps across a restart.
+    fn drop(&mut self) {
+        for shard in self.shards.iter_mut() {
+            let (hits, misses) = slot_reads(shard);
+            shard.get_mut().count_reads(hits, misses);
+        }
     }
 }
