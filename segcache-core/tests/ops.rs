@@ -160,9 +160,9 @@ fn reads_never_return_flushed_or_expired_items() {
     clock.advance(1);
     assert_eq!(visible(&c, &refs), (0, 0, 0), "a delayed flush hides every item from every read");
     let misses = c.stats().get_misses;
-    assert!(c.get(&refs[0]).is_none());
+    assert!(c.get(refs[0]).is_none());
     assert_eq!(c.stats().get_misses, misses + 1, "a flushed item counts as a miss");
-    c.set(&refs[0], b"again", 0, NEVER).unwrap();
+    c.set(refs[0], b"again", 0, NEVER).unwrap();
     assert_eq!(visible(&c, &refs), (1, 1, 1), "only the item stored after the flush");
 }
 
