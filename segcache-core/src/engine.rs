@@ -239,7 +239,8 @@ impl Segcache {
     /// (`SharedCache` counts in each reader's own slot, so a read writes no line another core uses).
     #[inline]
     pub(crate) fn get_counted_in(&self, key: &[u8], h: u64, counters: &ReadCounters) -> Option<Item<'_>> {
-        let item = self.lookup(key, h, self.now());
+        // The clock is read only once the key's slot is found: a miss needs no time.
+        let item = self.find_key(key, h).and_then(|found| self.item_of(found, h, self.now()));
         match item {
             Some((item, found)) => {
                 let coin = bump(&counters.hits);
@@ -255,16 +256,24 @@ impl Segcache {
 
     #[inline]
     fn lookup(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
-        if key.is_empty() || key.len() > MAX_KEY_LEN || self.flushed(now) {
-            return None;
-        }
-        let found = self.table().find(h, |loc| self.key_at(loc, key))?;
-        self.item_of(found, h, now)
+        self.item_of(self.find_key(key, h)?, h, now)
     }
 
-    /// The item in the key's slot `found`, unless it expired.
+    /// The key's slot, whatever the item's expiry and any flush: needs no clock.
+    #[inline]
+    fn find_key(&self, key: &[u8], h: u64) -> Option<table::Found<'static>> {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return None;
+        }
+        self.table().find(h, |loc| self.key_at(loc, key))
+    }
+
+    /// The item in the key's slot `found`, unless it expired or was flushed.
     #[inline]
     fn item_of(&self, found: table::Found<'static>, h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
+        if self.flushed(now) {
+            return None;
+        }
         let loc = table::slot_loc(found.value);
         let expire_at = self.live_expiry(loc.seg, now)?;
         let r = self.record(loc)?;
@@ -274,7 +283,8 @@ impl Segcache {
 
     /// Whether the key is present; does not count as a read.
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.lookup(key, hash(key), self.now()).is_some()
+        let h = hash(key);
+        self.find_key(key, h).and_then(|found| self.item_of(found, h, self.now())).is_some()
     }
 
     /// Looks up many keys, calling `f(index, item)` for each hit. The buckets of a batch and then
@@ -306,11 +316,10 @@ impl Segcache {
                     }
                 }
             }
-            let readable = !self.flushed(now);
             for (i, k) in chunk.iter().enumerate() {
                 let h = hashes[i];
                 let hit = match first_match[i] {
-                    Some(f) if readable && self.key_at(table::slot_loc(f.value), k) => self.item_of(f, h, now),
+                    Some(f) if self.key_at(table::slot_loc(f.value), k) => self.item_of(f, h, now),
                     _ => self.lookup(k, h, now),
                 };
                 match hit {

@@ -131,6 +131,41 @@ fn flush_now_and_later() {
     assert!(c.get(b"b").is_none());
 }
 
+/// Every read path (get, contains, get_many) reads the clock only once it has found the key's
+/// slot; a flushed or expired item must still never come back through any of them.
+#[test]
+fn reads_never_return_flushed_or_expired_items() {
+    let clock = ManualClock::new(T0);
+    let mut c = cache(&clock);
+    let keys: Vec<Vec<u8>> = (0..40).map(|i| format!("key-{i}").into_bytes()).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| &k[..]).collect();
+    let visible = |c: &Segcache, refs: &[&[u8]]| -> (usize, usize, usize) {
+        let gets = refs.iter().filter(|k| c.get(k).is_some()).count();
+        let contains = refs.iter().filter(|k| c.contains(k)).count();
+        let many = c.get_many(refs).iter().filter(|i| i.is_some()).count();
+        (gets, contains, many)
+    };
+    for k in &refs[..20] {
+        c.set(k, b"forever", 0, NEVER).unwrap();
+    }
+    for k in &refs[20..] {
+        c.set(k, b"short", 0, Duration::from_secs(2)).unwrap();
+    }
+    assert_eq!(visible(&c, &refs), (40, 40, 40));
+    clock.advance(2);
+    assert_eq!(visible(&c, &refs), (20, 20, 20), "expired items are hidden from every read");
+    c.flush_after(Duration::from_secs(5));
+    clock.advance(4);
+    assert_eq!(visible(&c, &refs), (20, 20, 20), "a pending flush hides nothing yet");
+    clock.advance(1);
+    assert_eq!(visible(&c, &refs), (0, 0, 0), "a delayed flush hides every item from every read");
+    let misses = c.stats().get_misses;
+    assert!(c.get(refs[0]).is_none());
+    assert_eq!(c.stats().get_misses, misses + 1, "a flushed item counts as a miss");
+    c.set(refs[0], b"again", 0, NEVER).unwrap();
+    assert_eq!(visible(&c, &refs), (1, 1, 1), "only the item stored after the flush");
+}
+
 #[test]
 fn bad_input_gets_typed_errors() {
     let clock = ManualClock::new(T0);

@@ -175,7 +175,12 @@ fn engine(c: &mut Criterion) {
     let n = items();
     let d = Data::new(n);
     let size = Sizing::holding(n);
-    eprintln!("{n} items of 16-byte keys and 64-byte values; budget {} MiB", size.budget >> 20);
+    eprintln!(
+        "{n} items of 16-byte keys and 64-byte values; heap {} MiB (ours), {} MiB (Pelikan); {} items (count-based peers)",
+        size.ours_heap() >> 20,
+        size.budget >> 20,
+        size.capacity
+    );
 
     // Each cache is built, filled, measured and dropped in turn, so that the others' memory does
     // not crowd the one being measured.

@@ -246,6 +246,8 @@ impl SharedStore for LruMutex {
 pub struct Sizing {
     /// Bytes of heap for libraries with a byte budget (ours, Pelikan).
     pub budget: usize,
+    /// Bytes of heap for ours when not `budget` (see [`Sizing::holding`]).
+    pub ours_budget: Option<usize>,
     /// Items for libraries sized by count (quick_cache, moka, lru).
     pub capacity: usize,
     /// Items the byte-budget caches are expected to hold: sizes Pelikan's hash table, which
@@ -261,7 +263,16 @@ pub struct Sizing {
 
 impl Sizing {
     const DEFAULTS: Sizing =
-        Sizing { budget: 0, capacity: 0, expected_items: 0, pelikan_hash_power: None, policy: None, shards: None, hash_power: None };
+        Sizing {
+            budget: 0,
+            ours_budget: None,
+            capacity: 0,
+            expected_items: 0,
+            pelikan_hash_power: None,
+            policy: None,
+            shards: None,
+            hash_power: None,
+        };
 
     /// Every library holds `budget` bytes of key+value payload: count-sized peers get
     /// `budget / payload` items (how the peer figures in `shared/peers.md` were made).
@@ -270,17 +281,41 @@ impl Sizing {
         Sizing { budget, capacity: budget / payload, expected_items: budget / (payload + 8), pelikan_hash_power: None, ..Self::DEFAULTS }
     }
 
-    /// Room for `items` items in every library (with headroom so that none is evicted).
+    /// Room for `items` items in every library, with the same 25% headroom for every library
+    /// whose index is sized from its capacity, so that none is evicted.
     pub fn holding(items: usize) -> Self {
-        // 192 bytes of heap per item covers every engine's per-item header and the partly
-        // filled segments of each shard, with headroom; count-based peers get 25% spare.
+        // Count-based peers get 25% spare items.
+        let capacity = items + items / 4;
+        // Ours gets the heap that holds those `capacity` items too (its hash table is sized from
+        // the heap by the engine's default rule): the smallest power of two with
+        // `OURS_BYTES_PER_ITEM` for each (checked by `ours_holds_the_peers_capacity`).
+        let ours_budget = (capacity * OURS_BYTES_PER_ITEM).max(16 << 20).next_power_of_two();
+        // Pelikan keeps the roomier heap of before: 192 bytes per item covers its per-item header
+        // and partly filled segments with headroom, and its table is sized on its own, below.
         let budget = (items * 192).max(16 << 20).next_power_of_two();
         // Pelikan's table fails inserts once an unlucky bucket pair is full; its own benchmark
         // keeps it at 25% load so that every key stays, and so do we here.
         let power = pelikan_hash_power_at(items, 0.25);
-        Sizing { budget, capacity: items + items / 4, expected_items: items, pelikan_hash_power: Some(power), ..Self::DEFAULTS }
+        Sizing {
+            budget,
+            ours_budget: Some(ours_budget),
+            capacity,
+            expected_items: items,
+            pelikan_hash_power: Some(power),
+            ..Self::DEFAULTS
+        }
+    }
+
+    /// The heap of ours.
+    pub fn ours_heap(&self) -> usize {
+        self.ours_budget.unwrap_or(self.budget)
     }
 }
+
+/// Heap per item that [`Sizing::holding`] gives ours: the 84-byte record of a 16-byte key and
+/// a 64-byte value (4-byte header), plus each shard's partly filled open segment and its spare
+/// merge destination.
+pub const OURS_BYTES_PER_ITEM: usize = 96;
 
 /// Pelikan's table has 2^power slots in buckets of 8 with two-choice placement and no overflow
 /// chaining: a bucket pair that is full makes the insert fail. Two-choice placement keeps
@@ -297,7 +332,7 @@ pub fn pelikan_hash_power_at(items: usize, load: f64) -> u8 {
 
 /// Our builder at the budget, with the exploration overrides of `s` (defaults otherwise).
 fn ours_builder(s: &Sizing) -> segcache_core::Builder {
-    let mut b = segcache_core::Builder::new().heap_size(s.budget);
+    let mut b = segcache_core::Builder::new().heap_size(s.ours_heap());
     if let Some(p) = s.policy {
         b = b.eviction(p);
     }
@@ -391,6 +426,41 @@ mod tests {
         let s = Sizing::holding(1000);
         for lib in Lib::ALL {
             with_cache(lib, &s, Check);
+        }
+    }
+
+    /// Sets keys 0..n into `s`, then counts those that read back.
+    fn kept<S: Store>(mut s: S, n: usize) -> usize {
+        use crate::keys::{format_key, Key};
+        let mut k: Key = Default::default();
+        for i in 0..n as u64 {
+            format_key(i, &mut k);
+            assert!(s.set(&k, &VALUE), "set {i} refused");
+        }
+        (0..n as u64)
+            .filter(|&i| {
+                format_key(i, &mut k);
+                s.get(&k).is_some()
+            })
+            .count()
+    }
+
+    /// Ours, sized by `holding(n)`, keeps all the `n + n/4` items the count-based peers have room
+    /// for, without evicting any, at the benchmarks' sizes (both handles).
+    #[test]
+    fn ours_holds_the_peers_capacity() {
+        for items in [20_000, 1_000_000] {
+            let s = Sizing::holding(items);
+            let heap = s.ours_heap() >> 20;
+            let mut single = build_ours_single(&s);
+            assert_eq!(kept(&mut single, s.capacity), s.capacity, "Segcache, {items} items, {heap} MiB");
+            assert_eq!(single.stats().evicted_items, 0);
+            drop(single);
+            let shared = build_ours(&s);
+            assert_eq!(kept(&shared, s.capacity), s.capacity, "SharedCache, {items} items, {heap} MiB");
+            let st = shared.stats();
+            assert_eq!((st.evicted_items, st.merged_items), (0, 0), "SharedCache, {items} items");
+            eprintln!("{items} items: {heap} MiB heap holds {} with {} of {} segments free", s.capacity, st.segments_free, st.segments_total);
         }
     }
 
