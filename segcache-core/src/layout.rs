@@ -1,9 +1,14 @@
 //! The position-independent layout shared by anonymous and file-backed heaps.
 //!
 //! ```text
-//! [file header: 4 KiB][shard 0 metadata]..[shard N-1 metadata][pad to 2 MiB][shard 0 heap]..[shard N-1 heap]
-//! shard metadata = [ShardMeta][TTL buckets][segment headers][hash buckets: primary, then overflow pool]
+//! [file header: 4 KiB][shard 0 metadata]..[shard N-1 metadata][pad to 2 MiB]
+//!     [shard 0 table]..[shard N-1 table][pad to 2 MiB][shard 0 heap]..[shard N-1 heap]
+//! shard metadata = [ShardMeta][TTL buckets][segment headers]
+//! shard table    = [primary buckets][overflow pool]
 //! ```
+//!
+//! The tables sit together on 2 MiB boundaries so that huge pages back them: a lookup reads a
+//! random bucket, and with 4 KiB pages it would pay a TLB miss on top of the cache miss.
 //!
 //! Everything is addressed by index (segment id, byte offset, bucket index), never by pointer, so
 //! the same bytes mean the same thing wherever the region is mapped.
@@ -13,7 +18,7 @@ use std::sync::atomic::AtomicU64;
 use crate::ttl;
 
 pub const FILE_HEADER_LEN: usize = 4096;
-const HUGE_PAGE: usize = 2 << 20;
+pub const HUGE_PAGE: usize = 2 << 20;
 /// Marks "no segment" in links.
 pub const NONE: u32 = u32::MAX;
 
@@ -180,12 +185,13 @@ impl Geometry {
     pub fn segs_offset(&self) -> usize {
         self.ttl_offset() + ttl::BUCKETS * std::mem::size_of::<TtlBucket>()
     }
-    pub fn table_offset(&self) -> usize {
+    /// Bytes of one shard's metadata (without its table), a multiple of the page size.
+    pub fn meta_len(&self) -> usize {
         round_up(self.segs_offset() + self.segments * std::mem::size_of::<SegHeader>(), 4096)
     }
-    /// Bytes of one shard's metadata, a multiple of the page size.
-    pub fn meta_len(&self) -> usize {
-        round_up(self.table_offset() + (self.primary_buckets() + self.overflow_buckets()) * 64, 4096)
+    /// Bytes of one shard's hash table: primary buckets, then the overflow pool.
+    pub fn table_len(&self) -> usize {
+        (self.primary_buckets() + self.overflow_buckets()) * std::mem::size_of::<Bucket>()
     }
     pub fn heap_len(&self) -> usize {
         self.segments * self.segment_size
@@ -206,8 +212,13 @@ impl Layout {
     pub fn metas_end(&self) -> usize {
         self.meta_start(self.shards)
     }
+    /// Where shard `shard`'s table starts: 2 MiB-aligned for the first, and for every shard
+    /// whose table is a multiple of 2 MiB.
+    pub fn table_start(&self, shard: usize) -> usize {
+        round_up(self.metas_end(), HUGE_PAGE) + shard * self.geometry.table_len()
+    }
     pub fn heap_start(&self, shard: usize) -> usize {
-        round_up(self.metas_end(), HUGE_PAGE) + shard * self.geometry.heap_len()
+        round_up(self.table_start(self.shards), HUGE_PAGE) + shard * self.geometry.heap_len()
     }
     pub fn total_len(&self) -> usize {
         self.heap_start(self.shards)
@@ -238,14 +249,23 @@ mod tests {
     }
 
     #[test]
-    fn regions_do_not_overlap_and_heaps_are_huge_page_aligned() {
-        let g = Geometry { hash_power: 10, segment_size: 1 << 20, segments: 8 };
-        let l = Layout { geometry: g, shards: 4 };
-        assert!(g.table_offset() >= g.segs_offset() + 8 * 56);
-        assert_eq!(l.meta_start(1) - l.meta_start(0), g.meta_len());
-        assert_eq!(l.heap_start(0) % (2 << 20), 0);
-        assert!(l.heap_start(0) >= l.metas_end());
-        assert_eq!(l.total_len(), l.heap_start(0) + 4 * 8 * (1 << 20));
+    fn regions_do_not_overlap_and_tables_and_heaps_are_huge_page_aligned() {
+        for hash_power in [10, 15, 16] {
+            let g = Geometry { hash_power, segment_size: 1 << 20, segments: 8 };
+            let l = Layout { geometry: g, shards: 4 };
+            assert!(g.meta_len() >= g.segs_offset() + 8 * 56);
+            assert_eq!(l.meta_start(1) - l.meta_start(0), g.meta_len());
+            assert!(l.table_start(0) >= l.metas_end());
+            assert_eq!(l.table_start(0) % HUGE_PAGE, 0);
+            assert_eq!(l.table_start(1) - l.table_start(0), g.table_len());
+            if g.primary_buckets() * 64 >= HUGE_PAGE {
+                // Every primary table and overflow pool fills whole huge pages of its own.
+                assert!((0..4).all(|i| l.table_start(i) % HUGE_PAGE == 0));
+            }
+            assert_eq!(l.heap_start(0) % HUGE_PAGE, 0);
+            assert!(l.heap_start(0) >= l.table_start(4));
+            assert_eq!(l.total_len(), l.heap_start(0) + 4 * 8 * (1 << 20));
+        }
     }
 
     #[test]

@@ -22,7 +22,7 @@ use crate::{Error, Result};
 
 const MAGIC: [u8; 8] = *b"SEGCACHE";
 /// Bumped whenever the meaning of any persisted byte changes.
-pub const FORMAT_VERSION: u32 = 2;
+pub const FORMAT_VERSION: u32 = 3;
 
 /// The open, locked file behind a region.
 #[derive(Debug)]
@@ -237,9 +237,16 @@ fn metas_checksum(region: &Region) -> u64 {
         // SAFETY: the shard's metadata lies inside the mapping; no engine runs during open/close.
         let meta = unsafe { &*(region.base().add(start) as *const ShardMeta) };
         let used = (meta.overflow.used as usize).min(g.overflow_buckets());
-        let len = g.table_offset() + (g.primary_buckets() + used) * std::mem::size_of::<Bucket>();
-        // SAFETY: `len` stays within this shard's metadata (`Geometry::meta_len`).
-        xxhash_rust::xxh3::xxh3_64(unsafe { std::slice::from_raw_parts(region.base().add(start), len) })
+        let table_len = (g.primary_buckets() + used) * std::mem::size_of::<Bucket>();
+        // SAFETY: both ranges lie inside the shard's metadata and table (`Geometry::meta_len`,
+        // `Geometry::table_len`), which lie inside the mapping.
+        let (meta, table) = unsafe {
+            (
+                std::slice::from_raw_parts(region.base().add(start), g.meta_len()),
+                std::slice::from_raw_parts(region.base().add(layout.table_start(i)), table_len),
+            )
+        };
+        xxhash_rust::xxh3::xxh3_64_with_seed(table, xxhash_rust::xxh3::xxh3_64(meta))
     };
     let sums: Vec<u64> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..layout.shards).map(|i| s.spawn(move || shard_sum(i))).collect();

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::layout::{round_up, Bucket, Layout, SegHeader, ShardMeta, TtlBucket};
+use crate::layout::{Bucket, Layout, SegHeader, ShardMeta, TtlBucket, HUGE_PAGE};
 use crate::persist::PersistFile;
 use crate::{Error, Result};
 
@@ -48,7 +48,7 @@ impl Region {
                 meta: base.add(meta) as *mut ShardMeta,
                 ttl: base.add(meta + g.ttl_offset()) as *mut TtlBucket,
                 segs: base.add(meta + g.segs_offset()) as *mut SegHeader,
-                buckets: base.add(meta + g.table_offset()) as *const Bucket,
+                buckets: base.add(self.layout.table_start(i)) as *const Bucket,
                 heap: base.add(self.layout.heap_start(i)),
             }
         }
@@ -78,16 +78,16 @@ pub(crate) fn advise_huge_pages(map: &MmapRaw, layout: &Layout) {
     #[cfg(target_os = "linux")]
     {
         let _ = map.advise(memmap2::Advice::HugePage);
-        // Except the overflow pools: each is touched only as far as its chains have grown, and
-        // a huge page would make 2 MiB resident for the first bucket a shard takes (megabytes
-        // per cache when there are many shards). Chains reach them on few lookups.
+        // Except the overflow pools when they fill whole huge pages of their own: each is
+        // touched only as far as its chains have grown, and a huge page would make 2 MiB
+        // resident for the first bucket a shard takes (megabytes per cache when there are many
+        // shards). Chains reach them on few lookups. Smaller pools share huge pages with the
+        // primary buckets beside them, and cost at most their own size.
         let g = layout.geometry;
-        for i in 0..layout.shards {
-            let start = layout.meta_start(i) + g.table_offset() + g.primary_buckets() * 64;
-            let end = layout.meta_start(i) + g.meta_len();
-            let start = round_up(start, 4096);
-            if end > start {
-                let _ = map.advise_range(memmap2::Advice::NoHugePage, start, end - start);
+        let primary = g.primary_buckets() * std::mem::size_of::<Bucket>();
+        if primary >= HUGE_PAGE {
+            for i in 0..layout.shards {
+                let _ = map.advise_range(memmap2::Advice::NoHugePage, layout.table_start(i) + primary, g.table_len() - primary);
             }
         }
     }
