@@ -32,6 +32,8 @@ venv:
 
 test-rust:
 	$(CARGO) test --workspace --release
+	# The shard lock's protocol under loom's model checker (its own target dir: other RUSTFLAGS).
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom $(CARGO) test --release -p segcache-core --lib lock
 
 # cargo-fuzz targets: built (not run) to keep them compiling. See README for running them.
 fuzz-build:

@@ -29,7 +29,9 @@ use loom::sync::atomic::{AtomicBool, AtomicUsize};
 #[cfg(not(loom))]
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use crate::layout::ReadCounters;
-use std::sync::atomic::Ordering::{AcqRel, Acquire, Relaxed, Release};
+#[cfg(loom)]
+use std::sync::atomic::Ordering::AcqRel;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 
 /// One reader's slot, on cache lines of its own (128 bytes: adjacent-line prefetch pairs lines).
 #[repr(align(128))]
@@ -91,13 +93,11 @@ impl<T> ShardLock<T> {
         let slot = &self.slots[index & (self.slots.len() - 1)];
         let mut spins = 0;
         loop {
-            // Announce the reader, then look for a writer. A writer raises its flag, then
-            // touches every slot with a read-modify-write: if that comes after this increment,
-            // the writer sees the reader and waits; if before, this increment reads from it,
-            // which makes the raised flag visible to the load below (release/acquire alone,
-            // no reliance on a single total order).
-            slot.readers.fetch_add(1, AcqRel);
-            if !self.writer.load(Acquire) {
+            // Announce the reader, then look for a writer; a writer raises its flag, then looks
+            // at every slot (`slot_readers`). All four steps are SeqCst, so they fall in one
+            // total order and one of the two sees the other.
+            slot.readers.fetch_add(1, SeqCst);
+            if !self.writer.load(SeqCst) {
                 return ReadGuard { lock: self, slot };
             }
             slot.readers.fetch_sub(1, Release);
@@ -109,13 +109,11 @@ impl<T> ShardLock<T> {
 
     pub fn write(&self) -> WriteGuard<'_, T> {
         let mut spins = 0;
-        while self.writer.compare_exchange_weak(false, true, AcqRel, Relaxed).is_err() {
+        while self.writer.compare_exchange_weak(false, true, SeqCst, Relaxed).is_err() {
             relax(&mut spins);
         }
         for slot in self.slots.iter() {
-            // The read-modify-write orders the raised flag against the slot's readers (see
-            // `read`); then plain acquire loads wait for the readers counted there to leave.
-            if slot.readers.fetch_add(0, AcqRel) != 0 {
+            if slot_readers(slot) != 0 {
                 while slot.readers.load(Acquire) != 0 {
                     relax(&mut spins);
                 }
@@ -185,6 +183,23 @@ impl<T> Drop for WriteGuard<'_, T> {
     fn drop(&mut self) {
         self.lock.writer.store(false, Release);
     }
+}
+
+/// The writer's look at a slot's reader count, after raising its flag.
+///
+/// A SeqCst load: with the reader's SeqCst increment and flag load and the writer's SeqCst
+/// flag swap, the single total order of SeqCst operations makes one side see the other. It is
+/// a plain load on x86, and a slot nobody reads stays shared in every writer's cache instead of
+/// moving to each writer in turn. loom models SeqCst accesses as acquire/release only (its
+/// documentation says so), which cannot show this, so the model checks the protocol with a
+/// read-modify-write here instead, which is correct under acquire/release alone: it either
+/// reads the reader's increment, or the increment reads from it and so sees the raised flag.
+#[inline]
+fn slot_readers(slot: &ReaderSlot) -> usize {
+    #[cfg(not(loom))]
+    return slot.readers.load(SeqCst);
+    #[cfg(loom)]
+    return slot.readers.fetch_add(0, AcqRel);
 }
 
 /// Waits a little longer each time, then yields the processor (the holder may be descheduled).
