@@ -289,7 +289,12 @@ impl Segcache {
 
     /// Looks up many keys, calling `f(index, item)` for each hit. The buckets of a batch and then
     /// its items are prefetched before any is read, so the memory misses overlap.
-    pub fn get_many_with<'a>(&'a self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'a>)) {
+    pub fn get_many_with<'a>(&'a self, keys: &[&[u8]], f: impl FnMut(usize, Item<'a>)) {
+        self.get_many_counted_in(keys, &self.meta().reads, f)
+    }
+
+    /// `get_many_with` counting hits and misses in `counters` (see `get_counted_in`).
+    pub(crate) fn get_many_counted_in<'a>(&'a self, keys: &[&[u8]], counters: &ReadCounters, mut f: impl FnMut(usize, Item<'a>)) {
         const BATCH: usize = 16;
         let now = self.now();
         let t = self.table();
@@ -324,12 +329,12 @@ impl Segcache {
                 };
                 match hit {
                     Some((item, found)) => {
-                        let coin = bump(&self.meta().reads.hits);
+                        let coin = bump(&counters.hits);
                         Table::bump_freq(found.slot, found.value, coin ^ h);
                         f(chunk_no * BATCH + i, item)
                     }
                     None => {
-                        bump(&self.meta().reads.misses);
+                        bump(&counters.misses);
                     }
                 }
             }

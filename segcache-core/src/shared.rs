@@ -105,7 +105,7 @@ impl SharedCache {
     pub fn get_many_with(&self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'_>)) {
         if self.shards.len() == 1 {
             let engine = self.shards[0].read();
-            engine.get_many_with(keys, &mut f);
+            engine.get_many_counted_in(keys, &engine.slot().counters, &mut f);
             return;
         }
         let mut order: Vec<(usize, usize)> =
@@ -124,7 +124,7 @@ impl SharedCache {
                 idx.push(i);
             }
             let engine = self.shards[shard].read();
-            engine.get_many_with(&sub, |j, item| f(idx[j], item));
+            engine.get_many_counted_in(&sub, &engine.slot().counters, |j, item| f(idx[j], item));
             start = end;
         }
     }

@@ -12,7 +12,7 @@ use crate::status::segcache_status_t;
 /// `SEGCACHE_PANIC` (message recorded).
 #[inline(always)]
 pub(crate) fn run(body: impl FnOnce() -> Result<(), Fail>) -> segcache_status_t {
-    // AssertUnwindSafe: after a panic the caller only gets a status; the shard locks (parking_lot)
+    // AssertUnwindSafe: after a panic the caller only gets a status; the shard locks (`ShardLock`)
     // are released by unwinding and do not poison, and no partially updated state of ours is
     // observed afterwards because each entry point borrows its arguments only for the call.
     match catch_unwind(AssertUnwindSafe(body)) {
