@@ -176,8 +176,7 @@ fn engine(c: &mut Criterion) {
     let d = Data::new(n);
     let size = Sizing::holding(n);
     eprintln!(
-        "{n} items of 16-byte keys and 64-byte values; heap {} MiB (ours), {} MiB (Pelikan); {} items (count-based peers)",
-        size.ours_heap() >> 20,
+        "{n} items of 16-byte keys and 64-byte values; heap {} MiB (ours, Pelikan); {} items (count-based peers)",
         size.budget >> 20,
         size.capacity
     );
