@@ -945,7 +945,20 @@ impl Segcache {
     /// TTL chain, where the chain's sweep stands, copy their most frequently read items into the
     /// previous merge's last destination and the spare segment, which take their place, and free
     /// the sources. Retained items have their counters halved.
+    ///
+    /// Before that, space that overwrites and deletes left dead is reclaimed without loss: if two
+    /// neighbouring segments' live items fit in one, the emptiest such pair is merged, keeping
+    /// all. Without this, a sweep that reaches segments still densely live (keys written once and
+    /// never again) drops their least read items even while the heap holds dead space elsewhere.
     fn evict_merge(&mut self) -> Result<()> {
+        if let Some(pair) = self.lossless_pair() {
+            for b in 0..ttl::BUCKETS {
+                if pair.contains(&self.ttl_bucket(b).merge_next) {
+                    self.ttl_bucket_mut(b).merge_next = self.seg(pair[1]).next;
+                }
+            }
+            return self.compact(&pair, 0, POOL_MAIN, None);
+        }
         let start = self.meta().merge_cursor as usize;
         for i in 0..ttl::BUCKETS {
             let b = (start + i) % ttl::BUCKETS;
@@ -975,6 +988,37 @@ impl Segcache {
             }
         }
         self.evict_simple(Policy::Fifo)
+    }
+
+    /// The two neighbouring sealed segments (as `merge_sources` picks them) with the fewest live
+    /// bytes between them, if those fit in seven eighths of a segment: room for the records not
+    /// packing a destination to the last byte, so merging them keeps every item.
+    fn lossless_pair(&self) -> Option<[u32; 2]> {
+        let limit = (self.geo.segment_size - self.geo.segment_size / 8) as u64;
+        let mut best: Option<(u64, [u32; 2])> = None;
+        for b in 0..ttl::BUCKETS {
+            let width = ttl::width_of_bucket(b);
+            let mut id = self.ttl_bucket(b).head;
+            while id != NONE {
+                let (s, next) = (self.seg(id), self.seg(id).next);
+                if next == NONE {
+                    break;
+                }
+                let n = self.seg(next);
+                let neighbours = s.state == SEG_SEALED
+                    && n.state == SEG_SEALED
+                    && s.pool == POOL_MAIN
+                    && n.pool == POOL_MAIN
+                    && (s.expire_at == 0) == (n.expire_at == 0)
+                    && n.expire_at.saturating_sub(s.expire_at) < width;
+                let live = u64::from(s.live_bytes) + u64::from(n.live_bytes);
+                if neighbours && live <= limit && best.is_none_or(|(l, _)| live < l) {
+                    best = Some((live, [id, next]));
+                }
+                id = next;
+            }
+        }
+        best.map(|(_, pair)| pair)
     }
 
     /// The segment right before `first` in its chain, if the sources starting at `first` can
