@@ -3,8 +3,8 @@
 //!
 //! A plain reader-writer lock keeps its reader count in one word, so every read of a shard moves
 //! that cache line to the reading core: two cores reading one shard pass it back and forth at the
-//! cost of a cache miss each time. Here each thread counts itself in a reader slot of its own (one
-//! per thread while there are no more threads than slots), so a read only touches a line that
+//! cost of a cache miss each time. Here each thread counts itself in a reader slot of its own
+//! (threads are numbered as they first read, modulo the slots), so a read only touches a line that
 //! stays in the reader's cache, plus the writer flag, which readers only load. A writer raises
 //! the flag, then waits until every slot is empty; a reader that sees the flag backs off.
 //!
