@@ -49,6 +49,13 @@ unsafe impl Send for Segcache {}
 // SAFETY: as above: shared access only reads plain memory and updates atomics.
 unsafe impl Sync for Segcache {}
 
+/// Whether `later`'s items may share a merge with `first`'s in TTL bucket `b`: both never expire,
+/// or `later` expires less than one bucket width after `first`.
+fn same_expiry_window(first: &SegHeader, later: &SegHeader, b: usize) -> bool {
+    (first.expire_at == 0) == (later.expire_at == 0)
+        && later.expire_at.saturating_sub(first.expire_at) < ttl::width_of_bucket(b)
+}
+
 impl Drop for Segcache {
     /// A file-backed engine takes its segments' checksums for the next open (the region, once
     /// its last engine is gone, then seals the file: see `persist::close`).
@@ -239,9 +246,7 @@ impl Segcache {
     /// (`SharedCache` counts in each reader's own slot, so a read writes no line another core uses).
     #[inline]
     pub(crate) fn get_counted_in(&self, key: &[u8], h: u64, counters: &ReadCounters) -> Option<Item<'_>> {
-        // The clock is read only once the key's slot is found: a miss needs no time.
-        let item = self.find_key(key, h).and_then(|found| self.item_of(found, h, self.now()));
-        match item {
+        match self.lookup_lazily(key, h) {
             Some((item, found)) => {
                 let coin = bump(&counters.hits);
                 Table::bump_freq(found.slot, found.value, coin ^ h);
@@ -257,6 +262,12 @@ impl Segcache {
     #[inline]
     fn lookup(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
         self.item_of(self.find_key(key, h)?, h, now)
+    }
+
+    /// `lookup`, reading the clock only once the key's slot is found: a miss needs no time.
+    #[inline]
+    fn lookup_lazily(&self, key: &[u8], h: u64) -> Option<(Item<'_>, table::Found<'static>)> {
+        self.item_of(self.find_key(key, h)?, h, self.now())
     }
 
     /// The key's slot, whatever the item's expiry and any flush: needs no clock.
@@ -283,8 +294,7 @@ impl Segcache {
 
     /// Whether the key is present; does not count as a read.
     pub fn contains(&self, key: &[u8]) -> bool {
-        let h = hash(key);
-        self.find_key(key, h).and_then(|found| self.item_of(found, h, self.now())).is_some()
+        self.lookup_lazily(key, hash(key)).is_some()
     }
 
     /// Looks up many keys, calling `f(index, item)` for each hit. The buckets of a batch and then
@@ -951,11 +961,9 @@ impl Segcache {
     /// all. Without this, a sweep that reaches segments still densely live (keys written once and
     /// never again) drops their least read items even while the heap holds dead space elsewhere.
     fn evict_merge(&mut self) -> Result<()> {
-        if let Some(pair) = self.lossless_pair() {
-            for b in 0..ttl::BUCKETS {
-                if pair.contains(&self.ttl_bucket(b).merge_next) {
-                    self.ttl_bucket_mut(b).merge_next = self.seg(pair[1]).next;
-                }
+        if let Some((b, pair)) = self.lossless_pair() {
+            if pair.contains(&self.ttl_bucket(b).merge_next) {
+                self.ttl_bucket_mut(b).merge_next = self.seg(pair[1]).next;
             }
             return self.compact(&pair, 0, POOL_MAIN, None);
         }
@@ -991,13 +999,12 @@ impl Segcache {
     }
 
     /// The two neighbouring sealed segments (as `merge_sources` picks them) with the fewest live
-    /// bytes between them, if those fit in seven eighths of a segment: room for the records not
-    /// packing a destination to the last byte, so merging them keeps every item.
-    fn lossless_pair(&self) -> Option<[u32; 2]> {
+    /// bytes between them, and their TTL bucket, if those fit in seven eighths of a segment: room
+    /// for the records not packing a destination to the last byte, so merging them keeps every item.
+    fn lossless_pair(&self) -> Option<(usize, [u32; 2])> {
         let limit = (self.geo.segment_size - self.geo.segment_size / 8) as u64;
-        let mut best: Option<(u64, [u32; 2])> = None;
+        let mut best: Option<(u64, usize, [u32; 2])> = None;
         for b in 0..ttl::BUCKETS {
-            let width = ttl::width_of_bucket(b);
             let mut id = self.ttl_bucket(b).head;
             while id != NONE {
                 let (s, next) = (self.seg(id), self.seg(id).next);
@@ -1009,16 +1016,15 @@ impl Segcache {
                     && n.state == SEG_SEALED
                     && s.pool == POOL_MAIN
                     && n.pool == POOL_MAIN
-                    && (s.expire_at == 0) == (n.expire_at == 0)
-                    && n.expire_at.saturating_sub(s.expire_at) < width;
+                    && same_expiry_window(s, n, b);
                 let live = u64::from(s.live_bytes) + u64::from(n.live_bytes);
-                if neighbours && live <= limit && best.is_none_or(|(l, _)| live < l) {
-                    best = Some((live, [id, next]));
+                if neighbours && live <= limit && best.is_none_or(|(l, ..)| live < l) {
+                    best = Some((live, b, [id, next]));
                 }
                 id = next;
             }
         }
-        best.map(|(_, pair)| pair)
+        best.map(|(_, b, pair)| (b, pair))
     }
 
     /// The segment right before `first` in its chain, if the sources starting at `first` can
@@ -1049,7 +1055,6 @@ impl Segcache {
     /// Up to `max` sealed segments of chain `b` (of `pool`, if given) from `from` on, whose
     /// expiry lies within one bucket width of the first one's.
     fn merge_sources(&self, b: usize, pool: Option<u8>, from: u32, max: usize) -> Vec<u32> {
-        let width = ttl::width_of_bucket(b);
         let mut out = Vec::with_capacity(max);
         let mut id = from;
         while id != NONE && out.len() < max {
@@ -1061,11 +1066,8 @@ impl Segcache {
             if s.state != SEG_SEALED {
                 break;
             }
-            if let Some(&first) = out.first() {
-                let e0 = self.seg(first).expire_at;
-                if (e0 == 0) != (s.expire_at == 0) || s.expire_at.saturating_sub(e0) >= width {
-                    break;
-                }
+            if out.first().is_some_and(|&first| !same_expiry_window(self.seg(first), s, b)) {
+                break;
             }
             out.push(id);
             id = s.next;
