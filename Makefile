@@ -61,10 +61,9 @@ test-server: deps venv
 	$(CARGO) build --release -p segcache-server
 	SEGCACHE_SERVER_BIN="$${CARGO_TARGET_DIR:-target}/release/segcache-server" $(PY) -m pytest -q tests/server
 
-# Load harness (benches/load, docs/load.md): unit and mock-server tests, then a smoke ramp of
-# a few seconds against segcache-server (against memcached while the server does not serve).
+# Load harness (benches/load, docs/load.md): its unit and mock-server tests run in test-rust; here
+# a smoke ramp of a few seconds against segcache-server (against memcached while the server does not serve).
 test-bench: deps
-	$(CARGO) test --release -p segcache-bench
 	$(CARGO) build --release -p segcache-bench
 	$(CARGO) build --release -p segcache-server || echo "test-bench: segcache-server does not build; the smoke run uses memcached"
 	bash benches/load/smoke.sh

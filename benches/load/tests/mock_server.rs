@@ -87,23 +87,31 @@ fn reports_an_injected_delay_within_a_few_percent() {
 #[test]
 fn a_stall_is_charged_to_every_request_queued_behind_it() {
     let _g = lock();
-    // All replies held 200 ms once, after 500 requests; 1000 req/s for 2 s.
-    let m = MockServer::start(
-        MockConfig { delay: Duration::ZERO, stall: Some((500, Duration::from_millis(200))), close_after: None },
-        0,
-    )
-    .unwrap();
-    let mut c = ClientConfig::new(m.addr());
-    c.connections = 16;
-    let s = run_step(&c, &small_workload(), 1000.0, Duration::from_secs(2), None, |_| {}).unwrap();
-    accounted(&s);
-    assert_eq!(s.counters.timeouts, 0);
-    let l = &s.latency;
-    // About 200 of 2000 requests fall in the stall, waiting 0..200 ms: p99 is near 180 ms.
-    // A closed-loop client would see only the 16 requests in flight and report a tiny p99.
-    assert!(l.max_us >= 190_000.0, "{l:?}");
-    assert!(l.p99_us >= 150_000.0 && l.p99_us <= 230_000.0, "{l:?}");
-    assert!(l.p50_us < 5_000.0, "{l:?}");
+    retry(5, || {
+        // All replies held 200 ms once, after 500 requests; 1000 req/s for 2 s.
+        let m = MockServer::start(
+            MockConfig { delay: Duration::ZERO, stall: Some((500, Duration::from_millis(200))), close_after: None },
+            0,
+        )
+        .unwrap();
+        let mut c = ClientConfig::new(m.addr());
+        c.connections = 16;
+        let s = run_step(&c, &small_workload(), 1000.0, Duration::from_secs(2), None, |_| {}).unwrap();
+        accounted(&s);
+        assert_eq!(s.counters.timeouts, 0);
+        let l = &s.latency;
+        // About 200 of 2000 requests fall in the stall, waiting 0..200 ms: p99 is near 180 ms.
+        // A closed-loop client would see only the 16 requests in flight and report a tiny p99.
+        assert!(l.max_us >= 190_000.0, "{l:?}");
+        assert!(l.p99_us >= 150_000.0, "{l:?}");
+        // The upper bounds hold on a quiet machine; on a busy one threads wake late, which the
+        // mock and the harness measure, and that noise is allowed on top.
+        let noise = m.lateness().p999_us + s.send_lag.p999_us;
+        if l.p99_us > 230_000.0 + noise || l.p50_us > 5_000.0 + noise {
+            return Err(format!("p99 {} us, p50 {} us (noise {noise} us): {l:?}", l.p99_us, l.p50_us));
+        }
+        Ok(())
+    });
 }
 
 #[test]
