@@ -1,6 +1,6 @@
 //! `Segcache`: the single-owner engine over one shard of a region.
 
-use std::sync::atomic::Ordering::Relaxed;
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +22,10 @@ pub struct Segcache {
     pub(crate) policy: Policy,
     /// The shard's buckets (primary, then the overflow pool).
     buckets: &'static [Bucket],
+    /// The tag summary of each chain (see `table`): in process memory, not in the region, since
+    /// it is rebuilt on every open. Leaked from a `Box` so that tables can be `'static` like the
+    /// buckets; `Drop` takes it back.
+    summary: &'static [AtomicU8],
     /// S3-FIFO ghost: fingerprints of keys recently dropped from the small pool, direct-mapped.
     ghost: Vec<u32>,
     /// Holds an old value while its item is rewritten (append, incr, touch), since the rewrite
@@ -63,6 +67,10 @@ impl Drop for Segcache {
         if self.mem.region.file.as_ref().is_some_and(|f| f.active.load(Relaxed)) {
             self.seal_for_close();
         }
+        let summary: &'static [AtomicU8] = std::mem::take(&mut self.summary);
+        // SAFETY: `summary` came from `Box::leak` in `from_mem` and is released once, here; the
+        // tables that borrowed it are temporaries of this engine's methods, all finished.
+        drop(unsafe { Box::from_raw(summary as *const [AtomicU8] as *mut [AtomicU8]) });
     }
 }
 
@@ -117,6 +125,7 @@ impl Segcache {
         // SAFETY: `mem.buckets` points at `n` buckets inside the region that `mem` keeps alive
         // for as long as this engine exists; buckets are atomics, so shared references are sound.
         let buckets: &'static [Bucket] = unsafe { std::slice::from_raw_parts(mem.buckets, n) };
+        let summary: &'static [AtomicU8] = Box::leak((0..geo.primary_buckets()).map(|_| AtomicU8::new(0)).collect());
         let ghost_len = if builder.policy == Policy::S3Fifo {
             (geo.segments * geo.segment_size / 10 / 64).next_power_of_two().max(64)
         } else {
@@ -131,12 +140,15 @@ impl Segcache {
             clock: builder.clock.clone(),
             policy: builder.policy,
             buckets,
+            summary,
             ghost: vec![0; ghost_len],
             scratch: Vec::new(),
         };
         // Metadata found in a file is left untouched until it is verified or rebuilt.
         if fresh {
             engine.reset(true);
+        } else {
+            engine.table().rebuild_summary();
         }
         engine
     }
@@ -145,7 +157,7 @@ impl Segcache {
 
     #[inline]
     pub(crate) fn table(&self) -> Table<'static> {
-        Table { buckets: self.buckets, mask: self.geo.primary_buckets() as u64 - 1 }
+        Table { buckets: self.buckets, summary: self.summary, mask: self.geo.primary_buckets() as u64 - 1 }
     }
     #[inline]
     pub(crate) fn meta(&self) -> &ShardMeta {
@@ -527,7 +539,7 @@ impl Segcache {
         match old {
             Some(f) => {
                 self.kill(table::slot_loc(f.value));
-                f.slot.store(new, Relaxed);
+                t.put(h, f.slot, new);
             }
             None => {
                 let mut pool = self.meta().overflow;
@@ -536,7 +548,7 @@ impl Segcache {
                     None => self.make_room_in_chain(h)?,
                 };
                 self.meta_mut().overflow = pool;
-                slot.store(new, Relaxed);
+                t.put(h, slot, new);
             }
         }
         t.touch_info(h, now);

@@ -1,7 +1,7 @@
 //! Checking a reopened heap, and rebuilding the index after a crash.
 
 use std::sync::atomic::AtomicU8;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::Ordering::{Acquire, Release};
 
 use crate::hash::hash;
 use crate::layout::*;
@@ -249,7 +249,7 @@ impl Segcache {
                 return true;
             }
             self.kill_at(table::slot_loc(f.value));
-            f.slot.store(new, Relaxed);
+            t.put(h, f.slot, new);
         } else {
             let mut pool = self.meta().overflow;
             let Some(slot) = t.empty_slot(h, &mut pool) else {
@@ -257,7 +257,7 @@ impl Segcache {
                 return false;
             };
             self.meta_mut().overflow = pool;
-            slot.store(new, Relaxed);
+            t.put(h, slot, new);
         }
         self.count_live(loc.seg, len);
         true

@@ -4,10 +4,16 @@
 //! slot of a chain's head bucket is the bucket info: `chain length: 8 | timestamp: 16 | cas: 32`
 //! (low to high). A full bucket chains to an overflow bucket through its last slot.
 //!
+//! Beside the buckets, a *tag summary* keeps one byte per chain: bit `tag % 8` is set for every
+//! item in the chain (and maybe for some that left it). A lookup whose bit is clear is a miss
+//! without reading the bucket: the summary is 1/64 of the primary buckets, small enough to stay
+//! in the processor's caches where the buckets mostly do not. It is derived data, rebuilt from
+//! the buckets when a file is reopened, never stored.
+//!
 //! Writers hold the engine exclusively; readers hold it shared and only ever change a slot's
 //! frequency field, with a compare-exchange that loses (harmlessly) to nothing but another reader.
 
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use crate::layout::Bucket;
 
@@ -78,9 +84,17 @@ pub struct Pool {
     pub free: u32,
 }
 
-/// A view of one shard's buckets: `1 << hash_power` primary buckets, then the overflow pool.
+/// The summary bit of a tag.
+#[inline]
+fn summary_bit(tag: u64) -> u8 {
+    1 << (tag & 7)
+}
+
+/// A view of one shard's buckets: `1 << hash_power` primary buckets, then the overflow pool,
+/// and the tag summary of each chain (one byte per primary bucket).
 pub struct Table<'a> {
     pub buckets: &'a [Bucket],
+    pub summary: &'a [AtomicU8],
     pub mask: u64,
 }
 
@@ -121,9 +135,48 @@ impl<'a> Table<'a> {
         None
     }
 
+    /// Whether the chain may hold the tag: `false` means certainly not.
+    #[inline]
+    pub fn may_hold(&self, hash: u64) -> bool {
+        self.summary[(hash & self.mask) as usize].load(Relaxed) & summary_bit(tag_of(hash)) != 0
+    }
+
+    /// Stores an item slot of the hash's chain (one that `find`, `empty_slot` or `least_used`
+    /// gave), keeping the summary up to date.
+    #[inline]
+    pub fn put(&self, hash: u64, slot: &AtomicU64, value: u64) {
+        let s = &self.summary[(hash & self.mask) as usize];
+        let bit = summary_bit(slot_tag(value));
+        if s.load(Relaxed) & bit == 0 {
+            s.store(s.load(Relaxed) | bit, Relaxed);
+        }
+        slot.store(value, Relaxed);
+    }
+
+    /// Recomputes the chain's summary from its slots (after items left it).
+    fn refresh_summary(&self, hash: u64) {
+        let mut bits = 0;
+        self.scan(hash, |_, v| {
+            bits |= summary_bit(slot_tag(v));
+            false
+        });
+        self.summary[(hash & self.mask) as usize].store(bits, Relaxed);
+    }
+
+    /// Recomputes every chain's summary: for buckets found in a reopened file.
+    pub fn rebuild_summary(&self) {
+        for chain in 0..=self.mask {
+            // A chain's index serves as its hash: `head` only uses the masked bits.
+            self.refresh_summary(chain);
+        }
+    }
+
     /// The slot of the key with this hash, `is_key` deciding between tag matches.
     #[inline]
     pub fn find(&self, hash: u64, mut is_key: impl FnMut(Loc) -> bool) -> Option<Found<'a>> {
+        if !self.may_hold(hash) {
+            return None;
+        }
         let tag = tag_of(hash);
         let mut value = 0;
         let slot = self.scan(hash, |_, v| {
@@ -211,6 +264,7 @@ impl<'a> Table<'a> {
         let info = head.slots[0].load(Relaxed);
         let chain = info_chain_len(info);
         if chain == 0 {
+            self.refresh_summary(hash);
             return;
         }
         let mut prev = head;
@@ -242,6 +296,7 @@ impl<'a> Table<'a> {
             tail.slots[0].store(u64::from(pool.free), Relaxed);
             pool.free = idx as u32 + 1;
         }
+        self.refresh_summary(hash);
     }
 
     /// Empties every item slot whose location `gone` selects, keeping chains compact; returns
@@ -321,6 +376,9 @@ impl<'a> Table<'a> {
                 s.store(0, Relaxed);
             }
         }
+        for s in self.summary {
+            s.store(0, Relaxed);
+        }
     }
 }
 
@@ -328,9 +386,10 @@ impl<'a> Table<'a> {
 mod tests {
     use super::*;
 
-    fn table(n: usize) -> (Vec<Bucket>, u64) {
+    /// `n` buckets: 2 primary (mask 1), the rest overflow; and their summary.
+    fn table(n: usize) -> (Vec<Bucket>, Vec<AtomicU8>, u64) {
         let v = (0..n).map(|_| Bucket { slots: Default::default() }).collect();
-        (v, 1) // 2 primary buckets, rest overflow
+        (v, (0..2).map(|_| AtomicU8::new(0)).collect(), 1)
     }
 
     #[test]
@@ -344,14 +403,14 @@ mod tests {
 
     #[test]
     fn chains_grow_into_overflow_and_find_every_item() {
-        let (buckets, mask) = table(16);
-        let t = Table { buckets: &buckets, mask };
+        let (buckets, summary, mask) = table(16);
+        let t = Table { buckets: &buckets, summary: &summary, mask };
         let mut pool = Pool::default();
         // Twenty items with the same bucket (hash low bit 0) and distinct tags.
         let hashes: Vec<u64> = (1..=20u64).map(|i| i << 52).collect();
         for (i, &h) in hashes.iter().enumerate() {
             let slot = t.empty_slot(h, &mut pool).expect("pool has room");
-            slot.store(pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }), Relaxed);
+            t.put(h, slot, pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }));
         }
         // k overflow buckets hold 7k + 7 items with the head: 20 items need 2.
         assert_eq!(pool.used, 2);
@@ -382,13 +441,13 @@ mod tests {
 
     #[test]
     fn a_last_bucket_left_with_one_item_folds_back_into_the_link() {
-        let (buckets, mask) = table(16);
-        let t = Table { buckets: &buckets, mask };
+        let (buckets, summary, mask) = table(16);
+        let t = Table { buckets: &buckets, summary: &summary, mask };
         let mut pool = Pool::default();
         // Eight items: the head's 6, and 2 in one overflow bucket.
         let hashes: Vec<u64> = (1..=8u64).map(|i| i << 52).collect();
         for (i, &h) in hashes.iter().enumerate() {
-            t.empty_slot(h, &mut pool).unwrap().store(pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }), Relaxed);
+            t.put(h, t.empty_slot(h, &mut pool).unwrap(), pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }));
         }
         assert_eq!(info_chain_len(t.head(0).slots[0].load(Relaxed)), 1);
         let f = t.find(hashes[2], |loc| loc.seg == 2).unwrap();
@@ -402,9 +461,41 @@ mod tests {
     }
 
     #[test]
+    fn summary_tracks_the_tags_of_each_chain() {
+        let (buckets, summary, mask) = table(16);
+        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let mut pool = Pool::default();
+        // Tags 1..=9 in chain 0: bit 1 is shared by tags 1 and 9, and tag 8 has bit 0.
+        let hashes: Vec<u64> = (1..=9u64).map(|i| i << 52).collect();
+        for (i, &h) in hashes.iter().enumerate() {
+            t.put(h, t.empty_slot(h, &mut pool).unwrap(), pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }));
+        }
+        assert_eq!(summary[0].load(Relaxed), 0xff);
+        assert_eq!(summary[1].load(Relaxed), 0, "the other chain is untouched");
+        assert!(!t.may_hold(1 | (3 << 52)), "chain 1 holds nothing");
+        // Tag 3 leaves: its bit clears, and a lookup of it stops at the summary.
+        let f = t.find(hashes[2], |loc| loc.seg == 2).unwrap();
+        t.remove(hashes[2], f.slot, &mut pool);
+        assert_eq!(summary[0].load(Relaxed), 0xff & !(1 << 3));
+        assert!(t.find(hashes[2], |_| panic!("no tag 3 is left to compare")).is_none());
+        // Tag 1 leaves but tag 9 keeps bit 1 set.
+        let f = t.find(hashes[0], |loc| loc.seg == 0).unwrap();
+        t.remove(hashes[0], f.slot, &mut pool);
+        assert_ne!(summary[0].load(Relaxed) & (1 << 1), 0);
+        assert!(t.find(hashes[8], |loc| loc.seg == 8).is_some());
+        // A lost summary (a reopened file) is rebuilt from the buckets.
+        let before = summary[0].load(Relaxed);
+        summary[0].store(0, Relaxed);
+        t.rebuild_summary();
+        assert_eq!(summary[0].load(Relaxed), before);
+        t.clear();
+        assert_eq!(summary[0].load(Relaxed), 0);
+    }
+
+    #[test]
     fn pool_exhaustion_is_reported() {
-        let (buckets, mask) = table(3);
-        let t = Table { buckets: &buckets, mask };
+        let (buckets, summary, mask) = table(3);
+        let t = Table { buckets: &buckets, summary: &summary, mask };
         let mut pool = Pool::default();
         let mut n = 0;
         while let Some(s) = t.empty_slot(0, &mut pool) {
@@ -416,8 +507,8 @@ mod tests {
 
     #[test]
     fn cas_counter_and_freq() {
-        let (buckets, mask) = table(2);
-        let t = Table { buckets: &buckets, mask };
+        let (buckets, summary, mask) = table(2);
+        let t = Table { buckets: &buckets, summary: &summary, mask };
         let c0 = t.cas(0);
         t.touch_info(0, 123);
         assert_eq!(t.cas(0), c0 + 1);
