@@ -32,7 +32,9 @@
 
 use std::time::Duration;
 
+use crate::engine::prefetch;
 use crate::hash::{hash, shard_of};
+use crate::layout::Bucket;
 use crate::lock::{self, ShardLock};
 use crate::{Builder, Item, OwnedItem, Result, Segcache, Stats};
 
@@ -40,6 +42,16 @@ use crate::{Builder, Item, OwnedItem, Result, Segcache, Stats};
 #[derive(Debug)]
 pub struct SharedCache {
     shards: Box<[ShardLock<Segcache>]>,
+    /// Each shard's primary buckets, for prefetching a key's bucket before taking the lock: the
+    /// memory miss then overlaps the lock's atomics, and the lock is held a miss shorter.
+    tables: Box<[BucketsAt]>,
+}
+
+/// Where a shard's primary buckets lie: fixed for the engine's life, so read without its lock.
+#[derive(Debug)]
+struct BucketsAt {
+    base: usize,
+    mask: u64,
 }
 
 impl SharedCache {
@@ -49,16 +61,26 @@ impl SharedCache {
 
     pub(crate) fn from_engines(engines: Vec<Segcache>) -> Self {
         let slots = lock::default_slots();
-        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect() }
+        let tables = engines.iter().map(|e| {
+            let t = e.table();
+            BucketsAt { base: t.buckets.as_ptr() as usize, mask: t.mask }
+        });
+        let tables = tables.collect();
+        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect(), tables }
     }
 
+    /// The key's hash and shard, with the key's bucket prefetched.
     #[inline]
-    fn shard_by_hash(&self, h: u64) -> &ShardLock<Segcache> {
-        &self.shards[shard_of(h, self.shards.len())]
+    fn locate(&self, key: &[u8]) -> (u64, &ShardLock<Segcache>) {
+        let h = hash(key);
+        let i = shard_of(h, self.shards.len());
+        let t = &self.tables[i];
+        prefetch((t.base + (h & t.mask) as usize * std::mem::size_of::<Bucket>()) as *const u8);
+        (h, &self.shards[i])
     }
     #[inline]
     fn shard(&self, key: &[u8]) -> &ShardLock<Segcache> {
-        self.shard_by_hash(hash(key))
+        self.locate(key).1
     }
 
     /// Number of shards.
@@ -79,8 +101,8 @@ impl SharedCache {
     /// Runs `f` on the item, without a copy, under the shard's read lock. Keep `f` short: writers
     /// to this shard wait for it.
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
-        let h = hash(key);
-        let engine = self.shard_by_hash(h).read();
+        let (h, shard) = self.locate(key);
+        let engine = shard.read();
         engine.get_counted_in(key, h, &engine.slot().counters).map(f)
     }
 

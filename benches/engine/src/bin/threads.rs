@@ -36,6 +36,9 @@ struct Args {
     /// alone, as when profiling one); all of them when left out.
     #[arg(long, value_delimiter = ',')]
     set_pct: Vec<u32>,
+    /// Ours: shards other than the default (exploration).
+    #[arg(long)]
+    shards: Option<usize>,
     /// Pre-generated operations per thread (cycled).
     #[arg(long, default_value_t = 1 << 20)]
     ops_per_thread: usize,
@@ -217,7 +220,8 @@ fn main() {
     let keys = keys(0, a.items);
     let wl = workloads(&a, &keys);
     let m = Measure { a: &a, keys: &keys, wl: &wl };
-    let size = Sizing::holding(a.items);
+    let mut size = Sizing::holding(a.items);
+    size.shards = a.shards;
     let grids: Vec<(Lib, Grid)> = a.libs.iter().map(|&lib| (lib, with_cache(lib, &size, &m))).collect();
 
     // Table 1: Mops/s per library, workload and thread count.
