@@ -36,67 +36,24 @@ use crate::engine::prefetch;
 use crate::hash::{hash, shard_of};
 use crate::layout::Bucket;
 use crate::lock::{self, ShardLock};
-use crate::table;
 use crate::{Builder, Item, OwnedItem, Result, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
 #[derive(Debug)]
 pub struct SharedCache {
     shards: Box<[ShardLock<Segcache>]>,
-    /// Where each shard's buckets and items lie, for prefetching a key's bucket and item before
-    /// taking the lock: the lock is then held for cache hits, not memory misses, so the writers
-    /// and readers that wait for it wait less.
-    places: Box<[ShardPlaces]>,
+    /// Each shard's primary buckets, for prefetching a key's bucket before taking the lock: the
+    /// memory miss then overlaps the lock's atomics, and the lock is held a miss shorter, so
+    /// whoever waits for it waits less. (Also loading the bucket to prefetch the item was no
+    /// faster: the lock's locked instruction then waits for that load.)
+    tables: Box<[BucketsAt]>,
 }
 
-/// Where a shard's primary buckets and heap lie: fixed for the engine's life, so read without
-/// its lock.
+/// Where a shard's primary buckets lie: fixed for the engine's life, so read without its lock.
 #[derive(Debug)]
-struct ShardPlaces {
-    buckets: usize,
+struct BucketsAt {
+    base: usize,
     mask: u64,
-    heap: usize,
-    segment_size: usize,
-    segments: usize,
-}
-
-impl ShardPlaces {
-    fn of(engine: &Segcache) -> Self {
-        let t = engine.table();
-        ShardPlaces {
-            buckets: t.buckets.as_ptr() as usize,
-            mask: t.mask,
-            heap: engine.mem.heap as usize,
-            segment_size: engine.geo.segment_size,
-            segments: engine.geo.segments,
-        }
-    }
-
-    /// Prefetches the key's bucket and, once it arrives, the item of the head bucket's first
-    /// slot with the key's tag (the key's own, almost always). Reads only atomics.
-    #[inline]
-    fn prefetch(&self, h: u64) {
-        let bucket = self.buckets + (h & self.mask) as usize * std::mem::size_of::<Bucket>();
-        // SAFETY: a primary bucket of this shard's table, inside the region that the shard's
-        // engine keeps mapped while `self` (part of the cache that owns the engine) exists;
-        // buckets hold only atomics, which writers change atomically too.
-        let bucket = unsafe { &*(bucket as *const Bucket) };
-        let tag = table::tag_of(h);
-        // Slot 7 may link to an overflow bucket; a bucket index has no tag bits, so no match.
-        for slot in &bucket.slots[1..] {
-            let v = slot.load(std::sync::atomic::Ordering::Relaxed);
-            if table::slot_tag(v) == tag {
-                let loc = table::slot_loc(v);
-                if (loc.seg as usize) < self.segments && (loc.offset as usize) < self.segment_size {
-                    let at = self.heap + loc.seg as usize * self.segment_size + loc.offset as usize;
-                    prefetch(at as *const u8);
-                    // Small items straddle two lines more often than not.
-                    prefetch(at.wrapping_add(64) as *const u8);
-                }
-                return;
-            }
-        }
-    }
 }
 
 impl SharedCache {
@@ -106,16 +63,18 @@ impl SharedCache {
 
     pub(crate) fn from_engines(engines: Vec<Segcache>) -> Self {
         let slots = lock::default_slots();
-        let places = engines.iter().map(ShardPlaces::of).collect();
-        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect(), places }
+        let tables = engines.iter().map(|e| e.table()).map(|t| BucketsAt { base: t.buckets.as_ptr() as usize, mask: t.mask });
+        let tables = tables.collect();
+        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect(), tables }
     }
 
-    /// The key's hash and shard, with the key's bucket and item prefetched.
+    /// The key's hash and shard, with the key's bucket prefetched.
     #[inline]
     fn locate(&self, key: &[u8]) -> (u64, &ShardLock<Segcache>) {
         let h = hash(key);
         let i = shard_of(h, self.shards.len());
-        self.places[i].prefetch(h);
+        let t = &self.tables[i];
+        prefetch((t.base + (h & t.mask) as usize * std::mem::size_of::<Bucket>()) as *const u8);
         (h, &self.shards[i])
     }
     #[inline]
