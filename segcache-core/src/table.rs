@@ -146,9 +146,9 @@ impl<'a> Table<'a> {
     #[inline]
     pub fn put(&self, hash: u64, slot: &AtomicU64, value: u64) {
         let s = &self.summary[(hash & self.mask) as usize];
-        let bit = summary_bit(slot_tag(value));
-        if s.load(Relaxed) & bit == 0 {
-            s.store(s.load(Relaxed) | bit, Relaxed);
+        let (bits, bit) = (s.load(Relaxed), summary_bit(slot_tag(value)));
+        if bits & bit == 0 {
+            s.store(bits | bit, Relaxed);
         }
         slot.store(value, Relaxed);
     }
