@@ -531,9 +531,13 @@ impl Segcache {
         // Appending may have evicted or moved the old copy: look it up again.
         let t = self.table();
         let old = t.find(h, |l| l != loc && self.key_at(l, key));
-        let meta = self.meta_mut();
-        meta.intent_seg = loc.seg;
-        meta.intent_offset = loc.offset;
+        // Only a file outlives a crash; the metadata line stays clean otherwise, since lock-free
+        // readers on other cores read it (flush time and CAS epoch).
+        if self.durable {
+            let meta = self.meta_mut();
+            meta.intent_seg = loc.seg;
+            meta.intent_offset = loc.offset;
+        }
         let freq = old.as_ref().map_or(0, |f| table::slot_freq(f.value));
         let new = table::pack(table::tag_of(h), freq, loc);
         match old {
@@ -547,13 +551,18 @@ impl Segcache {
                     Some(s) => s,
                     None => self.make_room_in_chain(h)?,
                 };
-                self.meta_mut().overflow = pool;
+                if pool != self.meta().overflow {
+                    self.meta_mut().overflow = pool;
+                }
                 t.put(h, slot, new);
             }
         }
         t.touch_info(h, now);
+        let durable = self.durable;
         let meta = self.meta_mut();
-        meta.intent_seg = NONE;
+        if durable {
+            meta.intent_seg = NONE;
+        }
         meta.sets += 1;
         Ok(())
     }

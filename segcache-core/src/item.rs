@@ -2,8 +2,9 @@
 
 use std::time::Duration;
 
-/// A borrowed view of a stored item: no copy is made. It borrows the cache (or, through
-/// [`crate::SharedCache::get_with`], the shard's read lock), so writes wait until it is dropped.
+/// A borrowed view of a stored item. From [`crate::Segcache`] no copy is made: it borrows the
+/// cache, so writes wait until it is dropped. Through [`crate::SharedCache::get_with`] it borrows
+/// either the reader's own copy (items up to 512 bytes) or, under the shard's read lock, the cache.
 #[derive(Debug, Clone, Copy)]
 pub struct Item<'a> {
     pub(crate) key: &'a [u8],

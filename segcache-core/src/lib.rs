@@ -27,6 +27,7 @@ pub mod hash;
 mod item;
 mod layout;
 mod lock;
+mod peek;
 mod persist;
 mod policy;
 mod record;

@@ -8,16 +8,23 @@
 //! stays in the reader's cache, plus the writer flag, which readers only load. A writer raises
 //! the flag, then waits until every slot is empty; a reader that sees the flag backs off.
 //!
-//! The trade-off is the writer's cost: it loads every slot (`slots` cache lines, a handful per
-//! core), and the lines of recent readers come from their caches. Writes stay short (one append
-//! and one slot update), and reads outnumber them in a cache.
+//! Beside the flag, on its cache line, a sequence number is bumped when a writer takes the lock
+//! (to odd) and again when it leaves, so a reader can also go without the lock altogether
+//! (`read_optimistic`): it notes the number, reads, and keeps what it read only if the number
+//! did not move meanwhile (a seqlock). Such a read writes no shared memory at all, and a writer does not wait for it; the
+//! price is that it may see a write half done, which it must survive (see `peek`) and then
+//! throw away.
+//!
+//! The trade-off of the slots is the writer's cost: it loads every slot (`slots` cache lines, a
+//! handful per core), and the lines of recent readers come from their caches. Writes stay short
+//! (one append and one slot update), and reads outnumber them in a cache.
 //!
 //! Waiting spins briefly, then yields the processor: critical sections are short. A reader
 //! cannot take the lock again while it holds it if a writer is waiting (the writer waits for
 //! it, and it waits for the writer); neither can a writer.
 //!
-//! Each slot also carries its reader's hit and miss counters, so counting a read writes only
-//! that line.
+//! Each slot also carries its reader's hit and miss counters, on a line of their own so that
+//! counting a read writes no line that writers load.
 //!
 //! The protocol is checked with loom: `RUSTFLAGS="--cfg loom" cargo test -p segcache-core --lib lock`.
 
@@ -25,9 +32,9 @@ use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 
 #[cfg(loom)]
-use loom::sync::atomic::{AtomicBool, AtomicUsize};
+use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(not(loom))]
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 use crate::layout::ReadCounters;
 #[cfg(loom)]
 use std::sync::atomic::Ordering::AcqRel;
@@ -39,13 +46,26 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 pub struct ReaderSlot {
     /// Read guards held through this slot.
     readers: AtomicUsize,
-    /// Reads through this slot that found their key / did not.
-    pub counters: ReadCounters,
+    /// Reads through this slot that found their key / did not: apart from `readers`, which
+    /// writers load, since reads that take no guard still count here.
+    pub counters: Padded<ReadCounters>,
+}
+
+/// A value on cache lines of its own.
+#[repr(align(128))]
+#[derive(Debug, Default)]
+pub struct Padded<T>(pub T);
+
+impl<T> Deref for Padded<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
 
 impl ReaderSlot {
     fn new() -> Self {
-        ReaderSlot { readers: AtomicUsize::new(0), counters: ReadCounters::default() }
+        ReaderSlot { readers: AtomicUsize::new(0), counters: Padded::default() }
     }
 }
 
@@ -53,6 +73,9 @@ impl ReaderSlot {
 #[repr(align(128))]
 pub struct ShardLock<T> {
     writer: AtomicBool,
+    /// Bumped by each writer as it takes the lock (to odd) and as it leaves (to even), for
+    /// optimistic readers.
+    seq: AtomicU64,
     slots: Box<[ReaderSlot]>,
     value: UnsafeCell<T>,
 }
@@ -81,7 +104,7 @@ impl<T> ShardLock<T> {
     /// `slots` is rounded up to a power of two.
     pub fn new(value: T, slots: usize) -> Self {
         let n = slots.max(1).next_power_of_two();
-        ShardLock { writer: AtomicBool::new(false), slots: (0..n).map(|_| ReaderSlot::new()).collect(), value: UnsafeCell::new(value) }
+        ShardLock { writer: AtomicBool::new(false), seq: AtomicU64::new(0), slots: (0..n).map(|_| ReaderSlot::new()).collect(), value: UnsafeCell::new(value) }
     }
 
     pub fn read(&self) -> ReadGuard<'_, T> {
@@ -107,11 +130,52 @@ impl<T> ShardLock<T> {
         }
     }
 
+    /// Runs `read` without taking the lock, and returns what it read only if no writer held
+    /// the lock meanwhile; `None` after `tries` attempts that a writer overlapped. A writer
+    /// already in is waited for.
+    ///
+    /// `read` may run while a writer changes `T`'s memory, so it must not go through `&T`: it
+    /// reads through raw pointers, takes each value once, and survives any value it sees (no
+    /// panic, no unbounded loop, no access outside the memory it knows). What it returns is
+    /// thrown away unless the sequence number is unchanged after it.
+    #[inline]
+    pub fn read_optimistic<R>(&self, tries: u32, mut read: impl FnMut() -> R) -> Option<R> {
+        let mut spins = 0;
+        let mut failed = 0;
+        while failed < tries {
+            let before = self.seq.load(Acquire);
+            if before & 1 != 0 {
+                // A writer holds the lock: wait for it rather than read what it is changing.
+                while self.seq.load(Relaxed) == before {
+                    relax(&mut spins);
+                }
+                continue;
+            }
+            let r = read();
+            // Pairs with the writer's release fence: if `read` saw anything a writer stored
+            // after making `seq` odd, the load below sees `seq` moved.
+            fence(Acquire);
+            if self.seq.load(Relaxed) == before {
+                return Some(r);
+            }
+            failed += 1;
+        }
+        None
+    }
+
     pub fn write(&self) -> WriteGuard<'_, T> {
         let mut spins = 0;
+        // Straight to the read-modify-write: loading the flag first would fetch its line shared,
+        // then again exclusive, two transfers from the last writer's core instead of one.
         while self.writer.compare_exchange_weak(false, true, SeqCst, Relaxed).is_err() {
             relax(&mut spins);
         }
+        // On the flag's line, which is now this core's: a plain load and store.
+        let seq = self.seq.load(Relaxed) + 1;
+        self.seq.store(seq, Relaxed);
+        // Orders the odd `seq` before every store the writer makes: an optimistic reader that
+        // sees one of them sees `seq` moved (its acquire fence pairs with this one).
+        fence(Release);
         for slot in self.slots.iter() {
             if slot_readers(slot) != 0 {
                 while slot.readers.load(Acquire) != 0 {
@@ -119,12 +183,18 @@ impl<T> ShardLock<T> {
                 }
             }
         }
-        WriteGuard { lock: self }
+        WriteGuard { lock: self, seq: seq + 1 }
     }
 
     /// The value, without locking: `&mut self` proves no guard is alive.
     pub fn get_mut(&mut self) -> &mut T {
         self.value.get_mut()
+    }
+
+    /// The slot that this thread counts its reads in.
+    #[inline]
+    pub fn own_slot(&self) -> &ReaderSlot {
+        &self.slots[thread_index() & (self.slots.len() - 1)]
     }
 
     /// Every reader slot, for summing their counters.
@@ -162,6 +232,8 @@ impl<T> Drop for ReadGuard<'_, T> {
 
 pub struct WriteGuard<'a, T> {
     lock: &'a ShardLock<T>,
+    /// The sequence number that releases the lock.
+    seq: u64,
 }
 
 impl<T> Deref for WriteGuard<'_, T> {
@@ -181,6 +253,7 @@ impl<T> DerefMut for WriteGuard<'_, T> {
 
 impl<T> Drop for WriteGuard<'_, T> {
     fn drop(&mut self) {
+        self.lock.seq.store(self.seq, Release);
         self.lock.writer.store(false, Release);
     }
 }
@@ -286,6 +359,42 @@ mod tests {
     }
 
     #[test]
+    fn optimistic_reads_keep_only_what_no_writer_overlapped() {
+        use std::sync::atomic::AtomicU64;
+        // The pair is atomics, so that reading it while the writer changes it is defined: the
+        // test is whether `read_optimistic` lets a half-done write through.
+        let lock = Arc::new(ShardLock::new((AtomicU64::new(0), AtomicU64::new(0)), 2));
+        const WRITES: u64 = 20_000;
+        let writer = {
+            let lock = Arc::clone(&lock);
+            std::thread::spawn(move || {
+                for _ in 0..WRITES {
+                    let g = lock.write();
+                    g.0.store(g.0.load(Relaxed) + 1, Relaxed);
+                    for _ in 0..50 {
+                        std::hint::spin_loop();
+                    }
+                    g.1.store(g.1.load(Relaxed) + 1, Relaxed);
+                }
+            })
+        };
+        // SAFETY: the value is only read, through atomics, while writers change it the same way.
+        let v = unsafe { &*lock.value.get() };
+        let mut kept = 0;
+        loop {
+            if let Some((a, b)) = lock.read_optimistic(2, || (v.0.load(Relaxed), v.1.load(Relaxed))) {
+                assert_eq!(a, b, "an optimistic read kept a write half done");
+                kept += 1;
+                if a == WRITES {
+                    break;
+                }
+            }
+        }
+        writer.join().unwrap();
+        assert!(kept > 0);
+    }
+
+    #[test]
     fn a_writer_waits_for_a_reader_to_leave() {
         let lock = Arc::new(ShardLock::new(0, 2));
         let reader = lock.read();
@@ -367,6 +476,31 @@ mod loom_tests {
             let w = spawn_writer(&lock);
             read_pair(&lock, 1);
             r.join().unwrap();
+            w.join().unwrap();
+        });
+    }
+
+    /// Optimistic reads of a pair that a writer changes together: whatever a read keeps is
+    /// whole. The pair is atomics (relaxed), which loom can model racing; the fences and the
+    /// sequence number are what is checked.
+    #[test]
+    fn optimistic_readers_keep_no_write_half_done() {
+        use loom::sync::atomic::AtomicU32;
+        model(|| {
+            let lock = Arc::new(ShardLock::new((AtomicU32::new(0), AtomicU32::new(0)), 2));
+            let w = {
+                let lock = Arc::clone(&lock);
+                loom::thread::spawn(move || {
+                    let g = lock.write();
+                    g.0.store(1, Relaxed);
+                    g.1.store(1, Relaxed);
+                })
+            };
+            // SAFETY: the pair is read through atomics only, as the writer writes it.
+            let v = unsafe { &*lock.value.get() };
+            if let Some((a, b)) = lock.read_optimistic(2, || (v.0.load(Relaxed), v.1.load(Relaxed))) {
+                assert_eq!(a, b, "an optimistic read kept a write half done");
+            }
             w.join().unwrap();
         });
     }

@@ -60,6 +60,41 @@ pub struct Record<'a> {
     pub len: usize,
 }
 
+/// A record's header, decoded.
+#[derive(Debug, Clone, Copy)]
+pub struct Header {
+    pub key_len: usize,
+    pub value_len: usize,
+    /// 4 when client flags follow the header, else 0.
+    pub flags_len: usize,
+}
+
+impl Header {
+    /// Where the key starts.
+    #[inline]
+    pub fn key_at(&self) -> usize {
+        HEADER_LEN + self.flags_len
+    }
+    /// Total bytes of the record.
+    #[inline]
+    pub fn total_len(&self) -> usize {
+        self.key_at() + self.key_len + self.value_len
+    }
+}
+
+/// Decodes the header at the start of `src` (`HEADER_LEN` bytes are enough); `None` for a
+/// header no record has (an empty key).
+#[inline]
+pub fn header(src: &[u8]) -> Option<Header> {
+    if src.len() < HEADER_LEN || src[0] == 0 {
+        return None;
+    }
+    let flags = src[FLAGS_BYTE];
+    let value_len = u32::from_le_bytes([src[1], src[2], flags & !(DEAD | HAS_CLIENT_FLAGS), 0]) as usize;
+    let flags_len = if flags & HAS_CLIENT_FLAGS != 0 { 4 } else { 0 };
+    Some(Header { key_len: src[0] as usize, value_len, flags_len })
+}
+
 /// Parses the record at the start of `src`, checking that it fits; `None` if it does not (only a
 /// corrupt segment has such a record).
 #[inline]

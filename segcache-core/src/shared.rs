@@ -6,19 +6,26 @@
 //! reader-writer lock. A key's shard comes from hash bits (44..52) that the shard's hash table does
 //! not use for bucket choice, so keys spread evenly and each shard's table stays dense.
 //!
-//! - Reads take the shard's lock shared: any number of threads read one shard at once. The lock
+//! - Reads of items up to 512 bytes take no lock ([`crate::peek`]): the reader notes the shard's
+//!   write sequence number, looks the key up and copies the record to its stack, and keeps the
+//!   copy only if no writer ran in the shard meanwhile (a seqlock); otherwise it reads again, and
+//!   after two overlapped tries takes the lock. Such a read writes no memory another core uses,
+//!   and neither waits for writers nor makes them wait. Larger items, `get_many` and `contains`
+//!   take the shard's lock shared: any number of threads read one shard at once. The lock
 //!   ([`crate::lock::ShardLock`]) counts each thread's readers on a cache line of that thread's
-//!   own, beside its hit and miss counters, so a read writes nothing that another core uses and
-//!   reads on different cores scale without passing a lock word between them; the price is a
-//!   writer that checks every reader slot (twice the cores) before it goes on. The frequency
-//!   counter that eviction uses is bumped with a plain relaxed store, and only now and then once
-//!   it is high, so hot keys rarely write their slot; concurrent readers may lose an increment,
-//!   which only makes that counter approximate.
+//!   own, so those reads on different cores scale without passing a lock word between them; the
+//!   price is a writer that checks every reader slot (twice the cores) before it goes on, and a
+//!   slot that lock-free reads leave untouched costs it no cache miss. Hits and misses are counted
+//!   in the reader's slot, on a line of their own. The frequency counter that eviction uses is
+//!   raised only now and then once it is high, so hot keys rarely write their slot: with a plain
+//!   store under the lock, with a compare-and-swap without it (the slot may have been reused);
+//!   concurrent readers may lose an increment, which only makes that counter approximate.
 //! - Writes take the shard's lock exclusively for the append and the slot update only (a few
 //!   hundred nanoseconds); writers on different shards never meet. CAS, incr/decr, append and
 //!   prepend are atomic because the read-modify-write happens under that one exclusive lock.
-//! - Values are either copied out under the shared lock ([`SharedCache::get`]) or handed to a
-//!   closure that runs under it ([`SharedCache::get_with`]): no reference outlives the lock.
+//! - Values are either copied out ([`SharedCache::get`]) or handed to a closure
+//!   ([`SharedCache::get_with`]) that sees the reader's copy, or for a large item runs under the
+//!   shared lock: no reference into the cache outlives the lock.
 //! - Memory cost of sharding: each shard keeps one partly written segment open per TTL bucket in
 //!   use (and, with `Merge`, one spare segment), so up to `shards x (open TTL buckets + 1)`
 //!   segments are partly empty. With many shards, use smaller segments or a larger heap; the
@@ -32,29 +39,29 @@
 
 use std::time::Duration;
 
+use std::mem::MaybeUninit;
+
 use crate::engine::prefetch;
 use crate::hash::{hash, shard_of};
-use crate::layout::Bucket;
+use crate::layout::{bump, Bucket};
 use crate::lock::{self, ShardLock};
+use crate::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
+use crate::table::Table;
 use crate::{Builder, Item, OwnedItem, Result, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
 #[derive(Debug)]
 pub struct SharedCache {
     shards: Box<[ShardLock<Segcache>]>,
-    /// Each shard's primary buckets, for prefetching a key's bucket before taking the lock: the
-    /// memory miss then overlaps the lock's atomics, and the lock is held a miss shorter, so
-    /// whoever waits for it waits less. (Also loading the bucket to prefetch the item was no
-    /// faster: the lock's locked instruction then waits for that load.)
-    tables: Box<[BucketsAt]>,
+    /// Where each shard's memory lies, for reads that take no lock (`peek`), and for
+    /// prefetching a key's bucket before taking the lock: the memory miss then overlaps the
+    /// lock's atomics, and the lock is held a miss shorter.
+    views: Box<[ShardView]>,
 }
 
-/// Where a shard's primary buckets lie: fixed for the engine's life, so read without its lock.
-#[derive(Debug)]
-struct BucketsAt {
-    base: usize,
-    mask: u64,
-}
+/// Attempts at a lock-free read before reading under the lock: a failed attempt means a writer
+/// ran in the same shard meanwhile, and a third one in a row means the shard is busy.
+const PEEK_TRIES: u32 = 2;
 
 impl SharedCache {
     pub fn builder() -> Builder {
@@ -63,23 +70,21 @@ impl SharedCache {
 
     pub(crate) fn from_engines(engines: Vec<Segcache>) -> Self {
         let slots = lock::default_slots();
-        let tables = engines.iter().map(|e| e.table()).map(|t| BucketsAt { base: t.buckets.as_ptr() as usize, mask: t.mask });
-        let tables = tables.collect();
-        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect(), tables }
+        let views = engines.iter().map(ShardView::of).collect();
+        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect(), views }
     }
 
-    /// The key's hash and shard, with the key's bucket prefetched.
+    /// The key's hash and shard index, with the key's bucket prefetched.
     #[inline]
-    fn locate(&self, key: &[u8]) -> (u64, &ShardLock<Segcache>) {
+    fn locate(&self, key: &[u8]) -> (u64, usize) {
         let h = hash(key);
         let i = shard_of(h, self.shards.len());
-        let t = &self.tables[i];
-        prefetch((t.base + (h & t.mask) as usize * std::mem::size_of::<Bucket>()) as *const u8);
-        (h, &self.shards[i])
+        prefetch(self.views[i].table().head(h) as *const Bucket as *const u8);
+        (h, i)
     }
     #[inline]
     fn shard(&self, key: &[u8]) -> &ShardLock<Segcache> {
-        self.locate(key).1
+        &self.shards[self.locate(key).1]
     }
 
     /// Number of shards.
@@ -92,16 +97,37 @@ impl SharedCache {
         self.shards[0].read().now()
     }
 
-    /// Copies the item out under the shard's read lock.
+    /// Copies the item out (see `get_with`).
     pub fn get(&self, key: &[u8]) -> Option<OwnedItem> {
         self.get_with(key, |i| i.to_owned())
     }
 
-    /// Runs `f` on the item, without a copy, under the shard's read lock. Keep `f` short: writers
-    /// to this shard wait for it.
+    /// Runs `f` on the item. An item of up to 512 bytes is copied to the stack by a read that
+    /// takes no lock (validated against the shard's writers, and done again if one ran); a
+    /// larger one is handed to `f` without a copy, under the shard's read lock: keep `f` short
+    /// then, as writers to this shard wait for it.
+    #[inline]
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
-        let (h, shard) = self.locate(key);
+        let (h, i) = self.locate(key);
+        let (shard, view) = (&self.shards[i], &self.views[i]);
+        if view.enabled() {
+            let mut buf: PeekBuf = [MaybeUninit::uninit(); PEEK_WORDS];
+            let counters = &shard.own_slot().counters;
+            match shard.read_optimistic(PEEK_TRIES, || view.peek(key, h, &mut buf)) {
+                Some(Peeked::Miss) => {
+                    bump(&counters.misses);
+                    return None;
+                }
+                Some(Peeked::Hit { found, at, header, cas, expire_at, now }) => {
+                    let coin = bump(&counters.hits);
+                    Table::bump_freq_unlocked(found.slot, found.value, coin ^ h);
+                    return Some(f(peek::item_in(&buf, at, header, cas, expire_at, now)));
+                }
+                Some(Peeked::Locked) | None => {}
+            }
+        }
         let engine = shard.read();
+        view.mark_checked(&engine);
         engine.get_counted_in(key, h, &engine.slot().counters).map(f)
     }
 
@@ -259,3 +285,4 @@ impl Drop for SharedCache {
         }
     }
 }
+

@@ -41,6 +41,14 @@ impl Loc {
     }
 }
 
+/// Whether a read raises the frequency counter of `value`: always while it is small, then with
+/// falling probability (`coin` is a cheap random number).
+#[inline]
+fn freq_due(value: u64, coin: u64) -> bool {
+    let f = slot_freq(value);
+    f != u8::MAX && (f < 16 || coin & ((f as u64).next_power_of_two() - 1) == 0)
+}
+
 /// The 12-bit tag of a hash, never 0 (0 marks an empty slot).
 #[inline]
 pub fn tag_of(hash: u64) -> u64 {
@@ -78,7 +86,7 @@ pub fn info_cas(info: u64) -> u32 {
 /// The overflow pool's bookkeeping: buckets handed out so far (a high-water mark), and the head
 /// of the list of buckets given back (bucket index + 1; 0 for none), linked through slot 0.
 #[repr(C)]
-#[derive(Debug, Default, Clone, Copy)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Pool {
     pub used: u32,
     pub free: u32,
@@ -92,6 +100,7 @@ fn summary_bit(tag: u64) -> u8 {
 
 /// A view of one shard's buckets: `1 << hash_power` primary buckets, then the overflow pool,
 /// and the tag summary of each chain (one byte per primary bucket).
+#[derive(Clone, Copy)]
 pub struct Table<'a> {
     pub buckets: &'a [Bucket],
     pub summary: &'a [AtomicU8],
@@ -355,11 +364,18 @@ impl<'a> Table<'a> {
     /// memory misses of consecutive reads.
     #[inline]
     pub fn bump_freq(slot: &AtomicU64, value: u64, coin: u64) {
-        let f = slot_freq(value);
-        if f == u8::MAX || (f >= 16 && coin & ((f as u64).next_power_of_two() - 1) != 0) {
-            return;
+        if freq_due(value, coin) {
+            slot.store(value + (1 << FREQ_SHIFT), Relaxed);
         }
-        slot.store(value + (1 << FREQ_SHIFT), Relaxed);
+    }
+
+    /// `bump_freq` for a reader that holds no lock (`peek`): a writer may have reused the slot
+    /// since `value` was read, so the counter is raised only if the slot still holds `value`.
+    #[inline]
+    pub fn bump_freq_unlocked(slot: &AtomicU64, value: u64, coin: u64) {
+        if freq_due(value, coin) {
+            let _ = slot.compare_exchange(value, value + (1 << FREQ_SHIFT), Relaxed, Relaxed);
+        }
     }
 
     /// Replaces a slot's location and frequency, keeping its tag.

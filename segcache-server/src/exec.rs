@@ -1,7 +1,8 @@
 //! Runs text-protocol requests against the engine and writes memcached's replies.
 //!
 //! Replies are appended to the connection's reusable output buffer; values are copied into it
-//! straight from the engine under the shard's read lock (`get_with`), so a hit costs one copy and
+//! from the engine (`get_with`: through a stack copy taken without the lock for items up to 512
+//! bytes, straight from the segment under the shard's read lock for larger ones), so a hit costs
 //! no allocation.
 
 use std::sync::atomic::Ordering;

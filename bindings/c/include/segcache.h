@@ -245,9 +245,10 @@ typedef struct segcache_item_t {
 } segcache_item_t;
 
 /**
- * Callback of `segcache_get_with`. It runs while the key's shard is locked for reading: keep it
- * short, do not call into the same cache from it (that may deadlock), and do not unwind out of
- * it (no C++ exception, no longjmp).
+ * Callback of `segcache_get_with`. An item of up to 512 bytes is handed over as a copy taken
+ * without the lock; a larger one straight from the cache, while the key's shard is locked for
+ * reading: keep the callback short, do not call into the same cache from it (that may
+ * deadlock), and do not unwind out of it (no C++ exception, no longjmp).
  */
 typedef void (*segcache_get_cb)(void *user_data, const struct segcache_item_t *item);
 

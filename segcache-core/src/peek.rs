@@ -1,0 +1,232 @@
+//! Reads of a shard that take no lock: `ShardView::peek` looks a key up while a writer may be
+//! changing the shard, copying what it finds into the reader's own buffer, and
+//! `ShardLock::read_optimistic` keeps the copy only if no writer held the lock meanwhile (a
+//! seqlock read).
+//!
+//! Such a read writes nothing that another core uses (neither a lock word nor a reader count),
+//! so reads on different cores do not slow each other or the writers down; with a writer, the
+//! read is simply done again.
+//!
+//! `peek` may therefore see any state a writer passes through: slots, chains, headers and
+//! records half changed, or reused for another key. It survives every one of them:
+//! - it reads shard memory only through raw pointers or atomics (never through a reference that
+//!   promises the memory does not change), and only inside the region's tables, segment headers
+//!   and segments, whatever the values it reads: each segment id and offset is bounds-checked
+//!   before it is used, and a record is copied only up to its segment's end;
+//! - it reads each value once into local memory, and takes every decision on that copy, so a
+//!   value cannot change between its check and its use;
+//! - chains are followed as `Table::find` follows them, a bounded number of buckets, each index
+//!   checked;
+//! - nothing it saw is handed out before the lock's sequence number confirms that no writer ran.
+//!
+//! That is the seqlock's bargain: formally, copying memory that another thread writes is a data
+//! race in Rust's memory model, as in every seqlock built on plain copies (crossbeam's
+//! `AtomicCell` reads the same way); the copy is discarded whenever it may have raced.
+//!
+//! Items too large for the reader's buffer, and shards whose segments a lazily verified reopen
+//! has not checked yet, are read under the lock instead.
+
+use std::mem::MaybeUninit;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crate::clock::Clock;
+use crate::config::MAX_KEY_LEN;
+use crate::layout::{SegHeader, ShardMeta};
+use crate::record::{self, Header};
+use crate::table::{self, Found, Table};
+use crate::{Item, Segcache};
+
+/// Bytes of a record a lock-free read copies; larger items are read under the lock.
+pub(crate) const PEEK_BYTES: usize = 512;
+
+/// The reader's copy of a record: the heap's aligned words that hold it (see `copy_record`).
+pub(crate) type PeekBuf = [MaybeUninit<u64>; PEEK_WORDS];
+/// Words enough for `PEEK_BYTES` that start anywhere in a word.
+pub(crate) const PEEK_WORDS: usize = PEEK_BYTES / 8 + 1;
+
+/// What `peek` found.
+#[derive(Clone, Copy)]
+pub(crate) enum Peeked {
+    Miss,
+    /// The record is in the buffer from byte `at`.
+    Hit { found: Found<'static>, at: usize, header: Header, cas: u64, expire_at: u32, now: u32 },
+    /// The item needs the lock (too large, or its segment is unchecked).
+    Locked,
+}
+
+/// Where one shard's memory lies: fixed for the engine's life, so read without its lock.
+pub(crate) struct ShardView {
+    table: Table<'static>,
+    heap: *const u8,
+    segs: *const SegHeader,
+    meta: *const ShardMeta,
+    segments: usize,
+    segment_size: usize,
+    clock: Arc<dyn Clock>,
+    /// False while a lazily verified reopen has segments no read has checked (reads under the
+    /// lock check them); `peek` then leaves every read to the lock.
+    checked: AtomicBool,
+}
+
+impl std::fmt::Debug for ShardView {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardView").field("segments", &self.segments).finish_non_exhaustive()
+    }
+}
+
+// SAFETY: the pointers lead into the region, which the shard's engine keeps alive as long as
+// the `SharedCache` that holds both; `peek` only reads through them (see the module docs).
+unsafe impl Send for ShardView {}
+// SAFETY: as above.
+unsafe impl Sync for ShardView {}
+
+impl ShardView {
+    pub(crate) fn of(engine: &Segcache) -> Self {
+        // Region mappings are page-aligned; `copy_record` reads the heap by words.
+        assert!((engine.mem.heap as usize).is_multiple_of(8) && engine.geo.segment_size.is_multiple_of(8));
+        ShardView {
+            table: engine.table(),
+            heap: engine.mem.heap,
+            segs: engine.mem.segs,
+            meta: engine.mem.meta,
+            segments: engine.geo.segments,
+            segment_size: engine.geo.segment_size,
+            clock: Arc::clone(&engine.clock),
+            checked: AtomicBool::new(engine.unchecked.is_none()),
+        }
+    }
+
+    pub(crate) fn table(&self) -> &Table<'static> {
+        &self.table
+    }
+
+    /// Whether `peek` may read; `false` until a read under the lock has seen every segment
+    /// checked (`mark_checked`).
+    #[inline]
+    pub(crate) fn enabled(&self) -> bool {
+        self.checked.load(Relaxed)
+    }
+
+    /// Called under the shard's lock: enables `peek` once no segment is left unchecked.
+    #[inline]
+    pub(crate) fn mark_checked(&self, engine: &Segcache) {
+        if engine.unchecked.is_none() {
+            self.checked.store(true, Relaxed);
+        }
+    }
+
+    /// Looks the key up as `Segcache::get` does, copying the record into `buf`. The result is
+    /// meaningful only if no writer ran meanwhile (`ShardLock::read_optimistic` checks that).
+    #[inline]
+    pub(crate) fn peek(&self, key: &[u8], h: u64, buf: &mut PeekBuf) -> Peeked {
+        if key.is_empty() || key.len() > MAX_KEY_LEN {
+            return Peeked::Miss;
+        }
+        let mut copied = None;
+        let found = self.table.find(h, |loc| {
+            copied = self.copy_record(loc, buf);
+            match copied {
+                // Too large to copy: it may not even be this key, but the lock will tell.
+                Some((_, header)) if header.total_len() > PEEK_BYTES => true,
+                // SAFETY: `copy_record` initialised the record's bytes.
+                Some((at, header)) => key == unsafe { init(buf, at + header.key_at(), header.key_len) },
+                None => false,
+            }
+        });
+        let (Some(found), Some((at, header))) = (found, copied) else { return Peeked::Miss };
+        if header.total_len() > PEEK_BYTES {
+            return Peeked::Locked;
+        }
+        let now = self.clock.now();
+        // SAFETY: `meta` is the shard's metadata in the live region; a plain load of a `u32`
+        // field, which a writer may be changing (then `read_optimistic` discards this read).
+        let (flush_at, cas_epoch) = unsafe { (read(&raw const (*self.meta).flush_at), read(&raw const (*self.meta).cas_epoch)) };
+        if flush_at != 0 && now >= flush_at {
+            return Peeked::Miss;
+        }
+        let seg = table::slot_loc(found.value).seg as usize;
+        // `copy_record` checked `seg` against the segment count.
+        // SAFETY: header `seg` of the live region's `segments`; read as above.
+        let expire_at = unsafe { read(&raw const (*self.segs.add(seg)).expire_at) };
+        if expire_at != 0 && now >= expire_at {
+            return Peeked::Miss;
+        }
+        let cas = (u64::from(cas_epoch) << 32) | u64::from(self.table.cas(h));
+        Peeked::Hit { found, at, header, cas, expire_at, now }
+    }
+
+    /// Copies the record at `loc` into `buf` (unless it is longer than `PEEK_BYTES`) and returns
+    /// where it starts there and its header; `None` if `loc` or the header cannot be an item's
+    /// (a slot or segment a writer is changing).
+    ///
+    /// It copies the aligned 8-byte words that hold the record, with relaxed atomic loads: a
+    /// handful of plain loads on x86, inlined, where a `memcpy` call costs more than the copy;
+    /// and those words lie on the record's own cache lines.
+    #[inline]
+    fn copy_record(&self, loc: table::Loc, buf: &mut PeekBuf) -> Option<(usize, Header)> {
+        let (seg, offset) = (loc.seg as usize, loc.offset as usize);
+        if seg >= self.segments || offset + record::HEADER_LEN > self.segment_size {
+            return None;
+        }
+        let pos = seg * self.segment_size + offset;
+        let (first, at) = (pos / 8, pos % 8);
+        let copy = |buf: &mut PeekBuf, from: usize, to: usize| {
+            for (w, b) in buf[from..to].iter_mut().enumerate() {
+                // SAFETY: the heap is 8-aligned (checked in `of`) and segments are multiples of
+                // 8 bytes, so word `first + from + w` lies in segment `seg` as long as it holds
+                // one of the record's bytes, which lie inside the segment (checked below before
+                // each copy). `AtomicU64` has `u64`'s layout.
+                let word = unsafe { &*self.heap.cast::<AtomicU64>().add(first + from + w) };
+                *b = MaybeUninit::new(word.load(Relaxed));
+            }
+        };
+        let head = (at + record::HEADER_LEN).div_ceil(8);
+        copy(buf, 0, head);
+        // SAFETY: the first `head` words were just written.
+        let header = record::header(unsafe { init(buf, at, record::HEADER_LEN) })?;
+        let len = header.total_len();
+        if len > self.segment_size - offset {
+            return None;
+        }
+        if len <= PEEK_BYTES {
+            copy(buf, head, (at + len).div_ceil(8));
+        }
+        Some((at, header))
+    }
+}
+
+/// The item a validated `Peeked::Hit` describes, borrowing `buf`.
+#[inline]
+pub(crate) fn item_in(buf: &PeekBuf, at: usize, header: Header, cas: u64, expire_at: u32, now: u32) -> Item<'_> {
+    // SAFETY: a hit's bytes were copied into `buf` by `copy_record`.
+    let bytes = unsafe { init(buf, at, header.total_len()) };
+    let (key, value) = bytes[header.key_at()..].split_at(header.key_len);
+    let flags = match header.flags_len {
+        0 => 0,
+        _ => u32::from_le_bytes(bytes[record::HEADER_LEN..][..4].try_into().expect("four bytes")),
+    };
+    Item { key, value, flags, cas, expire_at, now }
+}
+
+/// Bytes `at..at + len` of `buf`.
+///
+/// # Safety
+/// The words holding them must have been written.
+#[inline]
+unsafe fn init(buf: &PeekBuf, at: usize, len: usize) -> &[u8] {
+    assert!(at + len <= std::mem::size_of::<PeekBuf>());
+    // SAFETY: in bounds (checked), and initialised per the contract; `u64` words are bytes.
+    unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>().add(at), len) }
+}
+
+/// A `u32` that a writer may be changing, read once (volatile, so the compiler neither repeats
+/// nor elides the load).
+///
+/// # Safety
+/// `p` must be valid for reads and aligned.
+#[inline]
+unsafe fn read(p: *const u32) -> u32 {
+    // SAFETY: per the contract.
+    unsafe { std::ptr::read_volatile(p) }
+}
