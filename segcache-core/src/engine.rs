@@ -90,7 +90,7 @@ struct Move {
 
 /// What a store requires of the key's current state.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Mode {
+pub(crate) enum Mode {
     Set,
     Add,
     Replace,
@@ -373,20 +373,20 @@ impl Segcache {
     // ---- writes -----------------------------------------------------------------------------
 
     pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.store(key, &[value], flags, ttl_secs(ttl), Mode::Set)
+        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Set)
     }
     /// Stores only if the key is absent (else [`Error::NotStored`]).
     pub fn add(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.store(key, &[value], flags, ttl_secs(ttl), Mode::Add)
+        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Add)
     }
     /// Stores only if the key is present (else [`Error::NotStored`]).
     pub fn replace(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.store(key, &[value], flags, ttl_secs(ttl), Mode::Replace)
+        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Replace)
     }
     /// Stores only if the item's CAS value is still `cas` ([`Error::Exists`] if it changed,
     /// [`Error::NotFound`] if it is gone).
     pub fn cas(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
-        self.store(key, &[value], flags, ttl_secs(ttl), Mode::Cas(cas))
+        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Cas(cas))
     }
     /// Appends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
     pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -452,7 +452,8 @@ impl Segcache {
         let now = self.prepare_write();
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let (flags, expire_at) = match self.lookup(key, hash(key), now) {
+        let h = hash(key);
+        let (flags, expire_at) = match self.lookup(key, h, now) {
             None => {
                 self.scratch = scratch;
                 return Err(missing);
@@ -470,7 +471,7 @@ impl Segcache {
             None if expire_at == 0 => 0,
             None => expire_at.saturating_sub(now).max(1),
         };
-        let res = self.store_at(key, &[&scratch], flags, ttl, Mode::Set, now);
+        let res = self.store_at(key, h, &[&scratch], flags, ttl, Mode::Set, now);
         self.scratch = scratch;
         res
     }
@@ -491,19 +492,26 @@ impl Segcache {
         Ok(())
     }
 
-    fn store(&mut self, key: &[u8], value: &[&[u8]], flags: u32, ttl: u32, mode: Mode) -> Result<()> {
-        check_key(key)?;
-        let now = self.prepare_write();
-        self.store_at(key, value, flags, ttl, mode, now)
+    /// `set`, `add`, `replace` or `cas` (by `mode`) for a caller that has the key's hash `h`
+    /// (`SharedCache` hashes to choose the shard).
+    #[inline]
+    pub(crate) fn store_hashed(&mut self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<()> {
+        self.store(key, h, &[value], flags, ttl_secs(ttl), mode)
     }
 
-    fn store_at(&mut self, key: &[u8], value: &[&[u8]], flags: u32, ttl: u32, mode: Mode, now: u32) -> Result<()> {
+    fn store(&mut self, key: &[u8], h: u64, value: &[&[u8]], flags: u32, ttl: u32, mode: Mode) -> Result<()> {
+        check_key(key)?;
+        let now = self.prepare_write();
+        self.store_at(key, h, value, flags, ttl, mode, now)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn store_at(&mut self, key: &[u8], h: u64, value: &[&[u8]], flags: u32, ttl: u32, mode: Mode, now: u32) -> Result<()> {
         let value_len: usize = value.iter().map(|v| v.len()).sum();
         let len = record::record_len(key.len(), value_len, flags);
         if len > self.geo.segment_size || value_len > record::MAX_VALUE_LEN {
             return Err(Error::TooLarge { size: key.len() + value_len, max: self.max_item_size() });
         }
-        let h = hash(key);
         // The bucket's miss overlaps the append; the lookup after it finds the line in cache.
         prefetch(self.table().head(h) as *const Bucket as *const u8);
         // A plain set needs the current copy only to replace it, which the lookup after the
@@ -685,7 +693,14 @@ impl Segcache {
     fn write_record(&mut self, seg: u32, fill: impl FnOnce(&mut [u8]), len: usize) -> Loc {
         let offset = self.seg(seg).write_offset as usize;
         let durable = self.durable;
-        let dst = &mut self.seg_space(seg)[offset..offset + len];
+        let space = self.seg_space(seg);
+        // The next append writes just past this record: fetching those lines now keeps its
+        // stores from waiting on memory. A shared cache's lock (a locked instruction) waits for
+        // every earlier store to complete, so a store that misses would stall the next write.
+        let next = offset + len;
+        prefetch(space[next.min(space.len() - 1)..].as_ptr());
+        prefetch(space[(next + 64).min(space.len() - 1)..].as_ptr());
+        let dst = &mut space[offset..offset + len];
         fill(dst);
         let sum = if durable { record::checksum(dst) } else { 0 };
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::Release);

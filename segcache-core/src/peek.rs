@@ -19,9 +19,11 @@
 //!   checked;
 //! - nothing it saw is handed out before the lock's sequence number confirms that no writer ran.
 //!
-//! That is the seqlock's bargain: formally, copying memory that another thread writes is a data
-//! race in Rust's memory model, as in every seqlock built on plain copies (crossbeam's
-//! `AtomicCell` reads the same way); the copy is discarded whenever it may have raced.
+//! Records are read by relaxed atomic loads of the aligned words that hold them, the other
+//! fields by volatile loads; writers store with plain writes. That is the seqlock's bargain:
+//! formally, a plain write racing a read is a data race in Rust's memory model, as in every
+//! seqlock over plain data (crossbeam's `AtomicCell` reads its fallback the same way); what may
+//! have raced is never used. The lock's protocol itself is checked with loom.
 //!
 //! Items too large for the reader's buffer, and shards whose segments a lazily verified reopen
 //! has not checked yet, are read under the lock instead.
@@ -51,7 +53,7 @@ pub(crate) enum Peeked {
     Miss,
     /// The record is in the buffer from byte `at`.
     Hit { found: Found<'static>, at: usize, header: Header, cas: u64, expire_at: u32, now: u32 },
-    /// The item needs the lock (too large, or its segment is unchecked).
+    /// The item needs the lock: too large for the buffer.
     Locked,
 }
 
@@ -139,8 +141,8 @@ impl ShardView {
             return Peeked::Locked;
         }
         let now = self.clock.now();
-        // SAFETY: `meta` is the shard's metadata in the live region; a plain load of a `u32`
-        // field, which a writer may be changing (then `read_optimistic` discards this read).
+        // SAFETY: `meta` is the shard's metadata in the live region; a volatile load of each
+        // `u32` field, which a writer may be changing (then `read_optimistic` discards this read).
         let (flush_at, cas_epoch) = unsafe { (read(&raw const (*self.meta).flush_at), read(&raw const (*self.meta).cas_epoch)) };
         if flush_at != 0 && now >= flush_at {
             return Peeked::Miss;

@@ -41,7 +41,7 @@ use std::time::Duration;
 
 use std::mem::MaybeUninit;
 
-use crate::engine::prefetch;
+use crate::engine::{prefetch, Mode};
 use crate::hash::{hash, shard_of};
 use crate::layout::{bump, Bucket};
 use crate::lock::{self, ShardLock};
@@ -184,16 +184,22 @@ impl SharedCache {
     }
 
     pub fn set(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.shard(key).write().set(key, value, flags, ttl)
+        self.store(key, value, flags, ttl, Mode::Set)
     }
     pub fn add(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.shard(key).write().add(key, value, flags, ttl)
+        self.store(key, value, flags, ttl, Mode::Add)
     }
     pub fn replace(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.shard(key).write().replace(key, value, flags, ttl)
+        self.store(key, value, flags, ttl, Mode::Replace)
     }
     pub fn cas(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
-        self.shard(key).write().cas(key, value, flags, ttl, cas)
+        self.store(key, value, flags, ttl, Mode::Cas(cas))
+    }
+    /// The key is hashed once, for its shard and its bucket.
+    #[inline]
+    fn store(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<()> {
+        let (h, i) = self.locate(key);
+        self.shards[i].write().store_hashed(key, h, value, flags, ttl, mode)
     }
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.shard(key).write().append(key, value)
