@@ -260,7 +260,7 @@ mod tests {
             assert_eq!(l.table_start(1) - l.table_start(0), g.table_len());
             if g.primary_buckets() * 64 >= HUGE_PAGE {
                 // Every primary table and overflow pool fills whole huge pages of its own.
-                assert!((0..4).all(|i| l.table_start(i) % HUGE_PAGE == 0));
+                assert!((0..4).all(|i| l.table_start(i).is_multiple_of(HUGE_PAGE)));
             }
             assert_eq!(l.heap_start(0) % HUGE_PAGE, 0);
             assert!(l.heap_start(0) >= l.table_start(4));

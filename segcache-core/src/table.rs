@@ -492,7 +492,7 @@ mod tests {
         // Tag 3 leaves: its bit clears, and a lookup of it stops at the summary.
         let f = t.find(hashes[2], |loc| loc.seg == 2).unwrap();
         t.remove(hashes[2], f.slot, &mut pool);
-        assert_eq!(summary[0].load(Relaxed), 0xff & !(1 << 3));
+        assert_eq!(summary[0].load(Relaxed), !(1u8 << 3));
         assert!(t.find(hashes[2], |_| panic!("no tag 3 is left to compare")).is_none());
         // Tag 1 leaves but tag 9 keeps bit 1 set.
         let f = t.find(hashes[0], |loc| loc.seg == 0).unwrap();

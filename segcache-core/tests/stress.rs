@@ -10,7 +10,7 @@ use segcache_core::{Builder, Error, Policy, SharedCache};
 fn encode(key: u32, version: u64) -> Vec<u8> {
     // Every eighth key's values are longer than the 512 bytes that reads copy without the lock,
     // so reads under the lock run among the others.
-    encode_sized(key, version, 16 + (version % 100) as usize + if key % 8 == 0 { 600 } else { 0 })
+    encode_sized(key, version, 16 + (version % 100) as usize + if key.is_multiple_of(8) { 600 } else { 0 })
 }
 
 /// `encode` with `len` bytes before the checksum.
