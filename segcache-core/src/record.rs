@@ -83,7 +83,8 @@ impl Header {
 }
 
 /// Decodes the header at the start of `src` (`HEADER_LEN` bytes are enough); `None` for a
-/// header no record has (an empty key).
+/// header no record has (an empty key). `parse` decodes the same fields inline: built on this
+/// function, it stopped being inlined into the write path's lookups (measured slower).
 #[inline]
 pub fn header(src: &[u8]) -> Option<Header> {
     if src.len() < HEADER_LEN || src[0] == 0 {

@@ -37,9 +37,8 @@
 //! - Eviction and expiry are per shard, so a shard evicts by its own policy view; with keys spread
 //!   evenly this approximates the global policy.
 
-use std::time::Duration;
-
 use std::mem::MaybeUninit;
+use std::time::Duration;
 
 use crate::engine::{prefetch, Mode};
 use crate::hash::{hash, shard_of};
@@ -59,8 +58,8 @@ pub struct SharedCache {
     views: Box<[ShardView]>,
 }
 
-/// Attempts at a lock-free read before reading under the lock: a failed attempt means a writer
-/// ran in the same shard meanwhile, and a third one in a row means the shard is busy.
+/// Lock-free read attempts that a writer may overlap before the reader takes the lock: after two
+/// in a row, the shard is busy with writes.
 const PEEK_TRIES: u32 = 2;
 
 impl SharedCache {
