@@ -237,15 +237,13 @@ impl Segcache {
 
     #[inline]
     fn flushed(&self, now: u32) -> bool {
-        let at = self.meta().flush_at;
-        at != 0 && now >= at
+        flushed_by(self.meta().flush_at, now)
     }
 
     #[inline]
     fn live_expiry(&self, seg: u32, now: u32) -> Option<u32> {
-        let s = self.seg(seg);
-        let exp = s.expire_at;
-        (exp == 0 || now < exp).then_some(exp)
+        let exp = self.seg(seg).expire_at;
+        live_until(exp, now).then_some(exp)
     }
 
     /// Looks the key up; `None` if absent, expired or flushed.
@@ -285,9 +283,7 @@ impl Segcache {
     /// The key's slot, whatever the item's expiry and any flush: needs no clock.
     #[inline]
     fn find_key(&self, key: &[u8], h: u64) -> Option<table::Found<'static>> {
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
-            return None;
-        }
+        check_key(key).ok()?;
         self.table().find(h, |loc| self.key_at(loc, key))
     }
 
@@ -300,7 +296,7 @@ impl Segcache {
         let loc = table::slot_loc(found.value);
         let expire_at = self.live_expiry(loc.seg, now)?;
         let r = self.record(loc)?;
-        let cas = (u64::from(self.meta().cas_epoch) << 32) | u64::from(self.table().cas(h));
+        let cas = cas_value(self.meta().cas_epoch, self.table().cas(h));
         Some((Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at, now }, found))
     }
 
@@ -1476,7 +1472,25 @@ impl Segcache {
     }
 }
 
-fn check_key(key: &[u8]) -> Result<()> {
+/// Whether a flush set for `flush_at` (0: none) has removed, by `now`, what was stored before it.
+#[inline]
+pub(crate) fn flushed_by(flush_at: u32, now: u32) -> bool {
+    flush_at != 0 && now >= flush_at
+}
+
+/// Whether the items of a segment expiring at `expire_at` (0: never) are still live at `now`.
+#[inline]
+pub(crate) fn live_until(expire_at: u32, now: u32) -> bool {
+    expire_at == 0 || now < expire_at
+}
+
+/// The CAS value a read hands out: the shard's epoch above its bucket's counter.
+#[inline]
+pub(crate) fn cas_value(epoch: u32, bucket_cas: u32) -> u64 {
+    (u64::from(epoch) << 32) | u64::from(bucket_cas)
+}
+
+pub(crate) fn check_key(key: &[u8]) -> Result<()> {
     if key.is_empty() {
         Err(Error::EmptyKey)
     } else if key.len() > MAX_KEY_LEN {

@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::config::MAX_KEY_LEN;
+use crate::engine::{cas_value, check_key, flushed_by, live_until};
 use crate::layout::{SegHeader, ShardMeta};
 use crate::record::{self, Header};
 use crate::table::{self, Found, Table};
@@ -122,7 +122,7 @@ impl ShardView {
     /// meaningful only if no writer ran meanwhile (`ShardLock::read_optimistic` checks that).
     #[inline]
     pub(crate) fn peek(&self, key: &[u8], h: u64, buf: &mut PeekBuf) -> Peeked {
-        if key.is_empty() || key.len() > MAX_KEY_LEN {
+        if check_key(key).is_err() {
             return Peeked::Miss;
         }
         let mut copied = None;
@@ -144,17 +144,17 @@ impl ShardView {
         // SAFETY: `meta` is the shard's metadata in the live region; a volatile load of each
         // `u32` field, which a writer may be changing (then `read_optimistic` discards this read).
         let (flush_at, cas_epoch) = unsafe { (read(&raw const (*self.meta).flush_at), read(&raw const (*self.meta).cas_epoch)) };
-        if flush_at != 0 && now >= flush_at {
+        if flushed_by(flush_at, now) {
             return Peeked::Miss;
         }
         let seg = table::slot_loc(found.value).seg as usize;
         // `copy_record` checked `seg` against the segment count.
         // SAFETY: header `seg` of the live region's `segments`; read as above.
         let expire_at = unsafe { read(&raw const (*self.segs.add(seg)).expire_at) };
-        if expire_at != 0 && now >= expire_at {
+        if !live_until(expire_at, now) {
             return Peeked::Miss;
         }
-        let cas = (u64::from(cas_epoch) << 32) | u64::from(self.table.cas(h));
+        let cas = cas_value(cas_epoch, self.table.cas(h));
         Peeked::Hit { found, at, header, cas, expire_at, now }
     }
 

@@ -10,8 +10,10 @@
 //! in the processor's caches where the buckets mostly do not. It is derived data, rebuilt from
 //! the buckets when a file is reopened, never stored.
 //!
-//! Writers hold the engine exclusively; readers hold it shared and only ever change a slot's
-//! frequency field, with a compare-exchange that loses (harmlessly) to nothing but another reader.
+//! Writers hold the engine exclusively. Readers only ever change a slot's frequency field: under
+//! the shard's read lock with a plain store (only another reader can race it, and a lost
+//! increment is harmless), and without a lock (`peek`) with a compare-exchange, since a writer
+//! may have reused the slot meanwhile.
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
@@ -408,6 +410,17 @@ mod tests {
         (v, (0..2).map(|_| AtomicU8::new(0)).collect(), 1)
     }
 
+    /// Puts `n` items in chain 0 (hash low bit 0), with tags 1..=n, item `i` in segment `i`;
+    /// returns their hashes.
+    fn fill_chain(t: &Table<'_>, pool: &mut Pool, n: u64) -> Vec<u64> {
+        let hashes: Vec<u64> = (1..=n).map(|i| i << 52).collect();
+        for (i, &h) in hashes.iter().enumerate() {
+            let slot = t.empty_slot(h, pool).expect("pool has room");
+            t.put(h, slot, pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }));
+        }
+        hashes
+    }
+
     #[test]
     fn slot_packing_round_trips() {
         let loc = Loc { seg: (1 << 22) - 1, offset: (1 << 22) - 3 };
@@ -422,12 +435,8 @@ mod tests {
         let (buckets, summary, mask) = table(16);
         let t = Table { buckets: &buckets, summary: &summary, mask };
         let mut pool = Pool::default();
-        // Twenty items with the same bucket (hash low bit 0) and distinct tags.
-        let hashes: Vec<u64> = (1..=20u64).map(|i| i << 52).collect();
-        for (i, &h) in hashes.iter().enumerate() {
-            let slot = t.empty_slot(h, &mut pool).expect("pool has room");
-            t.put(h, slot, pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }));
-        }
+        // Twenty items with the same bucket and distinct tags.
+        let hashes = fill_chain(&t, &mut pool, 20);
         // k overflow buckets hold 7k + 7 items with the head: 20 items need 2.
         assert_eq!(pool.used, 2);
         for (i, &h) in hashes.iter().enumerate() {
@@ -461,10 +470,7 @@ mod tests {
         let t = Table { buckets: &buckets, summary: &summary, mask };
         let mut pool = Pool::default();
         // Eight items: the head's 6, and 2 in one overflow bucket.
-        let hashes: Vec<u64> = (1..=8u64).map(|i| i << 52).collect();
-        for (i, &h) in hashes.iter().enumerate() {
-            t.put(h, t.empty_slot(h, &mut pool).unwrap(), pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }));
-        }
+        let hashes = fill_chain(&t, &mut pool, 8);
         assert_eq!(info_chain_len(t.head(0).slots[0].load(Relaxed)), 1);
         let f = t.find(hashes[2], |loc| loc.seg == 2).unwrap();
         t.remove(hashes[2], f.slot, &mut pool);
@@ -482,10 +488,7 @@ mod tests {
         let t = Table { buckets: &buckets, summary: &summary, mask };
         let mut pool = Pool::default();
         // Tags 1..=9 in chain 0: bit 1 is shared by tags 1 and 9, and tag 8 has bit 0.
-        let hashes: Vec<u64> = (1..=9u64).map(|i| i << 52).collect();
-        for (i, &h) in hashes.iter().enumerate() {
-            t.put(h, t.empty_slot(h, &mut pool).unwrap(), pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }));
-        }
+        let hashes = fill_chain(&t, &mut pool, 9);
         assert_eq!(summary[0].load(Relaxed), 0xff);
         assert_eq!(summary[1].load(Relaxed), 0, "the other chain is untouched");
         assert!(!t.may_hold(1 | (3 << 52)), "chain 1 holds nothing");
