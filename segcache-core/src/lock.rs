@@ -168,7 +168,11 @@ impl<T> ShardLock<T> {
         // Straight to the read-modify-write: loading the flag first would fetch its line shared,
         // then again exclusive, two transfers from the last writer's core instead of one.
         while self.writer.compare_exchange_weak(false, true, SeqCst, Relaxed).is_err() {
-            relax(&mut spins);
+            // Wait with loads: a compare-and-swap would take the line from the holder, which
+            // writes `seq` on it twice more and would have to fetch it back each time.
+            while self.writer.load(Relaxed) {
+                relax(&mut spins);
+            }
         }
         // On the flag's line, which is now this core's: a plain load and store.
         let seq = self.seq.load(Relaxed) + 1;

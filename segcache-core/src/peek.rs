@@ -33,8 +33,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::engine::{cas_value, check_key, flushed_by, live_until};
-use crate::layout::{SegHeader, ShardMeta};
+use crate::engine::{cas_value, check_key, flushed_by, live_until, prefetch};
+use crate::layout::{SegHeader, ShardMeta, TtlBucket};
 use crate::record::{self, Header};
 use crate::table::{self, Found, Table};
 use crate::{Item, Segcache};
@@ -63,6 +63,7 @@ pub(crate) struct ShardView {
     heap: *const u8,
     segs: *const SegHeader,
     meta: *const ShardMeta,
+    ttl: *const TtlBucket,
     segments: usize,
     segment_size: usize,
     clock: Arc<dyn Clock>,
@@ -92,10 +93,30 @@ impl ShardView {
             heap: engine.mem.heap,
             segs: engine.mem.segs,
             meta: engine.mem.meta,
+            ttl: engine.mem.ttl,
             segments: engine.geo.segments,
             segment_size: engine.geo.segment_size,
             clock: Arc::clone(&engine.clock),
             checked: AtomicBool::new(engine.unchecked.is_none()),
+        }
+    }
+
+    /// Prefetches, before the lock is taken, the lines that a store of a key with hash `h` and
+    /// TTL `ttl` (seconds) reads first: its bucket, the shard's counters and the open segment's
+    /// header. When another core wrote them last, their transfers then overlap the lock's
+    /// instead of following it one by one (50:50 on two threads: +4%). The open segment is read
+    /// without the lock, so it may be stale: a wrong guess costs one useless prefetch.
+    #[inline]
+    pub(crate) fn prefetch_store(&self, h: u64, ttl: u32) {
+        prefetch(self.table.head(h) as *const _ as *const u8);
+        prefetch((self.meta as *const u8).wrapping_add(std::mem::offset_of!(ShardMeta, items)));
+        let b = crate::ttl::bucket_of(ttl);
+        // SAFETY: `b < BUCKETS`, so the field lies in the region's TTL bucket array; a volatile
+        // read of a value a writer may be changing (only a hint, bounds-checked below).
+        let open = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.ttl.add(b)).open[0])) };
+        if (open as usize) < self.segments {
+            let header = self.segs.wrapping_add(open as usize) as *const u8;
+            prefetch(header.wrapping_add(std::mem::offset_of!(SegHeader, write_offset)));
         }
     }
 

@@ -198,32 +198,11 @@ impl Segcache {
             if pool == POOL_SMALL {
                 self.meta_mut().small_segments += 1;
             }
-            // Records in batches: the hash buckets of a batch are prefetched before any is
-            // touched, so the table's cache misses overlap instead of queueing one by one.
-            const BATCH: usize = 16;
-            let mut batch = [(Loc { seg: 0, offset: 0 }, 0u64); BATCH];
-            let mut off = 0usize;
-            loop {
-                let mut n = 0;
-                while n < BATCH {
-                    let Some(r) = self.seg_data(id).get(off..).and_then(record::parse) else { break };
-                    if !r.dead {
-                        let h = hash(r.key);
-                        crate::engine::prefetch(self.table().head(h) as *const Bucket as *const u8);
-                        batch[n] = (Loc { seg: id, offset: off as u32 }, h);
-                        n += 1;
-                    }
-                    off += r.len;
+            self.for_each_live(id, |s, loc, h, _| {
+                if s.index_recovered(loc, h) {
+                    recovered += 1;
                 }
-                for &(loc, h) in &batch[..n] {
-                    if self.index_recovered(loc, h) {
-                        recovered += 1;
-                    }
-                }
-                if n < BATCH {
-                    break;
-                }
-            }
+            });
         }
         // The publish in flight at the crash wins over the copy it was replacing.
         if (intent.seg as usize) < kept.len() && kept[intent.seg as usize] && intent.offset < self.seg(intent.seg).write_offset {

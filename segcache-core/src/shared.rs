@@ -197,7 +197,9 @@ impl SharedCache {
     /// The key is hashed once, for its shard and its bucket.
     #[inline]
     fn store(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<()> {
-        let (h, i) = self.locate(key);
+        let h = hash(key);
+        let i = shard_of(h, self.shards.len());
+        self.views[i].prefetch_store(h, crate::engine::ttl_secs(ttl));
         self.shards[i].write().store_hashed(key, h, value, flags, ttl, mode)
     }
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<()> {

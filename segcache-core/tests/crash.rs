@@ -148,7 +148,7 @@ fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
                 .unwrap();
             // Most rounds: let it open (and recover) the file and write for a random while. One in
             // four: kill it at once, possibly while it opens or recovers.
-            if rng % 4 != 0 {
+            if !rng.is_multiple_of(4) {
                 let start_len = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
                 let deadline = Instant::now() + Duration::from_secs(30);
                 while std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0) < start_len + 4096 && Instant::now() < deadline {

@@ -319,7 +319,7 @@ fn merge_reclaims_overwritten_space_without_losing_items() {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x % 10 == 0 { x % KEYS } else { x % (KEYS / 20) }
+            if x.is_multiple_of(10) { x % KEYS } else { x % (KEYS / 20) }
         };
         latest[k as usize] = round;
         let key = format!("key-{k}");
