@@ -1148,21 +1148,27 @@ impl Segcache {
     /// What is kept: every live item when they fit (so dead space is compacted away without
     /// losing anything), else the most frequently read ones down to a cut-off (and, of the
     /// items at the cut-off, the newest that still fit), and never items read fewer than
-    /// `min_freq` times. Kept items have their counters halved. The first new destination is
-    /// the spare segment; the next ones are sources already emptied, so no extra memory is
-    /// needed. Items leaving S3-FIFO's small pool unread are remembered in the ghost.
+    /// `min_freq` times. Kept items have their counters halved. Items leaving S3-FIFO's small
+    /// pool unread are remembered in the ghost.
     ///
-    /// Crash safety: a destination is linked into the chain before a source is reused, and a
-    /// reused source is re-initialised as a spare first, so a crash leaves every kept item in a
-    /// linked segment (possibly twice, with the same value).
+    /// Destinations need no extra memory. With a file, the first new one is the spare segment
+    /// and the next ones are sources already emptied. Crash safety: a destination is linked into
+    /// the chain before a source is reused, and a reused source is re-initialised as a spare
+    /// first, so a crash leaves every kept item in a linked segment (possibly twice, with the
+    /// same value). Without a file nothing has to survive a crash, so no spare is kept (one
+    /// segment less idle per shard): the source being drained is compacted in place, each kept
+    /// record moving to an offset no higher than its own, so nothing not yet read is overwritten.
     fn compact(&mut self, sources: &[u32], min_freq: u8, pool: u8, cont: Option<u32>) -> Result<()> {
-        let spare = self.meta().spare;
-        if spare == NONE || sources.is_empty() {
+        let mut spare = self.meta().spare;
+        let in_place = !self.durable;
+        if (spare == NONE && !in_place) || sources.is_empty() {
             return self.evict_simple(Policy::Fifo);
         }
         // Newest source first: among items read equally often, the newer ones are kept (they have
         // had less time to prove themselves); and drained sources become destinations.
         let order: Vec<u32> = sources.iter().rev().copied().collect();
+        // Read before a source becomes a destination (and takes `pool`).
+        let from_small: Vec<bool> = order.iter().map(|&s| self.seg(s).pool == POOL_SMALL).collect();
         // Gather live items and their frequencies.
         let mut moves = MOVES.take();
         moves.clear();
@@ -1214,19 +1220,13 @@ impl Segcache {
         m.bytes = m.bytes.saturating_sub(bytes);
 
         let header = |seq: u64| SegHeader { seq, create_at, expire_at, ttl_bucket: b as u16, state: SEG_SPARE, pool, ..SegHeader::EMPTY };
+        let mut reused = 0usize; // order[..reused] became destinations
         // The destination being filled; `cont` is already in the chain, new ones are not yet.
         let mut dest = match cont {
             Some(c) => c,
-            None => {
-                let seq = self.next_seq();
-                *self.seg_mut(spare) = header(seq);
-                self.meta_mut().spare = NONE;
-                spare
-            }
+            None => self.next_dest(&mut spare, &order, &mut reused, header),
         };
         let mut new_dests = usize::from(cont.is_none()); // spare and reused sources taken
-        let mut spare_taken = cont.is_none();
-        let mut reused = 0usize; // order[..reused] became destinations
         let (mut copied, mut dropped) = (0u64, 0u64);
         let mut ghosts = Vec::new();
         let mut current = 0usize; // index in `order` of the segment being drained
@@ -1246,50 +1246,34 @@ impl Segcache {
                         true
                     }));
             if keep && self.seg(dest).write_offset as usize + m.len as usize > self.geo.segment_size {
-                if new_dests < max_dests && (!spare_taken || reused < current) {
-                    // Seal this destination into the chain, then drain into the spare or an
-                    // emptied source.
+                let free = spare != NONE || reused < current || (in_place && reused == current);
+                if new_dests < max_dests && free {
+                    // Seal this destination into the chain, then drain into the next.
                     if Some(dest) != cont {
                         self.seal_dest(dest, b, before, pool);
                     }
-                    let next = if spare_taken {
-                        let next = order[reused];
-                        reused += 1;
-                        self.unlink(next);
-                        next
-                    } else {
-                        spare_taken = true;
-                        self.meta_mut().spare = NONE;
-                        spare
-                    };
-                    let seq = self.next_seq();
-                    *self.seg_mut(next) = header(seq);
+                    dest = self.next_dest(&mut spare, &order, &mut reused, header);
                     new_dests += 1;
-                    dest = next;
                 } else {
                     keep = false;
                 }
             }
             if keep {
-                let src_start = m.loc.seg as usize * self.geo.segment_size + m.loc.offset as usize;
-                let heap = self.mem.heap;
+                let at = |seg: u32, offset: u32| seg as usize * self.geo.segment_size + offset as usize;
+                let (from, to) = (at(m.loc.seg, m.loc.offset), at(dest, self.seg(dest).write_offset));
                 let len = m.len as usize;
-                let new = self.write_record(
-                    dest,
-                    |dst| {
-                        // SAFETY: the source record lies in a source segment other than `dest`
-                        // (a source becomes a destination only once drained), inside the heap.
-                        let src = unsafe { std::slice::from_raw_parts(heap.add(src_start), len) };
-                        dst.copy_from_slice(src);
-                    },
-                    len,
-                );
+                // SAFETY: both ranges lie in the heap: the source record inside its segment (as
+                // parsed), the destination below its segment's end (checked above). They overlap
+                // when a segment is compacted in place, which `copy` allows; no reference to
+                // either is alive.
+                unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
+                let new = self.write_record(dest, |_| {}, len);
                 Table::relocate(slot.slot, slot.value, m.freq / 2, new);
                 copied += 1;
             } else {
                 self.remove_slot(m.hash, slot.slot);
                 dropped += 1;
-                if self.seg(m.loc.seg).pool == POOL_SMALL && pool == POOL_MAIN {
+                if from_small[current] && pool == POOL_MAIN {
                     ghosts.push(m.hash);
                 }
             }
@@ -1313,9 +1297,9 @@ impl Segcache {
             self.unlink(src);
             leftover.push(src);
         }
-        // One freed segment becomes the next spare (if the spare was used), the rest go to the
-        // free list.
-        let need_spare = self.meta().spare == NONE;
+        // One freed segment becomes the next spare (if the spare was used and the shard keeps
+        // one), the rest go to the free list.
+        let need_spare = self.meta().spare == NONE && self.wants_spare();
         for (i, id) in leftover.into_iter().enumerate() {
             if i == 0 && need_spare {
                 *self.seg_mut(id) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
@@ -1329,6 +1313,24 @@ impl Segcache {
         m.merged_items += copied;
         m.evicted_segments += (sources.len() - new_dests.min(sources.len())) as u64;
         Ok(())
+    }
+
+    /// The next new destination of a merge (see `compact`), initialised by `header` and out of
+    /// its chain: the spare while it is unused, else the first source not yet reused (drained,
+    /// or being drained when compacting in place).
+    fn next_dest(&mut self, spare: &mut u32, order: &[u32], reused: &mut usize, header: impl Fn(u64) -> SegHeader) -> u32 {
+        let next = if *spare != NONE {
+            self.meta_mut().spare = NONE;
+            std::mem::replace(spare, NONE)
+        } else {
+            let next = order[*reused];
+            *reused += 1;
+            self.unlink(next);
+            next
+        };
+        let seq = self.next_seq();
+        *self.seg_mut(next) = header(seq);
+        next
     }
 
     /// Links a filled merge destination into chain `b` before `before`, as sealed.
@@ -1434,9 +1436,14 @@ impl Segcache {
         self.fit_spare_to_policy();
     }
 
-    /// Merge and S3-FIFO keep one spare segment to copy into; other policies need none.
+    /// Merge and S3-FIFO keep one spare segment to copy into when the heap is a file (see
+    /// `compact`); other policies, and caches without a file, need none.
+    fn wants_spare(&self) -> bool {
+        self.durable && matches!(self.policy, Policy::Merge | Policy::S3Fifo)
+    }
+
     pub(crate) fn fit_spare_to_policy(&mut self) {
-        let wants = matches!(self.policy, Policy::Merge | Policy::S3Fifo);
+        let wants = self.wants_spare();
         let spare = self.meta().spare;
         if wants && spare == NONE {
             if let Some(id) = self.pop_free() {

@@ -1,7 +1,7 @@
 //! `SharedCache`: the thread-safe handle.
 //!
 //! # Design and trade-offs
-//! The heap is split into N independent shards (a power of two, by default 4x the cores), each a
+//! The heap is split into N independent shards (a power of two, by default 8x the cores), each a
 //! complete [`Segcache`] engine with its own segments, hash table and TTL buckets, behind its own
 //! reader-writer lock. A key's shard comes from hash bits (44..52) that the shard's hash table does
 //! not use for bucket choice, so keys spread evenly and each shard's table stays dense.
@@ -27,8 +27,8 @@
 //!   ([`SharedCache::get_with`]) that sees the reader's copy, or for a large item runs under the
 //!   shared lock: no reference into the cache outlives the lock.
 //! - Memory cost of sharding: each shard keeps one partly written segment open per TTL bucket in
-//!   use (and, with `Merge`, one spare segment), so up to `shards x (open TTL buckets + 1)`
-//!   segments are partly empty. With many shards, use smaller segments or a larger heap; the
+//!   use (and, with `Merge` on a file, one spare segment), so up to
+//!   `shards x (open TTL buckets + 1)` segments are partly empty. With many shards, use smaller segments or a larger heap; the
 //!   default shard count is lowered so that each shard keeps at least 16 segments
 //!   (`config::MIN_SHARD_SEGMENTS`).
 //! - Hot keys: one key always maps to one shard. Reads of it proceed in parallel without

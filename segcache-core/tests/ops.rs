@@ -300,7 +300,8 @@ fn every_evicting_policy_keeps_serving_correct_values() {
 
 /// With room to spare (live items a quarter of the heap), overwrites leave dead copies behind;
 /// merge eviction must reclaim that space without dropping a live item, in the single engine and
-/// in the sharded handle (few segments per shard).
+/// in the sharded handle (few segments per shard). Without a file, merges compact their sources
+/// in place, so live records move over the dead ones before them.
 #[test]
 fn merge_reclaims_overwritten_space_without_losing_items() {
     const KEYS: u64 = 20_000;
@@ -335,4 +336,14 @@ fn merge_reclaims_overwritten_space_without_losing_items() {
     }
     assert_eq!(single.stats().evicted_items, 0);
     assert_eq!(shared.stats().evicted_items, 0);
+    assert!(single.stats().merged_items > 0 && shared.stats().merged_items > 0, "no merge moved an item");
+}
+
+/// Without a file a merge keeps no spare segment to copy into: it compacts its newest source in
+/// place (`merge_reclaims_overwritten_space_without_losing_items` checks that nothing is lost).
+#[test]
+fn merge_without_a_file_holds_no_segment_back() {
+    let c = Builder::new().heap_size(1 << 20).segment_size(64 << 10).eviction(Policy::Merge).build().unwrap();
+    let s = c.stats();
+    assert_eq!(s.segments_free, s.segments_total);
 }

@@ -90,6 +90,18 @@ fn single_owner_engine_persists_too() {
     std::fs::remove_file(&path).unwrap();
 }
 
+/// Merges into a file copy into a spare segment, never over a source in place, so that a crash
+/// leaves every kept item in a whole segment: a file-backed cache holds one back.
+#[test]
+fn a_file_backed_merge_cache_holds_a_spare_segment() {
+    let path = tmp("spare");
+    let c = Builder::new().heap_size(2 << 20).segment_size(64 << 10).eviction(Policy::Merge).path(&path).build().unwrap();
+    let s = c.stats();
+    assert_eq!(s.segments_free, s.segments_total - 1);
+    drop(c);
+    std::fs::remove_file(&path).unwrap();
+}
+
 #[test]
 fn a_second_open_is_refused_while_the_first_is_open() {
     let path = tmp("lock");
