@@ -28,9 +28,9 @@
 //!   shared lock: no reference into the cache outlives the lock.
 //! - Memory cost of sharding: each shard keeps one partly written segment open per TTL bucket in
 //!   use (and, with `Merge` on a file, one spare segment), so up to
-//!   `shards x (open TTL buckets + 1)` segments are partly empty. With many shards, use smaller segments or a larger heap; the
-//!   default shard count is lowered so that each shard keeps at least 16 segments
-//!   (`config::MIN_SHARD_SEGMENTS`).
+//!   `shards x (open TTL buckets + 1)` segments are partly empty. With many shards, use smaller
+//!   segments or a larger heap; the default shard count is lowered so that each shard keeps at
+//!   least 16 segments (`config::MIN_SHARD_SEGMENTS`).
 //! - Hot keys: one key always maps to one shard. Reads of it proceed in parallel without
 //!   writing shared lines; writes to a hot key serialise on its shard, as they must for CAS, and
 //!   each one moves the shard's lines between the cores that use it.
@@ -73,11 +73,16 @@ impl SharedCache {
         SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect(), views }
     }
 
-    /// The key's hash and shard index, with the key's bucket prefetched.
+    /// The key's hash and shard index.
+    #[inline]
+    fn index(&self, key: &[u8]) -> (u64, usize) {
+        let h = hash(key);
+        (h, shard_of(h, self.shards.len()))
+    }
+    /// `index`, with the key's bucket prefetched.
     #[inline]
     fn locate(&self, key: &[u8]) -> (u64, usize) {
-        let h = hash(key);
-        let i = shard_of(h, self.shards.len());
+        let (h, i) = self.index(key);
         prefetch(self.views[i].table().head(h) as *const Bucket as *const u8);
         (h, i)
     }
@@ -197,8 +202,7 @@ impl SharedCache {
     /// The key is hashed once, for its shard and its bucket.
     #[inline]
     fn store(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<()> {
-        let h = hash(key);
-        let i = shard_of(h, self.shards.len());
+        let (h, i) = self.index(key);
         self.views[i].prefetch_store(h, crate::engine::ttl_secs(ttl));
         self.shards[i].write().store_hashed(key, h, value, flags, ttl, mode)
     }
@@ -292,4 +296,3 @@ impl Drop for SharedCache {
         }
     }
 }
-
