@@ -33,7 +33,7 @@ pub struct Segcache {
     scratch: Vec<u8>,
     /// File-backed: records carry the checksums that crash recovery checks. Anonymous memory
     /// does not outlive the process, so it skips them.
-    durable: bool,
+    pub(crate) durable: bool,
     /// After a lazily verified reopen (`Builder::lazy_verify`), each segment's check state
     /// (unchecked, good, bad: see `recover`) until every segment is checked: a read checks the
     /// segment it touches, the first write checks all the others. `None` otherwise.
@@ -48,10 +48,20 @@ thread_local! {
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
-// goes through `&mut self`, and the only mutation through `&self` is to atomics.
+// goes through `&mut self`, except to atomics and `rewrite_shared`'s (see there).
 unsafe impl Send for Segcache {}
-// SAFETY: as above: shared access only reads plain memory and updates atomics.
+// SAFETY: as above.
 unsafe impl Sync for Segcache {}
+
+/// Whether an item expiring at `expire_at` (0: never) may go to segment `s`, where `width` is the
+/// width of the item's TTL bucket: it must not outlive its TTL, nor expire a width or more early.
+pub(crate) fn expiry_fits(s: &SegHeader, expire_at: u32, width: u32) -> bool {
+    if s.expire_at == 0 {
+        expire_at == 0
+    } else {
+        expire_at >= s.expire_at && expire_at - s.expire_at < width
+    }
+}
 
 /// Whether `later`'s items may share a merge with `first`'s in TTL bucket `b`: both never expire,
 /// or `later` expires less than one bucket width after `first`.
@@ -109,6 +119,15 @@ const MOVE_AHEAD: usize = 8;
 /// Segments promoted at once by `S3Fifo` (with 2, too little of the small pool's read items
 /// would be kept: 0.79 against 0.86 on the Zipf bench).
 const PROMOTE_SOURCES: usize = 4;
+
+/// When an item stored at `now` with a TTL of `ttl` seconds expires (0: never).
+pub(crate) fn expiry_of(ttl: u32, now: u32) -> u32 {
+    if ttl == 0 {
+        0
+    } else {
+        now.saturating_add(ttl::rounded(ttl))
+    }
+}
 
 pub(crate) fn ttl_secs(ttl: Duration) -> u32 {
     let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
@@ -204,7 +223,7 @@ impl Segcache {
         unsafe { std::slice::from_raw_parts(self.mem.heap.add(id as usize * self.geo.segment_size), len) }
     }
     #[inline]
-    fn seg_space(&mut self, id: u32) -> &mut [u8] {
+    pub(crate) fn seg_space(&mut self, id: u32) -> &mut [u8] {
         assert!((id as usize) < self.geo.segments);
         // SAFETY: in bounds (checked); `&mut self` makes this the only access to the heap.
         unsafe { std::slice::from_raw_parts_mut(self.mem.heap.add(id as usize * self.geo.segment_size), self.geo.segment_size) }
@@ -272,7 +291,7 @@ impl Segcache {
     }
 
     #[inline]
-    fn lookup(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
+    pub(crate) fn lookup(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
         self.item_of(self.find_key(key, h)?, h, now)
     }
 
@@ -532,7 +551,11 @@ impl Segcache {
             None if self.ghost_hit(h) => POOL_MAIN,
             None => POOL_SMALL,
         };
-        let expire_at = if ttl == 0 { 0 } else { now.saturating_add(ttl::rounded(ttl)) };
+        let expire_at = expiry_of(ttl, now);
+        if self.overwrite_in_place(key, h, value, flags, len, ttl, expire_at, now) {
+            self.meta_mut().sets += 1;
+            return Ok(());
+        }
         let loc = self.append_record(key, value, flags, len, ttl, expire_at, pool, now)?;
         // Appending may have evicted or moved the old copy: look it up again.
         let t = self.table();
@@ -677,13 +700,7 @@ impl Segcache {
 
     fn accepts(&self, seg: u32, len: usize, expire_at: u32, width: u32) -> bool {
         let s = self.seg(seg);
-        s.state == SEG_OPEN
-            && s.write_offset as usize + len <= self.geo.segment_size
-            && if s.expire_at == 0 {
-                expire_at == 0
-            } else {
-                expire_at >= s.expire_at && expire_at - s.expire_at < width
-            }
+        s.state == SEG_OPEN && s.write_offset as usize + len <= self.geo.segment_size && expiry_fits(s, expire_at, width)
     }
 
     /// Writes a record at the segment's write offset and publishes it: the bytes first, then the
@@ -1481,11 +1498,13 @@ impl Segcache {
         }
     }
 
-    /// Adds reads counted elsewhere (in `SharedCache`'s reader slots) to this shard's counters.
-    pub(crate) fn count_reads(&mut self, hits: u64, misses: u64) {
+    /// Adds reads and stores counted elsewhere (in `SharedCache`'s reader slots) to this shard's
+    /// counters.
+    pub(crate) fn count_slots(&mut self, hits: u64, misses: u64, sets: u64) {
         let reads = &self.meta().reads;
         reads.hits.fetch_add(hits, Relaxed);
         reads.misses.fetch_add(misses, Relaxed);
+        self.meta_mut().sets += sets;
     }
 
     /// Live items (expired ones count until their segment is freed).

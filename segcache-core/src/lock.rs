@@ -46,9 +46,18 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 pub struct ReaderSlot {
     /// Read guards held through this slot.
     readers: AtomicUsize,
-    /// Reads through this slot that found their key / did not: apart from `readers`, which
-    /// writers load, since reads that take no guard still count here.
-    pub counters: Padded<ReadCounters>,
+    /// Reads through this slot that found their key / did not, and stores rewritten in place
+    /// under a read guard: apart from `readers`, which writers load, since reads that take no
+    /// guard still count here.
+    pub counters: Padded<SlotCounters>,
+}
+
+/// The counters of one reader slot.
+#[derive(Debug, Default)]
+pub struct SlotCounters {
+    pub reads: ReadCounters,
+    /// Counted with a locked add: threads may share a slot, and stores are counted exactly.
+    pub sets: AtomicU64,
 }
 
 /// A value on cache lines of its own.
@@ -262,6 +271,85 @@ impl<T> Drop for WriteGuard<'_, T> {
     }
 }
 
+/// A word with a lock bit that also versions what it guards: each hash chain's info word (see
+/// `Table::info`), which a rewrite in place locks while it changes a value and bumps as it
+/// leaves. Readers without a lock take a snapshot (`word_snapshot`), read, and keep what they
+/// read only if the word is unchanged (`word_unchanged`), as with the shard's sequence number.
+///
+/// Generic over the atomic type so that loom can check the same functions the table calls.
+pub(crate) trait Word {
+    fn load(&self, order: std::sync::atomic::Ordering) -> u64;
+    fn store(&self, value: u64, order: std::sync::atomic::Ordering);
+    fn fetch_or(&self, bits: u64, order: std::sync::atomic::Ordering) -> u64;
+}
+
+macro_rules! impl_word {
+    ($t:ty) => {
+        impl Word for $t {
+            #[inline]
+            fn load(&self, order: std::sync::atomic::Ordering) -> u64 {
+                <$t>::load(self, order)
+            }
+            #[inline]
+            fn store(&self, value: u64, order: std::sync::atomic::Ordering) {
+                <$t>::store(self, value, order)
+            }
+            #[inline]
+            fn fetch_or(&self, bits: u64, order: std::sync::atomic::Ordering) -> u64 {
+                <$t>::fetch_or(self, bits, order)
+            }
+        }
+    };
+}
+impl_word!(std::sync::atomic::AtomicU64);
+#[cfg(loom)]
+impl_word!(loom::sync::atomic::AtomicU64);
+
+/// Sets `bit` in `word`, waiting while another holder has it; returns the word as it was.
+/// Holders change a few hundred bytes at most.
+#[inline]
+pub(crate) fn lock_word(word: &impl Word, bit: u64) -> u64 {
+    let mut spins = 0;
+    loop {
+        // Straight to the read-modify-write, which fetches the line once, exclusive; setting a
+        // bit that is already set changes nothing.
+        let old = word.fetch_or(bit, Acquire);
+        if old & bit == 0 {
+            // Orders the set bit before every store the holder makes: a reader that sees one of
+            // them sees the word changed (its acquire fence pairs with this one).
+            fence(Release);
+            return old;
+        }
+        // Wait with loads, which leave the line shared with the holder, who writes it once more
+        // to leave.
+        while word.load(Relaxed) & bit != 0 {
+            relax(&mut spins);
+        }
+    }
+}
+
+/// Clears the lock: `new`, without `bit`, is the old word when nothing changed, else a word that
+/// the guarded data never had with it before (the caller bumps a counter in it).
+#[inline]
+pub(crate) fn unlock_word(word: &impl Word, new: u64) {
+    word.store(new, Release);
+}
+
+/// A reader's look at the word before it reads; `None` while a holder has `bit`.
+#[inline]
+pub(crate) fn word_snapshot(word: &impl Word, bit: u64) -> Option<u64> {
+    let v = word.load(Acquire);
+    (v & bit == 0).then_some(v)
+}
+
+/// Whether the word still is `snapshot` after the reads: then no holder changed what they read.
+#[inline]
+pub(crate) fn word_unchanged(word: &impl Word, snapshot: u64) -> bool {
+    // Pairs with the holder's release fence in `lock_word`.
+    fence(Acquire);
+    word.load(Relaxed) == snapshot
+}
+
 /// The writer's look at a slot's reader count, after raising its flag.
 ///
 /// A SeqCst load: with the reader's SeqCst increment and flag load and the writer's SeqCst
@@ -284,7 +372,7 @@ fn slot_readers(slot: &ReaderSlot) -> usize {
 /// microseconds past the release). After ~100 looks the holder is likely descheduled, so the
 /// processor is yielded.
 #[inline]
-fn relax(spins: &mut u32) {
+pub(crate) fn relax(spins: &mut u32) {
     #[cfg(loom)]
     {
         let _ = spins;
@@ -396,6 +484,29 @@ mod tests {
         writer.join().unwrap();
     }
 
+    /// Holders of a chain word's lock bit, one at a time: increments made by plain loads and
+    /// stores while holding it are never lost. (loom explores the waiting loop's loads without
+    /// end, so this one runs on threads; loom checks what readers keep.)
+    #[test]
+    fn word_holders_exclude_each_other() {
+        use std::sync::atomic::AtomicU64;
+        const BIT: u64 = 1 << 24;
+        let (word, count) = (AtomicU64::new(0), AtomicU64::new(0));
+        std::thread::scope(|s| {
+            for _ in 0..4 {
+                s.spawn(|| {
+                    for _ in 0..20_000 {
+                        let old = lock_word(&word, BIT);
+                        count.store(count.load(Relaxed) + 1, Relaxed);
+                        unlock_word(&word, old + (1 << 32));
+                    }
+                });
+            }
+        });
+        assert_eq!(count.load(Relaxed), 80_000);
+        assert_eq!(word.load(Relaxed), 80_000 << 32);
+    }
+
     #[test]
     fn a_writer_waits_for_a_reader_to_leave() {
         let lock = Arc::new(ShardLock::new(0, 2));
@@ -417,6 +528,9 @@ mod loom_tests {
     use super::*;
     use loom::cell::UnsafeCell as Cell;
     use loom::sync::Arc;
+
+    /// The lock bit of the word tests (the chain info word's).
+    const WORD_BIT: u64 = 1 << 24;
 
     /// Two cells a writer changes together: a reader must never see them differ, and loom
     /// reports any access to them that the lock does not order.
@@ -504,6 +618,34 @@ mod loom_tests {
                 assert_eq!(a, b, "an optimistic read kept a write half done");
             }
             w.join().unwrap();
+        });
+    }
+
+    /// A chain word's holder rewrites a pair while a reader reads it without a lock: what the
+    /// reader keeps is whole.
+    #[test]
+    fn lock_free_readers_of_a_word_keep_no_rewrite_half_done() {
+        use loom::sync::atomic::{AtomicU32, AtomicU64};
+        model(|| {
+            let word = Arc::new(AtomicU64::new(0));
+            let pair = Arc::new((AtomicU32::new(0), AtomicU32::new(0)));
+            let holder = {
+                let (word, pair) = (Arc::clone(&word), Arc::clone(&pair));
+                loom::thread::spawn(move || {
+                    let old = lock_word(&*word, WORD_BIT);
+                    pair.0.store(1, Relaxed);
+                    pair.1.store(1, Relaxed);
+                    unlock_word(&*word, old + (1 << 32));
+                })
+            };
+            if let Some(snap) = word_snapshot(&*word, WORD_BIT) {
+                let (a, b) = (pair.0.load(Relaxed), pair.1.load(Relaxed));
+                if word_unchanged(&*word, snap) {
+                    assert_eq!(a, b, "a lock-free read kept a rewrite half done");
+                }
+            }
+            holder.join().unwrap();
+            assert_eq!(word_snapshot(&*word, WORD_BIT), Some(1 << 32));
         });
     }
 

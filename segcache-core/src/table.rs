@@ -1,8 +1,11 @@
 //! The compact chained hash table.
 //!
 //! A slot (64 bits) packs `tag: 12 | freq: 8 | segment: 22 | offset: 22` (high to low). The first
-//! slot of a chain's head bucket is the bucket info: `chain length: 8 | timestamp: 16 | cas: 32`
-//! (low to high). A full bucket chains to an overflow bucket through its last slot.
+//! slot of a chain's head bucket is the bucket info: `chain length: 8 | timestamp: 16 | locked: 1
+//! | unused: 7 | cas: 32` (low to high). A full bucket chains to an overflow bucket through its
+//! last slot. The lock bit is held by a rewrite in place (`Segcache::rewrite_shared`), which
+//! bumps the CAS as it leaves, so the info word also versions the chain's values for readers
+//! that take no lock (see `lock::lock_word`).
 //!
 //! Beside the buckets, a *tag summary* keeps one byte per chain: bit `tag % 8` is set for every
 //! item in the chain (and maybe for some that left it). A lookup whose bit is clear is a miss
@@ -10,7 +13,9 @@
 //! in the processor's caches where the buckets mostly do not. It is derived data, rebuilt from
 //! the buckets when a file is reopened, never stored.
 //!
-//! Writers hold the engine exclusively. Readers only ever change a slot's frequency field: under
+//! Writers hold the engine exclusively, except rewrites in place, which hold the shard's read
+//! lock and their chain's lock bit, and change only a value and its client flags. Readers only
+//! ever change a slot's frequency field: under
 //! the shard's read lock with a plain store (only another reader can race it, and a lost
 //! increment is harmless), and without a lock (`peek`) with a compare-exchange, since a writer
 //! may have reused the slot meanwhile.
@@ -73,6 +78,16 @@ pub fn slot_freq(v: u64) -> u8 {
 #[inline]
 pub fn slot_loc(v: u64) -> Loc {
     Loc { seg: ((v >> OFFSET_BITS) & ((1 << SEG_BITS) - 1)) as u32, offset: (v & ((1 << OFFSET_BITS) - 1)) as u32 }
+}
+
+/// The info word's lock bit, held by a rewrite in place.
+pub const INFO_LOCKED: u64 = 1 << 24;
+
+/// Info word `v` with its CAS bumped, the time stamped (low 16 bits of `now`), and unlocked.
+#[inline]
+pub fn touched(v: u64, now: u32) -> u64 {
+    let cas = info_cas(v).wrapping_add(1);
+    (u64::from(cas) << 32) | (u64::from(now & 0xffff) << 8) | (v & 0xff)
 }
 
 /// Bucket info fields.
@@ -351,10 +366,14 @@ impl<'a> Table<'a> {
     /// Bumps the chain's CAS counter and stamps the time (low 16 bits of `now`).
     #[inline]
     pub fn touch_info(&self, hash: u64, now: u32) {
-        let info = &self.head(hash).slots[0];
-        let v = info.load(Relaxed);
-        let cas = info_cas(v).wrapping_add(1);
-        info.store((u64::from(cas) << 32) | (u64::from(now & 0xffff) << 8) | (v & 0xff), Relaxed);
+        let info = self.info(hash);
+        info.store(touched(info.load(Relaxed), now), Relaxed);
+    }
+
+    /// The chain's info word, which also holds its lock bit (`INFO_LOCKED`).
+    #[inline]
+    pub fn info(&self, hash: u64) -> &'a AtomicU64 {
+        &self.head(hash).slots[0]
     }
 
     /// Raises a slot's frequency counter: always while small, then with falling probability, so

@@ -88,6 +88,51 @@ fn incr_decr_as_memcached() {
     assert_eq!(c.get(b"s").unwrap().value(), b"99999999999999999999999", "failed incr changes nothing");
 }
 
+/// A rewrite of the same length goes where the old record lies, so overwrites take no segment
+/// space: here, a hundred thousand of them in a 1 MiB heap with eviction off (appended, they
+/// would need 1.4 MiB). Value, flags and CAS change each time.
+#[test]
+fn same_length_rewrites_take_no_new_space() {
+    let clock = ManualClock::new(T0);
+    let mut c = Builder::new().heap_size(1 << 20).segment_size(64 << 10).clock(clock.clone()).eviction(Policy::None).build().unwrap();
+    c.set(b"k", b"v0000", 1, NEVER).unwrap();
+    let free = c.stats().segments_free;
+    let mut cas = c.get(b"k").unwrap().cas();
+    for i in 1..100_000u32 {
+        let v = format!("v{:04}", i % 10_000);
+        c.set(b"k", v.as_bytes(), 1 + i % 7, NEVER).unwrap();
+        let item = c.get(b"k").unwrap();
+        assert_eq!((item.value(), item.flags()), (v.as_bytes(), 1 + i % 7));
+        assert_ne!(item.cas(), cas, "a rewrite keeps its CAS");
+        cas = item.cas();
+    }
+    let s = c.stats();
+    assert_eq!((s.items, s.sets, s.segments_free), (1, 100_000, free));
+}
+
+/// A rewrite stays in place only where the old segment's expiry is the one an append would give
+/// the new TTL; otherwise it is appended, and the item expires as the new TTL says.
+#[test]
+fn rewrites_in_place_keep_the_new_ttl() {
+    let clock = ManualClock::new(T0);
+    let mut c = cache(&clock);
+    let ten = Duration::from_secs(10);
+    c.set(b"k", b"aaaa", 0, ten).unwrap();
+    clock.advance(5);
+    // Its segment expires at T0 + 10: in place, the new value would expire 5 s early.
+    c.set(b"k", b"bbbb", 0, ten).unwrap();
+    clock.advance(7);
+    assert_eq!(c.get(b"k").map(|i| (i.value().to_vec(), i.ttl())), Some((b"bbbb".to_vec(), Some(Duration::from_secs(3)))));
+    // Another TTL bucket: no expiry at all, then a TTL again.
+    c.set(b"k", b"cccc", 0, NEVER).unwrap();
+    clock.advance(1000);
+    assert_eq!(c.get(b"k").map(|i| (i.value().to_vec(), i.ttl())), Some((b"cccc".to_vec(), None)));
+    c.set(b"k", b"dddd", 0, ten).unwrap();
+    assert_eq!(c.get(b"k").unwrap().ttl(), Some(ten));
+    clock.advance(10);
+    assert!(c.get(b"k").is_none());
+}
+
 #[test]
 fn ttl_expiry_touch_and_never_returning_expired_items() {
     let clock = ManualClock::new(T0);
@@ -298,14 +343,15 @@ fn every_evicting_policy_keeps_serving_correct_values() {
     }
 }
 
-/// With room to spare (live items a quarter of the heap), overwrites leave dead copies behind;
+/// With room to spare (live items a quarter of the heap), overwrites leave dead copies behind
+/// (values of two lengths, so that they are not rewritten in place);
 /// merge eviction must reclaim that space without dropping a live item, in the single engine and
 /// in the sharded handle (few segments per shard). Without a file, merges compact their sources
 /// in place, so live records move over the dead ones before them.
 #[test]
 fn merge_reclaims_overwritten_space_without_losing_items() {
     const KEYS: u64 = 20_000;
-    let value = |k: u64, v: u64| format!("{k:08}-{v:08}-{}", "x".repeat(64)).into_bytes();
+    let value = |k: u64, v: u64| format!("{k:08}-{v:08}-{}", "x".repeat(64 + (v % 2) as usize)).into_bytes();
     let b = || Builder::new().heap_size(8 << 20).segment_size(64 << 10).eviction(Policy::Merge);
     let mut single = b().build().unwrap();
     let shared = b().shards(4).build_shared().unwrap();

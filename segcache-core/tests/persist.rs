@@ -90,6 +90,25 @@ fn single_owner_engine_persists_too() {
     std::fs::remove_file(&path).unwrap();
 }
 
+/// With a file, a rewrite is appended even when it could go in place: an append publishes the
+/// new record only once it is whole, so a crash in the middle leaves the old value, where a
+/// rewrite in place would leave a mix of both.
+#[test]
+fn a_file_backed_cache_appends_rewrites() {
+    let path = tmp("rewrite");
+    let mut c = Builder::new().heap_size(2 << 20).segment_size(64 << 10).path(&path).build().unwrap();
+    let record = 4 + 1 + 64;
+    c.set(b"k", format!("{:064}", 0).as_bytes(), 0, Duration::ZERO).unwrap();
+    let free = c.stats().segments_free;
+    for i in 1..2 * (64 << 10) / record as u32 {
+        c.set(b"k", format!("{:064}", i).as_bytes(), 0, Duration::ZERO).unwrap();
+    }
+    assert!(c.stats().segments_free < free, "rewrites stayed in one segment");
+    assert_eq!(c.get(b"k").unwrap().value(), format!("{:064}", 2 * (64 << 10) / record - 1).as_bytes());
+    drop(c);
+    std::fs::remove_file(&path).unwrap();
+}
+
 /// Merges into a file copy into a spare segment, never over a source in place, so that a crash
 /// leaves every kept item in a whole segment: a file-backed cache holds one back.
 #[test]

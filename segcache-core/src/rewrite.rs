@@ -1,0 +1,90 @@
+//! Rewrites in place: a store whose record has the length of the key's current one goes where
+//! that one lies, if the segment's expiry suits the new TTL as well as an append would. Loads
+//! that rewrite (counters, fixed-size values) then take no segment space and drive no eviction,
+//! and a shared cache's stores to existing keys need no exclusive lock.
+//!
+//! - `Segcache::overwrite_in_place` is the engine's own, under `&mut self`.
+//! - `Segcache::rewrite_shared` is `SharedCache::set`'s, under the shard's read lock, which keeps
+//!   out every writer that moves, frees or reuses a record, and under the lock bit of the key's
+//!   chain, which keeps out other rewrites of the chain (see `lock::lock_word`). It writes the
+//!   client flags and the value only, so that reads under the read lock that compare keys are
+//!   not raced, and only records that lock-free reads copy (`PEEK_BYTES`), so that readers of
+//!   larger items, who are handed references under the read lock, never see one change. Readers
+//!   of small items copy them and keep the copy only if the chain's info word did not change
+//!   meanwhile (`ShardView::peek`); its CAS is bumped as the rewrite leaves.
+//!
+//! Neither runs with a file: an append publishes its record only once whole (the slot store),
+//! so a crash leaves the old value or the new one, where a crash in the middle of a rewrite
+//! would leave a mix of both.
+
+use crate::engine::{check_key, expiry_fits, expiry_of};
+use crate::lock::{lock_word, unlock_word};
+use crate::peek::PEEK_BYTES;
+use crate::record;
+use crate::table::{self, Loc};
+use crate::{ttl, Segcache};
+
+impl Segcache {
+    /// Where a record of `len` bytes for `key` may be rewritten: the key's live record, if it
+    /// has that length and its segment's expiry suits `expire_at` (see `expiry_fits`).
+    fn in_place_target(&self, key: &[u8], h: u64, len: usize, ttl: u32, expire_at: u32, now: u32) -> Option<Loc> {
+        if self.durable {
+            return None;
+        }
+        let (item, found) = self.lookup(key, h, now)?;
+        let loc = table::slot_loc(found.value);
+        let same_len = record::record_len(item.key.len(), item.value.len(), item.flags) == len;
+        (same_len && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some(loc)
+    }
+
+    /// Rewrites the key's record in place if `in_place_target` allows; `false` leaves the store
+    /// to an append.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn overwrite_in_place(&mut self, key: &[u8], h: u64, value: &[&[u8]], flags: u32, len: usize, ttl: u32, expire_at: u32, now: u32) -> bool {
+        let Some(loc) = self.in_place_target(key, h, len, ttl, expire_at, now) else { return false };
+        let at = loc.offset as usize;
+        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags);
+        self.table().touch_info(h, now);
+        true
+    }
+
+    /// `set` of an existing key with a value of its current length (`ttl` in seconds), for a
+    /// caller that holds the shard's read lock (see the module docs); `false` leaves the store
+    /// to the exclusive path.
+    pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> bool {
+        let len = record::record_len(key.len(), value.len(), flags);
+        if self.durable || len > PEEK_BYTES || check_key(key).is_err() {
+            return false;
+        }
+        let now = self.now();
+        // Stores run the shard's expiry once a second (`prepare_write`): the exclusive path takes
+        // each second's first.
+        if now != self.meta().last_expire {
+            return false;
+        }
+        let info = self.table().info(h);
+        let old = lock_word(info, table::INFO_LOCKED);
+        let Some(loc) = self.in_place_target(key, h, len, ttl, expiry_of(ttl, now), now) else {
+            unlock_word(info, old);
+            return false;
+        };
+        let record = loc.seg as usize * self.geo.segment_size + loc.offset as usize;
+        // SAFETY: `loc` holds the key's live record of `len` bytes, inside its segment (just found
+        // through the chain), so the ranges written lie in the heap. The caller's read lock keeps
+        // out every writer that could move, free or reuse the record, the chain's lock bit every
+        // other rewrite of it (no other chain points at it), and no reference to these bytes
+        // exists: reads under the read lock reference only the header and key of records this
+        // small, and lock-free reads copy through atomics and drop what the info word says
+        // changed. `ptr::copy` allows `value` to overlap (it cannot, but costs nothing).
+        unsafe {
+            let dst = self.mem.heap.add(record);
+            if flags != 0 {
+                // Same length, same key: the old record has client flags too.
+                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(record::HEADER_LEN), 4);
+            }
+            std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());
+        }
+        unlock_word(info, table::touched(old, now));
+        true
+    }
+}
