@@ -240,7 +240,7 @@ impl Segcache {
         record::parse(self.seg_data(loc.seg).get(loc.offset as usize..)?)
     }
     #[inline]
-    fn key_at(&self, loc: Loc, key: &[u8]) -> bool {
+    pub(crate) fn key_at(&self, loc: Loc, key: &[u8]) -> bool {
         self.record(loc).is_some_and(|r| r.key == key)
     }
 
@@ -291,7 +291,7 @@ impl Segcache {
     }
 
     #[inline]
-    pub(crate) fn lookup(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
+    fn lookup(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
         self.item_of(self.find_key(key, h)?, h, now)
     }
 
@@ -310,7 +310,7 @@ impl Segcache {
 
     /// The item in the key's slot `found`, unless it expired or was flushed.
     #[inline]
-    fn item_of(&self, found: table::Found<'static>, h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
+    pub(crate) fn item_of(&self, found: table::Found<'static>, h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
         if self.flushed(now) {
             return None;
         }

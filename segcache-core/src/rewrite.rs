@@ -17,7 +17,7 @@
 //! so a crash leaves the old value or the new one, where a crash in the middle of a rewrite
 //! would leave a mix of both.
 
-use crate::engine::{check_key, expiry_fits, expiry_of};
+use crate::engine::{check_key, expiry_fits, expiry_of, prefetch};
 use crate::lock::{lock_word, unlock_word};
 use crate::peek::PEEK_BYTES;
 use crate::record;
@@ -31,7 +31,15 @@ impl Segcache {
         if self.durable {
             return None;
         }
-        let (item, found) = self.lookup(key, h, now)?;
+        let found = self.table().find(h, |loc| {
+            // The rewrite writes the record's last line too, which the key comparison does not
+            // read: fetch it beside the first. Waiting for it at the write instead costs a whole
+            // miss per set (207 -> 330 ns for random keys), as the stores queue up behind it.
+            let last = loc.seg as usize * self.geo.segment_size + loc.offset as usize + len - 1;
+            prefetch(self.mem.heap.wrapping_add(last));
+            self.key_at(loc, key)
+        })?;
+        let (item, found) = self.item_of(found, h, now)?;
         let loc = table::slot_loc(found.value);
         let same_len = record::record_len(item.key.len(), item.value.len(), item.flags) == len;
         (same_len && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some(loc)
