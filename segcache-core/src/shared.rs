@@ -171,11 +171,13 @@ impl SharedCache {
         self.shard(key).read().contains(key)
     }
 
-    /// Looks up every key; calls `f(index, item)` for each hit, under the shard's read lock. Keys
-    /// are grouped by shard so that each shard's lock is taken once and the engine can overlap
-    /// the memory accesses of the keys in one shard.
+    /// Looks up every key; calls `f(index, item)` for each hit. Without a file, each key is read
+    /// as `get_with` reads it, after every key's bucket has been prefetched. With one, keys are
+    /// grouped by shard so that each shard's read lock is taken once and the engine can overlap
+    /// the memory accesses of the keys in one shard (`f` then runs under that lock).
     pub fn get_many_with(&self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'_>)) {
-        if self.views.iter().any(|v| v.rewrites()) {
+        // Every shard lies in one region, so they all rewrite in place or none does.
+        if self.views[0].rewrites() {
             // Rewrites in place may run beside readers that hold the lock, so small items are
             // copied: one lock-free read per key, with every bucket fetched first.
             for &k in keys {
@@ -335,7 +337,7 @@ fn slot_counts(shard: &ShardLock<Segcache>) -> (u64, u64, u64) {
     })
 }
 
-/// Hands a lock-free read's result to `f`, counting it in `counters`.
+/// Hands a lock-free read's result (a hit or a miss) to `f`, counting it in `counters`.
 #[inline(always)]
 fn deliver<R>(p: Peeked, buf: &PeekBuf, counters: &ReadCounters, h: u64, f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
     match p {
