@@ -33,8 +33,8 @@ impl Segcache {
         }
         let found = self.table().find(h, |loc| {
             // The rewrite writes the record's last line too, which the key comparison does not
-            // read: fetch it beside the first. Waiting for it at the write instead costs a whole
-            // miss per set (207 -> 330 ns for random keys), as the stores queue up behind it.
+            // read: fetch it beside the first rather than at the write (criterion's set of
+            // random cold keys: 330 -> 309 ns).
             let last = loc.seg as usize * self.geo.segment_size + loc.offset as usize + len - 1;
             prefetch(self.mem.heap.wrapping_add(last));
             self.key_at(loc, key)
