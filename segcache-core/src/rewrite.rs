@@ -70,11 +70,6 @@ impl Segcache {
         if now != self.meta().last_expire {
             return false;
         }
-        // A new key needs no chain lock to find out: under the read lock the summary is exact
-        // for a miss (only exclusive writers add to it).
-        if !self.table().may_hold(h) {
-            return false;
-        }
         let info = self.table().info(h);
         let old = lock_word(info, table::INFO_LOCKED);
         let Some(loc) = self.in_place_target(key, h, len, ttl, expiry_of(ttl, now), now) else {

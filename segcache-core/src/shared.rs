@@ -242,7 +242,9 @@ impl SharedCache {
         let (h, i) = self.index(key);
         let (shard, view) = (&self.shards[i], &self.views[i]);
         let secs = crate::engine::ttl_secs(ttl);
-        if mode == Mode::Set && view.rewrites() {
+        // A new key skips the shared lock: the summary, read without a lock, is only a hint, and
+        // the exclusive path is complete on its own when the hint is stale.
+        if mode == Mode::Set && view.rewrites() && view.table().may_hold(h) {
             prefetch(view.table().head(h) as *const Bucket as *const u8);
             let engine = shard.read();
             if engine.rewrite_shared(key, h, value, flags, secs) {
