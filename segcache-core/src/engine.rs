@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::clock::Clock;
 use crate::config::MAX_KEY_LEN;
+use crate::fork::Origin;
 use crate::hash::hash;
 use crate::layout::*;
 use crate::record::{self, Record};
@@ -38,6 +39,8 @@ pub struct Segcache {
     /// (unchecked, good, bad: see `recover`) until every segment is checked: a read checks the
     /// segment it touches, the first write checks all the others. `None` otherwise.
     pub(crate) unchecked: Option<Box<[std::sync::atomic::AtomicU8]>>,
+    /// The process that opened the cache (see `fork`).
+    pub(crate) origin: Origin,
 }
 
 thread_local! {
@@ -74,7 +77,7 @@ impl Drop for Segcache {
     /// A file-backed engine takes its segments' checksums for the next open (the region, once
     /// its last engine is gone, then seals the file: see `persist::close`).
     fn drop(&mut self) {
-        if self.mem.region.file.as_ref().is_some_and(|f| f.active.load(Relaxed)) {
+        if !self.origin.forked() && self.mem.region.file.as_ref().is_some_and(|f| f.active.load(Relaxed)) {
             self.seal_for_close();
         }
         let summary: &'static [AtomicU8] = std::mem::take(&mut self.summary);
@@ -153,6 +156,7 @@ impl Segcache {
             0
         };
         let durable = mem.region.file.is_some();
+        let origin = mem.region.origin;
         let mut engine = Segcache {
             durable,
             unchecked: None,
@@ -164,6 +168,7 @@ impl Segcache {
             summary,
             ghost: vec![0; ghost_len],
             scratch: Vec::new(),
+            origin,
         };
         // Metadata found in a file is left untouched until it is verified or rebuilt.
         if fresh {
@@ -244,6 +249,12 @@ impl Segcache {
         self.record(loc).is_some_and(|r| r.key == key)
     }
 
+    /// [`Error::Forked`] when this process is a `fork()` child of the one that opened the cache:
+    /// there, reads miss and every write fails with that error.
+    pub fn check_fork(&self) -> Result<()> {
+        self.origin.check()
+    }
+
     /// The cache clock, Unix seconds.
     pub fn now(&self) -> u32 {
         self.clock.now()
@@ -311,7 +322,8 @@ impl Segcache {
     /// The item in the key's slot `found`, unless it expired or was flushed.
     #[inline]
     pub(crate) fn item_of(&self, found: table::Found<'static>, h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
-        if self.flushed(now) {
+        // A `fork()` child reads nothing: its parent may be writing a shared file meanwhile.
+        if self.flushed(now) || self.origin.forked() {
             return None;
         }
         let loc = table::slot_loc(found.value);
@@ -466,6 +478,7 @@ impl Segcache {
         build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<()>,
     ) -> Result<()> {
         check_key(key)?;
+        self.origin.check()?;
         let now = self.prepare_write();
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
@@ -496,6 +509,7 @@ impl Segcache {
     /// Removes the key ([`Error::NotFound`] if absent).
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
         check_key(key)?;
+        self.origin.check()?;
         let now = self.prepare_write();
         let h = hash(key);
         let Some((_, found)) = self.lookup(key, h, now) else {
@@ -518,6 +532,7 @@ impl Segcache {
 
     fn store(&mut self, key: &[u8], h: u64, value: &[&[u8]], flags: u32, ttl: u32, mode: Mode) -> Result<()> {
         check_key(key)?;
+        self.origin.check()?;
         let now = self.prepare_write();
         self.store_at(key, h, value, flags, ttl, mode, now)
     }
@@ -912,6 +927,9 @@ impl Segcache {
     /// Frees every segment whose items have all expired, from the heads of the TTL chains.
     /// Returns the number of items removed. Writes call it at most once a second.
     pub fn expire(&mut self) -> usize {
+        if self.origin.forked() {
+            return 0;
+        }
         self.finish_checks();
         let now = self.now();
         self.meta_mut().last_expire = now;
@@ -1401,6 +1419,9 @@ impl Segcache {
 
     /// Removes every item now.
     pub fn flush(&mut self) {
+        if self.origin.forked() {
+            return;
+        }
         self.reset(false);
         self.meta_mut().flushes += 1;
     }
@@ -1409,6 +1430,9 @@ impl Segcache {
     pub fn flush_after(&mut self, delay: Duration) {
         if delay.is_zero() {
             return self.flush();
+        }
+        if self.origin.forked() {
+            return;
         }
         let at = self.now().saturating_add(ttl_secs(delay));
         self.meta_mut().flush_at = at;
@@ -1518,6 +1542,7 @@ impl Segcache {
     /// Graceful stop: with a persistence path, writes what a warm restart needs and marks the
     /// file clean. Dropping the engine does the same but cannot report an error.
     pub fn close(self) -> Result<()> {
+        self.origin.check()?;
         let region = std::sync::Arc::clone(&self.mem.region);
         let now = self.now();
         drop(self);

@@ -47,6 +47,11 @@ pub enum Error {
     /// Another process (or another cache in this process) holds the persistence file open.
     #[error("persistence file {path} is in use by another cache")]
     Locked { path: PathBuf },
+    /// The handle was opened in another process and inherited across `fork()`: open a new cache
+    /// in this process instead. (Using it would share a file's mapping without its locks, or a
+    /// private copy of an anonymous heap that no other process sees.)
+    #[error("cache used in a child process after fork(): open a new cache in this process")]
+    Forked,
     /// Anonymous memory for the heap could not be mapped.
     #[error("cannot map {bytes} bytes of memory: {source}")]
     Map {

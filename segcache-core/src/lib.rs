@@ -24,6 +24,7 @@ mod clock;
 mod config;
 mod engine;
 mod error;
+mod fork;
 pub mod hash;
 mod item;
 mod layout;

@@ -205,7 +205,7 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
     // kernel maps the neighbours of each faulting page in the same fault.
     let map = memmap2::MmapOptions::new().map_raw(&file).map_err(io_err(path))?;
     advise_huge_pages(&map, &layout);
-    let region = Region { map, layout, file: Some(PersistFile { path: path.to_path_buf(), _file: file, active: std::sync::atomic::AtomicBool::new(false), closed: false }) };
+    let region = Region { map, layout, file: Some(PersistFile { path: path.to_path_buf(), _file: file, active: std::sync::atomic::AtomicBool::new(false), closed: false }), origin: crate::fork::Origin::here() };
     Ok((region, found))
 }
 

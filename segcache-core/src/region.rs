@@ -5,6 +5,7 @@ use std::sync::Arc;
 use memmap2::{MmapOptions, MmapRaw};
 
 use crate::layout::{Bucket, Layout, SegHeader, ShardMeta, TtlBucket, HUGE_PAGE};
+use crate::fork::Origin;
 use crate::persist::PersistFile;
 use crate::{Error, Result};
 
@@ -13,6 +14,8 @@ pub(crate) struct Region {
     pub map: MmapRaw,
     pub layout: Layout,
     pub file: Option<PersistFile>,
+    /// The process that mapped it: a `fork()` child leaves the file alone when it drops its copy.
+    pub origin: Origin,
 }
 
 impl std::fmt::Debug for Region {
@@ -28,7 +31,7 @@ impl Region {
         let map = MmapOptions::new().len(len).map_anon().map_err(|source| Error::Map { bytes: len, source })?;
         let map = MmapRaw::from(map);
         advise_huge_pages(&map, &layout);
-        Ok(Region { map, layout, file: None })
+        Ok(Region { map, layout, file: None, origin: Origin::here() })
     }
 
     pub fn base(&self) -> *mut u8 {
@@ -57,6 +60,9 @@ impl Region {
 
 impl Drop for Region {
     fn drop(&mut self) {
+        if self.origin.forked() {
+            return;
+        }
         let now = crate::clock::Clock::now(&crate::clock::SystemClock);
         if let Err(e) = crate::persist::close(self, now) {
             eprintln!("segcache: warning: graceful close failed: {e}");
@@ -66,6 +72,7 @@ impl Drop for Region {
 
 /// Closes the region if `region` is its last holder (every engine over it is gone).
 pub(crate) fn close(region: Arc<Region>, now: u32) -> Result<()> {
+    region.origin.check()?;
     match Arc::try_unwrap(region) {
         Ok(mut r) => crate::persist::close(&mut r, now),
         Err(_) => Ok(()),

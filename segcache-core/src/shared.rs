@@ -53,6 +53,7 @@ use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use crate::engine::{prefetch, Mode};
+use crate::fork::Origin;
 use crate::hash::{hash, shard_of};
 use crate::layout::{bump, Bucket, ReadCounters};
 use crate::lock::{self, ShardLock};
@@ -68,6 +69,9 @@ pub struct SharedCache {
     /// prefetching a key's bucket before taking the lock: the memory miss then overlaps the
     /// lock's atomics, and the lock is held a miss shorter.
     views: Box<[ShardView]>,
+    /// The process that opened the cache (see `fork`): checked before any lock is taken, since a
+    /// `fork()` child may have inherited a lock held by one of its parent's threads.
+    origin: Origin,
 }
 
 /// Lock-free read attempts that a writer may overlap before the reader takes the lock: after two
@@ -82,7 +86,8 @@ impl SharedCache {
     pub(crate) fn from_engines(engines: Vec<Segcache>) -> Self {
         let slots = lock::default_slots();
         let views = engines.iter().map(ShardView::of).collect();
-        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect(), views }
+        let origin = engines[0].origin;
+        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect(), views, origin }
     }
 
     /// The key's hash and shard index.
@@ -101,6 +106,12 @@ impl SharedCache {
     #[inline]
     fn shard(&self, key: &[u8]) -> &ShardLock<Segcache> {
         &self.shards[self.locate(key).1]
+    }
+
+    /// [`Error::Forked`](crate::Error::Forked) when this process is a `fork()` child of the one
+    /// that opened the cache: there, reads miss and every write fails with that error.
+    pub fn check_fork(&self) -> Result<()> {
+        self.origin.check()
     }
 
     /// Number of shards.
@@ -124,6 +135,9 @@ impl SharedCache {
     /// then, as writers to this shard wait for it.
     #[inline]
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
+        if self.origin.forked() {
+            return None;
+        }
         let (h, i) = self.locate(key);
         let (shard, view) = (&self.shards[i], &self.views[i]);
         let mut buf: PeekBuf = [MaybeUninit::uninit(); PEEK_WORDS];
@@ -168,6 +182,9 @@ impl SharedCache {
 
     /// Whether the key is present (and not expired).
     pub fn contains(&self, key: &[u8]) -> bool {
+        if self.origin.forked() {
+            return false;
+        }
         self.shard(key).read().contains(key)
     }
 
@@ -176,6 +193,9 @@ impl SharedCache {
     /// grouped by shard so that each shard's read lock is taken once and the engine can overlap
     /// the memory accesses of the keys in one shard (`f` then runs under that lock).
     pub fn get_many_with(&self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'_>)) {
+        if self.origin.forked() {
+            return;
+        }
         // Every shard lies in one region, so they all rewrite in place or none does.
         if self.views[0].rewrites() {
             // Rewrites in place may run beside readers that hold the lock, so small items are
@@ -239,6 +259,7 @@ impl SharedCache {
     /// (`Segcache::rewrite_shared`), which leaves the shard's lock line alone.
     #[inline]
     fn store(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<()> {
+        self.origin.check()?;
         let (h, i) = self.index(key);
         let (shard, view) = (&self.shards[i], &self.views[i]);
         let secs = crate::engine::ttl_secs(ttl);
@@ -256,25 +277,34 @@ impl SharedCache {
         shard.write().store_hashed(key, h, value, flags, ttl, mode)
     }
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.origin.check()?;
         self.shard(key).write().append(key, value)
     }
     pub fn prepend(&self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.origin.check()?;
         self.shard(key).write().prepend(key, value)
     }
     pub fn incr(&self, key: &[u8], delta: u64) -> Result<u64> {
+        self.origin.check()?;
         self.shard(key).write().incr(key, delta)
     }
     pub fn decr(&self, key: &[u8], delta: u64) -> Result<u64> {
+        self.origin.check()?;
         self.shard(key).write().decr(key, delta)
     }
     pub fn delete(&self, key: &[u8]) -> Result<()> {
+        self.origin.check()?;
         self.shard(key).write().delete(key)
     }
     pub fn touch(&self, key: &[u8], ttl: Duration) -> Result<()> {
+        self.origin.check()?;
         self.shard(key).write().touch(key, ttl)
     }
     /// Reads the item and sets its TTL in one step (memcached `gat`).
     pub fn get_and_touch(&self, key: &[u8], ttl: Duration) -> Option<OwnedItem> {
+        if self.origin.forked() {
+            return None;
+        }
         let mut engine = self.shard(key).write();
         engine.touch(key, ttl).ok()?;
         engine.get(key).map(|i| i.to_owned())
@@ -282,24 +312,36 @@ impl SharedCache {
 
     /// Removes every item now.
     pub fn flush(&self) {
+        if self.origin.forked() {
+            return;
+        }
         for s in self.shards.iter() {
             s.write().flush();
         }
     }
     /// Removes every item stored before `delay` from now, at that time.
     pub fn flush_after(&self, delay: Duration) {
+        if self.origin.forked() {
+            return;
+        }
         for s in self.shards.iter() {
             s.write().flush_after(delay);
         }
     }
     /// Frees expired segments in every shard; returns the number of items removed.
     pub fn expire(&self) -> usize {
+        if self.origin.forked() {
+            return 0;
+        }
         self.shards.iter().map(|s| s.write().expire()).sum()
     }
 
     /// Counters summed over the shards. Each shard's counters are read under its read lock,
     /// one shard at a time, so readers and writers elsewhere are not held up.
     pub fn stats(&self) -> Stats {
+        if self.origin.forked() {
+            return Stats::default();
+        }
         let mut total = Stats::default();
         for s in self.shards.iter() {
             let mut shard = s.read().stats();
@@ -314,6 +356,9 @@ impl SharedCache {
 
     /// Live items.
     pub fn len(&self) -> usize {
+        if self.origin.forked() {
+            return 0;
+        }
         self.shards.iter().map(|s| s.read().len()).sum()
     }
     pub fn is_empty(&self) -> bool {
@@ -323,6 +368,7 @@ impl SharedCache {
     /// Graceful stop: with a persistence path, writes everything needed for a warm restart and
     /// marks the file clean. Dropping the cache does the same but cannot report an error.
     pub fn close(self) -> Result<()> {
+        self.origin.check()?;
         let now = self.now();
         let region = std::sync::Arc::clone(&self.shards[0].read().mem.region);
         drop(self);

@@ -1,0 +1,76 @@
+//! Which process a cache belongs to. A handle copied into a child by `fork()` would share a file
+//! mapping with its parent without sharing its locks (and so lose or tear items), or silently
+//! keep a private copy of an anonymous heap; instead the child's handle refuses every operation
+//! with [`Error::Forked`](crate::Error::Forked). A `fork()` handler bumps a process-wide
+//! generation in the child, so the check is one relaxed load and a compare.
+
+use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
+use std::sync::Once;
+
+use crate::{Error, Result};
+
+/// How many `fork()`s lie between the first process that opened a cache and this one.
+static GENERATION: AtomicU32 = AtomicU32::new(0);
+
+extern "C" fn in_child() {
+    GENERATION.fetch_add(1, Relaxed);
+}
+
+/// The process generation a cache was opened in.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Origin(u32);
+
+impl Origin {
+    /// This process's generation; registers the `fork()` handler on first use.
+    pub fn here() -> Origin {
+        static HANDLER: Once = Once::new();
+        HANDLER.call_once(|| {
+            // SAFETY: `in_child` is async-signal-safe (one atomic add), as a handler run in the
+            // child of a multi-threaded process must be; the other two handlers are absent.
+            let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
+            // Without the handler (ENOMEM only) no fork is detected; nothing else breaks.
+            debug_assert_eq!(rc, 0, "pthread_atfork failed");
+        });
+        Origin(GENERATION.load(Relaxed))
+    }
+
+    /// Whether this process is a `fork()` child of the one the cache was opened in.
+    #[inline]
+    pub fn forked(self) -> bool {
+        GENERATION.load(Relaxed) != self.0
+    }
+
+    /// [`Error::Forked`] in a `fork()` child of the opening process.
+    #[inline]
+    pub fn check(self) -> Result<()> {
+        if self.forked() {
+            Err(Error::Forked)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fork_child_sees_a_new_generation() {
+        let origin = Origin::here();
+        assert!(!origin.forked());
+        // SAFETY: the child only reads an atomic and calls `_exit`, both fork-safe.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let code = if origin.forked() && matches!(origin.check(), Err(Error::Forked)) { 0 } else { 1 };
+            // SAFETY: `_exit` ends the child without running the parent's destructors.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: `pid` is our child; `status` is a valid out-pointer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert!(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0, "child saw no fork");
+        assert!(!origin.forked(), "the parent is unchanged");
+    }
+}
