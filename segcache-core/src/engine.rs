@@ -132,6 +132,15 @@ pub(crate) fn expiry_of(ttl: u32, now: u32) -> u32 {
     }
 }
 
+/// `TooLarge` when `old` joined with `added` under `key` would be over `max` (see `max_item_size`).
+fn fits_joined(key: &[u8], old: &[u8], added: &[u8], max: usize) -> Result<()> {
+    let size = key.len().saturating_add(old.len()).saturating_add(added.len());
+    if size > max {
+        return Err(Error::TooLarge { size, max });
+    }
+    Ok(())
+}
+
 pub(crate) fn ttl_secs(ttl: Duration) -> u32 {
     let s = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
     u32::try_from(s).unwrap_or(u32::MAX)
@@ -419,7 +428,9 @@ impl Segcache {
     }
     /// Appends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
     pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let max = self.joined_size_limit(key, value)?;
         self.rewrite(key, Error::NotStored, |old, out| {
+            fits_joined(key, old, value, max)?;
             out.extend_from_slice(old);
             out.extend_from_slice(value);
             Ok(())
@@ -428,12 +439,22 @@ impl Segcache {
     }
     /// Prepends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
     pub fn prepend(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let max = self.joined_size_limit(key, value)?;
         self.rewrite(key, Error::NotStored, |old, out| {
+            fits_joined(key, old, value, max)?;
             out.extend_from_slice(value);
             out.extend_from_slice(old);
             Ok(())
         })
         .map(drop)
+    }
+    /// The largest item an append or prepend of `value` to `key` may make, or `TooLarge` when
+    /// `value` alone is over it: checked before anything is copied, so that an oversized argument
+    /// costs no allocation of its size.
+    fn joined_size_limit(&self, key: &[u8], value: &[u8]) -> Result<usize> {
+        let max = self.max_item_size();
+        fits_joined(key, &[], value, max)?;
+        Ok(max)
     }
     /// Adds `delta` to a decimal value, wrapping at 2^64; returns the new value.
     pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<u64> {

@@ -393,3 +393,25 @@ fn merge_without_a_file_holds_no_segment_back() {
     let s = c.stats();
     assert_eq!(s.segments_free, s.segments_total);
 }
+
+#[test]
+fn oversized_appends_fail_before_copying_and_keep_the_old_value() {
+    let clock = ManualClock::new(T0);
+    let mut c = cache(&clock);
+    let max = c.max_item_size();
+    c.set(b"k", b"old", 5, NEVER).unwrap();
+    let big = vec![b'x'; max];
+    for r in [c.append(b"k", &big), c.prepend(b"k", &big), c.append(b"absent", &big)] {
+        assert!(matches!(r, Err(Error::TooLarge { .. })), "{r:?}");
+    }
+    // Each part fits, the two joined do not.
+    let half = vec![b'y'; max - 3];
+    c.set(b"j", b"12345", 0, NEVER).unwrap();
+    assert!(matches!(c.append(b"j", &half), Err(Error::TooLarge { .. })));
+    assert!(matches!(c.prepend(b"j", &half), Err(Error::TooLarge { .. })));
+    let (k, j) = (c.get(b"k").unwrap(), c.get(b"j").unwrap());
+    assert_eq!((k.value(), k.flags(), j.value()), (&b"old"[..], 5, &b"12345"[..]));
+    // Right at the limit still works.
+    c.append(b"j", &half[..max - 1 - 5]).unwrap();
+    assert_eq!(c.get(b"j").unwrap().value().len(), max - 1);
+}
