@@ -8,6 +8,8 @@
 //! `ms`/`ma`, take two engine calls, so they are not atomic against a concurrent writer. `N` on
 //! `mg` vivifies with `W`, but no other client sees `Z`.
 
+use std::time::Duration;
+
 use base64::Engine as _;
 use segcache_core::MAX_KEY_LEN;
 
@@ -68,66 +70,108 @@ fn next_token<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
     Some(&s[..end])
 }
 
-/// Parses the flags of `cmd` from the rest of its line.
+/// Every flag letter memcached 1.6 knows (it accepts each on every meta command, and ignores
+/// those that mean nothing to that command). `x` (md: keep the item, drop its value) is from
+/// later memcached versions.
+const KNOWN_FLAGS: &[u8] = b"bNTRlOPLkstcfvhuqFCMJDIx";
+
+/// memcached's longest opaque token, counting its `O`.
+const MAX_OPAQUE_TOKEN: usize = 32;
+
+/// Parses the flags of `cmd` from the rest of its line, with memcached's checks and words:
+/// `mg`/`ms` name the problem, `md`/`ma` answer `invalid or duplicate flag` for any of them.
 pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailKind> {
-    let (allowed, unsupported): (&[u8], &[u8]) = match cmd {
-        MetaCmd::Get => (b"bcfkOqstTvNu", b"hlRE"),
-        MetaCmd::Set => (b"bcCFkOqTMN", b"EI"),
-        MetaCmd::Delete => (b"bCkOqTx", b"EI"),
-        MetaCmd::Arith => (b"bCNJDTMOqtcvk", b"E"),
-        MetaCmd::Debug => (b"b", b""),
-        MetaCmd::Noop => (b"", b""),
+    // Flags this server cannot honour with the engine it has (docs/server.md).
+    let unsupported: &[u8] = match cmd {
+        MetaCmd::Get => b"hlRE",
+        MetaCmd::Set | MetaCmd::Delete => b"IE",
+        _ => b"E",
+    };
+    let lumped = matches!(cmd, MetaCmd::Delete | MetaCmd::Arith);
+    let err = |line: &'static [u8]| {
+        if lumped {
+            FailKind::Msg(b"CLIENT_ERROR invalid or duplicate flag\r\n")
+        } else {
+            FailKind::Msg(line)
+        }
     };
     let mut f = MetaFlags { raw, ..MetaFlags::default() };
+    let mut seen = [false; 128];
+    // memcached reads every flag before it reports a bad number; the last message set wins.
+    let mut bad_number: Option<&'static [u8]> = None;
     let mut rest = raw;
     while let Some(tok) = next_token(&mut rest) {
         let (c, val) = (tok[0], &tok[1..]);
+        if c >= 128 || seen[usize::from(c)] {
+            return Err(err(b"CLIENT_ERROR duplicate flag\r\n"));
+        }
+        seen[usize::from(c)] = true;
         if unsupported.contains(&c) {
             return Err(FailKind::UnsupportedFlag);
         }
-        if !allowed.contains(&c) {
-            return Err(FailKind::InvalidFlag);
+        if !KNOWN_FLAGS.contains(&c) || (c == b'x' && cmd != MetaCmd::Delete) {
+            return Err(err(b"CLIENT_ERROR invalid flag\r\n"));
         }
-        let num = || parse_u64(val).ok_or(FailKind::BadToken);
-        let signed = || parse_i64(val).ok_or(FailKind::BadToken);
+        const BAD_TOKEN: &[u8] = b"CLIENT_ERROR bad token in command line format\r\n";
         match c {
             b'O' => {
-                if val.len() > 32 {
-                    return Err(FailKind::BadToken);
+                if tok.len() > MAX_OPAQUE_TOKEN {
+                    return Err(err(b"CLIENT_ERROR opaque token too long\r\n"));
                 }
                 f.opaque = Some(val);
             }
-            b'T' => f.ttl = Some(signed()?),
-            b'N' => f.vivify = Some(signed()?),
-            b'C' => f.compare_cas = Some(num()?),
-            b'F' => f.client_flags = Some(u32::try_from(num()?).map_err(|_| FailKind::BadToken)?),
-            b'D' => f.delta = Some(num()?),
-            b'J' => f.initial = Some(num()?),
-            b'M' => {
-                let [m] = val else { return Err(FailKind::InvalidMode) };
-                let ok = match cmd {
-                    MetaCmd::Set => b"EAPRSeaprs".contains(m),
-                    _ => b"I+iD-d".contains(m),
-                };
-                if !ok {
-                    return Err(FailKind::InvalidMode);
+            b'T' => match parse_i64(val) {
+                Some(t) => f.ttl = Some(t),
+                None => bad_number = Some(BAD_TOKEN),
+            },
+            b'N' => match parse_i64(val) {
+                Some(t) => f.vivify = Some(t),
+                None => bad_number = Some(BAD_TOKEN),
+            },
+            b'R' => {}
+            b'C' => match parse_u64(val) {
+                Some(c) => f.compare_cas = Some(c),
+                None => bad_number = Some(BAD_TOKEN),
+            },
+            b'F' => match parse_u64(val).and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => f.client_flags = Some(n),
+                // memcached sets no message of its own for a bad F.
+                None => {
+                    bad_number.get_or_insert(b"CLIENT_ERROR bad command line format\r\n");
                 }
-                f.mode = Some(m.to_ascii_uppercase());
-            }
-            _ => {
-                // Flags without a token.
-                if !val.is_empty() {
-                    return Err(FailKind::InvalidFlag);
-                }
-                match c {
-                    b'b' => f.base64 = true,
-                    b'q' => f.quiet = true,
-                    b'v' => f.value = true,
-                    b'x' => f.remove_value = true,
-                    _ => {} // return flags (c f k s t) are read from `raw`; `u` has no effect here
-                }
-            }
+            },
+            b'D' => match parse_u64(val) {
+                Some(n) => f.delta = Some(n),
+                None => bad_number = Some(b"CLIENT_ERROR invalid numeric delta value\r\n"),
+            },
+            b'J' => match parse_u64(val) {
+                Some(n) => f.initial = Some(n),
+                None => bad_number = Some(b"CLIENT_ERROR invalid numeric initial value\r\n"),
+            },
+            b'M' => match val {
+                [m] => f.mode = Some(*m),
+                _ => bad_number = Some(b"CLIENT_ERROR incorrect length for M token\r\n"),
+            },
+            // The other flags take no token; memcached ignores anything after their letter.
+            b'b' => f.base64 = true,
+            b'q' => f.quiet = true,
+            b'v' => f.value = true,
+            b'x' => f.remove_value = true,
+            _ => {} // return flags (c f k s t) are read from `raw`; P L u have no effect here
         }
+    }
+    if let Some(line) = bad_number {
+        return Err(err(line));
+    }
+    // Only `ms` and `ma` read the mode; memcached checks it after the flags.
+    match (cmd, f.mode) {
+        (MetaCmd::Set, Some(m)) if !b"EAPRS".contains(&m) => {
+            return Err(FailKind::Msg(b"CLIENT_ERROR invalid mode for ms M token\r\n"))
+        }
+        (MetaCmd::Arith, Some(m)) if !b"I+D-".contains(&m) => {
+            return Err(FailKind::Msg(b"CLIENT_ERROR invalid mode for ma M token\r\n"))
+        }
+        _ => {}
     }
     Ok(f)
 }
@@ -153,12 +197,36 @@ impl Info {
     }
 }
 
-/// Appends the return flags the request asked for, in its order.
-fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], info: Option<&Info>) {
+/// The return flags memcached writes for each kind of reply (others asked for are left out).
+const MG_HIT: &[u8] = b"stcfOk";
+const MA_HIT: &[u8] = b"ctOk";
+const MS_REPLY: &[u8] = b"Okc";
+/// Misses and failures, and every `md` reply: the opaque and the key only.
+const KEY_ONLY: &[u8] = b"Ok";
+
+/// How `t` reads: memcached applies `T` (and `N`, on an item the request created) where it
+/// meets them among the flags, so a `t` before them reports the TTL from before.
+#[derive(Debug, Clone, Copy, Default)]
+struct TtlOrder {
+    /// The TTL before `T`/`N` changed it (`None`: they changed nothing).
+    before: Option<i64>,
+    /// The item was created by this request (`N` sets its TTL too).
+    created: bool,
+}
+
+/// Appends the return flags the request asked for among `which`, in the request's order.
+fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8], info: Option<&Info>, order: TtlOrder) {
     let mut rest = f.raw;
-    let asked_key = f.raw.split(|&b| b == b' ').any(|t| t == b"k");
+    let mut ttl_applied = false;
     while let Some(tok) = next_token(&mut rest) {
-        match (tok[0], info) {
+        let c = tok[0];
+        if c == b'T' || (c == b'N' && order.created) {
+            ttl_applied = true;
+        }
+        if !which.contains(&c) {
+            continue;
+        }
+        match (c, info) {
             (b'O', _) => {
                 out.push(b' ');
                 out.extend_from_slice(tok);
@@ -166,12 +234,17 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], info: Option<
             (b'k', _) => {
                 out.extend_from_slice(b" k");
                 out.extend_from_slice(key);
+                // memcached marks a base64 key right after it.
+                if f.base64 {
+                    out.extend_from_slice(b" b");
+                }
             }
-            (b'b', _) if asked_key => out.extend_from_slice(b" b"),
             (b'c', Some(i)) => {
                 out.extend_from_slice(b" c");
                 put_u64(out, i.cas);
             }
+            // `ms` that stored nothing: memcached reports CAS 0.
+            (b'c', None) => out.extend_from_slice(b" c0"),
             (b'f', Some(i)) => {
                 out.extend_from_slice(b" f");
                 put_u64(out, u64::from(i.flags));
@@ -182,7 +255,11 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], info: Option<
             }
             (b't', Some(i)) => {
                 out.extend_from_slice(b" t");
-                put_i64(out, i.ttl);
+                let ttl = match order.before {
+                    Some(before) if !ttl_applied => before,
+                    _ => i.ttl,
+                };
+                put_i64(out, ttl);
             }
             _ => {}
         }
@@ -190,10 +267,25 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], info: Option<
 }
 
 /// Writes `CODE<flags>\r\n`.
-fn put_code(out: &mut Vec<u8>, code: &[u8], f: &MetaFlags<'_>, key: &[u8], info: Option<&Info>) {
+fn put_code(out: &mut Vec<u8>, code: &[u8], f: &MetaFlags<'_>, key: &[u8], which: &[u8], info: Option<&Info>) {
     out.extend_from_slice(code);
-    put_ret_flags(out, f, key, info);
+    put_ret_flags(out, f, key, which, info, TtlOrder::default());
     out.extend_from_slice(b"\r\n");
+}
+
+/// The TTL token that wins among `T` and (when `created`) `N`: the last one, as memcached
+/// applies them in the order given.
+fn last_ttl_token(f: &MetaFlags<'_>, created: bool) -> Option<i64> {
+    let mut rest = f.raw;
+    let mut last = None;
+    while let Some(tok) = next_token(&mut rest) {
+        match tok[0] {
+            b'T' => last = f.ttl,
+            b'N' if created => last = f.vivify,
+            _ => {}
+        }
+    }
+    last
 }
 
 /// Decodes a base64 key into `buf`, or checks a plain one.
@@ -235,7 +327,14 @@ pub fn execute(cmd: MetaCmd, key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, o
 }
 
 /// Writes a hit: `VA <size> <flags>\r\n<data>\r\n` with `v`, else `HD <flags>\r\n`.
-fn put_hit(out: &mut Vec<u8>, f: &MetaFlags<'_>, key_token: &[u8], item: &segcache_core::Item<'_>, won: bool) {
+fn put_hit(
+    out: &mut Vec<u8>,
+    f: &MetaFlags<'_>,
+    key_token: &[u8],
+    item: &segcache_core::Item<'_>,
+    won: bool,
+    order: TtlOrder,
+) {
     let info = Info::of(item);
     if f.value {
         out.extend_from_slice(b"VA ");
@@ -243,7 +342,7 @@ fn put_hit(out: &mut Vec<u8>, f: &MetaFlags<'_>, key_token: &[u8], item: &segcac
     } else {
         out.extend_from_slice(b"HD");
     }
-    put_ret_flags(out, f, key_token, Some(&info));
+    put_ret_flags(out, f, key_token, MG_HIT, Some(&info), order);
     if won {
         out.extend_from_slice(b" W");
     }
@@ -254,11 +353,32 @@ fn put_hit(out: &mut Vec<u8>, f: &MetaFlags<'_>, key_token: &[u8], item: &segcac
     }
 }
 
+/// Whether the request asks for `t` before it gives `T`/`N`.
+fn t_before_ttl(f: &MetaFlags<'_>) -> bool {
+    let mut rest = f.raw;
+    while let Some(tok) = next_token(&mut rest) {
+        match tok[0] {
+            b't' => return true,
+            b'T' | b'N' => return false,
+            _ => {}
+        }
+    }
+    false
+}
+
+fn ttl_secs(item: &segcache_core::Item<'_>) -> i64 {
+    item.ttl().map_or(-1, |d| d.as_secs() as i64)
+}
+
 fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let cache = &ctx.shared.cache;
     bump(&ctx.stats.cmd_get, 1);
     let mut expire_after_read = false;
+    let mut order = TtlOrder::default();
     if let Some(t) = f.ttl {
+        if t_before_ttl(f) {
+            order.before = cache.get_with(key, |item| ttl_secs(&item));
+        }
         bump(&ctx.stats.cmd_touch, 1);
         match Expiry::from_exptime(t, cache.now()).ttl() {
             Some(ttl) => {
@@ -268,17 +388,23 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
             None => expire_after_read = true,
         }
     }
-    let mut hit = cache.get_with(key, |item| put_hit(out, f, key_token, &item, false)).is_some();
+    let mut hit = cache.get_with(key, |item| put_hit(out, f, key_token, &item, false, order)).is_some();
     if expire_after_read {
         let _ = cache.delete(key);
     }
     if !hit {
-        if let Some(n) = f.vivify {
+        if f.vivify.is_some() {
             // The first client to miss creates an empty placeholder and wins (W) the right to
-            // fill it.
-            if let Some(ttl) = Expiry::from_exptime(n, cache.now()).ttl() {
-                let won = cache.add(key, b"", 0, ttl).is_ok();
-                hit = cache.get_with(key, |item| put_hit(out, f, key_token, &item, won)).is_some();
+            // fill it. Its TTL is the last of N and T (memcached applies both, in order).
+            let order = TtlOrder { before: Some(-1), created: true };
+            let expiry = last_ttl_token(f, true).map(|n| Expiry::from_exptime(n, cache.now()));
+            if let Some(expiry) = expiry {
+                // One that expires on arrival is still returned this once, as memcached does.
+                let won = cache.add(key, b"", 0, expiry.ttl().unwrap_or(Duration::ZERO)).is_ok();
+                hit = cache.get_with(key, |item| put_hit(out, f, key_token, &item, won, order)).is_some();
+                if expiry == Expiry::Expired && won {
+                    let _ = cache.delete(key);
+                }
             }
         }
     }
@@ -287,7 +413,7 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
     } else {
         bump(&ctx.stats.get_misses, 1);
         if !f.quiet {
-            out.extend_from_slice(b"EN\r\n");
+            put_code(out, b"EN", f, key_token, KEY_ONLY, None);
         }
     }
 }
@@ -304,31 +430,38 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     let flags = f.client_flags.unwrap_or(0);
     let exptime = f.ttl.unwrap_or(0);
     let r = match (f.compare_cas, kind) {
+        // As memcached: set and replace with C are a cas; add ignores C; append and prepend
+        // compare it only when it is not 0, and on a missing item they do not store.
         (Some(c), StoreKind::Set) => do_store(StoreKind::Cas, key, flags, exptime, data, c, ctx),
-        (Some(c), _) => match cache.get_with(key, |i| i.cas()) {
+        (Some(c), StoreKind::Replace) => match cache.get_with(key, |i| i.cas()) {
             None => Stored::NotFound,
             Some(x) if x != c => Stored::Exists,
             Some(_) => do_store(kind, key, flags, exptime, data, 0, ctx),
         },
-        (None, StoreKind::Append | StoreKind::Prepend) => {
+        (Some(c), StoreKind::Append | StoreKind::Prepend) if c != 0 => match cache.get_with(key, |i| i.cas()) {
+            None => Stored::NotStored,
+            Some(x) if x != c => Stored::Exists,
+            Some(_) => do_store(kind, key, flags, exptime, data, 0, ctx),
+        },
+        (_, StoreKind::Append | StoreKind::Prepend) => {
             let r = do_store(kind, key, flags, exptime, data, 0, ctx);
             match (r, f.vivify) {
                 (Stored::NotStored, Some(n)) => do_store(StoreKind::Add, key, flags, n, data, 0, ctx),
                 _ => r,
             }
         }
-        (None, _) => do_store(kind, key, flags, exptime, data, 0, ctx),
+        (_, _) => do_store(kind, key, flags, exptime, data, 0, ctx),
     };
     match r {
         Stored::Stored => {
             if !f.quiet {
                 let info = cache.get_with(key, |i| Info::of(&i));
-                put_code(out, b"HD", f, key_token, info.as_ref());
+                put_code(out, b"HD", f, key_token, MS_REPLY, info.as_ref());
             }
         }
-        Stored::NotStored => put_code(out, b"NS", f, key_token, None),
-        Stored::Exists => put_code(out, b"EX", f, key_token, None),
-        Stored::NotFound => put_code(out, b"NF", f, key_token, None),
+        Stored::NotStored => put_code(out, b"NS", f, key_token, MS_REPLY, None),
+        Stored::Exists => put_code(out, b"EX", f, key_token, MS_REPLY, None),
+        Stored::NotFound => put_code(out, b"NF", f, key_token, MS_REPLY, None),
         Stored::TooLarge => out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n"),
         Stored::NoMemory => out.extend_from_slice(b"SERVER_ERROR out of memory storing object\r\n"),
         Stored::Failed => out.extend_from_slice(b"SERVER_ERROR storage failed\r\n"),
@@ -358,43 +491,65 @@ fn meta_delete(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8
     if code != b"EX" {
         bump(if hit { &ctx.stats.delete_hits } else { &ctx.stats.delete_misses }, 1);
     }
-    if f.quiet && code != b"EX" {
+    // As memcached: `q` hides only the success; NF and EX are still sent.
+    if f.quiet && hit {
         return;
     }
-    put_code(out, code, f, key_token, None);
+    put_code(out, code, f, key_token, KEY_ONLY, None);
 }
 
 fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let cache = &ctx.shared.cache;
     let incr = !matches!(f.mode, Some(b'D' | b'-'));
     let delta = f.delta.unwrap_or(1);
-    if let Some(c) = f.compare_cas {
-        match cache.get_with(key, |i| i.cas()) {
-            None => return put_quiet_code(out, b"NF", f, key_token),
-            Some(x) if x != c => return put_code(out, b"EX", f, key_token, None),
-            Some(_) => {}
+    // As memcached: C0 compares nothing; a missing item is a miss (so `N` still creates it);
+    // an empty value is refused as non-numeric before the CAS is compared.
+    if let Some(c) = f.compare_cas.filter(|&c| c != 0) {
+        match cache.get_with(key, |i| (i.cas(), i.value().is_empty())) {
+            Some((_, true)) => {
+                out.extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+                return;
+            }
+            Some((x, false)) if x != c => return put_code(out, b"EX", f, key_token, KEY_ONLY, None),
+            _ => {}
         }
     }
+    let mut order = TtlOrder::default();
+    if f.ttl.is_some() && t_before_ttl(f) {
+        order.before = cache.get_with(key, |item| ttl_secs(&item));
+    }
     let mut r = do_arith(incr, key, delta, ctx);
+    let mut ttl_token = f.ttl;
+    let mut created = false;
     if r == Arith::NotFound {
-        if let Some(n) = f.vivify {
-            if let Some(ttl) = Expiry::from_exptime(n, cache.now()).ttl() {
-                let initial = f.initial.unwrap_or(0);
-                let mut digits = itoa::Buffer::new();
-                r = match cache.add(key, digits.format(initial).as_bytes(), 0, ttl) {
-                    Ok(()) => Arith::Value(initial),
-                    // Someone created it meanwhile: apply the delta to theirs.
-                    Err(_) => do_arith(incr, key, delta, ctx),
-                };
-            }
+        if f.vivify.is_some() {
+            // memcached creates the item with no TTL, then applies N and T in their order.
+            order = TtlOrder { before: Some(-1), created: true };
+            ttl_token = last_ttl_token(f, true);
+            let initial = f.initial.unwrap_or(0);
+            let mut digits = itoa::Buffer::new();
+            r = match cache.add(key, digits.format(initial).as_bytes(), 0, Duration::ZERO) {
+                Ok(()) => {
+                    created = true;
+                    Arith::Value(initial)
+                }
+                // Someone created it meanwhile: apply the delta to theirs.
+                Err(_) => {
+                    order = TtlOrder::default();
+                    ttl_token = f.ttl;
+                    do_arith(incr, key, delta, ctx)
+                }
+            };
         }
     }
     match r {
         Arith::Value(n) => {
-            if let Some(t) = f.ttl {
+            if let Some(t) = ttl_token {
                 touch(key, t, ctx);
             }
-            if f.quiet && !f.value {
+            // As memcached: `q` hides a success, with or without its value (not the reply
+            // to a request that created the item).
+            if f.quiet && !created {
                 return;
             }
             let info = cache.get_with(key, |i| Info::of(&i));
@@ -406,23 +561,16 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
             } else {
                 out.extend_from_slice(b"HD");
             }
-            put_ret_flags(out, f, key_token, info.as_ref());
+            put_ret_flags(out, f, key_token, MA_HIT, info.as_ref(), order);
             out.extend_from_slice(b"\r\n");
             if f.value {
                 out.extend_from_slice(digits);
                 out.extend_from_slice(b"\r\n");
             }
         }
-        Arith::NotFound => put_quiet_code(out, b"NF", f, key_token),
+        Arith::NotFound => put_code(out, b"NF", f, key_token, KEY_ONLY, None),
         Arith::NotNumeric => out.extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
         Arith::Failed => out.extend_from_slice(b"SERVER_ERROR out of memory\r\n"),
-    }
-}
-
-/// A code that `q` suppresses.
-fn put_quiet_code(out: &mut Vec<u8>, code: &[u8], f: &MetaFlags<'_>, key_token: &[u8]) {
-    if !f.quiet {
-        put_code(out, code, f, key_token, None);
     }
 }
 
@@ -455,17 +603,33 @@ mod tests {
         let f = parse_meta_flags(MetaCmd::Get, b" v c  Oabc T30 N-1 q").unwrap();
         assert!(f.value && f.quiet && !f.base64);
         assert_eq!((f.opaque, f.ttl, f.vivify), (Some(&b"abc"[..]), Some(30), Some(-1)));
-        assert_eq!(parse_meta_flags(MetaCmd::Get, b"z").unwrap_err(), FailKind::InvalidFlag);
+        let invalid = FailKind::Msg(b"CLIENT_ERROR invalid flag\r\n");
+        let lumped = FailKind::Msg(b"CLIENT_ERROR invalid or duplicate flag\r\n");
+        let bad_token = FailKind::Msg(b"CLIENT_ERROR bad token in command line format\r\n");
+        assert_eq!(parse_meta_flags(MetaCmd::Get, b"z").unwrap_err(), invalid);
+        assert_eq!(parse_meta_flags(MetaCmd::Delete, b"z").unwrap_err(), lumped);
         assert_eq!(parse_meta_flags(MetaCmd::Get, b"h").unwrap_err(), FailKind::UnsupportedFlag);
-        assert_eq!(parse_meta_flags(MetaCmd::Get, b"Tx").unwrap_err(), FailKind::BadToken);
-        assert_eq!(parse_meta_flags(MetaCmd::Get, b"vv").unwrap_err(), FailKind::InvalidFlag);
-        assert_eq!(parse_meta_flags(MetaCmd::Set, b"MX").unwrap_err(), FailKind::InvalidMode);
-        assert_eq!(parse_meta_flags(MetaCmd::Set, b"Ma").unwrap().mode, Some(b'A'));
+        assert_eq!(parse_meta_flags(MetaCmd::Get, b"Tx").unwrap_err(), bad_token);
+        assert_eq!(parse_meta_flags(MetaCmd::Get, b"v v").unwrap_err(), FailKind::Msg(b"CLIENT_ERROR duplicate flag\r\n"));
+        assert_eq!(parse_meta_flags(MetaCmd::Arith, b"q q").unwrap_err(), lumped);
+        // Known flags that mean nothing to the command are accepted, as memcached does.
+        assert!(parse_meta_flags(MetaCmd::Get, b"F5 C3 M1").is_ok());
+        assert_eq!(
+            parse_meta_flags(MetaCmd::Set, b"MX").unwrap_err(),
+            FailKind::Msg(b"CLIENT_ERROR invalid mode for ms M token\r\n")
+        );
+        assert!(parse_meta_flags(MetaCmd::Set, b"Ma").is_err());
+        assert_eq!(parse_meta_flags(MetaCmd::Set, b"MA").unwrap().mode, Some(b'A'));
         assert_eq!(parse_meta_flags(MetaCmd::Arith, b"M- D5 J7").unwrap().mode, Some(b'-'));
-        assert_eq!(parse_meta_flags(MetaCmd::Arith, b"MA").unwrap_err(), FailKind::InvalidMode);
-        assert_eq!(parse_meta_flags(MetaCmd::Set, b"F4294967296").unwrap_err(), FailKind::BadToken);
-        let long = format!("O{}", "x".repeat(33));
-        assert_eq!(parse_meta_flags(MetaCmd::Get, long.as_bytes()).unwrap_err(), FailKind::BadToken);
+        assert!(parse_meta_flags(MetaCmd::Arith, b"MA").is_err());
+        assert_eq!(parse_meta_flags(MetaCmd::Set, b"F4294967296").unwrap_err(), FailKind::Msg(b"CLIENT_ERROR bad command line format\r\n"));
+        let ok = format!("O{}", "x".repeat(31));
+        assert!(parse_meta_flags(MetaCmd::Get, ok.as_bytes()).is_ok());
+        let long = format!("O{}", "x".repeat(32));
+        assert_eq!(
+            parse_meta_flags(MetaCmd::Get, long.as_bytes()).unwrap_err(),
+            FailKind::Msg(b"CLIENT_ERROR opaque token too long\r\n")
+        );
     }
 
     #[test]

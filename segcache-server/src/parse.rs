@@ -107,6 +107,10 @@ pub enum FailKind {
     BadToken,
     /// Meta: an `M` mode the command does not know.
     InvalidMode,
+    /// A bad exptime argument (`touch`, `gat`, `flush_all`).
+    BadExptime,
+    /// Any other reply line, as memcached words it for the case (meta flag errors mostly).
+    Msg(&'static [u8]),
 }
 
 impl FailKind {
@@ -115,7 +119,8 @@ impl FailKind {
         Some(match self {
             FailKind::Unknown => b"ERROR\r\n",
             FailKind::BadFormat => b"CLIENT_ERROR bad command line format\r\n",
-            FailKind::KeyTooLong => b"CLIENT_ERROR key too long (at most 250 bytes)\r\n",
+            // memcached's words for a key over 250 bytes.
+            FailKind::KeyTooLong => b"CLIENT_ERROR bad command line format\r\n",
             FailKind::BadKey => b"CLIENT_ERROR key contains control characters\r\n",
             FailKind::TooLarge => b"SERVER_ERROR object too large for cache\r\n",
             FailKind::BadDataChunk => b"CLIENT_ERROR bad data chunk\r\n",
@@ -128,6 +133,8 @@ impl FailKind {
             FailKind::UnsupportedFlag => b"CLIENT_ERROR flag not supported by this server\r\n",
             FailKind::BadToken => b"CLIENT_ERROR bad token in command line format\r\n",
             FailKind::InvalidMode => b"CLIENT_ERROR invalid mode\r\n",
+            FailKind::BadExptime => b"CLIENT_ERROR invalid exptime argument\r\n",
+            FailKind::Msg(line) => line,
         })
     }
 
@@ -336,8 +343,13 @@ fn parse_gat(mut rest: &[u8], cas: bool, used: usize) -> Parse<'_> {
         return fail(FailKind::Unknown, used, false);
     };
     let Some(exptime) = parse_i64(t) else {
-        return fail(FailKind::BadFormat, used, false);
+        return fail(FailKind::BadExptime, used, false);
     };
+    // memcached answers `gat <exptime>` without keys with a bare END.
+    let mut probe = rest;
+    if next_token(&mut probe).is_none() {
+        return Parse::Done(Request::Gat { exptime, keys: Keys { rest }, cas }, used);
+    }
     match parse_get(rest, cas, used) {
         Parse::Done(Request::Get { keys, cas }, used) => Parse::Done(Request::Gat { exptime, keys, cas }, used),
         other => other,
@@ -350,10 +362,12 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
     };
     let t = t.get();
     let base = if kind == StoreKind::Cas { 5 } else { 4 };
-    let noreply = t.len() == base + 1 && t[base] == b"noreply";
-    if t.len() != base && !noreply {
-        return fail(if t.len() < base { FailKind::Unknown } else { FailKind::BadFormat }, used, noreply);
+    // As memcached: one more token is allowed and means `noreply` only when it says so (any
+    // other word there is ignored); fewer or more tokens are an unknown command.
+    if t.len() != base && t.len() != base + 1 {
+        return fail(FailKind::Unknown, used, false);
     }
+    let noreply = t.len() == base + 1 && t[base] == b"noreply";
     let (key, flags, exptime, bytes) = (t[0], parse_u32(t[1]), parse_i64(t[2]), parse_i64(t[3]));
     let cas = if kind == StoreKind::Cas { parse_u64(t[4]) } else { Some(0) };
     let (Some(flags), Some(exptime), Some(bytes), Some(cas)) = (flags, exptime, bytes, cas) else {
@@ -383,10 +397,11 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
 }
 
 fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
+    // memcached looks for `noreply` in the last token only, and ignores any other word there.
     let noreply = t.last() == Some(&&b"noreply"[..]);
     let req = match cmd {
         b"incr" | b"decr" => {
-            if !(t.len() == 2 || (t.len() == 3 && noreply)) {
+            if !(t.len() == 2 || t.len() == 3) {
                 return fail(FailKind::Unknown, used, false);
             }
             if let Err(kind) = check_key(t[0]) {
@@ -405,11 +420,11 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
                 3 => noreply && t[1] == b"0",
                 _ => false,
             };
-            if t.is_empty() {
+            if t.is_empty() || t.len() > 3 {
                 return fail(FailKind::Unknown, used, false);
             }
             if !ok {
-                return fail(FailKind::DeleteUsage, used, false);
+                return fail(FailKind::DeleteUsage, used, noreply);
             }
             if let Err(kind) = check_key(t[0]) {
                 return fail(kind, used, noreply);
@@ -417,26 +432,30 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             Request::Delete { key: t[0], noreply }
         }
         b"touch" => {
-            if !(t.len() == 2 || (t.len() == 3 && noreply)) {
+            if !(t.len() == 2 || t.len() == 3) {
                 return fail(FailKind::Unknown, used, false);
             }
             if let Err(kind) = check_key(t[0]) {
                 return fail(kind, used, noreply);
             }
             let Some(exptime) = parse_i64(t[1]) else {
-                return fail(FailKind::BadFormat, used, noreply);
+                return fail(FailKind::BadExptime, used, noreply);
             };
             Request::Touch { key: t[0], exptime, noreply }
         }
         b"flush_all" => {
-            let args = if noreply { &t[..t.len() - 1] } else { t };
-            let delay = match args {
+            // As memcached: at most two arguments; unless the only one is `noreply`, the first
+            // is the delay (a negative one flushes now) and a second one is otherwise ignored.
+            if t.len() > 2 {
+                return fail(FailKind::Unknown, used, false);
+            }
+            let delay = match t {
                 [] => 0,
-                [d] => match parse_i64(d) {
-                    Some(d) if d >= 0 => d,
-                    _ => return fail(FailKind::BadFormat, used, noreply),
+                [_] if noreply => 0,
+                [d, ..] => match parse_i64(d) {
+                    Some(d) => d.max(0),
+                    None => return fail(FailKind::BadExptime, used, noreply),
                 },
-                _ => return fail(FailKind::BadFormat, used, noreply),
             };
             Request::FlushAll { delay, noreply }
         }
@@ -445,11 +464,11 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             if t.len() == 1 && noreply {
                 return fail(FailKind::BadFormat, used, true);
             }
-            if !(t.len() == 1 || (t.len() == 2 && noreply)) {
+            if !(t.len() == 1 || t.len() == 2) {
                 return fail(FailKind::Unknown, used, false);
             }
             let Some(level) = parse_u32(t[0]) else {
-                return fail(FailKind::BadFormat, used, false);
+                return fail(FailKind::BadFormat, used, noreply);
             };
             Request::Verbosity { level, noreply }
         }
@@ -481,7 +500,9 @@ fn parse_meta<'a>(buf: &'a [u8], cmd: &[u8], mut rest: &'a [u8], used: usize, li
         }
     };
     let Some(key) = next_token(&mut rest) else {
-        return fail(FailKind::BadFormat, used, false);
+        // memcached: `me` alone is a bad command line, the others an unknown command.
+        let kind = if cmd == MetaCmd::Debug { FailKind::BadFormat } else { FailKind::Unknown };
+        return fail(kind, used, false);
     };
     // `ms` has the data length before the flags; the rest of a bad `ms` is dropped with it.
     let mut whole = used;
@@ -514,7 +535,10 @@ fn parse_meta<'a>(buf: &'a [u8], cmd: &[u8], mut rest: &'a [u8], used: usize, li
     let mut data: &[u8] = &[];
     if cmd == MetaCmd::Set {
         if datalen > limits.max_item_size {
-            return fail(FailKind::TooLarge, whole, false);
+            // As memcached (and text `set`): a failed `ms` must not leave the old value
+            // readable. (A base64 key is not decoded here; it keeps its value.)
+            let unlink = (!flags.base64).then_some(key);
+            return Parse::Fail(Fail { kind: FailKind::TooLarge, skip: whole, noreply: false, unlink });
         }
         if buf.len() < whole {
             return Parse::Incomplete;
@@ -680,7 +704,8 @@ mod tests {
         assert!(matches!(done(b"delete k 0\r\n").0, Request::Delete { noreply: false, .. }));
         assert!(matches!(done(b"delete k noreply\r\n").0, Request::Delete { noreply: true, .. }));
         assert_eq!(failed(b"delete\r\n").kind, FailKind::Unknown);
-        assert_eq!(failed(b"delete a b c d e\r\n").kind, FailKind::DeleteUsage);
+        assert_eq!(failed(b"delete a b c d e\r\n").kind, FailKind::Unknown);
+        assert_eq!(failed(b"delete a b\r\n").kind, FailKind::DeleteUsage);
         assert!(matches!(done(b"touch k 10\r\n").0, Request::Touch { exptime: 10, .. }));
         assert!(matches!(done(b"stats\r\n").0, Request::Stats { arg: None }));
         assert!(matches!(done(b"stats noreply\r\n").0, Request::Stats { arg: Some(b"noreply") }));
@@ -698,7 +723,8 @@ mod tests {
         let (r, _) = done(b"gats 100 a b\r\n");
         let Request::Gat { exptime: 100, keys, cas: true } = r else { panic!("{r:?}") };
         assert_eq!(keys.count(), 2);
-        assert!(parse_is_fail(b"gat 100\r\n"));
+        // memcached answers a gat without keys with END.
+        assert!(matches!(done(b"gat 100\r\n").0, Request::Gat { exptime: 100, .. }));
         assert!(parse_is_fail(b"gat x a\r\n"));
     }
 

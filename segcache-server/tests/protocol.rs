@@ -268,8 +268,10 @@ fn meta_get_and_set() {
     assert_eq!(r.run("mg foo\r\n"), "HD\r\n");
     assert_eq!(r.run("mg nope v\r\n"), "EN\r\n");
     assert_eq!(r.run("mg nope v q\r\nmn\r\n"), "MN\r\n");
-    // T updates the TTL.
-    assert_eq!(r.run("mg foo t T30\r\n"), "HD t30\r\n");
+    // T updates the TTL; as in memcached, a `t` before it reports the TTL from before.
+    assert_eq!(r.run("mg foo T30 t\r\n"), "HD t30\r\n");
+    assert_eq!(r.run("mg foo t T60\r\n"), "HD t30\r\n");
+    assert_eq!(r.run("mg foo t\r\n"), "HD t60\r\n");
     // Modes.
     assert_eq!(r.run("ms foo 1 ME\r\nx\r\n"), "NS\r\n");
     assert_eq!(r.run("ms foo 3 MA\r\nbaz\r\n"), "HD\r\n");
@@ -287,7 +289,7 @@ fn meta_get_and_set() {
     assert!(stored.starts_with("HD c"), "{stored}");
     // Base64 keys: binary keys round trip, the key is echoed encoded with b.
     assert_eq!(r.run("ms AAEC 2 b\r\nhi\r\n"), "HD\r\n");
-    assert_eq!(r.run("mg AAEC b v k\r\n"), "VA 2 b kAAEC\r\nhi\r\n");
+    assert_eq!(r.run("mg AAEC b v k\r\n"), "VA 2 kAAEC b\r\nhi\r\n");
     assert!(r.run("mg !!!! b v\r\n").starts_with("CLIENT_ERROR"));
     // Too large, with the data swallowed.
     let mut r = Rig::with_item_max(1024);
@@ -302,7 +304,8 @@ fn meta_vivify_delete_arith_debug() {
     assert_eq!(r.run("mg v1 v N30\r\n"), "VA 0 W\r\n\r\n");
     assert_eq!(r.run("mg v1 s\r\n"), "HD s0\r\n");
     // md.
-    assert_eq!(r.run("md v1 q\r\nmd v1\r\nmd v1 q\r\nmn\r\n"), "NF\r\nMN\r\n");
+    // q hides HD only: NF is still sent (memcached).
+    assert_eq!(r.run("md v1 q\r\nmd v1\r\nmd v1 q\r\nmn\r\n"), "NF\r\nNF\r\nMN\r\n");
     r.run("ms d 1 F3\r\nx\r\n");
     assert_eq!(r.run("md d x\r\nmg d v f\r\n"), "HD\r\nVA 0 f3\r\n\r\n");
     let cas: u64 = r.run("mg d c\r\n").trim_end().strip_prefix("HD c").unwrap().parse().unwrap();
@@ -374,4 +377,56 @@ fn random_input_never_breaks_a_session() {
     }
     let mut r = Rig::new();
     assert_eq!(r.run("version\r\n"), "VERSION 1.6.0-segcache-0.1.0\r\n");
+}
+
+/// Differences from memcached 1.6.18 found by tests/server/test_differential.py; each of these
+/// assertions failed before the fix (the old reply is in the comment).
+#[test]
+fn memcached_parity() {
+    let mut r = Rig::new();
+    // A miss keeps the opaque and the key (was a bare EN); q hides it.
+    assert_eq!(r.run("mg miss v O123 k\r\n"), "EN O123 kmiss\r\n");
+    assert_eq!(r.run("mg bWlzcw== b k s\r\n"), "EN kbWlzcw== b\r\n");
+    assert_eq!(r.run("mg miss v O123 k q\r\nmn\r\n"), "MN\r\n");
+    // md/ma with q on a missing key still say NF (sent nothing), with O and k.
+    assert_eq!(r.run("md miss q O5 k\r\n"), "NF O5 kmiss\r\n");
+    assert_eq!(r.run("ma miss q\r\n"), "NF\r\n");
+    // ma q hides a success even with v (sent VA).
+    r.run("set n 0 0 2\r\n10\r\n");
+    assert_eq!(r.run("ma n q v\r\nmn\r\n"), "MN\r\n");
+    // noreply on a malformed command sends nothing (sent the usage error).
+    assert_eq!(r.run("delete k 10 noreply\r\nmn\r\n"), "MN\r\n");
+    assert_eq!(r.run("delete k 10\r\n"), "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
+    // An ms over the item size limit removes the old value, as a set does (it stayed).
+    let mut small = Rig::with_item_max(1024);
+    small.run("set big 0 0 1\r\nx\r\n");
+    let big = "y".repeat(1500);
+    assert_eq!(small.run(&format!("ms big 1500\r\n{big}\r\nmg big v\r\n")), "SERVER_ERROR object too large for cache\r\nEN\r\n");
+    // Token counts as memcached reads them: one extra word is ignored unless it is noreply
+    // (was CLIENT_ERROR), more is an unknown command.
+    assert_eq!(r.run("set x 0 0 1 extra\r\na\r\n"), "STORED\r\n");
+    assert_eq!(r.run("set x 0 0 1 2 3\r\na\r\n"), "ERROR\r\nERROR\r\n");
+    assert_eq!(r.run("incr n 1 extra\r\ntouch n 0 extra\r\n"), "12\r\nTOUCHED\r\n");
+    assert_eq!(r.run("gat 10\r\n"), "END\r\n");
+    // memcached's words.
+    assert_eq!(r.run("touch n x\r\n"), "CLIENT_ERROR invalid exptime argument\r\n");
+    assert_eq!(r.run("flush_all x\r\n"), "CLIENT_ERROR invalid exptime argument\r\n");
+    assert_eq!(r.run("flush_all -1\r\n"), "OK\r\n");
+    let long = "k".repeat(251);
+    assert_eq!(r.run(&format!("get {long}\r\n")), "CLIENT_ERROR bad command line format\r\n");
+    // Meta flags: memcached accepts every flag it knows on every meta command, refuses repeats.
+    r.run("set f 0 0 1\r\na\r\n");
+    assert_eq!(r.run("mg f F5 C3\r\n"), "HD\r\n");
+    assert_eq!(r.run("mg f v v\r\n"), "CLIENT_ERROR duplicate flag\r\n");
+    assert_eq!(r.run("md f v v\r\n"), "CLIENT_ERROR invalid or duplicate flag\r\n");
+    assert_eq!(r.run("ms f 1 MX\r\na\r\nmn\r\n"), "CLIENT_ERROR invalid mode for ms M token\r\nMN\r\n");
+    assert_eq!(r.run("ma f Ms\r\n"), "CLIENT_ERROR invalid mode for ma M token\r\n");
+    let opaque = format!("O{}", "x".repeat(32));
+    assert_eq!(r.run(&format!("mg f {opaque}\r\n")), "CLIENT_ERROR opaque token too long\r\n");
+    // ms echoes O, k and c only; a failed one reports c0.
+    assert_eq!(r.run("ms f 1 s t f O1 k\r\nb\r\n"), "HD O1 kf\r\n");
+    assert_eq!(r.run("ms f 1 ME c O1 k\r\nb\r\n"), "NS c0 O1 kf\r\n");
+    // ma: C on a missing key is a miss, so N still creates (was NF); the created reply is sent
+    // even with q.
+    assert_eq!(r.run("ma viv N0 J7 C99 q v\r\n"), "VA 1\r\n7\r\n");
 }

@@ -1,0 +1,779 @@
+"""Differential testing of segcache-server against memcached 1.6: a random command stream over a
+small key space, sent to both servers, replies compared byte for byte after a few documented
+normalisations (CAS numbers, TTL seconds, `me` details, the version string, the space padding
+memcached MAY leave after incr/decr).
+
+Used by test_differential.py; also runnable by hand to replay or soak:
+
+    SEGCACHE_DIFF_SEED=123 SEGCACHE_DIFF_OPS=200000 python tests/server/diffkit.py [-- server args]
+
+Stdlib only (sockets, subprocess).
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import random
+import re
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+
+MEMCACHED = os.environ.get("SEGCACHE_MEMCACHED_BIN", "/usr/bin/memcached")
+ITEM_MAX = 1 << 20  # -I 1m on both servers
+TOO_LARGE = ITEM_MAX + 50_000  # too large for either, whatever the item header overhead
+
+KEYS = [f"k{i}" for i in range(24)]
+# Keys only ever used by meta commands with `b` (base64): memcached remembers per item whether
+# its key came in base64 and prints `k` accordingly, so these never meet a text command.
+BKEYS = [base64.b64encode(f"bin/{i}".encode()).decode() for i in range(4)]
+LONG_KEY = "x" * 251
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Proc:
+    """A server process on a free port (stderr to a file, so a chatty log cannot block it)."""
+
+    def __init__(self, name: str, argv: list[str], port: int):
+        self.name, self.port = name, port
+        self.log = tempfile.TemporaryFile()
+        self.proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=self.log)
+        deadline = time.monotonic() + 15
+        while True:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(f"{name} exited with {self.proc.returncode}: {self.log.read()!r}")
+            try:
+                with socket.create_connection(("127.0.0.1", port), timeout=0.5) as s:
+                    s.sendall(b"version\r\n")
+                    if s.recv(100).startswith(b"VERSION "):
+                        return
+            except OSError:
+                pass
+            if time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{name} did not answer on port {port}")
+            time.sleep(0.05)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+def start_memcached(item_max: str = "1m") -> Proc:
+    port = free_port()
+    argv = [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "64", "-I", item_max, "-t", "2"]
+    if item_max != "1m":
+        # memcached wants its slab chunk no larger than -I
+        argv += ["-o", "slab_chunk_max=16384"]
+    if os.geteuid() == 0:
+        argv += ["-u", "root"]
+    return Proc("memcached", argv, port)
+
+
+def start_segcache(binary: str | os.PathLike, args: list[str]) -> Proc:
+    port = free_port()
+    limit = [] if "-I" in args else ["-I", "1m"]
+    argv = [str(binary), "-p", str(port), "-m", "64", *limit, "--no-pin", *args]
+    return Proc("segcache-server", argv, port)
+
+
+class Conn:
+    """One connection; reads replies in units up to an `MN` line."""
+
+    def __init__(self, port: int):
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
+        self.buf = bytearray()
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def send(self, data: bytes) -> None:
+        self.sock.sendall(data)
+
+    def _fill(self) -> None:
+        chunk = self.sock.recv(1 << 20)
+        if not chunk:
+            raise EOFError(f"connection closed; pending {bytes(self.buf[:200])!r}")
+        self.buf += chunk
+
+    def line(self) -> bytes:
+        while True:
+            i = self.buf.find(b"\r\n")
+            if i >= 0:
+                out = bytes(self.buf[:i])
+                del self.buf[: i + 2]
+                return out
+            self._fill()
+
+    def exactly(self, n: int) -> bytes:
+        while len(self.buf) < n:
+            self._fill()
+        out = bytes(self.buf[:n])
+        del self.buf[:n]
+        return out
+
+    def segment(self) -> list[bytes]:
+        """Reply units (a line, or a line with its data block) up to the next `MN`."""
+        units = []
+        while True:
+            ln = self.line()
+            if ln == b"MN":
+                return units
+            n = None
+            if ln.startswith(b"VALUE "):
+                n = int(ln.split(b" ")[3])
+            elif ln.startswith(b"VA "):
+                n = int(ln.split(b" ")[1])
+            if n is not None:
+                data = self.exactly(n + 2)
+                units.append(ln + b"\r\n" + data)
+            else:
+                units.append(ln)
+
+
+@dataclass
+class Op:
+    """One command as sent to each server (they differ only in CAS tokens)."""
+
+    text: str  # readable form for reports
+    wire: dict  # server name -> bytes
+    keys: list[str] = field(default_factory=list)
+    # Whether the reply may be empty in success (quiet / noreply), so several can share a segment.
+    quiet: bool = False
+    # Key whose CAS the reply's `c` flag (meta) reports.
+    cas_key: str | None = None
+    # Arithmetic: the value this key holds may carry memcached's space padding from now on.
+    arith: bool = False
+    # The command replaces the key's whole value when it succeeds.
+    replaces: bool = False
+    # After a malformed command whose recovery differs by design: reconnect both.
+    reconnect: bool = False
+
+
+CAS_RE = re.compile(rb"^(VALUE \S+ \d+ \d+) \d+")
+META_CAS_RE = re.compile(rb" c\d+")
+META_TTL_RE = re.compile(rb" t(\d+)")
+ME_RE = re.compile(rb"^ME (\S+) exp=(-?\d+) .*$")
+
+
+def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
+    head, sep, data = unit.partition(b"\r\n")
+    head = CAS_RE.sub(rb"\1 <cas>", head)
+    if head.startswith((b"HD", b"VA", b"EN", b"NF", b"NS", b"EX")):
+        head = META_CAS_RE.sub(b" c<cas>", head)
+        # Seconds left: the engine rounds TTLs down to its bucket width, and a second may tick
+        # between the two servers; only "never" (-1) versus "some" is compared.
+        head = META_TTL_RE.sub(b" t<ttl>", head)
+        # memcached's Z ("a client already won this item"): segcache keeps no such state
+        # (docs/server.md).
+        if head.endswith(b" Z"):
+            head = head[:-2]
+    m = ME_RE.match(head)
+    if m:
+        # memcached's `me` reports la/fetch/cls and the item's total size; segcache does not
+        # keep them (docs/server.md): compare the key and whether it expires.
+        head = b"ME " + m.group(1) + (b" exp=-1" if m.group(2) == b"-1" else b" exp=<ttl>")
+    if head.startswith(b"VERSION "):
+        head = b"VERSION <v>"
+    if sep:
+        body = data[:-2]
+        key = None
+        if head.startswith(b"VALUE "):
+            key = head.split(b" ")[1].decode()
+        elif op.keys:
+            key = op.keys[0]
+        if key in padded and re.fullmatch(rb"[0-9 ]*", body):
+            # memcached MAY write a shorter incr/decr result in place, space padded.
+            body = body.replace(b" ", b"")
+            parts = head.split(b" ")
+            parts[3 if head.startswith(b"VALUE ") else 1] = str(len(body)).encode()
+            head = b" ".join(parts)
+        return head + b"\r\n" + body
+    return head
+
+
+class Gen:
+    """The random command stream. `tokens[name][key]` is the last CAS token `name` returned."""
+
+    def __init__(self, rng: random.Random, names: list[str], workarounds: set[str]):
+        self.rng = rng
+        self.names = names
+        self.tokens: dict[str, dict[str, int]] = {n: {} for n in names}
+        self.wk = workarounds
+
+    # --- pieces ---------------------------------------------------------------------------
+
+    def key(self) -> str:
+        return self.rng.choice(KEYS)
+
+    def flags(self) -> int:
+        r = self.rng.random()
+        if r < 0.55 or "layout" in self.wk:
+            return 0
+        return self.rng.choice([1, 2, 7, 0xFFFF, 0xFFFFFFFF, self.rng.randrange(1, 1 << 32)])
+
+    def value(self, flags: int) -> bytes:
+        rng = self.rng
+        r = rng.random()
+        if r < 0.3:
+            v = rng.choice(
+                [b"0", b"1", b"5", b"9", b"10", b"99", b"100", b"12345", b"18446744073709551615",
+                 b"18446744073709551614", b"007", b"5 ", b"abc", b"-3", b"1x", b""]
+            )
+            if "padding" in self.wk and v == b"5 ":
+                v = b"5"
+        else:
+            # Lengths chosen so that a value of n bytes with flags 0 and one of n-4 with flags
+            # set make records of equal size (4-byte header, 4 bytes of flags only when != 0).
+            n = rng.choice([4, 5, 6, 8, 9, 12, 16, 20, 33, 64, 100, 250, 600, 2000, 9000])
+            if flags:
+                n -= 4
+            alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789"
+            if rng.random() < 0.1:
+                v = bytes(rng.randrange(256) for _ in range(n))
+            else:
+                v = bytes(rng.choice(alphabet) for _ in range(n))
+        return v
+
+    def exptime(self) -> int:
+        rng = self.rng
+        r = rng.random()
+        now = int(time.time())
+        if r < 0.45:
+            return 0
+        if r < 0.75:
+            return rng.randrange(1000, 100_000)
+        if r < 0.83:
+            return rng.choice([-1, -1000, -2147483648])
+        if r < 0.9:
+            return now - rng.randrange(100, 100_000)  # absolute, in the past
+        return now + rng.randrange(1000, 100_000)  # absolute, in the future
+
+    def cas_for(self, key: str) -> dict[str, int]:
+        """Each server's own last token for `key`; sometimes a stale or bogus one for all."""
+        r = self.rng.random()
+        if r < 0.15:
+            bogus = self.rng.choice([0, 1, 999_999_999, (1 << 64) - 1])
+            return {n: bogus for n in self.names}
+        return {n: self.tokens[n].get(key, 0) for n in self.names}
+
+    def same(self, text: str, **kw) -> Op:
+        b = text.encode("latin-1")
+        return Op(text=text, wire={n: b for n in self.names}, **kw)
+
+    # --- commands -------------------------------------------------------------------------
+
+    def op(self) -> Op:
+        rng = self.rng
+        r = rng.random()
+        table = [
+            (0.16, self.store),
+            (0.08, self.cas),
+            (0.12, self.get),
+            (0.05, self.gat),
+            (0.04, self.touch),
+            (0.08, self.arith),
+            (0.05, self.delete),
+            (0.14, self.mg),
+            (0.11, self.ms),
+            (0.04, self.md),
+            (0.06, self.ma),
+            (0.02, self.me),
+            (0.03, self.malformed),
+            (0.002, self.flush),
+            (0.005, self.misc),
+            (0.003, self.too_large),
+        ]
+        total = sum(w for w, _ in table)
+        r *= total
+        for w, f in table:
+            if r < w:
+                return f()
+            r -= w
+        return self.get()
+
+    def store(self) -> Op:
+        rng = self.rng
+        kind = rng.choice(["set", "set", "set", "add", "replace", "append", "prepend"])
+        key, flags = self.key(), self.flags()
+        data = self.value(flags)
+        noreply = rng.random() < 0.15
+        line = f"{kind} {key} {flags} {self.exptime()} {len(data)}" + (" noreply" if noreply else "")
+        wire = (line + "\r\n").encode() + data + b"\r\n"
+        return Op(text=f"{line} <{data[:40]!r}>", wire={n: wire for n in self.names}, keys=[key],
+                  quiet=noreply, replaces=kind in ("set", "add", "replace"))
+
+    def cas(self) -> Op:
+        rng = self.rng
+        key, flags = self.key(), self.flags()
+        data = self.value(flags)
+        exp = self.exptime()
+        noreply = rng.random() < 0.1
+        toks = self.cas_for(key)
+        wire, text = {}, ""
+        for n in self.names:
+            line = f"cas {key} {flags} {exp} {len(data)} {toks[n]}" + (" noreply" if noreply else "")
+            wire[n] = (line + "\r\n").encode() + data + b"\r\n"
+            text = f"cas {key} {flags} {exp} {len(data)} <own token> {'noreply' if noreply else ''} <{data[:40]!r}>"
+        return Op(text=text, wire=wire, keys=[key], quiet=noreply, replaces=True)
+
+    def get(self) -> Op:
+        rng = self.rng
+        cmd = rng.choice(["get", "gets"])
+        keys = [self.key() for _ in range(rng.choice([1, 1, 1, 2, 3, 5]))]
+        return self.same(f"{cmd} {' '.join(keys)}\r\n", keys=keys)
+
+    def gat(self) -> Op:
+        rng = self.rng
+        cmd = rng.choice(["gat", "gats"])
+        keys = [self.key() for _ in range(rng.choice([1, 1, 2]))]
+        return self.same(f"{cmd} {self.exptime()} {' '.join(keys)}\r\n", keys=keys)
+
+    def touch(self) -> Op:
+        key = self.key()
+        noreply = self.rng.random() < 0.2
+        return self.same(f"touch {key} {self.exptime()}{' noreply' if noreply else ''}\r\n",
+                         keys=[key], quiet=noreply)
+
+    def arith(self) -> Op:
+        rng = self.rng
+        key = self.key()
+        delta = rng.choice([0, 1, 1, 2, 7, 100, 1 << 32, (1 << 64) - 1])
+        noreply = rng.random() < 0.15
+        cmd = rng.choice(["incr", "decr"])
+        return self.same(f"{cmd} {key} {delta}{' noreply' if noreply else ''}\r\n",
+                         keys=[key], quiet=noreply, arith=True)
+
+    def delete(self) -> Op:
+        rng = self.rng
+        key = self.key()
+        tail = rng.choice(["", "", " noreply", " 0", " 0 noreply"])
+        return self.same(f"delete {key}{tail}\r\n", keys=[key], quiet="noreply" in tail)
+
+    def _meta_flags(self, pool: list[str], k: int) -> list[str]:
+        picked = self.rng.sample(pool, min(k, len(pool)))
+        return picked
+
+    def _opaque(self) -> str:
+        return "O" + self.rng.choice(["1", "123", "abc", "x" * 31, str(self.rng.randrange(1 << 30))])
+
+    def _meta_key(self) -> tuple[str, str, bool]:
+        """(key as sent, key as stored, base64?)"""
+        if self.rng.random() < 0.12:
+            k = self.rng.choice(BKEYS)
+            return k, base64.b64decode(k).decode(), True
+        k = self.key()
+        return k, k, False
+
+    def mg(self) -> Op:
+        rng = self.rng
+        sent, key, b = self._meta_key()
+        pool = ["c", "f", "k", "s", "t", "v", "q", "u", "O", "T", "N"]
+        if b:
+            pool.remove("N")  # memcached: a vivified item forgets its key was base64
+        flags = self._meta_flags(pool, rng.randrange(0, 6))
+        flags = [self._opaque() if f == "O" else f"T{self.exptime()}" if f == "T"
+                 else f"N{rng.randrange(1000, 100000)}" if f == "N" else f for f in flags]
+        if b:
+            flags.insert(rng.randrange(len(flags) + 1), "b")
+        return self.same(f"mg {sent} {' '.join(flags)}".rstrip() + "\r\n", keys=[key],
+                         cas_key=key if "c" in flags else None)
+
+    def ms(self) -> Op:
+        rng = self.rng
+        sent, key, b = self._meta_key()
+        client_flags = self.flags()
+        data = self.value(client_flags)
+        pool = ["c", "k", "q", "O", "T", "F", "M", "C"]
+        flags = self._meta_flags(pool, rng.randrange(0, 5))
+        mode = rng.choice(["S", "S", "E", "A", "P", "R"])
+        out, has_cas = [], False
+        for f in flags:
+            if f == "O":
+                out.append(self._opaque())
+            elif f == "T":
+                out.append(f"T{self.exptime()}")
+            elif f == "F":
+                out.append(f"F{client_flags}")
+            elif f == "M":
+                out.append(f"M{mode}")
+            elif f == "C":
+                out.append("C<cas>")
+                has_cas = True
+            else:
+                out.append(f)
+        if "F" not in flags and client_flags:
+            # the value length was chosen for these flags: keep the layout they imply
+            out.append(f"F{client_flags}")
+        if b:
+            out.insert(rng.randrange(len(out) + 1), "b")
+        toks = self.cas_for(key) if has_cas else {}
+        wire = {}
+        for n in self.names:
+            line = f"ms {sent} {len(data)} {' '.join(out)}".rstrip()
+            if has_cas:
+                line = line.replace("C<cas>", f"C{toks[n]}")
+            wire[n] = (line + "\r\n").encode() + data + b"\r\n"
+        text = f"ms {sent} {len(data)} {' '.join(out)} <{data[:40]!r}>"
+        m = "M" in flags and mode.upper()
+        return Op(text=text, wire=wire, keys=[key], quiet="q" in flags,
+                  cas_key=key if "c" in flags else None, replaces=m in (False, "S", "E", "R"))
+
+    def md(self) -> Op:
+        rng = self.rng
+        sent, key, b = self._meta_key()
+        pool = ["k", "q", "O", "C"]
+        flags = self._meta_flags(pool, rng.randrange(0, 4))
+        has_cas = "C" in flags
+        out = [self._opaque() if f == "O" else "C<cas>" if f == "C" else f for f in flags]
+        if b:
+            out.insert(rng.randrange(len(out) + 1), "b")
+        toks = self.cas_for(key) if has_cas else {}
+        wire = {}
+        for n in self.names:
+            line = f"md {sent} {' '.join(out)}".rstrip()
+            if has_cas:
+                line = line.replace("C<cas>", f"C{toks[n]}")
+            wire[n] = (line + "\r\n").encode()
+        return Op(text=f"md {sent} {' '.join(out)}", wire=wire, keys=[key], quiet="q" in flags)
+
+    def ma(self) -> Op:
+        rng = self.rng
+        sent, key, b = self._meta_key()
+        pool = ["N", "J", "D", "T", "M", "O", "q", "t", "c", "v", "k", "C"]
+        if b:
+            pool.remove("N")
+        flags = self._meta_flags(pool, rng.randrange(0, 6))
+        out, has_cas = [], False
+        for f in flags:
+            if f == "N":
+                out.append(f"N{rng.randrange(1000, 100000)}")
+            elif f == "J":
+                out.append(f"J{rng.choice([0, 1, 13, 1 << 40])}")
+            elif f == "D":
+                out.append(f"D{rng.choice([0, 1, 3, 1000, (1 << 64) - 1])}")
+            elif f == "T":
+                out.append(f"T{rng.choice([0, rng.randrange(1000, 100000)])}")
+            elif f == "M":
+                out.append("M" + rng.choice("I+D-"))
+            elif f == "O":
+                out.append(self._opaque())
+            elif f == "C":
+                out.append("C<cas>")
+                has_cas = True
+            else:
+                out.append(f)
+        if b:
+            out.insert(rng.randrange(len(out) + 1), "b")
+        toks = self.cas_for(key) if has_cas else {}
+        wire = {}
+        for n in self.names:
+            line = f"ma {sent} {' '.join(out)}".rstrip()
+            if has_cas:
+                line = line.replace("C<cas>", f"C{toks[n]}")
+            wire[n] = (line + "\r\n").encode()
+        return Op(text=f"ma {sent} {' '.join(out)}", wire=wire, keys=[key],
+                  quiet="q" in flags, cas_key=key if "c" in flags else None, arith=True)
+
+    def me(self) -> Op:
+        sent, key, b = self._meta_key()
+        return self.same(f"me {sent}{' b' if b else ''}\r\n", keys=[key])
+
+    def flush(self) -> Op:
+        tail = self.rng.choice(["", " 0", " noreply", " 0 noreply", " -1"])
+        return self.same(f"flush_all{tail}\r\n", quiet="noreply" in tail)
+
+    def misc(self) -> Op:
+        return self.same(self.rng.choice(["verbosity 0\r\n", "verbosity 0 noreply\r\n", "version\r\n",
+                                          "verbosity noreply\r\n", "mn\r\n"]))
+
+    def too_large(self) -> Op:
+        rng = self.rng
+        key = self.key()
+        data = b"z" * TOO_LARGE
+        if rng.random() < 0.5:
+            kind = rng.choice(["set", "set", "add", "replace", "append"])
+            noreply = rng.random() < 0.3
+            line = f"{kind} {key} 0 0 {len(data)}" + (" noreply" if noreply else "")
+        else:
+            kind = "ms"
+            noreply = False
+            line = f"ms {key} {len(data)}" + rng.choice(["", " q", " T0", " MS k"])
+        wire = (line + "\r\n").encode() + data + b"\r\n"
+        return Op(text=f"{line} <{len(data)} bytes>", wire={n: wire for n in self.names}, keys=[key],
+                  quiet=noreply, replaces=True)
+
+    def malformed(self) -> Op:
+        rng = self.rng
+        k = self.key()
+        cases = [
+            # bad numbers
+            f"set {k} x 0 1\r\na\r\n",
+            f"set {k} 0 0 -1\r\n",
+            f"set {k} 0 x 1 noreply\r\na\r\n",
+            f"cas {k} 0 0 1 x\r\na\r\n",
+            f"incr {k} x\r\n",
+            f"incr {k} -1\r\n",
+            f"incr {k} x noreply\r\n",
+            f"decr {k} 18446744073709551616\r\n",
+            f"touch {k} x\r\n",
+            f"touch {k} x noreply\r\n",
+            f"gat x {k}\r\n",
+            f"verbosity x\r\n",
+            f"flush_all x\r\n",
+            f"flush_all x noreply\r\n",
+            # token counts
+            f"set {k} 0 0\r\n",
+            f"set {k} 0 0 1 extra noreply\r\na\r\n",
+            f"set {k} 0 0 1 2 3\r\na\r\n",
+            f"set {k} 0 0 1 extra\r\na\r\n",
+            f"cas {k} 0 0 1\r\na\r\n",
+            f"cas {k} 0 0 1 1 extra\r\na\r\n",
+            f"incr {k}\r\n",
+            f"incr {k} 1 extra\r\n",
+            f"incr {k} 1 2 3\r\n",
+            f"touch {k} 1 extra\r\n",
+            f"delete {k} 10\r\n",
+            f"delete {k} 10 noreply\r\n",
+            f"delete {k} 0 0 0\r\n",
+            f"delete {k} x noreply\r\n",
+            "delete\r\n",
+            "get\r\n",
+            "gat 1\r\n",
+            "verbosity\r\n",
+            "verbosity 1 2 3\r\n",
+            "flush_all 0 0 0\r\n",
+            "bogus\r\n",
+            "bogus noreply\r\n",
+            "\r\n",
+            # missing / bad data
+            f"set {k} 0 0 1\r\nabc\r\n",
+            f"set {k} 0 0 1 noreply\r\nabc\r\n",
+            f"ms {k} 1\r\nabc\r\n",
+            f"ms {k} 1 q\r\nabc\r\n",
+            f"ms {k} x\r\na\r\n",
+            f"ms {k}\r\n",
+            # key too long (not on storage commands: see docs/server.md)
+            f"get {LONG_KEY}\r\n",
+            f"delete {LONG_KEY}\r\n",
+            f"delete {LONG_KEY} noreply\r\n",
+            f"incr {LONG_KEY} 1\r\n",
+            f"touch {LONG_KEY} 1\r\n",
+            f"mg {LONG_KEY} v\r\n",
+            f"md {LONG_KEY}\r\n",
+            f"ma {LONG_KEY}\r\n",
+            # meta flags
+            f"mg {k} v v\r\n",
+            f"mg {k} zz\r\n",
+            f"mg {k} Tx\r\n",
+            f"mg {k} F5 C3 v\r\n",
+            f"md {k} v s\r\n",
+            f"md {k} k k\r\n",
+            f"md {k} Cx\r\n",
+            f"ma {k} MX\r\n",
+            f"ma {k} Dx\r\n",
+            f"ma {k} Jx\r\n",
+            f"ma {k} q q\r\n",
+            f"ms {k} 1 MX\r\na\r\n",
+            f"ms {k} 1 Fx\r\na\r\n",
+            f"ms {k} 1 Tx\r\na\r\n",
+            f"ms {k} 1 c c\r\na\r\n",
+            f"mg {k} O{'y' * 33}\r\n",
+            "mg\r\n",
+            "me\r\n",
+        ]
+        text = rng.choice(cases)
+        return self.same(text, keys=[k], quiet=True)
+
+
+def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print,
+               keep_going: bool = False, workarounds: set[str] = frozenset()) -> dict:
+    """Runs `ops` random operations against memcached and segcache-server; returns counts.
+    Raises AssertionError with a replayable report at the first divergence (unless keep_going)."""
+    rng = random.Random(seed)
+    item_max = seg_args[seg_args.index("-I") + 1] if "-I" in seg_args else "1m"
+    mc = start_memcached(item_max)
+    try:
+        sc = start_segcache(segcache_bin, seg_args)
+    except Exception:
+        mc.stop()
+        raise
+    procs = {"memcached": mc, "segcache": sc}
+    names = list(procs)
+    conns = {n: Conn(p.port) for n, p in procs.items()}
+    gen = Gen(rng, names, set(workarounds))
+    history: deque = deque(maxlen=20)
+    padded: set[str] = set()
+    diffs = []
+    done = 0
+    trace_path = os.environ.get("SEGCACHE_DIFF_TRACE")
+    trace = open(trace_path, "w") if trace_path else None
+    try:
+        while done < ops:
+            # A batch: 1 to 12 operations in one write. Every operation ends its own reply
+            # segment with `mn`, except runs of quiet ones (which may reply nothing) that share
+            # one, so `q`/`noreply` pipelines are checked too.
+            batch: list[list[Op]] = []
+            for _ in range(rng.choice([1, 1, 2, 4, 8, 12])):
+                op = gen.op()
+                if batch and op.quiet and all(o.quiet and o.cas_key is None for o in batch[-1]) \
+                        and op.cas_key is None and rng.random() < 0.6:
+                    batch[-1].append(op)
+                else:
+                    batch.append([op])
+            for n, c in conns.items():
+                payload = b"".join(b"".join(o.wire[n] for o in seg) + b"mn\r\n" for seg in batch)
+                c.send(payload)
+            resync: set[str] = set()
+            for seg in batch:
+                replies = {n: c.segment() for n, c in conns.items()}
+                for o in seg:
+                    history.append(o.text.rstrip("\r\n"))
+                done += len(seg)
+                if trace:
+                    for o in seg:
+                        trace.write(f"{o.text!r}\n")
+                    for n, r in replies.items():
+                        trace.write(f"   {n}: {r!r}\n"[:400] + "\n")
+                norm = {n: [normalise(u, padded, seg[-1]) for u in r] for n, r in replies.items()}
+                if norm["memcached"] != norm["segcache"]:
+                    report = (
+                        f"divergence at op {done} (seed {seed}, segcache args {seg_args}; replay with "
+                        f"SEGCACHE_DIFF_SEED={seed})\n  last commands:\n    "
+                        + "\n    ".join(history)
+                        + f"\n  memcached: {replies['memcached']!r}\n  segcache:  {replies['segcache']!r}"
+                    )
+                    if not keep_going:
+                        raise AssertionError(report)
+                    diffs.append(report)
+                    log(report)
+                    resync.update(k for o in seg for k in o.keys)
+                    continue
+                for o in seg:
+                    track(o, replies, gen, padded)
+            if any(o.reconnect for seg in batch for o in seg):
+                for n in names:
+                    conns[n].close()
+                    conns[n] = Conn(procs[n].port)
+            if "cas" in gen.wk:
+                refresh_tokens(conns, gen)
+            if "padding" in gen.wk:
+                unpad([o for seg in batch for o in seg], conns, padded, gen)
+            # keep going after a divergence: forget its keys on both servers
+            for k in resync:
+                for n, c in conns.items():
+                    c.send(f"delete {k}\r\nmn\r\n".encode())
+                    c.segment()
+                    gen.tokens[n].pop(k, None)
+    finally:
+        for c in conns.values():
+            c.close()
+        rc = sc.stop()
+        mc.stop()
+    if rc != 0:
+        sc.log.seek(0)
+        raise AssertionError(f"segcache-server exited with {rc}: {sc.log.read()[-2000:]!r}")
+    return {"ops": done, "divergences": len(diffs)}
+
+
+def track(op: Op, replies: dict, gen: Gen, padded: set[str]) -> None:
+    """Records each server's CAS tokens and which keys may hold a padded number."""
+    for n, units in replies.items():
+        for u in units:
+            head = u.split(b"\r\n", 1)[0]
+            if head.startswith(b"VALUE ") and len(head.split(b" ")) == 5:
+                _, k, _, _, cas = head.split(b" ")
+                gen.tokens[n][k.decode("latin-1")] = int(cas)
+            elif op.cas_key is not None and head[:2] in (b"HD", b"VA"):
+                m = re.search(rb" c(\d+)", head)
+                if m:
+                    gen.tokens[n][op.cas_key] = int(m.group(1))
+    if op.arith:
+        padded.update(op.keys)
+    elif op.replaces:
+        mc = replies["memcached"]
+        if mc and mc[0] in (b"STORED", b"HD") or (op.quiet and not mc):
+            padded.difference_update(op.keys)
+
+
+def refresh_tokens(conns: dict, gen: Gen) -> None:
+    """Workaround knob `cas`: where memcached's recorded token is still current, take
+    segcache's current token as its own, so that tokens the engine changes without a write
+    (engine-side) do not stop the run."""
+    keys = KEYS + [base64.b64decode(k).decode() for k in BKEYS]
+    now = {}
+    for n, c in conns.items():
+        c.send(b"".join(f"mg {k} c\r\n".encode() for k in keys) + b"mn\r\n")
+        units = c.segment()
+        now[n] = {}
+        for k, u in zip(keys, units):
+            if u.startswith(b"HD c"):
+                now[n][k] = int(u[4:].split(b" ")[0])
+    for k in keys:
+        mc_tok = gen.tokens["memcached"].get(k)
+        if mc_tok is not None and now["memcached"].get(k) == mc_tok and k in now["segcache"]:
+            gen.tokens["segcache"][k] = now["segcache"][k]
+
+
+def unpad(seg: list[Op], conns: dict, padded: set[str], gen: Gen) -> None:
+    """Workaround knob `padding`: rewrite a space-padded incr/decr result on both servers, so
+    that the engine's refusal of "5 " (engine-side) does not stop the run."""
+    for o in seg:
+        if not o.arith:
+            continue
+        for k in o.keys:
+            if k not in KEYS:
+                continue
+            conns["memcached"].send(f"mg {k} v f\r\nmn\r\n".encode())
+            r = conns["memcached"].segment()
+            if not r or not r[0].startswith(b"VA"):
+                continue
+            head, _, data = r[0].partition(b"\r\n")
+            body = data[:-2]
+            if body.endswith(b" "):
+                flags = int(head.split(b" f")[1])
+                body = body.rstrip(b" ")
+                for n, c in conns.items():
+                    c.send(f"set {k} {flags} 0 {len(body)}\r\n".encode() + body + b"\r\nmn\r\n")
+                    c.segment()
+                    gen.tokens[n].pop(k, None)
+                padded.discard(k)
+
+
+def default_binary() -> Path:
+    env = os.environ.get("SEGCACHE_SERVER_BIN")
+    if env:
+        return Path(env)
+    root = Path(__file__).resolve().parents[2]
+    return Path(os.environ.get("CARGO_TARGET_DIR", root / "target")) / "release" / "segcache-server"
+
+
+if __name__ == "__main__":
+    seed = int(os.environ.get("SEGCACHE_DIFF_SEED", random.randrange(1 << 32)))
+    ops = int(os.environ.get("SEGCACHE_DIFF_OPS", "20000"))
+    wk = set(filter(None, os.environ.get("SEGCACHE_DIFF_WORKAROUNDS", "").split(",")))
+    args = sys.argv[1:]
+    if args and args[0] == "--":
+        args = args[1:]
+    t0 = time.monotonic()
+    res = run_stream(default_binary(), args, seed, ops, keep_going=bool(os.environ.get("SEGCACHE_DIFF_KEEP_GOING")),
+                     workarounds=wk)
+    print(f"seed {seed}: {res} in {time.monotonic() - t0:.1f}s")
