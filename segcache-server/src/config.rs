@@ -11,6 +11,13 @@ use serde::Deserialize;
 /// 4 MiB, so `-I` is capped just below that.
 pub const MAX_ITEM_SIZE_LIMIT: usize = MAX_SEGMENT_SIZE - 4096;
 
+/// The default largest reply to one retrieval request. Replies are copied out of the engine, so
+/// this is what one connection's multi-get can make the server hold (see "Resource bounds" in
+/// docs/server.md).
+pub const DEFAULT_MAX_REPLY: usize = 16 << 20;
+/// The largest `--max-reply-size` accepted.
+pub const MAX_REPLY_LIMIT: usize = 1 << 30;
+
 /// Command-line flags. The one-letter ones mean what they mean to memcached.
 #[derive(Debug, Default, Parser)]
 #[command(name = "segcache-server", version, about = "A memcached-compatible cache server on the segcache engine")]
@@ -36,6 +43,10 @@ pub struct Cli {
     /// Maximum item size, with an optional k/m suffix [default: 1m].
     #[arg(short = 'I', long = "max-item-size", value_name = "SIZE")]
     pub max_item_size: Option<String>,
+    /// Largest reply to one retrieval request (a multi-get), k/m suffix; past it the reply is
+    /// `SERVER_ERROR out of memory writing get response` [default: 16m].
+    #[arg(long, value_name = "SIZE")]
+    pub max_reply_size: Option<String>,
     /// Verbose logging: -v info, -vv debug, -vvv trace.
     #[arg(short = 'v', action = clap::ArgAction::Count)]
     pub verbose: u8,
@@ -103,6 +114,7 @@ pub struct FileConfig {
     pub threads: Option<usize>,
     pub max_connections: Option<usize>,
     pub max_item_size: Option<Size>,
+    pub max_reply_size: Option<Size>,
     pub log_level: Option<String>,
     pub pin: Option<bool>,
     pub cores: Option<Vec<usize>>,
@@ -133,6 +145,8 @@ pub struct Settings {
     pub threads: usize,
     pub max_connections: usize,
     pub max_item_size: usize,
+    /// Largest reply to one retrieval request; at least `max_item_size` + 1 KiB.
+    pub max_reply_size: usize,
     pub segment_size: usize,
     pub eviction: Policy,
     pub shards: Option<usize>,
@@ -203,6 +217,17 @@ impl Settings {
             ));
         }
         let max_item_size = max_item_size as usize;
+        let max_reply_size = match (cli.max_reply_size, file.max_reply_size) {
+            (Some(s), _) => parse_size(&s)?,
+            (None, Some(s)) => s.bytes()?,
+            (None, None) => DEFAULT_MAX_REPLY as u64,
+        };
+        let reply_floor = max_item_size as u64 + 1024;
+        if max_reply_size < reply_floor || max_reply_size > MAX_REPLY_LIMIT as u64 {
+            return Err(format!(
+                "max reply size must be from the max item size (-I) + 1k ({reply_floor}) to {MAX_REPLY_LIMIT} bytes, got {max_reply_size}"
+            ));
+        }
         let segment_size = match (cli.segment_size, e.segment_size) {
             (Some(s), _) => parse_size(&s)? as usize,
             (None, Some(s)) => s.bytes()? as usize,
@@ -248,6 +273,7 @@ impl Settings {
             threads,
             max_connections,
             max_item_size,
+            max_reply_size: max_reply_size as usize,
             segment_size,
             eviction,
             shards: cli.shards.or(e.shards),
@@ -322,6 +348,19 @@ mod tests {
         assert_eq!(s.segment_size, 4 << 20);
         let s = Settings::resolve(cli(&["-I", "100k"]), FileConfig::default()).unwrap();
         assert_eq!(s.segment_size, 1 << 20);
+    }
+
+    #[test]
+    fn max_reply_size_defaults_and_floor() {
+        let s = Settings::resolve(cli(&[]), FileConfig::default()).unwrap();
+        assert_eq!(s.max_reply_size, DEFAULT_MAX_REPLY);
+        let s = Settings::resolve(cli(&["--max-reply-size", "4m"]), FileConfig::default()).unwrap();
+        assert_eq!(s.max_reply_size, 4 << 20);
+        let file: FileConfig = toml::from_str("max_reply_size = \"3m\"\n").unwrap();
+        assert_eq!(Settings::resolve(cli(&[]), file).unwrap().max_reply_size, 3 << 20);
+        // A reply must hold at least one value of the largest size.
+        assert!(Settings::resolve(cli(&["-I", "2m", "--max-reply-size", "2m"]), FileConfig::default()).is_err());
+        assert!(Settings::resolve(cli(&["--max-reply-size", "2g"]), FileConfig::default()).is_err());
     }
 
     #[test]

@@ -30,7 +30,7 @@ pub struct Shared {
 impl Shared {
     pub fn new(cache: SharedCache, settings: Settings) -> Shared {
         let workers = (0..settings.threads).map(|_| WorkerStats::default()).collect();
-        let limits = Limits { max_item_size: settings.max_item_size, max_response: crate::parse::MAX_RESPONSE };
+        let limits = Limits { max_item_size: settings.max_item_size, max_response: settings.max_reply_size };
         Shared {
             cache,
             limits,

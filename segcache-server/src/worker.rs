@@ -17,7 +17,7 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
 use crate::parse::MAX_GET_LINE;
-use crate::session::{Session, OUT_HIGH_WATER};
+use crate::session::{Budget, Session, OUT_HIGH_WATER};
 use crate::state::{Ctx, Shared};
 use crate::stats::bump;
 
@@ -192,9 +192,23 @@ impl Worker {
     }
 }
 
-/// Reads one connection may do per turn, so that one busy pipeline cannot starve the others on
-/// its worker.
+/// What one connection may do per turn of its worker's event loop before the other connections
+/// of the worker get theirs: a deep pipeline (hundreds of kilobytes of `touch`, or many `get`s)
+/// is cut into slices, and the rest waits on the worker's ready list.
+const TURN_REQUESTS: usize = 256;
+/// Input bytes one connection may have processed per turn (a single larger request still runs).
+const TURN_BYTES: usize = 64 << 10;
+/// Reads one connection may do per turn (a large value arriving in small pieces).
 const READ_BUDGET: usize = 16;
+/// Once a connection's unsent output has reached [`OUT_HIGH_WATER`], its input is left alone
+/// (neither read nor run) until the client has read its replies down to this.
+const OUT_LOW_WATER: usize = 64 << 10;
+
+/// The largest input buffer a connection may need: one request the parser has not yet rejected
+/// (a retrieval line, or a storage line with its value of at most `-I`), with room to spare.
+pub fn input_cap(max_item_size: usize) -> usize {
+    MAX_GET_LINE + max_item_size + 4096
+}
 
 /// What a connection needs after a turn.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -217,6 +231,9 @@ struct Conn {
     /// Output: `out[sent..]` waits to be written.
     out: Vec<u8>,
     sent: usize,
+    /// The output reached the high-water mark and has not yet drained to the low-water mark:
+    /// input is not read or run meanwhile.
+    throttled: bool,
     /// Close once the output is written (`quit`, a fatal protocol error, or the peer's EOF).
     closing: bool,
     /// The client shut down its sending side (read returned 0).
@@ -235,6 +252,7 @@ impl Conn {
             end: 0,
             out: Vec::with_capacity(INITIAL_BUF),
             sent: 0,
+            throttled: false,
             closing: false,
             eof: false,
             hup: false,
@@ -249,9 +267,38 @@ impl Conn {
         self.start == self.end && self.session.at_boundary() && self.pending() == 0
     }
 
-    /// Reads, runs and writes as far as the socket allows (within the read budget).
+    /// Whether the client must read its replies before more of its input is taken: at the
+    /// high-water mark, and until the output drains to the low-water mark.
+    fn output_full(&mut self) -> bool {
+        let pending = self.pending();
+        if pending >= OUT_HIGH_WATER {
+            self.throttled = true;
+        } else if pending <= OUT_LOW_WATER {
+            self.throttled = false;
+        }
+        self.throttled
+    }
+
+    /// Drops the part of the output already sent, so that the buffer holds only what is pending
+    /// (less than the low-water mark here), and gives back a large buffer's memory.
+    fn compact_out(&mut self) {
+        if self.sent == 0 {
+            return;
+        }
+        if self.out.capacity() > KEEP_BUF {
+            let mut fresh = Vec::with_capacity(INITIAL_BUF.max(self.pending()));
+            fresh.extend_from_slice(&self.out[self.sent..]);
+            self.out = fresh;
+        } else {
+            self.out.drain(..self.sent);
+        }
+        self.sent = 0;
+    }
+
+    /// Reads, runs and writes as far as the socket allows, within one turn's budget.
     fn drive(&mut self, ctx: &Ctx<'_>) -> Drive {
         let mut reads = 0;
+        let mut budget = Budget { requests: TURN_REQUESTS, bytes: TURN_BYTES, out_high: OUT_HIGH_WATER };
         // A read that returned less than it had room for emptied the socket: with
         // edge-triggered readiness, data arriving later raises a new event, so there is no
         // need for one more read(2) just to see EAGAIN (one syscall less per request).
@@ -263,18 +310,24 @@ impl Conn {
             if self.closing {
                 return if self.pending() > 0 { Drive::Wait } else { Drive::Close };
             }
-            if self.pending() >= OUT_HIGH_WATER {
+            if self.output_full() {
                 return Drive::Wait; // until the client reads: a writable event follows
             }
             if self.start < self.end {
-                if self.out.len() >= OUT_HIGH_WATER && self.sent > 0 {
-                    // The session measures the whole buffer: drop the part already sent so that
-                    // it sees only what is pending (rare: a partial write of a large backlog).
-                    self.out.drain(..self.sent);
-                    self.sent = 0;
+                if budget.requests == 0 || budget.bytes == 0 {
+                    // This turn is spent: the rest waits for the others on this worker.
+                    return Drive::Again;
                 }
-                let p = self.session.process(&self.buf[self.start..self.end], &mut self.out, ctx);
+                self.compact_out();
+                let p = self.session.process_within(&self.buf[self.start..self.end], &mut self.out, ctx, budget);
+                if self.out.capacity() > KEEP_BUF && self.out.capacity() - self.out.len() > self.out.len() / 4 {
+                    // Growing by doubling left room this connection may hold on to while its
+                    // client does not read: give it back (a shrinking realloc is usually in place).
+                    self.out.shrink_to_fit();
+                }
                 self.start += p.consumed;
+                budget.requests = budget.requests.saturating_sub(p.requests);
+                budget.bytes = budget.bytes.saturating_sub(p.consumed);
                 if self.start == self.end {
                     self.start = 0;
                     self.end = 0;
@@ -286,7 +339,8 @@ impl Conn {
                     self.closing = true;
                     continue;
                 }
-                if self.pending() >= OUT_HIGH_WATER {
+                if p.requests > 0 {
+                    // Write what it produced, then go on with what is left.
                     continue;
                 }
             }
@@ -298,7 +352,7 @@ impl Conn {
             if drained {
                 return if self.flush(ctx).is_ok() { Drive::Wait } else { Drive::Close };
             }
-            if reads == READ_BUDGET {
+            if reads == READ_BUDGET || budget.requests == 0 || budget.bytes == 0 {
                 return if self.flush(ctx).is_ok() { Drive::Again } else { Drive::Close };
             }
             if !self.make_room(ctx) {
@@ -339,7 +393,7 @@ impl Conn {
         }
         // The buffer holds one incomplete request. The parser rejects lines and values over the
         // limits before they arrive, so the buffer never needs to exceed this.
-        let cap = MAX_GET_LINE + ctx.shared.settings.max_item_size + 4096;
+        let cap = input_cap(ctx.shared.settings.max_item_size);
         if self.buf.len() >= cap {
             log::warn!("closing a connection whose request exceeds every limit");
             return false;
