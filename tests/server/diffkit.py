@@ -91,7 +91,11 @@ def start_memcached(item_max: str = "1m") -> Proc:
 def start_segcache(binary: str | os.PathLike, args: list[str]) -> Proc:
     port = free_port()
     limit = [] if "-I" in args else ["-I", "1m"]
-    argv = [str(binary), "-p", str(port), "-m", "64", *limit, "--no-pin", *args]
+    # A big heap, so that nothing is evicted: each shard keeps a segment open per TTL bucket in
+    # use, and random TTLs fill a 64 MiB heap's few segments per shard long before memcached's
+    # 64 MB. The stream compares semantics, not capacity (anonymous memory: pages untouched cost nothing).
+    memory = [] if "-m" in args else ["-m", "1024"]
+    argv = [str(binary), "-p", str(port), *memory, *limit, "--no-pin", *args]
     return Proc("segcache-server", argv, port)
 
 
