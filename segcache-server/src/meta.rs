@@ -212,16 +212,42 @@ struct TtlOrder {
     before: Option<i64>,
     /// The item was created by this request (`N` sets its TTL too).
     created: bool,
+    /// The cache clock, to read `T`/`N` tokens that come before others.
+    now: u32,
+}
+
+/// The TTL a `t` reports for the exptime token `exptime` (`-1`: never).
+fn remaining(exptime: Option<i64>, now: u32) -> Option<i64> {
+    Some(match Expiry::from_exptime(exptime?, now) {
+        Expiry::After(d) => d.as_secs() as i64,
+        Expiry::Never | Expiry::Expired => -1,
+    })
+}
+
+/// Whether a token in `rest` changes the TTL (`T`, or `N` on an item the request created).
+fn ttl_token_in(mut rest: &[u8], created: bool) -> bool {
+    while let Some(tok) = next_token(&mut rest) {
+        if tok[0] == b'T' || (tok[0] == b'N' && created) {
+            return true;
+        }
+    }
+    false
 }
 
 /// Appends the return flags the request asked for among `which`, in the request's order.
 fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8], info: Option<&Info>, order: TtlOrder) {
     let mut rest = f.raw;
     let mut ttl_applied = false;
+    // The TTL as the tokens read so far set it (memcached applies them in order).
+    let mut current = None;
     while let Some(tok) = next_token(&mut rest) {
         let c = tok[0];
-        if c == b'T' || (c == b'N' && order.created) {
+        if c == b'T' {
             ttl_applied = true;
+            current = remaining(f.ttl, order.now);
+        } else if c == b'N' && order.created {
+            ttl_applied = true;
+            current = remaining(f.vivify, order.now);
         }
         if !which.contains(&c) {
             continue;
@@ -255,8 +281,10 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8],
             }
             (b't', Some(i)) => {
                 out.extend_from_slice(b" t");
-                let ttl = match order.before {
-                    Some(before) if !ttl_applied => before,
+                let ttl = match (order.before, current) {
+                    (Some(before), _) if !ttl_applied => before,
+                    // A later token changes it again: report it as it stands here.
+                    (_, Some(now)) if ttl_token_in(rest, order.created) => now,
                     _ => i.ttl,
                 };
                 put_i64(out, ttl);
@@ -374,7 +402,7 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
     let cache = &ctx.shared.cache;
     bump(&ctx.stats.cmd_get, 1);
     let mut expire_after_read = false;
-    let mut order = TtlOrder::default();
+    let mut order = TtlOrder { now: cache.now(), ..TtlOrder::default() };
     if let Some(t) = f.ttl {
         if t_before_ttl(f) {
             order.before = cache.get_with(key, |item| ttl_secs(&item));
@@ -396,7 +424,8 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
         if f.vivify.is_some() {
             // The first client to miss creates an empty placeholder and wins (W) the right to
             // fill it. Its TTL is the last of N and T (memcached applies both, in order).
-            let order = TtlOrder { before: Some(-1), created: true };
+            // It is created with N's TTL, then T and N apply in order.
+            let order = TtlOrder { before: remaining(f.vivify, cache.now()), created: true, now: cache.now() };
             let expiry = last_ttl_token(f, true).map(|n| Expiry::from_exptime(n, cache.now()));
             if let Some(expiry) = expiry {
                 // One that expires on arrival is still returned this once, as memcached does.
@@ -514,7 +543,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
             _ => {}
         }
     }
-    let mut order = TtlOrder::default();
+    let mut order = TtlOrder { now: cache.now(), ..TtlOrder::default() };
     if f.ttl.is_some() && t_before_ttl(f) {
         order.before = cache.get_with(key, |item| ttl_secs(&item));
     }
@@ -524,7 +553,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     if r == Arith::NotFound {
         if f.vivify.is_some() {
             // memcached creates the item with no TTL, then applies N and T in their order.
-            order = TtlOrder { before: Some(-1), created: true };
+            order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
             ttl_token = last_ttl_token(f, true);
             let initial = f.initial.unwrap_or(0);
             let mut digits = itoa::Buffer::new();
