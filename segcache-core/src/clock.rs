@@ -55,9 +55,10 @@ impl ManualClock {
         Arc::new(Self { now: AtomicU32::new(now) })
     }
 
-    /// Moves the clock forward by `secs`.
+    /// Moves the clock forward by `secs`, stopping at `u32::MAX` (a wrap would take it back
+    /// to 1970 and bring expired items back).
     pub fn advance(&self, secs: u32) {
-        self.now.fetch_add(secs, Ordering::Relaxed);
+        let _ = self.now.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| Some(t.saturating_add(secs)));
     }
 
     /// Sets the clock to `now`.
@@ -69,5 +70,21 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now(&self) -> u32 {
         self.now.load(Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manual_clock_saturates_instead_of_wrapping() {
+        let c = ManualClock::new(u32::MAX - 5);
+        c.advance(3);
+        assert_eq!(c.now(), u32::MAX - 2);
+        c.advance(10);
+        assert_eq!(c.now(), u32::MAX);
+        c.advance(u32::MAX);
+        assert_eq!(c.now(), u32::MAX);
     }
 }

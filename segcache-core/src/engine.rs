@@ -41,6 +41,10 @@ pub struct Segcache {
     pub(crate) unchecked: Option<Box<[std::sync::atomic::AtomicU8]>>,
     /// The process that opened the cache (see `fork`).
     pub(crate) origin: Origin,
+    /// The shard count and this shard's index: CAS values interleave the shards' counters
+    /// (`cas_token`), so that two keys never share one.
+    pub(crate) cas_stride: u64,
+    pub(crate) cas_offset: u64,
 }
 
 thread_local! {
@@ -166,9 +170,12 @@ impl Segcache {
         };
         let durable = mem.region.file.is_some();
         let origin = mem.region.origin;
+        let (cas_stride, cas_offset) = (mem.region.layout.shards as u64, mem.index as u64);
         let mut engine = Segcache {
             durable,
             unchecked: None,
+            cas_stride,
+            cas_offset,
             mem,
             geo,
             clock: builder.clock.clone(),
@@ -260,13 +267,30 @@ impl Segcache {
 
     /// [`Error::Forked`] when this process is a `fork()` child of the one that opened the cache:
     /// there, reads miss and every write fails with that error.
+    #[inline]
     pub fn check_fork(&self) -> Result<()> {
         self.origin.check()
     }
 
-    /// The cache clock, Unix seconds.
+    /// The cache clock, Unix seconds. Never earlier than the last expiry run (which every
+    /// second's first write starts): a clock that steps back does not bring back what expired or
+    /// was flushed.
     pub fn now(&self) -> u32 {
-        self.clock.now()
+        self.clock.now().max(self.meta().last_expire)
+    }
+
+    /// Takes the shard's next CAS counter, for an item being stored or modified. The counter is
+    /// 32 bits, stored in the record, and wraps after 2^32 modifications in a shard: only then
+    /// can a value come back (a `cas` holding a token that old could match again).
+    #[inline]
+    pub(crate) fn next_cas(&self) -> u32 {
+        self.meta().next_cas.fetch_add(1, Relaxed)
+    }
+
+    /// The CAS value clients see for a record's counter `c` (see `cas_token`).
+    #[inline]
+    pub(crate) fn cas_of(&self, c: u32) -> u64 {
+        cas_token(self.cas_stride, self.cas_offset, c)
     }
 
     /// Largest item (key + value, without client flags) that fits in a segment.
@@ -330,7 +354,7 @@ impl Segcache {
 
     /// The item in the key's slot `found`, unless it expired or was flushed.
     #[inline]
-    pub(crate) fn item_of(&self, found: table::Found<'static>, h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
+    pub(crate) fn item_of(&self, found: table::Found<'static>, _h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
         // A `fork()` child reads nothing: its parent may be writing a shared file meanwhile.
         if self.flushed(now) || self.origin.forked() {
             return None;
@@ -338,13 +362,21 @@ impl Segcache {
         let loc = table::slot_loc(found.value);
         let expire_at = self.live_expiry(loc.seg, now)?;
         let r = self.record(loc)?;
-        let cas = cas_value(self.meta().cas_epoch, self.table().cas(h));
+        let cas = self.cas_of(r.cas);
         Some((Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at, now }, found))
     }
 
     /// Whether the key is present; does not count as a read.
     pub fn contains(&self, key: &[u8]) -> bool {
         self.lookup_lazily(key, hash(key)).is_some()
+    }
+
+    /// Where the key's record lies (segment id, byte offset), if present: for tests that check
+    /// what a write moved. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn record_location(&self, key: &[u8]) -> Option<(u32, u32)> {
+        let loc = table::slot_loc(self.lookup_lazily(key, hash(key))?.1.value);
+        Some((loc.seg, loc.offset))
     }
 
     /// Looks up many keys, calling `f(index, item)` for each hit. The buckets of a batch and then
@@ -464,14 +496,58 @@ impl Segcache {
     pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<u64> {
         self.arith(key, |n| n.saturating_sub(delta))
     }
-    /// Sets a new TTL ([`Error::NotFound`] if absent).
+    /// Sets a new TTL ([`Error::NotFound`] if absent), keeping the value, flags and CAS value.
+    ///
+    /// An item's expiry is its segment's. If that segment's expiry suits the new TTL as it would
+    /// suit an append (`expiry_fits`: not later than asked, less than a TTL bucket width
+    /// earlier), nothing changes; otherwise the record moves once, copied heap to heap into the
+    /// open segment of the new TTL's bucket, and is published like any append.
     pub fn touch(&mut self, key: &[u8], ttl: Duration) -> Result<()> {
-        let secs = ttl_secs(ttl);
-        self.rewrite_with_ttl(key, Error::NotFound, Some(secs), |old, out| {
-            out.extend_from_slice(old);
-            Ok(())
-        })
-        .map(drop)
+        check_key(key)?;
+        self.origin.check()?;
+        let now = self.prepare_write();
+        self.touch_at(key, hash(key), ttl_secs(ttl), now)
+    }
+
+    fn touch_at(&mut self, key: &[u8], h: u64, ttl: u32, now: u32) -> Result<()> {
+        let Some((item, found)) = self.lookup(key, h, now) else {
+            return Err(Error::NotFound);
+        };
+        let len = record::record_len(item.key.len(), item.value.len(), item.flags);
+        let (expire_at, width) = (expiry_of(ttl, now), ttl::width_of(ttl));
+        let seg = table::slot_loc(found.value).seg;
+        if expiry_fits(self.seg(seg), expire_at, width) {
+            return Ok(());
+        }
+        let pool = if self.policy == Policy::S3Fifo { self.seg(seg).pool } else { POOL_MAIN };
+        let dest = self.segment_for(len, ttl, expire_at, pool, now)?;
+        // Opening a segment may have evicted the record or moved it (a merge): look again.
+        let Some(found) = self.find_key(key, h) else {
+            return Ok(());
+        };
+        let old = table::slot_loc(found.value);
+        debug_assert!(old.seg != dest && self.record(old).is_some_and(|r| r.len == len));
+        let at = |seg: u32, offset: u32| seg as usize * self.geo.segment_size + offset as usize;
+        let (from, to) = (at(old.seg, old.offset), at(dest, self.seg(dest).write_offset));
+        // SAFETY: both ranges lie in the heap: the live record inside its segment (as parsed),
+        // the destination below its segment's end (`segment_for` found room for `len`). They lie
+        // in different segments (the record's segment does not suit the new expiry, and the
+        // destination does), so they do not overlap; no reference to either is alive.
+        unsafe { std::ptr::copy_nonoverlapping(self.mem.heap.add(from), self.mem.heap.add(to), len) };
+        let new = self.write_record(dest, |_| {}, len);
+        // Published as `store_at` publishes a replacement, so a crash keeps one of the copies.
+        if self.durable {
+            let meta = self.meta_mut();
+            meta.intent_seg = new.seg;
+            meta.intent_offset = new.offset;
+        }
+        self.kill(old);
+        Table::relocate(found.slot, found.value, table::slot_freq(found.value), new);
+        self.table().touch_info(h, now);
+        if self.durable {
+            self.meta_mut().intent_seg = NONE;
+        }
+        Ok(())
     }
 
     fn arith(&mut self, key: &[u8], op: impl FnOnce(u64) -> u64) -> Result<u64> {
@@ -588,11 +664,12 @@ impl Segcache {
             None => POOL_SMALL,
         };
         let expire_at = expiry_of(ttl, now);
-        if self.overwrite_in_place(key, h, value, flags, len, ttl, expire_at, now) {
+        let cas = self.next_cas();
+        if self.overwrite_in_place(key, h, value, flags, cas, len, ttl, expire_at, now) {
             self.meta_mut().sets += 1;
             return Ok(());
         }
-        let loc = self.append_record(key, value, flags, len, ttl, expire_at, pool, now)?;
+        let loc = self.append_record(key, value, flags, cas, len, ttl, expire_at, pool, now)?;
         // Appending may have evicted or moved the old copy: look it up again.
         let t = self.table();
         let old = t.find(h, |l| l != loc && self.key_at(l, key));
@@ -696,12 +773,20 @@ impl Segcache {
         key: &[u8],
         value: &[&[u8]],
         flags: u32,
+        cas: u32,
         len: usize,
         ttl: u32,
         expire_at: u32,
         pool: u8,
         now: u32,
     ) -> Result<Loc> {
+        let seg = self.segment_for(len, ttl, expire_at, pool, now)?;
+        Ok(self.write_record(seg, |dst| record::write(dst, key, value, flags, cas), len))
+    }
+
+    /// The segment a record of `len` bytes expiring at `expire_at` goes to: the open segment of
+    /// its TTL bucket (and pool), or a new one when that is full or its expiry window has passed.
+    fn segment_for(&mut self, len: usize, ttl: u32, expire_at: u32, pool: u8, now: u32) -> Result<u32> {
         let b = ttl::bucket_of(ttl);
         let width = ttl::width_of(ttl);
         let open = self.ttl_bucket(b).open[pool as usize];
@@ -731,7 +816,7 @@ impl Segcache {
             }
             id
         };
-        Ok(self.write_record(seg, |dst| record::write(dst, key, value, flags), len))
+        Ok(seg)
     }
 
     fn accepts(&self, seg: u32, len: usize, expire_at: u32, width: u32) -> bool {
@@ -1583,10 +1668,11 @@ pub(crate) fn live_until(expire_at: u32, now: u32) -> bool {
     expire_at == 0 || now < expire_at
 }
 
-/// The CAS value a read hands out: the shard's epoch above its bucket's counter.
+/// The CAS value a read hands out for a record's counter `c`, in shard `offset` of `stride`:
+/// the shards' counters interleaved, so that no two keys share a value, counting up from 1.
 #[inline]
-pub(crate) fn cas_value(epoch: u32, bucket_cas: u32) -> u64 {
-    (u64::from(epoch) << 32) | u64::from(bucket_cas)
+pub(crate) fn cas_token(stride: u64, offset: u64, c: u32) -> u64 {
+    u64::from(c) * stride + offset + 1
 }
 
 pub(crate) fn check_key(key: &[u8]) -> Result<()> {
@@ -1599,12 +1685,35 @@ pub(crate) fn check_key(key: &[u8]) -> Result<()> {
     }
 }
 
-/// A decimal ASCII unsigned 64-bit number, as memcached's incr/decr accept it.
-fn parse_decimal(v: &[u8]) -> Option<u64> {
-    if v.is_empty() || v.len() > 20 {
+/// A decimal ASCII unsigned 64-bit number, as memcached's incr/decr accept it (`safe_strtoull`
+/// over the value, which memcached stores followed by "\r\n"): leading white space and a sign
+/// allowed, at least one digit, no overflow, then white space, a NUL or the end; a minus sign
+/// only when the result is below 2^63 read as signed (so "-0" is 0, "-1" is refused). memcached's
+/// `incr` leaves a shrunk number padded with spaces ("5 "), which reads back as 5.
+pub(crate) fn parse_decimal(v: &[u8]) -> Option<u64> {
+    // C's isspace in the "C" locale.
+    let space = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let i = v.iter().position(|&c| !space(c))?;
+    let (negative, i) = match v[i] {
+        b'-' => (true, i + 1),
+        b'+' => (false, i + 1),
+        _ => (false, i),
+    };
+    let digits = v[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 {
         return None;
     }
-    v.iter().try_fold(0u64, |n, &c| if c.is_ascii_digit() { n.checked_mul(10)?.checked_add(u64::from(c - b'0')) } else { None })
+    let n = v[i..i + digits].iter().try_fold(0u64, |n, &c| n.checked_mul(10)?.checked_add(u64::from(c - b'0')))?;
+    match v.get(i + digits) {
+        None | Some(0) => {}
+        Some(&c) if space(c) => {}
+        Some(_) => return None,
+    }
+    if negative {
+        let n = n.wrapping_neg();
+        return ((n as i64) >= 0).then_some(n);
+    }
+    Some(n)
 }
 
 /// `n` in decimal ASCII, written into the end of `buf`.

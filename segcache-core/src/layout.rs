@@ -130,7 +130,10 @@ pub struct ShardMeta {
     pub free_head: u32,
     pub free_count: u32,
     pub spare: u32,
-    pub _reserved: u32,
+    /// The shard's CAS counter: the next item modified takes it (see `Segcache::next_cas`).
+    /// Atomic because rewrites in place take it under the shard's read lock. Never reset, so
+    /// CAS values keep increasing across flushes and warm restarts.
+    pub next_cas: std::sync::atomic::AtomicU32,
     /// Overflow buckets handed out and given back.
     pub overflow: crate::table::Pool,
     pub next_seq: u64,

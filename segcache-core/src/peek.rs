@@ -35,7 +35,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::engine::{cas_value, check_key, flushed_by, live_until, prefetch};
+use crate::engine::{cas_token, check_key, flushed_by, live_until, prefetch};
 use crate::layout::{SegHeader, ShardMeta, TtlBucket};
 use crate::lock::{relax, word_snapshot, word_unchanged};
 use crate::record::{self, Header};
@@ -78,6 +78,9 @@ pub(crate) struct ShardView {
     /// Stores may rewrite values in place under the read lock (`Segcache::rewrite_shared`): not
     /// with a file.
     rewrites: bool,
+    /// The engine's `cas_stride` and `cas_offset`.
+    cas_stride: u64,
+    cas_offset: u64,
 }
 
 impl std::fmt::Debug for ShardView {
@@ -107,6 +110,8 @@ impl ShardView {
             clock: Arc::clone(&engine.clock),
             checked: AtomicBool::new(engine.unchecked.is_none()),
             rewrites: !engine.durable,
+            cas_stride: engine.cas_stride,
+            cas_offset: engine.cas_offset,
         }
     }
 
@@ -209,10 +214,11 @@ impl ShardView {
         if header.total_len() > PEEK_BYTES {
             return Peeked::Locked;
         }
-        let now = self.clock.now();
         // SAFETY: `meta` is the shard's metadata in the live region; a volatile load of each
         // `u32` field, which a writer may be changing (then `read_optimistic` discards this read).
-        let (flush_at, cas_epoch) = unsafe { (read(&raw const (*self.meta).flush_at), read(&raw const (*self.meta).cas_epoch)) };
+        let (flush_at, last_expire) = unsafe { (read(&raw const (*self.meta).flush_at), read(&raw const (*self.meta).last_expire)) };
+        // As `Segcache::now`: never before the last expiry run.
+        let now = self.clock.now().max(last_expire);
         if flushed_by(flush_at, now) {
             return Peeked::Miss;
         }
@@ -223,12 +229,13 @@ impl ShardView {
         if !live_until(expire_at, now) {
             return Peeked::Miss;
         }
-        // A rewrite changes a value and its flags only, never a slot or a key, so only a hit
-        // needs the check.
+        // A rewrite changes a value, its flags and its CAS counter only, never a slot or a key, so
+        // only a hit needs the check.
         if self.rewrites && !word_unchanged(info_word, info) {
             return Peeked::Busy;
         }
-        let cas = cas_value(cas_epoch, table::info_cas(info));
+        // SAFETY: `copy_record` initialised the record's bytes, the header among them.
+        let cas = cas_token(self.cas_stride, self.cas_offset, record::cas_of(unsafe { init(buf, at, record::HEADER_LEN) }));
         Peeked::Hit { found, at, header, cas, expire_at, now }
     }
 

@@ -22,7 +22,8 @@ use crate::{Error, Result};
 
 const MAGIC: [u8; 8] = *b"SEGCACHE";
 /// Bumped whenever the meaning of any persisted byte changes.
-pub const FORMAT_VERSION: u32 = 3;
+/// 4: records carry a 32-bit CAS counter (`record`), shards a CAS counter (`ShardMeta::next_cas`).
+pub const FORMAT_VERSION: u32 = 4;
 
 /// The open, locked file behind a region.
 #[derive(Debug)]

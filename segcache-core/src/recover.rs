@@ -218,10 +218,16 @@ impl Segcache {
     /// unreadable or there is no room for it in its hash chain.
     fn index_recovered(&mut self, loc: Loc, h: u64) -> bool {
         let t = self.table();
-        let (len, existing) = {
+        let (len, cas, existing) = {
             let Some(r) = self.record_at(loc).filter(|r| !r.dead) else { return false };
-            (r.len as u32, t.find(h, |l| self.record_at(l).is_some_and(|o| o.key == r.key)))
+            (r.len as u32, r.cas, t.find(h, |l| self.record_at(l).is_some_and(|o| o.key == r.key)))
         };
+        // The shard's counter lies in the mapped file and survives a process crash; after a
+        // system crash it may lag the records written: it must stay above every counter found.
+        let next = &self.meta().next_cas;
+        if cas >= next.load(std::sync::atomic::Ordering::Relaxed) && cas != u32::MAX {
+            next.store(cas + 1, std::sync::atomic::Ordering::Relaxed);
+        }
         let new = table::pack(table::tag_of(h), 0, loc);
         if let Some(f) = existing {
             if table::slot_loc(f.value) == loc {

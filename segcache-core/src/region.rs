@@ -53,6 +53,7 @@ impl Region {
                 segs: base.add(meta + g.segs_offset()) as *mut SegHeader,
                 buckets: base.add(self.layout.table_start(i)) as *const Bucket,
                 heap: base.add(self.layout.heap_start(i)),
+                index: i,
             }
         }
     }
@@ -115,4 +116,6 @@ pub(crate) struct ShardMem {
     pub segs: *mut SegHeader,
     pub buckets: *const Bucket,
     pub heap: *mut u8,
+    /// The shard's index in the region.
+    pub index: usize,
 }

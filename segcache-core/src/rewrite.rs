@@ -7,11 +7,16 @@
 //! - `Segcache::rewrite_shared` is `SharedCache::set`'s, under the shard's read lock, which keeps
 //!   out every writer that moves, frees or reuses a record, and under the lock bit of the key's
 //!   chain, which keeps out other rewrites of the chain (see `lock::lock_word`). It writes the
-//!   client flags and the value only, so that reads under the read lock that compare keys are
-//!   not raced, and only records that lock-free reads copy (`PEEK_BYTES`), so that readers of
+//!   CAS counter, the client flags and the value only, so that reads under the read lock that
+//!   compare keys are not raced, and only records that lock-free reads copy (`PEEK_BYTES`), so that readers of
 //!   larger items, who are handed references under the read lock, never see one change. Readers
 //!   of small items copy them and keep the copy only if the chain's info word did not change
 //!   meanwhile (`ShardView::peek`); its CAS is bumped as the rewrite leaves.
+//!
+//! Both require the old record's *layout*, not only its length: client flags take 4 bytes only
+//! when non-zero, so a record with flags and a value 4 bytes shorter has the length of one
+//! without, with its key and value elsewhere (`record::same_layout`). Writing only the flags and
+//! the value over such a record once lost the item.
 //!
 //! Neither runs with a file: an append publishes its record only once whole (the slot store),
 //! so a crash leaves the old value or the new one, where a crash in the middle of a rewrite
@@ -25,9 +30,11 @@ use crate::table::{self, Loc};
 use crate::{ttl, Segcache};
 
 impl Segcache {
-    /// Where a record of `len` bytes for `key` may be rewritten: the key's live record, if it
-    /// has that length and its segment's expiry suits `expire_at` (see `expiry_fits`).
-    fn in_place_target(&self, key: &[u8], h: u64, len: usize, ttl: u32, expire_at: u32, now: u32) -> Option<Loc> {
+    /// Where a record of `len` bytes for `key` with client flags `flags` may be rewritten: the
+    /// key's live record, if it has that layout and its segment's expiry suits `expire_at` (see
+    /// `expiry_fits`).
+    #[allow(clippy::too_many_arguments)]
+    fn in_place_target(&self, key: &[u8], h: u64, len: usize, flags: u32, ttl: u32, expire_at: u32, now: u32) -> Option<Loc> {
         if self.durable {
             return None;
         }
@@ -41,17 +48,29 @@ impl Segcache {
         })?;
         let (item, found) = self.item_of(found, h, now)?;
         let loc = table::slot_loc(found.value);
-        let same_len = record::record_len(item.key.len(), item.value.len(), item.flags) == len;
-        (same_len && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some(loc)
+        let old_len = record::record_len(item.key.len(), item.value.len(), item.flags);
+        let same_layout = record::same_layout(old_len, item.flags, len, flags);
+        (same_layout && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some(loc)
     }
 
     /// Rewrites the key's record in place if `in_place_target` allows; `false` leaves the store
     /// to an append.
     #[allow(clippy::too_many_arguments)]
-    pub(crate) fn overwrite_in_place(&mut self, key: &[u8], h: u64, value: &[&[u8]], flags: u32, len: usize, ttl: u32, expire_at: u32, now: u32) -> bool {
-        let Some(loc) = self.in_place_target(key, h, len, ttl, expire_at, now) else { return false };
+    pub(crate) fn overwrite_in_place(
+        &mut self,
+        key: &[u8],
+        h: u64,
+        value: &[&[u8]],
+        flags: u32,
+        cas: u32,
+        len: usize,
+        ttl: u32,
+        expire_at: u32,
+        now: u32,
+    ) -> bool {
+        let Some(loc) = self.in_place_target(key, h, len, flags, ttl, expire_at, now) else { return false };
         let at = loc.offset as usize;
-        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags);
+        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, cas);
         self.table().touch_info(h, now);
         true
     }
@@ -72,12 +91,14 @@ impl Segcache {
         }
         let info = self.table().info(h);
         let old = lock_word(info, table::INFO_LOCKED);
-        let Some(loc) = self.in_place_target(key, h, len, ttl, expiry_of(ttl, now), now) else {
+        let Some(loc) = self.in_place_target(key, h, len, flags, ttl, expiry_of(ttl, now), now) else {
             unlock_word(info, old);
             return false;
         };
         let record = loc.seg as usize * self.geo.segment_size + loc.offset as usize;
-        // SAFETY: `loc` holds the key's live record of `len` bytes, inside its segment (just found
+        let cas = self.next_cas();
+        // SAFETY: `loc` holds the key's live record of `len` bytes and of the layout written
+        // (client flags present iff `flags != 0`), inside its segment (just found
         // through the chain), so the ranges written lie in the heap. The caller's read lock keeps
         // out every writer that could move, free or reuse the record, the chain's lock bit every
         // other rewrite of it (no other chain points at it), and no reference to these bytes
@@ -86,8 +107,9 @@ impl Segcache {
         // changed. `ptr::copy` allows `value` to overlap (it cannot, but costs nothing).
         unsafe {
             let dst = self.mem.heap.add(record);
+            std::ptr::copy(cas.to_le_bytes().as_ptr(), dst.add(record::CAS_AT), 4);
             if flags != 0 {
-                // Same length, same key: the old record has client flags too.
+                // Same layout (`in_place_target`): the old record has client flags too.
                 std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(record::HEADER_LEN), 4);
             }
             std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());

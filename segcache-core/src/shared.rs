@@ -110,6 +110,7 @@ impl SharedCache {
 
     /// [`Error::Forked`](crate::Error::Forked) when this process is a `fork()` child of the one
     /// that opened the cache: there, reads miss and every write fails with that error.
+    #[inline]
     pub fn check_fork(&self) -> Result<()> {
         self.origin.check()
     }
