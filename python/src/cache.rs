@@ -698,7 +698,11 @@ impl Cache {
         // In a fork() child: let the inherited engine go (its drop leaves the parent's file
         // alone) and raise ForkedError. `try_write`: a thread of the parent that held the read
         // side when it forked does not exist here to release it.
-        let forked = self.inner.read_recursive().as_ref().and_then(|c| c.check_fork().err());
+        let forked = self
+            .inner
+            .read_recursive()
+            .as_ref()
+            .and_then(|c| c.check_fork().err());
         if let Some(e) = forked {
             self.closing.store(true, Ordering::Relaxed);
             if let Some(mut slot) = self.inner.try_write() {

@@ -43,9 +43,15 @@ pub fn key<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
     } else {
         let too_long = |len| engine_error(segcache_core::Error::KeyTooLong { len });
         Cow::Owned(
-            buffer_copy(v, "key", "str or a bytes-like object", MAX_KEY_LEN, too_long)?
-                .as_bytes()
-                .to_vec(),
+            buffer_copy(
+                v,
+                "key",
+                "str or a bytes-like object",
+                MAX_KEY_LEN,
+                too_long,
+            )?
+            .as_bytes()
+            .to_vec(),
         )
     };
     check_key_len(k.len())?;
