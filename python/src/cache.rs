@@ -12,6 +12,12 @@
 //!   done with the GIL held (small gets build their `bytes` inside `get_with`) never releases it.
 //! - The GIL is released for values of `BIG` bytes or more, `flush`, `expire`, `close` and
 //!   opening the cache (which may read a persisted heap).
+//!
+//! # fork()
+//! In a `fork()` child of the process that opened the cache, every method that reaches the
+//! engine raises `segcache.ForkedError` (reads included, rather than missing): the engine's
+//! check is one relaxed load, made in [`Cache::with`]. `close()` there lets the child's copy go
+//! (the engine's drop leaves the parent's file alone) and raises it too.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -59,14 +65,25 @@ struct SendPtr(*mut u8);
 unsafe impl Send for SendPtr {}
 
 impl Cache {
-    /// Runs `f` on the open engine, or raises `segcache.Closed`.
+    /// Runs `f` on the open engine, or raises `segcache.Closed` (after `close()`) or
+    /// `segcache.ForkedError` (in a `fork()` child of the process that opened it).
     #[inline(always)]
     fn with<R>(&self, f: impl FnOnce(&SharedCache) -> PyResult<R>) -> PyResult<R> {
         let guard = self.inner.read_recursive();
         match guard.as_ref() {
-            Some(c) if !self.closing.load(Ordering::Relaxed) => f(c),
+            Some(c) if !self.closing.load(Ordering::Relaxed) => {
+                c.check_fork().map_err(engine_error)?;
+                f(c)
+            }
             _ => Err(closed()),
         }
+    }
+
+    /// `Closed` or `ForkedError` as [`Cache::with`] would raise them, for a method that may not
+    /// reach the engine (an empty `set_many`, say).
+    #[inline]
+    fn usable(&self) -> PyResult<()> {
+        self.with(|_| Ok(()))
     }
 
     /// The value as a new `bytes`, or `None` on a miss.
@@ -111,7 +128,7 @@ impl Cache {
         flags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let k = key(k)?;
-        let v = value(v)?;
+        let v = value(v, self.segment_size)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
         self.with(|c| {
@@ -132,7 +149,7 @@ impl Cache {
         front: bool,
     ) -> PyResult<bool> {
         let k = key(k)?;
-        let v = value(v)?;
+        let v = value(v, self.segment_size)?;
         self.with(|c| {
             let (k, v) = (&*k, v.as_slice());
             // An append copies the whole item, whose size we do not know: release the GIL when
@@ -474,7 +491,7 @@ impl Cache {
         flags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<bool>> {
         let k = self::key(key)?;
-        let v = self::value(value)?;
+        let v = self::value(value, self.segment_size)?;
         let cas = convert::int_in_range(cas, "cas", 0, u64::MAX)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
@@ -603,6 +620,7 @@ impl Cache {
         ttl: Option<&Bound<'_, PyAny>>,
         flags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
+        self.usable()?;
         let ttl_d = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
         let pairs = if items.hasattr("items")? {
@@ -617,7 +635,7 @@ impl Cache {
             })?;
             let (k, v) = (t.get_item(0)?, t.get_item(1)?);
             let k = self::key(&k)?;
-            let v = self::value(&v)?;
+            let v = self::value(&v, self.segment_size)?;
             self.with(|c| {
                 let (k, v) = (&*k, v.as_slice());
                 detach_if_big(py, v.len(), || c.set(k, v, flags, ttl_d)).map_err(engine_error)
@@ -628,6 +646,7 @@ impl Cache {
 
     /// Removes every key given; the number that were there.
     fn delete_many(&self, keys: &Bound<'_, PyAny>) -> PyResult<usize> {
+        self.usable()?;
         let mut n = 0;
         for k in keys.try_iter()? {
             if self.delete(&k?)? {
@@ -676,6 +695,21 @@ impl Cache {
     /// Closes the cache: with `path`, writes what a warm restart needs and marks the file clean.
     /// Idempotent; every other method raises `segcache.Closed` afterwards.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        // In a fork() child: let the inherited engine go (its drop leaves the parent's file
+        // alone) and raise ForkedError. `try_write`: a thread of the parent that held the read
+        // side when it forked does not exist here to release it.
+        let forked = self
+            .inner
+            .read_recursive()
+            .as_ref()
+            .and_then(|c| c.check_fork().err());
+        if let Some(e) = forked {
+            self.closing.store(true, Ordering::Relaxed);
+            if let Some(mut slot) = self.inner.try_write() {
+                drop(slot.take());
+            }
+            return Err(engine_error(e));
+        }
         // The write lock is taken with the GIL released: readers that hold the read side may need
         // the GIL to finish.
         self.closing.store(true, Ordering::Relaxed);
@@ -719,8 +753,11 @@ impl Cache {
         self.policy.name()
     }
 
-    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
-        slf
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        if let Some(c) = slf.get().inner.read_recursive().as_ref() {
+            c.check_fork().map_err(engine_error)?;
+        }
+        Ok(slf)
     }
 
     #[pyo3(signature = (*_args))]
@@ -775,6 +812,7 @@ impl Cache {
 
     fn __repr__(&self) -> String {
         let state = match self.inner.read_recursive().as_ref() {
+            Some(c) if c.check_fork().is_err() => "forked".into(),
             Some(c) => format!("items={}", c.len()),
             None => "closed".into(),
         };

@@ -14,7 +14,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyFloat, PyInt, PyMemoryView, PyString, PyType};
 use segcache_core::MAX_KEY_LEN;
 
-use crate::errors::engine_error;
+use crate::errors::{engine_error, too_large};
 
 /// Longest TTL accepted: ten years. Expiry times are absolute u32 Unix seconds in the engine, so
 /// an unbounded TTL would wrap.
@@ -41,10 +41,17 @@ pub fn key<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
             Cow::Owned(s) => Cow::Owned(s.into_bytes()),
         }
     } else {
+        let too_long = |len| engine_error(segcache_core::Error::KeyTooLong { len });
         Cow::Owned(
-            buffer_copy(v, "key", "str or a bytes-like object")?
-                .as_bytes()
-                .to_vec(),
+            buffer_copy(
+                v,
+                "key",
+                "str or a bytes-like object",
+                MAX_KEY_LEN,
+                too_long,
+            )?
+            .as_bytes()
+            .to_vec(),
         )
     };
     check_key_len(k.len())?;
@@ -78,24 +85,38 @@ impl Value<'_, '_> {
     }
 }
 
+///
+/// A buffer longer than `segment_size` (which no item can fit in) raises `TooLarge` before it is
+/// copied, so that an oversized argument costs no copy of its size; the engine checks the exact
+/// limit (and, for `append`/`prepend`, the joined length) before it copies anything.
 #[inline]
-pub fn value<'a, 'py>(v: &'a Bound<'py, PyAny>) -> PyResult<Value<'a, 'py>> {
+pub fn value<'a, 'py>(v: &'a Bound<'py, PyAny>, segment_size: usize) -> PyResult<Value<'a, 'py>> {
     if let Ok(b) = v.cast::<PyBytes>() {
         return Ok(Value::Borrowed(b.as_bytes()));
     }
+    let too_large = |len| {
+        too_large(format!(
+            "value too large: {len} bytes, more than a whole segment ({segment_size} bytes)"
+        ))
+    };
     Ok(Value::Owned(buffer_copy(
         v,
         "value",
         "a bytes-like object (bytes, bytearray, memoryview, a buffer)",
+        segment_size,
+        too_large,
     )?))
 }
 
 /// `bytes(memoryview(v))`: a copy of any object with the buffer protocol. `str` and ints are
 /// refused (`bytes()` would encode or zero-fill them, which is never what a cache caller means).
+/// A buffer of more than `max` bytes raises `too_long(its length)` before anything is copied.
 fn buffer_copy<'py>(
     v: &Bound<'py, PyAny>,
     name: &str,
     what: &str,
+    max: usize,
+    too_long: impl FnOnce(usize) -> PyErr,
 ) -> PyResult<Bound<'py, PyBytes>> {
     let py = v.py();
     let refuse = || PyTypeError::new_err(format!("{name} must be {what}, not {}", type_name(v)));
@@ -117,6 +138,14 @@ fn buffer_copy<'py>(
         .map_err(|_| refuse())?;
         &view
     };
+    // The length in bytes, read without a copy: a bytearray's own, a memoryview's `nbytes`.
+    let len = match src.cast::<PyByteArray>() {
+        Ok(b) => b.len(),
+        Err(_) => src.getattr("nbytes")?.extract::<usize>()?,
+    };
+    if len > max {
+        return Err(too_long(len));
+    }
     // SAFETY: as above; PyBytes_FromObject copies the buffer (under the GIL, so a bytearray
     // cannot be resized meanwhile) into a new `bytes` reference, or returns NULL.
     let bytes =

@@ -40,9 +40,15 @@ pub fn engine_error(e: Error) -> PyErr {
         Error::BadFile { .. } => "BadFile",
         Error::Locked { .. } => "Locked",
         Error::Map { .. } => "MapError",
+        Error::Forked => "ForkedError",
         _ => "Error",
     };
     raise(name, msg)
+}
+
+/// `segcache.TooLarge` for an argument refused before it reaches the engine.
+pub fn too_large(msg: String) -> PyErr {
+    raise("TooLarge", msg)
 }
 
 /// Raised by every method after `close()`.

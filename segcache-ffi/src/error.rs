@@ -59,6 +59,10 @@ impl From<segcache_core::Error> for Fail {
                 Fail::of(status)
             }
             E::EmptyKey => Fail::invalid(c"key is empty"),
+            E::Forked => Fail::new(
+                status,
+                c"cache used in a child process after fork(): open a new cache in this process",
+            ),
             other => Fail::owned(status, other.to_string()),
         }
     }

@@ -39,7 +39,9 @@ pub(crate) fn run(body: impl FnOnce() -> Result<(), Fail>) -> segcache_status_t 
     }
 }
 
-/// [`run`] with the handle checked first: `body` gets the live handle behind `cache`.
+/// [`run`] with the handle checked first: `body` gets the live handle behind `cache`, or the call
+/// returns `SEGCACHE_FORKED` in a `fork()` child of the process that opened it (before `body`
+/// runs, so that a read there is refused rather than answered as a miss).
 ///
 /// # Safety
 /// `cache` is NULL or a live handle (see [`args::handle`]).
@@ -51,6 +53,7 @@ pub(crate) unsafe fn run_with(
     run(|| {
         // SAFETY: the function's contract.
         let h = unsafe { args::handle(cache) }?;
+        h.cache.check_fork()?;
         body(h)
     })
 }

@@ -20,6 +20,10 @@ const MAGIC: u64 = 0x5345_4743_4143_4845; // "SEGCACHE"
 ///
 /// Thread safety: every function except `segcache_close` may be called on the same handle from
 /// any number of threads at once (reads of one shard run in parallel; writes lock one shard).
+///
+/// Processes: a handle belongs to the process that opened it. In a `fork()` child every call on
+/// an inherited handle returns `SEGCACHE_FORKED`, reads included; `segcache_close` there frees it
+/// without touching the cache or its persistence file. Open a new cache in the child instead.
 pub struct segcache_t {
     magic: u64,
     pub(crate) cache: SharedCache,
@@ -218,6 +222,10 @@ pub unsafe extern "C" fn segcache_open(
 /// Closes the cache and frees the handle. With a persistence file, writes what a warm restart
 /// needs and marks the file clean; a failure there is returned (`SEGCACHE_IO_ERROR`), but the
 /// handle is freed in every case except `SEGCACHE_INVALID_ARGUMENT` (NULL or not a live handle).
+///
+/// In a `fork()` child of the process that opened the cache it frees the child's copy of the
+/// handle without writing to the cache or its file (the parent's stay as they were) and returns
+/// `SEGCACHE_FORKED`.
 ///
 /// Ownership: takes the handle; it must not be used afterwards.
 /// Thread safety: call it once, after every other call on this handle has returned.

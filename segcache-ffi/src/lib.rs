@@ -14,6 +14,8 @@
 //!   calling thread.
 //! - Keys, values and paths are borrowed for the duration of the call only; the library copies what
 //!   it keeps.
+//! - A handle used in a `fork()` child of the process that opened it returns `SEGCACHE_FORKED`
+//!   from every call (`segcache_close` frees it there and leaves the cache's file alone).
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

@@ -43,13 +43,18 @@ pub enum segcache_status_t {
     SEGCACHE_PANIC = 15,
     /// An engine error this version of the C API does not know.
     SEGCACHE_INTERNAL_ERROR = 16,
+    /// The handle was opened in another process and inherited across `fork()`. In the child,
+    /// every call on it returns this, reads included; `segcache_close` there frees the handle
+    /// without touching the cache or its persistence file (and returns this too). Open a new
+    /// cache in the child instead.
+    SEGCACHE_FORKED = 17,
 }
 
 use segcache_status_t::*;
 
 impl segcache_status_t {
     /// Every status, by value.
-    pub const ALL: [segcache_status_t; 17] = [
+    pub const ALL: [segcache_status_t; 18] = [
         SEGCACHE_OK,
         SEGCACHE_NOT_FOUND,
         SEGCACHE_EXISTS,
@@ -67,6 +72,7 @@ impl segcache_status_t {
         SEGCACHE_BUFFER_TOO_SMALL,
         SEGCACHE_PANIC,
         SEGCACHE_INTERNAL_ERROR,
+        SEGCACHE_FORKED,
     ];
 
     /// A short static description, NUL-terminated for C.
@@ -89,6 +95,7 @@ impl segcache_status_t {
             SEGCACHE_BUFFER_TOO_SMALL => c"buffer too small for the value",
             SEGCACHE_PANIC => c"internal panic (a bug in segcache)",
             SEGCACHE_INTERNAL_ERROR => c"internal error",
+            SEGCACHE_FORKED => c"cache handle used in a child process after fork()",
         }
     }
 }
@@ -110,6 +117,7 @@ pub(crate) fn status_of(e: &segcache_core::Error) -> segcache_status_t {
         E::BadFile { .. } => SEGCACHE_BAD_FILE,
         E::Locked { .. } => SEGCACHE_LOCKED,
         E::Map { .. } => SEGCACHE_MAP_FAILED,
+        E::Forked => SEGCACHE_FORKED,
         _ => SEGCACHE_INTERNAL_ERROR,
     }
 }
@@ -170,6 +178,7 @@ mod tests {
                 },
                 SEGCACHE_MAP_FAILED,
             ),
+            (E::Forked, SEGCACHE_FORKED),
         ];
         for (e, want) in cases {
             assert_eq!(status_of(&e), want, "{e:?}");

@@ -11,6 +11,8 @@
  *   SEGCACHE_INVALID_ARGUMENT; any status other than SEGCACHE_OK leaves a message for
  *   segcache_last_error() on the calling thread.
  * - A segcache_t may be used from any number of threads at once, except segcache_close.
+ * - A segcache_t belongs to the process that opened it: in a fork() child every call on it returns
+ *   SEGCACHE_FORKED (segcache_close frees it there and leaves the cache's file alone).
  * - No panic of the Rust implementation unwinds into C: it becomes SEGCACHE_PANIC.
  */
 
@@ -108,6 +110,13 @@ typedef enum segcache_status_t {
    * An engine error this version of the C API does not know.
    */
   SEGCACHE_INTERNAL_ERROR = 16,
+  /**
+   * The handle was opened in another process and inherited across `fork()`. In the child,
+   * every call on it returns this, reads included; `segcache_close` there frees the handle
+   * without touching the cache or its persistence file (and returns this too). Open a new
+   * cache in the child instead.
+   */
+  SEGCACHE_FORKED = 17,
 } segcache_status_t;
 
 /**
@@ -154,6 +163,10 @@ typedef enum segcache_policy_t {
  *
  * Thread safety: every function except `segcache_close` may be called on the same handle from
  * any number of threads at once (reads of one shard run in parallel; writes lock one shard).
+ *
+ * Processes: a handle belongs to the process that opened it. In a `fork()` child every call on
+ * an inherited handle returns `SEGCACHE_FORKED`, reads included; `segcache_close` there frees it
+ * without touching the cache or its persistence file. Open a new cache in the child instead.
  */
 typedef struct segcache_t segcache_t;
 
@@ -343,7 +356,7 @@ typedef struct segcache_stats_t {
 /**
  * Every status, by value.
  */
-#define segcache_status_t_ALL { SEGCACHE_OK, SEGCACHE_NOT_FOUND, SEGCACHE_EXISTS, SEGCACHE_NOT_STORED, SEGCACHE_TOO_LARGE, SEGCACHE_KEY_TOO_LONG, SEGCACHE_NO_MEMORY, SEGCACHE_NOT_NUMERIC, SEGCACHE_INVALID_ARGUMENT, SEGCACHE_INVALID_CONFIG, SEGCACHE_IO_ERROR, SEGCACHE_BAD_FILE, SEGCACHE_LOCKED, SEGCACHE_MAP_FAILED, SEGCACHE_BUFFER_TOO_SMALL, SEGCACHE_PANIC, SEGCACHE_INTERNAL_ERROR, }
+#define segcache_status_t_ALL { SEGCACHE_OK, SEGCACHE_NOT_FOUND, SEGCACHE_EXISTS, SEGCACHE_NOT_STORED, SEGCACHE_TOO_LARGE, SEGCACHE_KEY_TOO_LONG, SEGCACHE_NO_MEMORY, SEGCACHE_NOT_NUMERIC, SEGCACHE_INVALID_ARGUMENT, SEGCACHE_INVALID_CONFIG, SEGCACHE_IO_ERROR, SEGCACHE_BAD_FILE, SEGCACHE_LOCKED, SEGCACHE_MAP_FAILED, SEGCACHE_BUFFER_TOO_SMALL, SEGCACHE_PANIC, SEGCACHE_INTERNAL_ERROR, SEGCACHE_FORKED, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -420,6 +433,10 @@ enum segcache_status_t segcache_open(const struct segcache_config_t *config, str
  * Closes the cache and frees the handle. With a persistence file, writes what a warm restart
  * needs and marks the file clean; a failure there is returned (`SEGCACHE_IO_ERROR`), but the
  * handle is freed in every case except `SEGCACHE_INVALID_ARGUMENT` (NULL or not a live handle).
+ *
+ * In a `fork()` child of the process that opened the cache it frees the child's copy of the
+ * handle without writing to the cache or its file (the parent's stay as they were) and returns
+ * `SEGCACHE_FORKED`.
  *
  * Ownership: takes the handle; it must not be used afterwards.
  * Thread safety: call it once, after every other call on this handle has returned.

@@ -9,6 +9,9 @@
 //   which carries the status and segcache_last_error()'s message.
 // - Thread safety: as the C API: one Cache may be used from many threads at once; moving,
 //   close() and destruction must not race with other calls.
+// - fork(): in a child, every call on a Cache opened before the fork throws segcache::Error
+//   with status SEGCACHE_FORKED (reads included); close() there frees the child's copy (and
+//   throws), the destructor frees it silently, and neither touches the parent's cache or file.
 #ifndef SEGCACHE_HPP
 #define SEGCACHE_HPP
 

@@ -10,6 +10,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "segcache.h"
@@ -70,14 +72,15 @@ static void test_version_and_strerror(void) {
     const char *v = segcache_version();
     CHECK(v != NULL && strncmp(v, "0.", 2) == 0);
     CHECK(SEGCACHE_ABI_VERSION == 0);
-    for (int s = SEGCACHE_OK; s <= SEGCACHE_INTERNAL_ERROR; s++) {
+    for (int s = SEGCACHE_OK; s <= SEGCACHE_FORKED; s++) {
         const char *m = segcache_strerror(s);
         CHECK(m != NULL && m[0] != '\0' && strcmp(m, "unknown status") != 0);
         for (int t = SEGCACHE_OK; t < s; t++) CHECK(strcmp(segcache_strerror(t), m) != 0);
     }
     CHECK(strcmp(segcache_strerror(SEGCACHE_NOT_FOUND), "not found") == 0);
     CHECK(strcmp(segcache_strerror(-1), "unknown status") == 0);
-    CHECK(strcmp(segcache_strerror(SEGCACHE_INTERNAL_ERROR + 1), "unknown status") == 0);
+    CHECK(strstr(segcache_strerror(SEGCACHE_FORKED), "fork") != NULL);
+    CHECK(strcmp(segcache_strerror(SEGCACHE_FORKED + 1), "unknown status") == 0);
     CHECK(strcmp(segcache_strerror(1 << 30), "unknown status") == 0);
 }
 
@@ -830,6 +833,388 @@ static void test_persistence(void) {
     rmdir(dir);
 }
 
+/* ---- arguments too large to store: refused before anything is copied ---- */
+
+/* The longest value `key` can hold in `c` with non-zero flags (found with sets; the key is left
+ * holding it). */
+static size_t max_value_len(segcache_t *c, const char *key, uint8_t *buf, size_t cap) {
+    size_t lo = 0, hi = cap; /* lo fits; hi + 1 does not */
+    while (lo < hi) {
+        size_t mid = lo + (hi - lo + 1) / 2;
+        if (segcache_set(c, K(key), buf, mid, 5, 0) == SEGCACHE_OK) lo = mid;
+        else hi = mid - 1;
+    }
+    CHECK_ST(segcache_set(c, K(key), buf, lo, 5, 0), SEGCACHE_OK);
+    return lo;
+}
+
+static void test_oversized_arguments(void) {
+    const size_t seg = 256u << 10;
+    segcache_t *c = open_small(0);
+    uint8_t *big = calloc(1, seg + 1);
+    CHECK(big != NULL);
+    memset(big, 'z', seg + 1);
+    const size_t max = max_value_len(c, "m", big, seg + 1);
+    CHECK(max > seg / 2 && max < seg);
+    CHECK_ST(segcache_set(c, K("m"), big, max + 1, 5, 0), SEGCACHE_TOO_LARGE);
+
+    char buf[64];
+    segcache_meta_t meta;
+    CHECK_ST(segcache_set(c, K("m"), K("old"), 5, 0), SEGCACHE_OK);
+    /* the argument alone one byte over the largest value */
+    CHECK_ST(segcache_append(c, K("m"), big, max + 1), SEGCACHE_TOO_LARGE);
+    CHECK(strstr(segcache_last_error(), "too large") != NULL);
+    CHECK_ST(segcache_prepend(c, K("m"), big, max + 1), SEGCACHE_TOO_LARGE);
+    CHECK_ST(segcache_append(c, K("absent"), big, max + 1), SEGCACHE_TOO_LARGE);
+    /* each part fits, the joined value is one byte over */
+    CHECK_ST(segcache_append(c, K("m"), big, max - 3 + 1), SEGCACHE_TOO_LARGE);
+    CHECK_ST(segcache_prepend(c, K("m"), big, max - 3 + 1), SEGCACHE_TOO_LARGE);
+    CHECK_ST(get_str(c, "m", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "old") == 0 && meta.flags == 5);
+    /* exactly the largest joined value still fits */
+    CHECK_ST(segcache_append(c, K("m"), big, max - 3), SEGCACHE_OK);
+    size_t len = 0;
+    CHECK_ST(segcache_get(c, K("m"), NULL, 0, &len, NULL), SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(len == max);
+    free(big);
+
+    /* A terabyte argument: address space only (reads would see zero pages). The library must
+     * refuse it by its length, without copying or allocating anything of its size: the old
+     * append allocated old + new bytes first, which fails (and aborts) at this size. */
+    const size_t huge = (size_t)1 << 40;
+    void *map = mmap(NULL, huge, PROT_READ, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (map == MAP_FAILED) {
+        /* valgrind caps the address space it manages; plain and ASan runs take this path */
+        printf("test_oversized_arguments: no 1 TiB mapping here, huge-argument cases skipped\n");
+    } else {
+        const uint8_t *h = map;
+        CHECK_ST(segcache_set(c, K("h"), K("small"), 7, 0), SEGCACHE_OK);
+        CHECK_ST(segcache_append(c, K("h"), h, huge), SEGCACHE_TOO_LARGE);
+        CHECK_ST(segcache_prepend(c, K("h"), h, huge), SEGCACHE_TOO_LARGE);
+        CHECK_ST(segcache_append(c, K("absent"), h, huge), SEGCACHE_TOO_LARGE);
+        CHECK_ST(segcache_set(c, K("h"), h, huge, 0, 0), SEGCACHE_TOO_LARGE);
+        CHECK_ST(segcache_set(c, K("new"), h, huge, 0, 0), SEGCACHE_TOO_LARGE);
+        CHECK_ST(segcache_add(c, K("new"), h, huge, 0, 0), SEGCACHE_TOO_LARGE);
+        CHECK_ST(segcache_replace(c, K("h"), h, huge, 0, 0), SEGCACHE_TOO_LARGE);
+        segcache_meta_t hm;
+        CHECK_ST(get_str(c, "h", buf, sizeof buf, &hm), SEGCACHE_OK);
+        CHECK(strcmp(buf, "small") == 0 && hm.flags == 7);
+        CHECK_ST(segcache_cas(c, K("h"), h, huge, 0, 0, hm.cas), SEGCACHE_TOO_LARGE);
+        CHECK_ST(get_str(c, "h", buf, sizeof buf, &meta), SEGCACHE_OK);
+        CHECK(strcmp(buf, "small") == 0 && meta.flags == 7 && meta.cas == hm.cas);
+        CHECK_ST(segcache_contains(c, K("new")), SEGCACHE_NOT_FOUND);
+        munmap(map, huge);
+    }
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+/* ---- rewrites of one key whose records have the same length but other header layouts ----
+ * Client flags take 4 bytes of a record only when they are not 0, so `flags=1 "a"` and
+ * `flags=0 "bbbbb"` make records of one length: every get must still return the last store. */
+
+/* Whether `key` holds exactly `want` (`want_len` bytes) with `flags`; prints why not. */
+static int holds(segcache_t *c, const char *key, const char *want, size_t want_len, uint32_t flags) {
+    uint8_t buf[1024];
+    size_t len = 0;
+    segcache_meta_t meta;
+    segcache_status_t st = segcache_get(c, K(key), buf, sizeof buf, &len, &meta);
+    if (st != SEGCACHE_OK) {
+        fprintf(stderr, "  get %s: %s, want \"%.*s\" flags %u\n", key, segcache_strerror(st), (int)want_len, want, flags);
+        return 0;
+    }
+    if (len != want_len || memcmp(buf, want, len) != 0 || meta.flags != flags) {
+        fprintf(stderr, "  get %s: \"%.*s\" flags %u, want \"%.*s\" flags %u\n", key, (int)len, (const char *)buf,
+                meta.flags, (int)want_len, want, flags);
+        return 0;
+    }
+    return 1;
+}
+
+#define HOLDS(c, key, want, flags) CHECK(holds((c), (key), (want), strlen(want), (flags)))
+
+/* The value of round `r` of key `i` at base length `len`: `len + 4` bytes when `flags` is 0, so
+ * that every round's record has the same length. */
+static size_t rewrite_value(char *out, int i, size_t len, int r, uint32_t flags) {
+    size_t n = flags == 0 ? len + 4 : len;
+    for (size_t b = 0; b < n; b++) out[b] = (char)('A' + (i * 7 + r * 5 + (int)b) % 26);
+    if (n > 0) out[0] = (char)('0' + r);
+    return n;
+}
+
+/* Alternates flags 0 and non-0 over rounds (starting with either), checking each get right
+ * after the store and every key at the end. */
+static void rewrite_loop(segcache_t *c) {
+    static const size_t lens[] = {0, 1, 2, 3, 4, 5, 7, 8, 12, 16, 31, 60, 100, 200, 500};
+    const int nlens = (int)(sizeof lens / sizeof lens[0]);
+    const int keys = 40, rounds = 5;
+    char key[32], val[600];
+    int bad = 0;
+    for (int i = 0; i < keys; i++) {
+        for (int l = 0; l < nlens; l++) {
+            snprintf(key, sizeof key, "rw-%d-%zu", i, lens[l]);
+            for (int r = 0; r < rounds; r++) {
+                uint32_t flags = ((r + i) % 2 == 0) ? 0 : (uint32_t)(1 + i + r * 1000);
+                size_t n = rewrite_value(val, i, lens[l], r, flags);
+                if (segcache_set(c, K(key), (const uint8_t *)val, n, flags, 0) != SEGCACHE_OK) bad++;
+                if (!holds(c, key, val, n, flags) && bad++ < 10) fprintf(stderr, "  (%s, round %d)\n", key, r);
+            }
+        }
+    }
+    for (int i = 0; i < keys; i++) {
+        for (int l = 0; l < nlens; l++) {
+            snprintf(key, sizeof key, "rw-%d-%zu", i, lens[l]);
+            int r = rounds - 1;
+            uint32_t flags = ((r + i) % 2 == 0) ? 0 : (uint32_t)(1 + i + r * 1000);
+            size_t n = rewrite_value(val, i, lens[l], r, flags);
+            if (!holds(c, key, val, n, flags)) bad++;
+        }
+    }
+    CHECK(bad == 0);
+}
+
+static void rewrite_cases(segcache_t *c) {
+    /* flags 1 "a" -> flags 0 "bbbbb" (same record length) */
+    CHECK_ST(segcache_set(c, K("k"), K("a"), 1, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("k"), K("bbbbb"), 0, 0), SEGCACHE_OK);
+    HOLDS(c, "k", "bbbbb", 0);
+    /* flags 0 "WXYZy" -> flags 7 "N" */
+    CHECK_ST(segcache_set(c, K("j"), K("WXYZy"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("j"), K("N"), 7, 0), SEGCACHE_OK);
+    HOLDS(c, "j", "N", 7);
+    /* and back again */
+    CHECK_ST(segcache_set(c, K("j"), K("QRSTU"), 0, 0), SEGCACHE_OK);
+    HOLDS(c, "j", "QRSTU", 0);
+    HOLDS(c, "k", "bbbbb", 0);
+
+    rewrite_loop(c);
+
+    /* append and prepend on rewritten items keep the last store's flags */
+    CHECK_ST(segcache_set(c, K("ap"), K("xy"), 3, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("ap"), K("abcdef"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_append(c, K("ap"), K("!")), SEGCACHE_OK);
+    HOLDS(c, "ap", "abcdef!", 0);
+    CHECK_ST(segcache_prepend(c, K("ap"), K("<")), SEGCACHE_OK);
+    HOLDS(c, "ap", "<abcdef!", 0);
+    CHECK_ST(segcache_set(c, K("pp"), K("abcdef"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("pp"), K("xy"), 9, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_prepend(c, K("pp"), K("<")), SEGCACHE_OK);
+    HOLDS(c, "pp", "<xy", 9);
+    CHECK_ST(segcache_append(c, K("pp"), K("!")), SEGCACHE_OK);
+    HOLDS(c, "pp", "<xy!", 9);
+
+    /* incr and decr on rewritten items; the results rewrite them once more */
+    uint64_t v = 0;
+    CHECK_ST(segcache_set(c, K("n"), K("1"), 5, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("n"), K("12345"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_incr(c, K("n"), 1, &v), SEGCACHE_OK);
+    CHECK(v == 12346);
+    HOLDS(c, "n", "12346", 0);
+    CHECK_ST(segcache_set(c, K("m"), K("10000"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("m"), K("7"), 2, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_incr(c, K("m"), 3, &v), SEGCACHE_OK);
+    CHECK(v == 10);
+    HOLDS(c, "m", "10", 2);
+    CHECK_ST(segcache_decr(c, K("m"), 1, &v), SEGCACHE_OK);
+    CHECK(v == 9);
+    HOLDS(c, "m", "9", 2);
+
+    /* touch on a rewritten item keeps its value and flags */
+    segcache_meta_t meta = {0};
+    CHECK_ST(segcache_set(c, K("t"), K("v"), 4, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("t"), K("vvvvv"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_touch(c, K("t"), 1000), SEGCACHE_OK);
+    HOLDS(c, "t", "vvvvv", 0);
+    CHECK_ST(segcache_set(c, K("u"), K("wwwww"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("u"), K("w"), 6, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_touch(c, K("u"), 1000), SEGCACHE_OK);
+    HOLDS(c, "u", "w", 6);
+    char buf[64];
+    CHECK_ST(get_str(c, "u", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(meta.ttl >= 1 && meta.ttl <= 1000 && meta.expire_at != 0);
+}
+
+/* What rewrite_cases left, after a restart from the file. */
+static void rewrite_cases_reopened(segcache_t *c) {
+    HOLDS(c, "k", "bbbbb", 0);
+    HOLDS(c, "j", "QRSTU", 0);
+    HOLDS(c, "ap", "<abcdef!", 0);
+    HOLDS(c, "pp", "<xy!", 9);
+    HOLDS(c, "n", "12346", 0);
+    HOLDS(c, "m", "9", 2);
+    HOLDS(c, "t", "vvvvv", 0);
+    HOLDS(c, "u", "w", 6);
+}
+
+static void test_rewrites(void) {
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK); /* the default configuration */
+    rewrite_cases(c);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+
+    char dir[] = "/tmp/segcache-c-rewrite-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/cache.dat", dir);
+    cfg.heap_size = 8u << 20;
+    cfg.segment_size = 256u << 10;
+    cfg.shards = 2;
+    cfg.path = path;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    rewrite_cases(c);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    rewrite_cases_reopened(c);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* ---- fork: a handle inherited by a child refuses every call there ---- */
+
+static void count_item(void *ud, const segcache_item_t *item) {
+    (void)item;
+    (*(int *)ud)++;
+}
+
+static void count_many(void *ud, size_t index, const segcache_item_t *item) {
+    (void)index;
+    (void)item;
+    (*(int *)ud)++;
+}
+
+/* In the child: every call on the inherited `c` must return SEGCACHE_FORKED, reads included,
+ * and close must free it. Returns how many calls did otherwise. */
+static int child_uses_inherited(segcache_t *c) {
+    int bad = 0, calls = 0;
+#define FORKED(call)                                                                          \
+    do {                                                                                      \
+        segcache_status_t st_ = (call);                                                       \
+        if (st_ != SEGCACHE_FORKED) {                                                         \
+            bad++;                                                                            \
+            fprintf(stderr, "fork child: %s returned %s\n", #call, segcache_strerror(st_));   \
+        } else if (strstr(segcache_last_error(), "fork") == NULL) {                           \
+            bad++;                                                                            \
+            fprintf(stderr, "fork child: %s: message %s\n", #call, segcache_last_error());    \
+        }                                                                                     \
+    } while (0)
+    uint8_t buf[64];
+    size_t len = 0, n = 0;
+    uint32_t now = 0;
+    uint64_t v = 0;
+    segcache_meta_t meta;
+    segcache_stats_t stats;
+    const uint8_t *keys[] = {(const uint8_t *)"k", (const uint8_t *)"n"};
+    const size_t key_lens[] = {1, 1};
+    FORKED(segcache_get(c, K("k"), buf, sizeof buf, &len, &meta));
+    FORKED(segcache_get(c, K("absent"), buf, sizeof buf, &len, &meta));
+    FORKED(segcache_get_with(c, K("k"), count_item, &calls));
+    FORKED(segcache_get_many(c, keys, key_lens, 2, count_many, &calls, &n));
+    FORKED(segcache_contains(c, K("k")));
+    FORKED(segcache_get_and_touch(c, K("k"), 10, buf, sizeof buf, &len, &meta));
+    FORKED(segcache_stats(c, &stats));
+    FORKED(segcache_len(c, &n));
+    FORKED(segcache_now(c, &now));
+    FORKED(segcache_set(c, K("k"), K("child"), 0, 0));
+    FORKED(segcache_set(c, K("new"), K("child"), 0, 0));
+    FORKED(segcache_add(c, K("add"), K("child"), 0, 0));
+    FORKED(segcache_replace(c, K("k"), K("child"), 0, 0));
+    FORKED(segcache_cas(c, K("k"), K("child"), 0, 0, 1));
+    FORKED(segcache_append(c, K("k"), K("x")));
+    FORKED(segcache_prepend(c, K("k"), K("x")));
+    FORKED(segcache_incr(c, K("n"), 1, &v));
+    FORKED(segcache_decr(c, K("n"), 1, &v));
+    FORKED(segcache_delete(c, K("k")));
+    FORKED(segcache_touch(c, K("k"), 5));
+    FORKED(segcache_flush(c));
+    FORKED(segcache_flush_after(c, 5));
+    FORKED(segcache_expire(c, &n));
+    FORKED(segcache_advance_clock(c, 5));
+    /* freeing the inherited handle is allowed, and leaves the parent's cache and file alone */
+    FORKED(segcache_close(c));
+#undef FORKED
+    if (calls != 0) bad++;
+    /* a cache opened in the child works */
+    segcache_t *mine = open_small(0);
+    if (segcache_set(mine, K("k"), K("mine"), 0, 0) != SEGCACHE_OK) bad++;
+    if (segcache_get(mine, K("k"), buf, sizeof buf, &len, NULL) != SEGCACHE_OK || len != 4 ||
+        memcmp(buf, "mine", 4) != 0)
+        bad++;
+    if (segcache_close(mine) != SEGCACHE_OK) bad++;
+    return bad;
+}
+
+/* The parent's items: p0..p999 (value and flags from the index), k and n. */
+static int parent_items_intact(segcache_t *c) {
+    char key[32], val[32];
+    int bad = 0;
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "p%d", i);
+        snprintf(val, sizeof val, "value-%d", i);
+        if (!holds(c, key, val, strlen(val), (uint32_t)i)) bad++;
+    }
+    if (!holds(c, "k", "parent", 6, 1)) bad++;
+    return bad;
+}
+
+static void fork_case(const char *path) {
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 4u << 20;
+    cfg.segment_size = 256u << 10;
+    cfg.shards = 2;
+    cfg.path = path;
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    char key[32], val[32];
+    for (int i = 0; i < 1000; i++) {
+        snprintf(key, sizeof key, "p%d", i);
+        snprintf(val, sizeof val, "value-%d", i);
+        CHECK_ST(segcache_set(c, K(key), K(val), (uint32_t)i, 0), SEGCACHE_OK);
+    }
+    CHECK_ST(segcache_set(c, K("k"), K("parent"), 1, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("n"), K("1"), 0, 0), SEGCACHE_OK);
+
+    fflush(stdout);
+    fflush(stderr);
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) _exit(child_uses_inherited(c) == 0 ? 0 : 1); /* no atexit handlers, no flush */
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+
+    /* the parent's cache is as it was, and works */
+    CHECK(parent_items_intact(c) == 0);
+    uint64_t v = 0;
+    CHECK_ST(segcache_incr(c, K("n"), 1, &v), SEGCACHE_OK);
+    CHECK(v == 2);
+    size_t n = 0;
+    CHECK_ST(segcache_len(c, &n), SEGCACHE_OK);
+    CHECK(n == 1002);
+    CHECK_ST(segcache_set(c, K("after"), K("fork"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    if (path != NULL) { /* the child's close did not seal or change the file: it reopens warm */
+        CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+        CHECK(parent_items_intact(c) == 0);
+        CHECK(holds(c, "after", "fork", 4, 0));
+        CHECK(holds(c, "n", "2", 1, 0));
+        CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    }
+}
+
+static void test_fork(void) {
+    fork_case(NULL);
+    char dir[] = "/tmp/segcache-c-fork-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char path[256];
+    snprintf(path, sizeof path, "%s/cache.dat", dir);
+    fork_case(path);
+    unlink(path);
+    rmdir(dir);
+}
+
 int main(void) {
     test_version_and_strerror();
     test_config_default();
@@ -848,6 +1233,9 @@ int main(void) {
     test_panic();
     test_threads();
     test_persistence();
+    test_oversized_arguments();
+    test_fork();
+    test_rewrites();
     printf("test_segcache: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

@@ -6,6 +6,9 @@
 #include <thread>
 #include <vector>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include "segcache.hpp"
 
 static int passed, failed;
@@ -149,6 +152,36 @@ int main() {
         CHECK(c.get("counter")->value == "8000");
         CHECK(c.get("k3-1999")->value == "1999");
         CHECK(c.size() == 8001);
+    }
+    {
+        // a Cache inherited across fork() throws SEGCACHE_FORKED from every call in the child,
+        // and its destructor there frees the child's copy; the parent's stays as it was
+        segcache::Cache c(small());
+        c.set("k", "parent", 3);
+        std::fflush(stdout);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            int bad = 0;
+            auto forked = [&](auto &&f) { bad += thrown(f) != SEGCACHE_FORKED; };
+            forked([&] { c.get("k"); });
+            forked([&] { c.contains("k"); });
+            forked([&] { c.get_many({"k"}); });
+            forked([&] { c.size(); });
+            forked([&] { c.stats(); });
+            forked([&] { c.set("k", "child"); });
+            forked([&] { c.append("k", "x"); });
+            forked([&] { c.incr("n"); });
+            forked([&] { c.del("k"); });
+            forked([&] { c.flush(); });
+            forked([&] { c.close(); });  // freed, and reported
+            bad += c.is_open();
+            _exit(bad == 0 ? 0 : 1);
+        }
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        auto it = c.get("k");
+        CHECK(it && it->value == "parent" && it->flags == 3);
     }
     std::printf("test_segcache_hpp: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

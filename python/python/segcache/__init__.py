@@ -19,6 +19,7 @@ from ._errors import (
     EmptyKey,
     Error,
     Exists,
+    ForkedError,
     InvalidConfig,
     KeyTooLong,
     Locked,
@@ -46,4 +47,5 @@ __all__ = [
     "MAX_KEY_LEN", "MAX_SEGMENT_SIZE", "MIN_SEGMENT_SIZE", "MAX_TTL", "__version__",
     "Error", "Closed", "NotFound", "Exists", "NotStored", "TooLarge", "KeyTooLong", "EmptyKey",
     "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "MapError",
+    "ForkedError",
 ]

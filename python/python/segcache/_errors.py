@@ -66,7 +66,16 @@ class MapError(Error, MemoryError):
     """Anonymous memory for the heap could not be mapped."""
 
 
+class ForkedError(Error, RuntimeError):
+    """The cache was opened in another process and inherited across `os.fork()`: every method
+    raises this in the child, reads included (a child writing to its parent's cache would share
+    a file's mapping without its locks, or write to a private copy nobody else sees). Open a new
+    `Cache` in the child instead; dropping or closing the inherited one there leaves the
+    parent's cache and file alone."""
+
+
 __all__ = [
     "Error", "Closed", "NotFound", "Exists", "NotStored", "TooLarge", "KeyTooLong", "EmptyKey",
     "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "MapError",
+    "ForkedError",
 ]

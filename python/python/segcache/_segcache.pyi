@@ -33,7 +33,10 @@ class ManualClock:
     def now(self) -> int: ...
 
 class Cache:
-    """A thread-safe segment-structured cache. Values come back as `bytes`."""
+    """A thread-safe segment-structured cache. Values come back as `bytes`.
+
+    A cache belongs to the process that opened it: in an `os.fork()` child every method of an
+    inherited one raises `segcache.ForkedError` (reads included); open a new one there."""
 
     def __init__(
         self,
