@@ -555,7 +555,13 @@ impl Segcache {
         self.rewrite(key, Error::NotFound, |old, out| {
             let n = parse_decimal(old).ok_or(Error::NotNumeric)?;
             result = op(n);
-            out.extend_from_slice(format_decimal(result, &mut [0; 20]));
+            let mut buf = [0; 20];
+            let digits = format_decimal(result, &mut buf);
+            out.extend_from_slice(digits);
+            // As memcached: a number that got shorter keeps the old length, padded with spaces
+            // (memcached writes it in place; here the record keeps its size, so the store is a
+            // rewrite in place too). Reads of it as a number skip the spaces.
+            out.resize(old.len().max(digits.len()), b' ');
             Ok(())
         })?;
         Ok(result)

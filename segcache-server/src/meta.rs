@@ -283,8 +283,9 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8],
                 out.extend_from_slice(b" t");
                 let ttl = match (order.before, current) {
                     (Some(before), _) if !ttl_applied => before,
-                    // A later token changes it again: report it as it stands here.
-                    (_, Some(now)) if ttl_token_in(rest, order.created) => now,
+                    // A later token changes it again, or this one expired the item (returned
+                    // this once): report it as it stands here.
+                    (_, Some(now)) if now == -1 || ttl_token_in(rest, order.created) => now,
                     _ => i.ttl,
                 };
                 put_i64(out, ttl);
@@ -387,7 +388,8 @@ fn t_before_ttl(f: &MetaFlags<'_>) -> bool {
     while let Some(tok) = next_token(&mut rest) {
         match tok[0] {
             b't' => return true,
-            b'T' | b'N' => return false,
+            // (`N` changes the TTL only of an item the request creates, which has none before.)
+            b'T' => return false,
             _ => {}
         }
     }
@@ -424,8 +426,8 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
         if f.vivify.is_some() {
             // The first client to miss creates an empty placeholder and wins (W) the right to
             // fill it. Its TTL is the last of N and T (memcached applies both, in order).
-            // It is created with N's TTL, then T and N apply in order.
-            let order = TtlOrder { before: remaining(f.vivify, cache.now()), created: true, now: cache.now() };
+            // memcached creates it with no TTL, then applies T and N in their order.
+            let order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
             let expiry = last_ttl_token(f, true).map(|n| Expiry::from_exptime(n, cache.now()));
             if let Some(expiry) = expiry {
                 // One that expires on arrival is still returned this once, as memcached does.
@@ -607,7 +609,10 @@ fn meta_debug(key: &[u8], key_token: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let found = ctx.shared.cache.get_with(key, |item| {
         let info = Info::of(&item);
         out.extend_from_slice(b"ME ");
-        out.extend_from_slice(key_token);
+        // memcached names the key itself, decoded from base64; a key that would break the line
+        // stays encoded.
+        let printable = key.iter().all(|b| b.is_ascii_graphic());
+        out.extend_from_slice(if printable { key } else { key_token });
         out.extend_from_slice(b" exp=");
         put_i64(out, info.ttl);
         out.extend_from_slice(b" cas=");

@@ -175,7 +175,17 @@ class Op:
 CAS_RE = re.compile(rb"^(VALUE \S+ \d+ \d+) \d+")
 META_CAS_RE = re.compile(rb" c\d+")
 META_TTL_RE = re.compile(rb" t(\d+)")
+META_B64_KEY_RE = re.compile(rb" k(\S+) b(?= |$)")
 ME_RE = re.compile(rb"^ME (\S+) exp=(-?\d+) .*$")
+
+
+def plain_key(key: bytes) -> bytes:
+    """`key` decoded if it is the base64 form of a printable key, else as it is."""
+    try:
+        decoded = base64.b64decode(key, validate=True)
+    except ValueError:
+        return key
+    return decoded if decoded and all(33 <= c < 127 for c in decoded) else key
 
 
 def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
@@ -183,9 +193,16 @@ def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
     head = CAS_RE.sub(rb"\1 <cas>", head)
     if head.startswith((b"HD", b"VA", b"EN", b"NF", b"NS", b"EX")):
         head = META_CAS_RE.sub(b" c<cas>", head)
+        # memcached returns a hit's key base64-encoded (with `b`) only if the item was stored
+        # through a base64 key; segcache keeps no such bit and encodes it when the request did
+        # (docs/server.md): compare the key itself.
+        head = META_B64_KEY_RE.sub(lambda m: b" k" + base64.b64decode(m.group(1)), head)
         # Seconds left: the engine rounds TTLs down to its bucket width, and a second may tick
         # between the two servers; only "never" (-1) versus "some" is compared.
-        head = META_TTL_RE.sub(b" t<ttl>", head)
+        # An item that a past T expired on arrival is still returned this once; memcached then
+        # reports its negative seconds left as an unsigned 32-bit number (2^32 - n, depending on
+        # its uptime), segcache reports -1 (docs/server.md).
+        head = META_TTL_RE.sub(lambda m: b" t-1" if int(m.group(1)) >= 1 << 31 else b" t<ttl>", head)
         # memcached's Z ("a client already won this item"): segcache keeps no such state
         # (docs/server.md).
         if head.endswith(b" Z"):
@@ -194,7 +211,8 @@ def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
     if m:
         # memcached's `me` reports la/fetch/cls and the item's total size; segcache does not
         # keep them (docs/server.md): compare the key and whether it expires.
-        head = b"ME " + m.group(1) + (b" exp=-1" if m.group(2) == b"-1" else b" exp=<ttl>")
+        # memcached names the key base64-encoded only if it was stored through a base64 key.
+        head = b"ME " + plain_key(m.group(1)) + (b" exp=-1" if m.group(2) == b"-1" else b" exp=<ttl>")
     if head.startswith(b"VERSION "):
         head = b"VERSION <v>"
     if sep:
@@ -204,7 +222,9 @@ def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
             key = head.split(b" ")[1].decode()
         elif op.keys:
             key = op.keys[0]
-        if key in padded and re.fullmatch(rb"[0-9 ]*", body):
+        # (Tracked per key, and for any number that ends in spaces: the tracking cannot follow
+        # every path by which a padded number stays, e.g. a cas that did not store.)
+        if (key in padded and re.fullmatch(rb"[0-9 ]*", body)) or re.fullmatch(rb"[0-9]+ +", body):
             # memcached MAY write a shorter incr/decr result in place, space padded.
             body = body.replace(b" ", b"")
             parts = head.split(b" ")
