@@ -43,6 +43,7 @@ pub struct Builder {
     pub(crate) path: Option<PathBuf>,
     pub(crate) reset_bad_file: bool,
     pub(crate) lazy_verify: bool,
+    pub(crate) pad_numbers: bool,
 }
 
 impl Default for Builder {
@@ -65,6 +66,7 @@ impl Builder {
             path: None,
             reset_bad_file: false,
             lazy_verify: false,
+            pad_numbers: false,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -119,6 +121,15 @@ impl Builder {
     /// items (they read as misses) and a warning on stderr: no wrong value is served either way.
     pub fn lazy_verify(mut self, lazy: bool) -> Self {
         self.lazy_verify = lazy;
+        self
+    }
+
+    /// Whether `incr`/`decr` keep a number that got shorter at the old value's length, padded
+    /// with trailing spaces, as memcached does when it writes the result in place (`"10"`
+    /// decremented reads back as `"9 "`). Off by default: the value is exactly the number. The
+    /// server turns it on, so that its clients see memcached's bytes.
+    pub fn pad_numbers(mut self, pad: bool) -> Self {
+        self.pad_numbers = pad;
         self
     }
 

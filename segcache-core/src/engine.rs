@@ -45,6 +45,8 @@ pub struct Segcache {
     /// (`cas_token`), so that two keys never share one.
     pub(crate) cas_stride: u64,
     pub(crate) cas_offset: u64,
+    /// `Builder::pad_numbers`.
+    pad_numbers: bool,
 }
 
 thread_local! {
@@ -180,6 +182,7 @@ impl Segcache {
             geo,
             clock: builder.clock.clone(),
             policy: builder.policy,
+            pad_numbers: builder.pad_numbers,
             buckets,
             summary,
             ghost: vec![0; ghost_len],
@@ -551,17 +554,18 @@ impl Segcache {
     }
 
     fn arith(&mut self, key: &[u8], op: impl FnOnce(u64) -> u64) -> Result<u64> {
-        let mut result = 0;
+        let (mut result, pad) = (0, self.pad_numbers);
         self.rewrite(key, Error::NotFound, |old, out| {
             let n = parse_decimal(old).ok_or(Error::NotNumeric)?;
             result = op(n);
             let mut buf = [0; 20];
             let digits = format_decimal(result, &mut buf);
             out.extend_from_slice(digits);
-            // As memcached: a number that got shorter keeps the old length, padded with spaces
-            // (memcached writes it in place; here the record keeps its size, so the store is a
-            // rewrite in place too). Reads of it as a number skip the spaces.
-            out.resize(old.len().max(digits.len()), b' ');
+            if pad {
+                // As memcached: a number that got shorter keeps the old length, padded with
+                // spaces (memcached writes it in place; here too the record keeps its size).
+                out.resize(old.len().max(digits.len()), b' ');
+            }
             Ok(())
         })?;
         Ok(result)

@@ -415,3 +415,19 @@ fn oversized_appends_fail_before_copying_and_keep_the_old_value() {
     c.append(b"j", &half[..max - 1 - 5]).unwrap();
     assert_eq!(c.get(b"j").unwrap().value().len(), max - 1);
 }
+
+#[test]
+fn shorter_numbers_are_padded_only_when_asked() {
+    let clock = ManualClock::new(T0);
+    for pad in [false, true] {
+        let mut c = Builder::new().heap_size(4 << 20).segment_size(64 << 10).clock(clock.clone()).pad_numbers(pad).build().unwrap();
+        c.set(b"n", b"100", 3, NEVER).unwrap();
+        assert_eq!(c.decr(b"n", 1).unwrap(), 99);
+        assert_eq!(c.decr(b"n", 90).unwrap(), 9);
+        let want: &[u8] = if pad { b"9  " } else { b"9" };
+        assert_eq!((c.get(b"n").unwrap().value(), c.get(b"n").unwrap().flags()), (want, 3));
+        // Padded or not, it reads back as the number and grows again.
+        assert_eq!(c.incr(b"n", 991).unwrap(), 1000);
+        assert_eq!(c.get(b"n").unwrap().value(), b"1000");
+    }
+}

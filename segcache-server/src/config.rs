@@ -295,7 +295,9 @@ impl Settings {
             .segment_size(self.segment_size)
             .eviction(self.eviction)
             .reset_bad_file(self.reset_bad_file)
-            .lazy_verify(self.lazy_verify);
+            .lazy_verify(self.lazy_verify)
+            // Clients see memcached's bytes for a number that got shorter.
+            .pad_numbers(true);
         if let Some(s) = self.shards {
             b = b.shards(s);
         }
