@@ -248,7 +248,8 @@ impl Entry {
 }
 
 fn run(c: &mut impl Api, clock: Arc<ManualClock>, evicts: bool, ops: Vec<Op>) {
-    let mut m = Model { map: HashMap::new(), clock, evicts, versions: 0, reads: HashMap::new(), tokens: HashMap::new(), token_of: HashMap::new() };
+    let mut m =
+        Model { map: HashMap::new(), clock, evicts, versions: 0, reads: HashMap::new(), tokens: HashMap::new(), token_of: HashMap::new() };
     for op in ops {
         let now = m.now();
         match op.clone() {
@@ -315,7 +316,8 @@ fn run(c: &mut impl Api, clock: Arc<ManualClock>, evicts: bool, ops: Vec<Op>) {
                 match m.map.get(&k) {
                     None => assert!(matches!(r, Err(Error::NotFound)), "{r:?}"),
                     Some(e) => {
-                        let unmodified = token.is_some() && m.reads.get(&k).is_some_and(|&(tok, ver)| Some(tok) == token && ver == e.version);
+                        let unmodified =
+                            token.is_some() && m.reads.get(&k).is_some_and(|&(tok, ver)| Some(tok) == token && ver == e.version);
                         if unmodified {
                             assert!(r.is_ok(), "cas with the token of the current version failed: {r:?}");
                             let e = m.entry(v, f, t, now);
@@ -509,7 +511,8 @@ fn layout_collisions_from_the_report() {
 
 #[test]
 fn model_decimal_is_memcacheds() {
-    for (v, n) in [(&b"5 "[..], Some(5)), (b" 5", Some(5)), (b"-0", Some(0)), (b"-1", None), (b"5x", None), (b"", None), (b"5\0z", Some(5))] {
+    let cases = [(&b"5 "[..], Some(5)), (b" 5", Some(5)), (b"-0", Some(0)), (b"-1", None), (b"5x", None), (b"", None), (b"5\0z", Some(5))];
+    for (v, n) in cases {
         assert_eq!(decimal(v), n, "{v:?}");
     }
     assert_eq!(decimal(b"-9223372036854775809"), Some(9_223_372_036_854_775_807));

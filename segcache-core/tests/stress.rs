@@ -139,7 +139,11 @@ fn flagged(version: u64) -> bool {
 /// The client flags of a version: non-zero when `flagged`, derived from the version so that a
 /// reader can tell flags that do not belong with the value it got.
 fn flags_of(key: u32, version: u64) -> u32 {
-    if flagged(version) { ((version as u32).wrapping_mul(0x9e37_79b1) ^ key) | 1 } else { 0 }
+    if flagged(version) {
+        ((version as u32).wrapping_mul(0x9e37_79b1) ^ key) | 1
+    } else {
+        0
+    }
 }
 
 /// A value and flags whose records have one total length in both layouts: client flags take 4
@@ -184,7 +188,7 @@ fn lock_free_reads_never_keep_a_record_being_rewritten_in_place() {
                         let (last, last_cas) = seen[key as usize];
                         assert!(version >= last, "key{key} went back from {last} to {version}");
                         if version == last {
-                            assert!(item.cas == last_cas || last_cas == 0, "key{key} version {version}: CAS {} then {}", last_cas, item.cas);
+                            assert!(item.cas == last_cas || last_cas == 0, "key{key} version {version}: CAS {last_cas} then {}", item.cas);
                         } else {
                             assert!(item.cas > last_cas, "key{key}: version {last} -> {version} but CAS {last_cas} -> {}", item.cas);
                         }
