@@ -290,6 +290,15 @@ impl Segcache {
         self.meta().next_cas.fetch_add(1, Relaxed)
     }
 
+    /// `next_cas` for a writer that holds the engine exclusively: no locked instruction.
+    #[inline]
+    fn next_cas_mut(&mut self) -> u32 {
+        let c = self.meta_mut().next_cas.get_mut();
+        let cas = *c;
+        *c = cas.wrapping_add(1);
+        cas
+    }
+
     /// The CAS value clients see for a record's counter `c` (see `cas_token`).
     #[inline]
     pub(crate) fn cas_of(&self, c: u32) -> u64 {
@@ -533,10 +542,10 @@ impl Segcache {
         let at = |seg: u32, offset: u32| seg as usize * self.geo.segment_size + offset as usize;
         let (from, to) = (at(old.seg, old.offset), at(dest, self.seg(dest).write_offset));
         // SAFETY: both ranges lie in the heap: the live record inside its segment (as parsed),
-        // the destination below its segment's end (`segment_for` found room for `len`). They lie
-        // in different segments (the record's segment does not suit the new expiry, and the
-        // destination does), so they do not overlap; no reference to either is alive.
-        unsafe { std::ptr::copy_nonoverlapping(self.mem.heap.add(from), self.mem.heap.add(to), len) };
+        // the destination at its segment's write offset, below its end (`segment_for` found room
+        // for `len`). The record lies below its own segment's write offset, so the ranges do not
+        // overlap (`copy` would allow it anyway); no reference to either is alive.
+        unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
         let new = self.write_record(dest, |_| {}, len);
         // Published as `store_at` publishes a replacement, so a crash keeps one of the copies.
         if self.durable {
@@ -674,7 +683,7 @@ impl Segcache {
             None => POOL_SMALL,
         };
         let expire_at = expiry_of(ttl, now);
-        let cas = self.next_cas();
+        let cas = self.next_cas_mut();
         if self.overwrite_in_place(key, h, value, flags, cas, len, ttl, expire_at, now) {
             self.meta_mut().sets += 1;
             return Ok(());

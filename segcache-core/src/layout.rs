@@ -130,10 +130,7 @@ pub struct ShardMeta {
     pub free_head: u32,
     pub free_count: u32,
     pub spare: u32,
-    /// The shard's CAS counter: the next item modified takes it (see `Segcache::next_cas`).
-    /// Atomic because rewrites in place take it under the shard's read lock. Never reset, so
-    /// CAS values keep increasing across flushes and warm restarts.
-    pub next_cas: std::sync::atomic::AtomicU32,
+    pub _reserved: u32,
     /// Overflow buckets handed out and given back.
     pub overflow: crate::table::Pool,
     pub next_seq: u64,
@@ -151,6 +148,12 @@ pub struct ShardMeta {
     pub intent_seg: u32,
     pub intent_offset: u32,
     pub rng: u64,
+    /// The shard's CAS counter: the next item modified takes it (see `Segcache::next_cas`).
+    /// Atomic because rewrites in place take it under the shard's read lock. Never reset, so
+    /// CAS values keep increasing across flushes and warm restarts. On the line of the counters
+    /// that every store writes (`items`, `bytes`), not the first, which lock-free readers read.
+    pub next_cas: std::sync::atomic::AtomicU32,
+    pub _pad: u32,
     pub items: u64,
     pub bytes: u64,
     pub small_segments: u64,
@@ -243,6 +246,15 @@ pub fn default_hash_power(shard_heap: usize) -> u8 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_cas_counter_is_off_the_line_that_lock_free_readers_read() {
+        let line = |off: usize| off / 64;
+        assert_eq!(line(std::mem::offset_of!(ShardMeta, flush_at)), 0);
+        assert_eq!(line(std::mem::offset_of!(ShardMeta, last_expire)), 0);
+        assert_eq!(line(std::mem::offset_of!(ShardMeta, next_cas)), line(std::mem::offset_of!(ShardMeta, items)));
+        assert_ne!(line(std::mem::offset_of!(ShardMeta, next_cas)), 0);
+    }
 
     #[test]
     fn struct_sizes_are_what_the_format_assumes() {

@@ -11,7 +11,7 @@
 //!   compare keys are not raced, and only records that lock-free reads copy (`PEEK_BYTES`), so that readers of
 //!   larger items, who are handed references under the read lock, never see one change. Readers
 //!   of small items copy them and keep the copy only if the chain's info word did not change
-//!   meanwhile (`ShardView::peek`); its CAS is bumped as the rewrite leaves.
+//!   meanwhile (`ShardView::peek`); its version is bumped as the rewrite leaves.
 //!
 //! Both require the old record's *layout*, not only its length: client flags take 4 bytes only
 //! when non-zero, so a record with flags and a value 4 bytes shorter has the length of one

@@ -2,9 +2,10 @@
 //!
 //! A slot (64 bits) packs `tag: 12 | freq: 8 | segment: 22 | offset: 22` (high to low). The first
 //! slot of a chain's head bucket is the bucket info: `chain length: 8 | timestamp: 16 | locked: 1
-//! | unused: 7 | cas: 32` (low to high). A full bucket chains to an overflow bucket through its
-//! last slot. The lock bit is held by a rewrite in place (`Segcache::rewrite_shared`), which
-//! bumps the CAS as it leaves, so the info word also versions the chain's values for readers
+//! | unused: 7 | version: 32` (low to high). The version is not the items' CAS value (each
+//! record holds its own, see `record`); it only tells lock-free readers that the chain changed.
+//! A full bucket chains to an overflow bucket through its last slot. The lock bit is held by a rewrite in place (`Segcache::rewrite_shared`), which
+//! bumps the version as it leaves, so the info word versions the chain's values for readers
 //! that take no lock (see `lock::lock_word`).
 //!
 //! Beside the buckets, a *tag summary* keeps one byte per chain: bit `tag % 8` is set for every
@@ -83,7 +84,7 @@ pub fn slot_loc(v: u64) -> Loc {
 /// The info word's lock bit, held by a rewrite in place.
 pub const INFO_LOCKED: u64 = 1 << 24;
 
-/// Info word `v` with its CAS bumped, the time stamped (low 16 bits of `now`), and unlocked.
+/// Info word `v` with its version bumped, the time stamped (low 16 bits of `now`), and unlocked.
 #[inline]
 pub fn touched(v: u64, now: u32) -> u64 {
     let cas = info_cas(v).wrapping_add(1);
@@ -364,7 +365,7 @@ impl<'a> Table<'a> {
         info_cas(self.head(hash).slots[0].load(Relaxed))
     }
 
-    /// Bumps the chain's CAS counter and stamps the time (low 16 bits of `now`).
+    /// Bumps the chain's version and stamps the time (low 16 bits of `now`).
     #[inline]
     pub fn touch_info(&self, hash: u64, now: u32) {
         let info = self.info(hash);
@@ -406,7 +407,7 @@ impl<'a> Table<'a> {
         slot.store(pack(slot_tag(value), freq, loc), Relaxed);
     }
 
-    /// Clears the primary buckets (items, chains, CAS counters). Overflow buckets are zeroed when
+    /// Clears the primary buckets (items, chains, versions). Overflow buckets are zeroed when
     /// a chain takes them, so they are left alone: their pages stay untouched until needed.
     pub fn clear(&self) {
         for b in &self.buckets[..=self.mask as usize] {
