@@ -693,7 +693,7 @@ impl Segcache {
         let t = self.table();
         let old = t.find(h, |l| l != loc && self.key_at(l, key));
         // Only a file outlives a crash; the metadata line stays clean otherwise, since lock-free
-        // readers on other cores read it (flush time and CAS epoch).
+        // readers on other cores read it (the flush time).
         if self.durable {
             let meta = self.meta_mut();
             meta.intent_seg = loc.seg;
@@ -1563,7 +1563,7 @@ impl Segcache {
         self.meta_mut().flush_at = at;
     }
 
-    /// Empties the shard: every segment free, the table cleared, a new CAS epoch.
+    /// Empties the shard: every segment free, the table cleared (CAS values go on increasing).
     /// `zeroed`: the region is fresh, all zero, so the table need not be written (writing it
     /// would make every page of it resident before the first item).
     pub(crate) fn reset(&mut self, zeroed: bool) {
@@ -1590,7 +1590,6 @@ impl Segcache {
         m.spare = NONE;
         m.overflow = Default::default();
         m.flush_at = 0;
-        m.cas_epoch = m.cas_epoch.wrapping_add(1);
         m.intent_seg = NONE;
         m.items = 0;
         m.bytes = 0;

@@ -139,9 +139,7 @@ pub struct ShardMeta {
     /// Everything stored before this time (Unix seconds) is gone from then on; 0 for none.
     pub flush_at: u32,
     pub last_expire: u32,
-    /// High half of every CAS value: bumped when the table is cleared or rebuilt, so that CAS
-    /// values handed out before cannot match again.
-    pub cas_epoch: u32,
+    pub _reserved2: u32,
     pub merge_cursor: u32,
     /// The record being published while an older copy of its key is marked dead; recovery prefers
     /// it (see `persist`). `intent_seg == NONE` when no publish is in flight.

@@ -170,7 +170,6 @@ impl Segcache {
             m.bytes = 0;
             m.small_segments = 0;
             m.intent_seg = NONE;
-            m.cas_epoch = m.cas_epoch.wrapping_add(1);
             m.last_expire = 0;
             if flush_due {
                 m.flush_at = 0;
