@@ -44,7 +44,8 @@ fuzz_target!(|input: Input| {
     let clock = ManualClock::new(1_700_000_000);
     let policy = Policy::ALL[input.policy as usize % Policy::ALL.len()];
     let heap = if input.small_heap { 256 << 10 } else { 4 << 20 };
-    let mut c = Builder::new().heap_size(heap).segment_size(16 << 10).eviction(policy).clock(clock.clone()).build().unwrap();
+    let mut c =
+        Builder::new().heap_size(heap).segment_size(16 << 10).eviction(policy).clock(clock.clone()).build().unwrap();
     // The latest value written for each key; `None` after a delete or flush. A read may miss
     // (eviction, expiry) but must never return anything else.
     let mut latest: HashMap<Vec<u8>, Option<Vec<u8>>> = HashMap::new();
@@ -104,14 +105,22 @@ fuzz_target!(|input: Input| {
             }
             Op::Get { key: k } => {
                 if let Some(item) = c.get(&key(k)) {
-                    assert_eq!(Some(Some(item.value().to_vec())), latest.get(&key(k)).cloned(), "stale or foreign value");
+                    assert_eq!(
+                        Some(Some(item.value().to_vec())),
+                        latest.get(&key(k)).cloned(),
+                        "stale or foreign value"
+                    );
                 }
             }
             Op::GetMany { keys } => {
                 let ks: Vec<Vec<u8>> = keys.into_iter().take(40).map(key).collect();
                 let refs: Vec<&[u8]> = ks.iter().map(|k| k.as_slice()).collect();
                 c.get_many_with(&refs, |i, item| {
-                    assert_eq!(Some(Some(item.value().to_vec())), latest.get(&ks[i]).cloned(), "stale or foreign value");
+                    assert_eq!(
+                        Some(Some(item.value().to_vec())),
+                        latest.get(&ks[i]).cloned(),
+                        "stale or foreign value"
+                    );
                 });
             }
             Op::Flush => {

@@ -11,11 +11,8 @@ use segcache_server::{Ctx, Session, Settings, Shared};
 fn shared() -> &'static Shared {
     static SHARED: OnceLock<Shared> = OnceLock::new();
     SHARED.get_or_init(|| {
-        let cache = segcache_core::Builder::new()
-            .heap_size(8 << 20)
-            .segment_size(1 << 20)
-            .build_shared()
-            .expect("small cache");
+        let cache =
+            segcache_core::Builder::new().heap_size(8 << 20).segment_size(1 << 20).build_shared().expect("small cache");
         let settings = Settings { max_item_size: 4096, threads: 1, ..Settings::default() };
         Shared::new(cache, settings)
     })

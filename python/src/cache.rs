@@ -141,48 +141,25 @@ impl Cache {
         })
     }
 
-    fn concat(
-        &self,
-        py: Python<'_>,
-        k: &Bound<'_, PyAny>,
-        v: &Bound<'_, PyAny>,
-        front: bool,
-    ) -> PyResult<bool> {
+    fn concat(&self, py: Python<'_>, k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>, front: bool) -> PyResult<bool> {
         let k = key(k)?;
         let v = value(v, self.segment_size)?;
         self.with(|c| {
             let (k, v) = (&*k, v.as_slice());
             // An append copies the whole item, whose size we do not know: release the GIL when
             // the part we add is big.
-            stored(detach_if_big(py, v.len(), || {
-                if front {
-                    c.prepend(k, v)
-                } else {
-                    c.append(k, v)
-                }
-            }))
+            stored(detach_if_big(py, v.len(), || if front { c.prepend(k, v) } else { c.append(k, v) }))
         })
     }
 
     /// `incr` (`up`) or `decr` by `delta` (1 when not given).
-    fn arith(
-        &self,
-        k: &Bound<'_, PyAny>,
-        delta: Option<&Bound<'_, PyAny>>,
-        up: bool,
-    ) -> PyResult<Option<u64>> {
+    fn arith(&self, k: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>, up: bool) -> PyResult<Option<u64>> {
         let k = key(k)?;
         let delta = match delta {
             Some(d) => convert::int_in_range(d, "delta", 0, u64::MAX)?,
             None => 1,
         };
-        self.with(|c| {
-            present(if up {
-                c.incr(&k, delta)
-            } else {
-                c.decr(&k, delta)
-            })
-        })
+        self.with(|c| present(if up { c.incr(&k, delta) } else { c.decr(&k, delta) }))
     }
 }
 
@@ -232,12 +209,7 @@ fn found_or<'py, T>(
 /// A get of a value of `len >= BIG` bytes: the `bytes` object is allocated with the GIL held,
 /// then filled with the GIL released. If the value changed size meanwhile, try again.
 #[cold]
-fn big_get<'py>(
-    py: Python<'py>,
-    c: &SharedCache,
-    k: &[u8],
-    mut len: usize,
-) -> PyResult<Option<Bound<'py, PyBytes>>> {
+fn big_get<'py>(py: Python<'py>, c: &SharedCache, k: &[u8], mut len: usize) -> PyResult<Option<Bound<'py, PyBytes>>> {
     for _ in 0..4 {
         if len < BIG {
             return Ok(c.get_with(k, |item| PyBytes::new(py, item.value())));
@@ -247,10 +219,7 @@ fn big_get<'py>(
         let obj = unsafe {
             Bound::from_owned_ptr_or_err(
                 py,
-                pyo3::ffi::PyBytes_FromStringAndSize(
-                    std::ptr::null(),
-                    len as pyo3::ffi::Py_ssize_t,
-                ),
+                pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), len as pyo3::ffi::Py_ssize_t),
             )?
         };
         // SAFETY: obj is a bytes object; PyBytes_AsString returns its buffer of `len` bytes.
@@ -275,9 +244,7 @@ fn big_get<'py>(
         }
     }
     // The value kept changing size: copy it out whole, then wrap it.
-    Ok(py
-        .detach(|| c.get(k))
-        .map(|item| PyBytes::new(py, &item.value)))
+    Ok(py.detach(|| c.get(k)).map(|item| PyBytes::new(py, &item.value)))
 }
 
 #[pymethods]
@@ -312,13 +279,9 @@ impl Cache {
             None => Policy::Merge,
             Some(v) => {
                 let s: String = v.extract().map_err(|_| {
-                    PyTypeError::new_err(format!(
-                        "eviction must be a str, not {}",
-                        convert::type_name(v)
-                    ))
+                    PyTypeError::new_err(format!("eviction must be a str, not {}", convert::type_name(v)))
                 })?;
-                s.parse::<Policy>()
-                    .map_err(|e| crate::errors::bad_arg(format!("eviction: {e}")))?
+                s.parse::<Policy>().map_err(|e| crate::errors::bad_arg(format!("eviction: {e}")))?
             }
         };
         let default_ttl = match ttl {
@@ -327,10 +290,7 @@ impl Cache {
         };
         let path: Option<PathBuf> = match path {
             Some(v) if !v.is_none() => Some(v.extract().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "path must be a str or os.PathLike, not {}",
-                    convert::type_name(v)
-                ))
+                PyTypeError::new_err(format!("path must be a str or os.PathLike, not {}", convert::type_name(v)))
             })?),
             _ => None,
         };
@@ -348,10 +308,7 @@ impl Cache {
         }
         if let Some(v) = clock.filter(|v| !v.is_none()) {
             let clock = v.cast::<ManualClock>().map_err(|_| {
-                PyTypeError::new_err(format!(
-                    "clock must be a segcache.ManualClock, not {}",
-                    convert::type_name(v)
-                ))
+                PyTypeError::new_err(format!("clock must be a segcache.ManualClock, not {}", convert::type_name(v)))
             })?;
             b = b.clock(clock.get().inner.clone());
         }
@@ -393,11 +350,7 @@ impl Cache {
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
         let r = self.fetch(py, |c| c.get(&k))?;
-        found_or(py, r, default, |item| {
-            Ok((PyBytes::new(py, &item.value), item.cas)
-                .into_pyobject(py)?
-                .into_any())
-        })
+        found_or(py, r, default, |item| Ok((PyBytes::new(py, &item.value), item.cas).into_pyobject(py)?.into_any()))
     }
 
     /// `(value, flags, cas, ttl)` for `key` (ttl: whole seconds left, `None` if it never
@@ -413,9 +366,7 @@ impl Cache {
         let r = self.fetch(py, |c| c.get(&k))?;
         found_or(py, r, default, |item| {
             let ttl = item.ttl.map(|d| d.as_secs());
-            Ok((PyBytes::new(py, &item.value), item.flags, item.cas, ttl)
-                .into_pyobject(py)?
-                .into_any())
+            Ok((PyBytes::new(py, &item.value), item.flags, item.cas, ttl).into_pyobject(py)?.into_any())
         })
     }
 
@@ -431,9 +382,7 @@ impl Cache {
         let k = self::key(key)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let r = self.fetch(py, |c| c.get_and_touch(&k, ttl))?;
-        found_or(py, r, default, |item| {
-            Ok(PyBytes::new(py, &item.value).into_any())
-        })
+        found_or(py, r, default, |item| Ok(PyBytes::new(py, &item.value).into_any()))
     }
 
     /// Stores `value` under `key`. `ttl`: seconds (int/float), a timedelta, 0 for never, or
@@ -447,8 +396,7 @@ impl Cache {
         ttl: Option<&Bound<'_, PyAny>>,
         flags: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.store(py, Store::Set, key, value, ttl, flags)
-            .map(|_| ())
+        self.store(py, Store::Set, key, value, ttl, flags).map(|_| ())
     }
 
     /// Stores only if `key` is absent; True if stored.
@@ -505,43 +453,25 @@ impl Cache {
     }
 
     /// Appends `value` to the stored value; False if `key` is absent.
-    fn append(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
+    fn append(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.concat(py, key, value, false)
     }
 
     /// Prepends `value` to the stored value; False if `key` is absent.
-    fn prepend(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<bool> {
+    fn prepend(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<bool> {
         self.concat(py, key, value, true)
     }
 
     /// Adds `delta` to a decimal value (wrapping at 2**64); the new value, or None if absent.
     /// Raises NotNumeric if the value is not a decimal number.
     #[pyo3(signature = (key, delta=None))]
-    fn incr(
-        &self,
-        key: &Bound<'_, PyAny>,
-        delta: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<u64>> {
+    fn incr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
         self.arith(key, delta, true)
     }
 
     /// Subtracts `delta` (stopping at 0); the new value, or None if absent.
     #[pyo3(signature = (key, delta=None))]
-    fn decr(
-        &self,
-        key: &Bound<'_, PyAny>,
-        delta: Option<&Bound<'_, PyAny>>,
-    ) -> PyResult<Option<u64>> {
+    fn decr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
         self.arith(key, delta, false)
     }
 
@@ -581,25 +511,16 @@ impl Cache {
     }
 
     /// A dict `{key: value}` of the keys that are present (keys as given).
-    fn get_many<'py>(
-        &self,
-        py: Python<'py>,
-        keys: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyDict>> {
+    fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         let objs: Vec<Bound<'py, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
-        let bufs = objs
-            .iter()
-            .map(|o| self::key(o))
-            .collect::<PyResult<Vec<_>>>()?;
+        let bufs = objs.iter().map(|o| self::key(o)).collect::<PyResult<Vec<_>>>()?;
         let slices: Vec<&[u8]> = bufs.iter().map(|b| &**b).collect();
         let mut vals: Vec<Option<Bound<'py, PyBytes>>> = vec![None; slices.len()];
         // The `bytes` objects are built under the shard locks with the GIL held (no Python code
         // runs there); the dict is filled after, when no engine lock is held, since hashing a
         // key may run Python code.
         self.with(|c| {
-            c.get_many_with(&slices, |i, item| {
-                vals[i] = Some(PyBytes::new(py, item.value()))
-            });
+            c.get_many_with(&slices, |i, item| vals[i] = Some(PyBytes::new(py, item.value())));
             Ok(())
         })?;
         let out = PyDict::new(py);
@@ -623,15 +544,14 @@ impl Cache {
         self.usable()?;
         let ttl_d = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
-        let pairs = if items.hasattr("items")? {
-            items.call_method0("items")?
-        } else {
-            items.clone()
-        };
+        let pairs = if items.hasattr("items")? { items.call_method0("items")? } else { items.clone() };
         for pair in pairs.try_iter()? {
             let pair = pair?;
             let t = pair.cast::<PyTuple>().ok().filter(|t| t.len() == 2).ok_or_else(|| {
-                PyTypeError::new_err(format!("items must be a mapping or an iterable of (key, value) pairs, got an item of type {}", convert::type_name(&pair)))
+                PyTypeError::new_err(format!(
+                    "items must be a mapping or an iterable of (key, value) pairs, got an item of type {}",
+                    convert::type_name(&pair)
+                ))
             })?;
             let (k, v) = (t.get_item(0)?, t.get_item(1)?);
             let k = self::key(&k)?;
@@ -698,11 +618,7 @@ impl Cache {
         // In a fork() child: let the inherited engine go (its drop leaves the parent's file
         // alone) and raise ForkedError. `try_write`: a thread of the parent that held the read
         // side when it forked does not exist here to release it.
-        let forked = self
-            .inner
-            .read_recursive()
-            .as_ref()
-            .and_then(|c| c.check_fork().err());
+        let forked = self.inner.read_recursive().as_ref().and_then(|c| c.check_fork().err());
         if let Some(e) = forked {
             self.closing.store(true, Ordering::Relaxed);
             if let Some(mut slot) = self.inner.try_write() {
@@ -766,24 +682,13 @@ impl Cache {
         Ok(false)
     }
 
-    fn __getitem__<'py>(
-        &self,
-        py: Python<'py>,
-        key: &Bound<'py, PyAny>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    fn __getitem__<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
         let k = self::key(key)?;
-        self.lookup(py, &k)?
-            .ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
+        self.lookup(py, &k)?.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
     }
 
-    fn __setitem__(
-        &self,
-        py: Python<'_>,
-        key: &Bound<'_, PyAny>,
-        value: &Bound<'_, PyAny>,
-    ) -> PyResult<()> {
-        self.store(py, Store::Set, key, value, None, None)
-            .map(|_| ())
+    fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
+        self.store(py, Store::Set, key, value, None, None).map(|_| ())
     }
 
     fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -805,9 +710,7 @@ impl Cache {
 
     /// The engine keeps no list of keys: iteration is refused rather than guessed at.
     fn __iter__(&self) -> PyResult<()> {
-        Err(PyTypeError::new_err(
-            "segcache.Cache is not iterable: the engine keeps no list of keys",
-        ))
+        Err(PyTypeError::new_err("segcache.Cache is not iterable: the engine keeps no list of keys"))
     }
 
     fn __repr__(&self) -> String {

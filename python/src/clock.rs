@@ -23,9 +23,7 @@ impl ManualClock {
             None => SystemClock.now(),
             Some(v) => seconds_u32(v, "now")?,
         };
-        Ok(ManualClock {
-            inner: segcache_core::ManualClock::new(now),
-        })
+        Ok(ManualClock { inner: segcache_core::ManualClock::new(now) })
     }
 
     /// Moves the clock forward by `seconds` (a non-negative int).

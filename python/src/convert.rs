@@ -22,10 +22,7 @@ pub const MAX_TTL_SECS: u64 = 10 * 365 * 24 * 3600;
 
 /// The Python type name of `v`, for error messages.
 pub fn type_name(v: &Bound<'_, PyAny>) -> String {
-    v.get_type()
-        .name()
-        .map(|n| n.to_string())
-        .unwrap_or_else(|_| "?".into())
+    v.get_type().name().map(|n| n.to_string()).unwrap_or_else(|_| "?".into())
 }
 
 /// A key as bytes: borrowed from `bytes` and (when Python keeps a UTF-8 copy) from `str`,
@@ -42,17 +39,7 @@ pub fn key<'a>(v: &'a Bound<'_, PyAny>) -> PyResult<Cow<'a, [u8]>> {
         }
     } else {
         let too_long = |len| engine_error(segcache_core::Error::KeyTooLong { len });
-        Cow::Owned(
-            buffer_copy(
-                v,
-                "key",
-                "str or a bytes-like object",
-                MAX_KEY_LEN,
-                too_long,
-            )?
-            .as_bytes()
-            .to_vec(),
-        )
+        Cow::Owned(buffer_copy(v, "key", "str or a bytes-like object", MAX_KEY_LEN, too_long)?.as_bytes().to_vec())
     };
     check_key_len(k.len())?;
     Ok(k)
@@ -94,11 +81,8 @@ pub fn value<'a, 'py>(v: &'a Bound<'py, PyAny>, segment_size: usize) -> PyResult
     if let Ok(b) = v.cast::<PyBytes>() {
         return Ok(Value::Borrowed(b.as_bytes()));
     }
-    let too_large = |len| {
-        too_large(format!(
-            "value too large: {len} bytes, more than a whole segment ({segment_size} bytes)"
-        ))
-    };
+    let too_large =
+        |len| too_large(format!("value too large: {len} bytes, more than a whole segment ({segment_size} bytes)"));
     Ok(Value::Owned(buffer_copy(
         v,
         "value",
@@ -132,10 +116,8 @@ fn buffer_copy<'py>(
         // SAFETY: `v` is a valid object pointer while its Bound lives; PyMemoryView_FromObject
         // returns a new reference or NULL with an exception set, which `from_owned_ptr_or_err`
         // handles.
-        view = unsafe {
-            Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyMemoryView_FromObject(v.as_ptr()))
-        }
-        .map_err(|_| refuse())?;
+        view = unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyMemoryView_FromObject(v.as_ptr())) }
+            .map_err(|_| refuse())?;
         &view
     };
     // The length in bytes, read without a copy: a bytearray's own, a memoryview's `nbytes`.
@@ -148,8 +130,7 @@ fn buffer_copy<'py>(
     }
     // SAFETY: as above; PyBytes_FromObject copies the buffer (under the GIL, so a bytearray
     // cannot be resized meanwhile) into a new `bytes` reference, or returns NULL.
-    let bytes =
-        unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyBytes_FromObject(src.as_ptr())) }?;
+    let bytes = unsafe { Bound::from_owned_ptr_or_err(py, pyo3::ffi::PyBytes_FromObject(src.as_ptr())) }?;
     // SAFETY: PyBytes_FromObject returns an exact `bytes` object on success.
     Ok(unsafe { bytes.cast_into_unchecked() })
 }
@@ -157,16 +138,11 @@ fn buffer_copy<'py>(
 /// An int from `lo` to `hi` (inclusive); bools and other types are refused.
 pub fn int_in_range(v: &Bound<'_, PyAny>, name: &str, lo: u64, hi: u64) -> PyResult<u64> {
     if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
-        return Err(PyTypeError::new_err(format!(
-            "{name} must be an int, not {}",
-            type_name(v)
-        )));
+        return Err(PyTypeError::new_err(format!("{name} must be an int, not {}", type_name(v))));
     }
     match v.extract::<u64>() {
         Ok(n) if (lo..=hi).contains(&n) => Ok(n),
-        _ => Err(PyValueError::new_err(format!(
-            "{name} must be an int from {lo} to {hi}, got {v}"
-        ))),
+        _ => Err(PyValueError::new_err(format!("{name} must be an int from {lo} to {hi}, got {v}"))),
     }
 }
 
@@ -238,9 +214,7 @@ pub fn size(v: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
 
 pub fn parse_size(s: &str) -> Option<usize> {
     let s = s.trim();
-    let split = s
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_'))
-        .unwrap_or(s.len());
+    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(s.len());
     let (num, unit) = s.split_at(split);
     let num: String = num.chars().filter(|c| *c != '_').collect();
     if num.is_empty() || num.starts_with('.') {

@@ -144,9 +144,9 @@ impl Builder {
     pub(crate) fn shard_count(&self) -> Result<usize> {
         let segments = self.heap_size / self.segment_size.max(1);
         match self.shards {
-            Some(n) if n == 0 || !n.is_power_of_two() || n > 256 => Err(Error::InvalidConfig(format!(
-                "shards must be a power of two from 1 to 256, got {n}"
-            ))),
+            Some(n) if n == 0 || !n.is_power_of_two() || n > 256 => {
+                Err(Error::InvalidConfig(format!("shards must be a power of two from 1 to 256, got {n}")))
+            }
             Some(n) => Ok(n),
             None => {
                 let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);

@@ -250,7 +250,12 @@ impl Segcache {
     pub(crate) fn seg_space(&mut self, id: u32) -> &mut [u8] {
         assert!((id as usize) < self.geo.segments);
         // SAFETY: in bounds (checked); `&mut self` makes this the only access to the heap.
-        unsafe { std::slice::from_raw_parts_mut(self.mem.heap.add(id as usize * self.geo.segment_size), self.geo.segment_size) }
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.mem.heap.add(id as usize * self.geo.segment_size),
+                self.geo.segment_size,
+            )
+        }
     }
     #[inline]
     pub(crate) fn record_at(&self, loc: Loc) -> Option<Record<'_>> {
@@ -366,7 +371,12 @@ impl Segcache {
 
     /// The item in the key's slot `found`, unless it expired or was flushed.
     #[inline]
-    pub(crate) fn item_of(&self, found: table::Found<'static>, _h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
+    pub(crate) fn item_of(
+        &self,
+        found: table::Found<'static>,
+        _h: u64,
+        now: u32,
+    ) -> Option<(Item<'_>, table::Found<'static>)> {
         // A `fork()` child reads nothing: its parent may be writing a shared file meanwhile.
         if self.flushed(now) || self.origin.forked() {
             return None;
@@ -398,7 +408,12 @@ impl Segcache {
     }
 
     /// `get_many_with` counting hits and misses in `counters` (see `get_counted_in`).
-    pub(crate) fn get_many_counted_in<'a>(&'a self, keys: &[&[u8]], counters: &ReadCounters, mut f: impl FnMut(usize, Item<'a>)) {
+    pub(crate) fn get_many_counted_in<'a>(
+        &'a self,
+        keys: &[&[u8]],
+        counters: &ReadCounters,
+        mut f: impl FnMut(usize, Item<'a>),
+    ) {
         const BATCH: usize = 16;
         let now = self.now();
         let t = self.table();
@@ -418,7 +433,9 @@ impl Segcache {
                     let loc = table::slot_loc(found.value);
                     if (loc.seg as usize) < self.geo.segments {
                         // SAFETY: in-bounds address inside the heap; prefetch never faults.
-                        let at = unsafe { self.mem.heap.add(loc.seg as usize * self.geo.segment_size + loc.offset as usize) };
+                        let at = unsafe {
+                            self.mem.heap.add(loc.seg as usize * self.geo.segment_size + loc.offset as usize)
+                        };
                         prefetch(at);
                         // Small items straddle two lines more often than not.
                         prefetch(at.wrapping_add(64));
@@ -580,7 +597,12 @@ impl Segcache {
         Ok(result)
     }
 
-    fn rewrite(&mut self, key: &[u8], missing: Error, build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<()>) -> Result<()> {
+    fn rewrite(
+        &mut self,
+        key: &[u8],
+        missing: Error,
+        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
         self.rewrite_with_ttl(key, missing, None, build)
     }
 
@@ -642,7 +664,15 @@ impl Segcache {
     /// `set`, `add`, `replace` or `cas` (by `mode`) for a caller that has the key's hash `h`
     /// (`SharedCache` hashes to choose the shard).
     #[inline]
-    pub(crate) fn store_hashed(&mut self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<()> {
+    pub(crate) fn store_hashed(
+        &mut self,
+        key: &[u8],
+        h: u64,
+        value: &[u8],
+        flags: u32,
+        ttl: Duration,
+        mode: Mode,
+    ) -> Result<()> {
         self.store(key, h, &[value], flags, ttl_secs(ttl), mode)
     }
 
@@ -654,7 +684,16 @@ impl Segcache {
     }
 
     #[allow(clippy::too_many_arguments)]
-    fn store_at(&mut self, key: &[u8], h: u64, value: &[&[u8]], flags: u32, ttl: u32, mode: Mode, now: u32) -> Result<()> {
+    fn store_at(
+        &mut self,
+        key: &[u8],
+        h: u64,
+        value: &[&[u8]],
+        flags: u32,
+        ttl: u32,
+        mode: Mode,
+        now: u32,
+    ) -> Result<()> {
         let value_len: usize = value.iter().map(|v| v.len()).sum();
         let len = record::record_len(key.len(), value_len, flags);
         if len > self.geo.segment_size || value_len > record::MAX_VALUE_LEN {
@@ -840,7 +879,9 @@ impl Segcache {
 
     fn accepts(&self, seg: u32, len: usize, expire_at: u32, width: u32) -> bool {
         let s = self.seg(seg);
-        s.state == SEG_OPEN && s.write_offset as usize + len <= self.geo.segment_size && expiry_fits(s, expire_at, width)
+        s.state == SEG_OPEN
+            && s.write_offset as usize + len <= self.geo.segment_size
+            && expiry_fits(s, expire_at, width)
     }
 
     /// Writes a record at the segment's write offset and publishes it: the bytes first, then the
@@ -1142,7 +1183,9 @@ impl Segcache {
                 .filter(|&id| self.seg(id).expire_at != 0)
                 .min_by_key(|&id| self.seg(id).expire_at)
                 .or_else(|| self.pick_victim(Policy::Fifo, allow_open)),
-            Policy::Util => (0..n).filter(|&id| self.is_candidate(id, allow_open)).min_by_key(|&id| self.seg(id).live_bytes),
+            Policy::Util => {
+                (0..n).filter(|&id| self.is_candidate(id, allow_open)).min_by_key(|&id| self.seg(id).live_bytes)
+            }
             // Fifo, and the fallback of the others.
             _ => (0..ttl::BUCKETS)
                 .flat_map(|b| self.chain_head_candidate(b, allow_open))
@@ -1201,12 +1244,17 @@ impl Segcache {
             // last merge's destinations again at once, with counters just halved, and would keep
             // only the very hottest items (no better than FIFO).
             let next = self.ttl_bucket(b).merge_next;
-            let from_cursor = if next != NONE && self.seg(next).ttl_bucket as usize == b && self.seg(next).state == SEG_SEALED {
-                self.merge_sources(b, None, next, MERGE_SOURCES)
+            let from_cursor =
+                if next != NONE && self.seg(next).ttl_bucket as usize == b && self.seg(next).state == SEG_SEALED {
+                    self.merge_sources(b, None, next, MERGE_SOURCES)
+                } else {
+                    Vec::new()
+                };
+            let sources = if from_cursor.len() >= 2 {
+                from_cursor
             } else {
-                Vec::new()
+                self.merge_sources(b, None, self.ttl_bucket(b).head, MERGE_SOURCES)
             };
-            let sources = if from_cursor.len() >= 2 { from_cursor } else { self.merge_sources(b, None, self.ttl_bucket(b).head, MERGE_SOURCES) };
             if sources.len() >= 2 {
                 self.meta_mut().merge_cursor = ((b + 1) % ttl::BUCKETS) as u32;
                 let last = *sources.last().expect("two sources");
@@ -1379,9 +1427,17 @@ impl Segcache {
         m.items = m.items.saturating_sub(items);
         m.bytes = m.bytes.saturating_sub(bytes);
 
-        let header = |seq: u64| SegHeader { seq, create_at, expire_at, ttl_bucket: b as u16, state: SEG_SPARE, pool, ..SegHeader::EMPTY };
+        let header = |seq: u64| SegHeader {
+            seq,
+            create_at,
+            expire_at,
+            ttl_bucket: b as u16,
+            state: SEG_SPARE,
+            pool,
+            ..SegHeader::EMPTY
+        };
         let mut reused = 0usize; // order[..reused] became destinations
-        // The destination being filled; `cont` is already in the chain, new ones are not yet.
+                                 // The destination being filled; `cont` is already in the chain, new ones are not yet.
         let mut dest = match cont {
             Some(c) => c,
             None => self.next_dest(&mut spare, &order, &mut reused, header),
@@ -1478,7 +1534,13 @@ impl Segcache {
     /// The next new destination of a merge (see `compact`), initialised by `header` and out of
     /// its chain: the spare while it is unused, else the first source not yet reused (drained,
     /// or being drained when compacting in place).
-    fn next_dest(&mut self, spare: &mut u32, order: &[u32], reused: &mut usize, header: impl Fn(u64) -> SegHeader) -> u32 {
+    fn next_dest(
+        &mut self,
+        spare: &mut u32,
+        order: &[u32],
+        reused: &mut usize,
+        header: impl Fn(u64) -> SegHeader,
+    ) -> u32 {
         let next = if *spare != NONE {
             self.meta_mut().spare = NONE;
             std::mem::replace(spare, NONE)
@@ -1766,7 +1828,13 @@ mod tests {
     /// the batched read must compare keys and fall back to a full scan.
     #[test]
     fn batched_reads_tell_apart_keys_that_share_bucket_and_tag() {
-        let mut c = Builder::new().heap_size(4 << 20).segment_size(1 << 20).hash_power(4).eviction(Policy::None).build().unwrap();
+        let mut c = Builder::new()
+            .heap_size(4 << 20)
+            .segment_size(1 << 20)
+            .hash_power(4)
+            .eviction(Policy::None)
+            .build()
+            .unwrap();
         let mask = c.geo.primary_buckets() as u64 - 1;
         let key = |i: u32| format!("collide-{i}").into_bytes();
         let (first, h0) = (key(0), hash(&key(0)));
@@ -1779,10 +1847,12 @@ mod tests {
             .unwrap();
         c.set(&first, b"first", 0, Duration::ZERO).unwrap();
         c.set(&twin, b"twin", 0, Duration::ZERO).unwrap();
-        let got: Vec<Option<Vec<u8>>> = c.get_many(&[&twin, &first, b"absent"]).into_iter().map(|i| i.map(|i| i.value().to_vec())).collect();
+        let got: Vec<Option<Vec<u8>>> =
+            c.get_many(&[&twin, &first, b"absent"]).into_iter().map(|i| i.map(|i| i.value().to_vec())).collect();
         assert_eq!(got, [Some(b"twin".to_vec()), Some(b"first".to_vec()), None]);
         c.delete(&first).unwrap();
-        let got: Vec<Option<Vec<u8>>> = c.get_many(&[&first, &twin]).into_iter().map(|i| i.map(|i| i.value().to_vec())).collect();
+        let got: Vec<Option<Vec<u8>>> =
+            c.get_many(&[&first, &twin]).into_iter().map(|i| i.map(|i| i.value().to_vec())).collect();
         assert_eq!(got, [None, Some(b"twin".to_vec())]);
         assert_eq!(c.get(&twin).map(|i| i.value().to_vec()), Some(b"twin".to_vec()));
     }

@@ -31,14 +31,14 @@
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 
+use crate::layout::ReadCounters;
 #[cfg(loom)]
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
-#[cfg(not(loom))]
-use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
-use crate::layout::ReadCounters;
 #[cfg(loom)]
 use std::sync::atomic::Ordering::AcqRel;
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
+#[cfg(not(loom))]
+use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 
 /// One reader's slot, on cache lines of its own (128 bytes: adjacent-line prefetch pairs lines).
 #[repr(align(128))]
@@ -113,7 +113,12 @@ impl<T> ShardLock<T> {
     /// `slots` is rounded up to a power of two.
     pub fn new(value: T, slots: usize) -> Self {
         let n = slots.max(1).next_power_of_two();
-        ShardLock { writer: AtomicBool::new(false), seq: AtomicU64::new(0), slots: (0..n).map(|_| ReaderSlot::new()).collect(), value: UnsafeCell::new(value) }
+        ShardLock {
+            writer: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
+            slots: (0..n).map(|_| ReaderSlot::new()).collect(),
+            value: UnsafeCell::new(value),
+        }
     }
 
     pub fn read(&self) -> ReadGuard<'_, T> {

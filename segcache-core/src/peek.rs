@@ -55,7 +55,14 @@ pub(crate) const PEEK_WORDS: usize = PEEK_BYTES / 8 + 1;
 pub(crate) enum Peeked {
     Miss,
     /// The record is in the buffer from byte `at`.
-    Hit { found: Found<'static>, at: usize, header: Header, cas: u64, expire_at: u32, now: u32 },
+    Hit {
+        found: Found<'static>,
+        at: usize,
+        header: Header,
+        cas: u64,
+        expire_at: u32,
+        now: u32,
+    },
     /// The item needs the lock: too large for the buffer.
     Locked,
     /// A rewrite in place held or changed the key's chain meanwhile: read again.
@@ -216,7 +223,8 @@ impl ShardView {
         }
         // SAFETY: `meta` is the shard's metadata in the live region; a volatile load of each
         // `u32` field, which a writer may be changing (then `read_optimistic` discards this read).
-        let (flush_at, last_expire) = unsafe { (read(&raw const (*self.meta).flush_at), read(&raw const (*self.meta).last_expire)) };
+        let (flush_at, last_expire) =
+            unsafe { (read(&raw const (*self.meta).flush_at), read(&raw const (*self.meta).last_expire)) };
         // As `Segcache::now`: never before the last expiry run.
         let now = self.clock.now().max(last_expire);
         if flushed_by(flush_at, now) {
@@ -235,7 +243,8 @@ impl ShardView {
             return Peeked::Busy;
         }
         // SAFETY: `copy_record` initialised the record's bytes, the header among them.
-        let cas = cas_token(self.cas_stride, self.cas_offset, record::cas_of(unsafe { init(buf, at, record::HEADER_LEN) }));
+        let cas =
+            cas_token(self.cas_stride, self.cas_offset, record::cas_of(unsafe { init(buf, at, record::HEADER_LEN) }));
         Peeked::Hit { found, at, header, cas, expire_at, now }
     }
 

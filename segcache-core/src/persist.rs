@@ -109,7 +109,9 @@ impl Header {
         let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
         let version = u32_at(8);
         if version != FORMAT_VERSION {
-            return Err(format!("format version {version} is not supported (this build reads version {FORMAT_VERSION})"));
+            return Err(format!(
+                "format version {version} is not supported (this build reads version {FORMAT_VERSION})"
+            ));
         }
         if u64_at(HEADER_BYTES) != xxhash_rust::xxh3::xxh3_64(&b[..HEADER_BYTES]) {
             return Err("header checksum mismatch (corrupt header)".into());
@@ -164,7 +166,8 @@ fn bad(path: &Path, reason: impl Into<String>) -> Error {
 /// rebuilds the contents according to the returned [`Found`], and on a content problem calls
 /// [`reset`] or gives up.
 pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Region, Found)> {
-    let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io_err(path))?;
+    let file =
+        OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io_err(path))?;
     lock(&file, path)?;
     let want = Header::for_layout(&layout);
     let len = file.metadata().map_err(io_err(path))?.len();
@@ -181,7 +184,8 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
             match Header::decode(&head) {
                 Err(reason) => Some(reason),
                 Ok(h) => h.mismatch(&want).or_else(|| {
-                    (len != h.total_len).then(|| format!("file is {len} bytes, expected {} (truncated or resized)", h.total_len))
+                    (len != h.total_len)
+                        .then(|| format!("file is {len} bytes, expected {} (truncated or resized)", h.total_len))
                 }),
             }
         };
@@ -206,7 +210,17 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
     // kernel maps the neighbours of each faulting page in the same fault.
     let map = memmap2::MmapOptions::new().map_raw(&file).map_err(io_err(path))?;
     advise_huge_pages(&map, &layout);
-    let region = Region { map, layout, file: Some(PersistFile { path: path.to_path_buf(), _file: file, active: std::sync::atomic::AtomicBool::new(false), closed: false }), origin: crate::fork::Origin::here() };
+    let region = Region {
+        map,
+        layout,
+        file: Some(PersistFile {
+            path: path.to_path_buf(),
+            _file: file,
+            active: std::sync::atomic::AtomicBool::new(false),
+            closed: false,
+        }),
+        origin: crate::fork::Origin::here(),
+    };
     Ok((region, found))
 }
 

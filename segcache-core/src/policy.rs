@@ -72,8 +72,7 @@ impl FromStr for Policy {
 
     /// Case-insensitive; `-` and `_` are ignored (`random_fifo`, `RandomFifo`, `s3-fifo`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        let norm: String =
-            s.chars().filter(|c| *c != '-' && *c != '_').map(|c| c.to_ascii_lowercase()).collect();
+        let norm: String = s.chars().filter(|c| *c != '-' && *c != '_').map(|c| c.to_ascii_lowercase()).collect();
         Policy::ALL
             .into_iter()
             .find(|p| p.name().replace('-', "") == norm)

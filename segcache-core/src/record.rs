@@ -155,7 +155,10 @@ pub fn cas_of(src: &[u8]) -> u32 {
 /// a segment in one pass.
 #[inline]
 pub fn checksum(record: &[u8]) -> u64 {
-    let seed = u64::from(record[0]) | u64::from(record[1]) << 8 | u64::from(record[2]) << 16 | u64::from(record[3] & !DEAD) << 24;
+    let seed = u64::from(record[0])
+        | u64::from(record[1]) << 8
+        | u64::from(record[2]) << 16
+        | u64::from(record[3] & !DEAD) << 24;
     xxhash_rust::xxh3::xxh3_64_with_seed(&record[CAS_AT..], seed)
 }
 
@@ -171,7 +174,10 @@ mod tests {
             let mut buf = vec![0xAAu8; len + 4];
             write(&mut buf[..len], b"key", &[b"hello", b" world"], flags, 77);
             let r = parse(&buf).unwrap();
-            assert_eq!((r.key, r.value, r.client_flags, r.cas, r.dead, r.len), (&b"key"[..], &b"hello world"[..], flags, 77, false, len));
+            assert_eq!(
+                (r.key, r.value, r.client_flags, r.cas, r.dead, r.len),
+                (&b"key"[..], &b"hello world"[..], flags, 77, false, len)
+            );
         }
     }
 

@@ -204,7 +204,10 @@ impl Segcache {
             });
         }
         // The publish in flight at the crash wins over the copy it was replacing.
-        if (intent.seg as usize) < kept.len() && kept[intent.seg as usize] && intent.offset < self.seg(intent.seg).write_offset {
+        if (intent.seg as usize) < kept.len()
+            && kept[intent.seg as usize]
+            && intent.offset < self.seg(intent.seg).write_offset
+        {
             if let Some(h) = self.record_at(intent).map(|r| hash(r.key)) {
                 self.index_recovered(intent, h);
             }

@@ -4,8 +4,8 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::layout::{Bucket, Layout, SegHeader, ShardMeta, TtlBucket, HUGE_PAGE};
 use crate::fork::Origin;
+use crate::layout::{Bucket, Layout, SegHeader, ShardMeta, TtlBucket, HUGE_PAGE};
 use crate::persist::PersistFile;
 use crate::{Error, Result};
 
@@ -20,7 +20,10 @@ pub(crate) struct Region {
 
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Region").field("layout", &self.layout).field("file", &self.file.as_ref().map(|p| &p.path)).finish()
+        f.debug_struct("Region")
+            .field("layout", &self.layout)
+            .field("file", &self.file.as_ref().map(|p| &p.path))
+            .finish()
     }
 }
 
@@ -99,7 +102,11 @@ pub(crate) fn advise_huge_pages(map: &MmapRaw, layout: &Layout) {
         let primary = g.primary_buckets() * std::mem::size_of::<Bucket>();
         if primary >= HUGE_PAGE {
             for i in 0..layout.shards {
-                let _ = map.advise_range(memmap2::Advice::NoHugePage, layout.table_start(i) + primary, g.table_len() - primary);
+                let _ = map.advise_range(
+                    memmap2::Advice::NoHugePage,
+                    layout.table_start(i) + primary,
+                    g.table_len() - primary,
+                );
             }
         }
     }

@@ -34,7 +34,16 @@ impl Segcache {
     /// key's live record, if it has that layout and its segment's expiry suits `expire_at` (see
     /// `expiry_fits`).
     #[allow(clippy::too_many_arguments)]
-    fn in_place_target(&self, key: &[u8], h: u64, len: usize, flags: u32, ttl: u32, expire_at: u32, now: u32) -> Option<Loc> {
+    fn in_place_target(
+        &self,
+        key: &[u8],
+        h: u64,
+        len: usize,
+        flags: u32,
+        ttl: u32,
+        expire_at: u32,
+        now: u32,
+    ) -> Option<Loc> {
         if self.durable {
             return None;
         }

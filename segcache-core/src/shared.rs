@@ -156,7 +156,14 @@ impl SharedCache {
     /// writers overlapped. Out of line, so that the lock-free path inlines `peek` alone.
     #[cold]
     #[inline(never)]
-    fn get_locked<R>(&self, i: usize, key: &[u8], h: u64, buf: &mut PeekBuf, f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
+    fn get_locked<R>(
+        &self,
+        i: usize,
+        key: &[u8],
+        h: u64,
+        buf: &mut PeekBuf,
+        f: impl FnOnce(Item<'_>) -> R,
+    ) -> Option<R> {
         let (shard, view) = (&self.shards[i], &self.views[i]);
         let engine = shard.read();
         view.mark_checked(&engine);

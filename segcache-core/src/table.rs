@@ -61,7 +61,11 @@ fn freq_due(value: u64, coin: u64) -> bool {
 #[inline]
 pub fn tag_of(hash: u64) -> u64 {
     let t = hash >> 52;
-    if t == 0 { 1 } else { t }
+    if t == 0 {
+        1
+    } else {
+        t
+    }
 }
 
 #[inline]

@@ -141,7 +141,10 @@ fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
             rng ^= rng << 17;
             let mut child = Command::new(&exe)
                 .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
-                .env(CHILD_ENV, format!("{},{},{},{}", path.display(), log_path.display(), next_version, u8::from(evicting)))
+                .env(
+                    CHILD_ENV,
+                    format!("{},{},{},{}", path.display(), log_path.display(), next_version, u8::from(evicting)),
+                )
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
@@ -151,7 +154,9 @@ fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
             if !rng.is_multiple_of(4) {
                 let start_len = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
                 let deadline = Instant::now() + Duration::from_secs(30);
-                while std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0) < start_len + 4096 && Instant::now() < deadline {
+                while std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0) < start_len + 4096
+                    && Instant::now() < deadline
+                {
                     std::thread::sleep(Duration::from_millis(5));
                 }
             }
@@ -183,20 +188,31 @@ fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
                         allowed(&s, &got) || (got.is_none() && (may_be_gone(&s) || evicting))
                     }
                 });
-                assert!(ok, "key{key}: got {:?}, acknowledged {acked:?}, in flight {pending:?}", got.map(|i| String::from_utf8_lossy(&i.value).into_owned()));
+                assert!(
+                    ok,
+                    "key{key}: got {:?}, acknowledged {acked:?}, in flight {pending:?}",
+                    got.map(|i| String::from_utf8_lossy(&i.value).into_owned())
+                );
                 checked += 1;
                 // The next child appends to the same log: record how the in-flight operation
                 // turned out, so that later rounds replay the state the cache really holds.
                 if let Some((k, s)) = pending.as_ref().filter(|(k, _)| *k == key) {
                     let resolved = match (&got, s) {
-                        (Some(item), State::Value(v, at)) if item.value == value(key, *v) => format!("R S {k} {v} {at}\n"),
+                        (Some(item), State::Value(v, at)) if item.value == value(key, *v) => {
+                            format!("R S {k} {v} {at}\n")
+                        }
                         (Some(_), _) => match &acked {
                             State::Value(v, at) => format!("R S {k} {v} {at}\n"),
                             State::Absent => format!("R D {k}\n"),
                         },
                         (None, _) => format!("R D {k}\n"),
                     };
-                    std::fs::OpenOptions::new().append(true).open(&log_path).unwrap().write_all(resolved.as_bytes()).unwrap();
+                    std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(&log_path)
+                        .unwrap()
+                        .write_all(resolved.as_bytes())
+                        .unwrap();
                 }
             }
             drop(cache);

@@ -42,26 +42,56 @@ trait Api {
 macro_rules! forward {
     ($t:ty, $gat:expr) => {
         impl Api for $t {
-            fn get(&mut self, k: &[u8]) -> Option<OwnedItem> { <$t>::get(self, k).map(|i| i.to_owned()) }
-            fn contains(&mut self, k: &[u8]) -> bool { <$t>::contains(self, k) }
+            fn get(&mut self, k: &[u8]) -> Option<OwnedItem> {
+                <$t>::get(self, k).map(|i| i.to_owned())
+            }
+            fn contains(&mut self, k: &[u8]) -> bool {
+                <$t>::contains(self, k)
+            }
             fn get_many(&mut self, ks: &[&[u8]]) -> Vec<Option<OwnedItem>> {
                 let mut out = vec![None; ks.len()];
                 <$t>::get_many_with(self, ks, |i, item| out[i] = Some(item.to_owned()));
                 out
             }
-            fn set(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration) -> Result<(), Error> { <$t>::set(self, k, v, f, t) }
-            fn add(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration) -> Result<(), Error> { <$t>::add(self, k, v, f, t) }
-            fn replace(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration) -> Result<(), Error> { <$t>::replace(self, k, v, f, t) }
-            fn cas(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration, c: u64) -> Result<(), Error> { <$t>::cas(self, k, v, f, t, c) }
-            fn append(&mut self, k: &[u8], v: &[u8]) -> Result<(), Error> { <$t>::append(self, k, v) }
-            fn prepend(&mut self, k: &[u8], v: &[u8]) -> Result<(), Error> { <$t>::prepend(self, k, v) }
-            fn incr(&mut self, k: &[u8], d: u64) -> Result<u64, Error> { <$t>::incr(self, k, d) }
-            fn decr(&mut self, k: &[u8], d: u64) -> Result<u64, Error> { <$t>::decr(self, k, d) }
-            fn delete(&mut self, k: &[u8]) -> Result<(), Error> { <$t>::delete(self, k) }
-            fn touch(&mut self, k: &[u8], t: Duration) -> Result<(), Error> { <$t>::touch(self, k, t) }
-            fn get_and_touch(&mut self, k: &[u8], t: Duration) -> Option<OwnedItem> { $gat(self, k, t) }
-            fn flush(&mut self) { <$t>::flush(self) }
-            fn expire(&mut self) { <$t>::expire(self); }
+            fn set(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration) -> Result<(), Error> {
+                <$t>::set(self, k, v, f, t)
+            }
+            fn add(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration) -> Result<(), Error> {
+                <$t>::add(self, k, v, f, t)
+            }
+            fn replace(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration) -> Result<(), Error> {
+                <$t>::replace(self, k, v, f, t)
+            }
+            fn cas(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration, c: u64) -> Result<(), Error> {
+                <$t>::cas(self, k, v, f, t, c)
+            }
+            fn append(&mut self, k: &[u8], v: &[u8]) -> Result<(), Error> {
+                <$t>::append(self, k, v)
+            }
+            fn prepend(&mut self, k: &[u8], v: &[u8]) -> Result<(), Error> {
+                <$t>::prepend(self, k, v)
+            }
+            fn incr(&mut self, k: &[u8], d: u64) -> Result<u64, Error> {
+                <$t>::incr(self, k, d)
+            }
+            fn decr(&mut self, k: &[u8], d: u64) -> Result<u64, Error> {
+                <$t>::decr(self, k, d)
+            }
+            fn delete(&mut self, k: &[u8]) -> Result<(), Error> {
+                <$t>::delete(self, k)
+            }
+            fn touch(&mut self, k: &[u8], t: Duration) -> Result<(), Error> {
+                <$t>::touch(self, k, t)
+            }
+            fn get_and_touch(&mut self, k: &[u8], t: Duration) -> Option<OwnedItem> {
+                $gat(self, k, t)
+            }
+            fn flush(&mut self) {
+                <$t>::flush(self)
+            }
+            fn expire(&mut self) {
+                <$t>::expire(self);
+            }
         }
     };
 }
@@ -248,8 +278,15 @@ impl Entry {
 }
 
 fn run(c: &mut impl Api, clock: Arc<ManualClock>, evicts: bool, ops: Vec<Op>) {
-    let mut m =
-        Model { map: HashMap::new(), clock, evicts, versions: 0, reads: HashMap::new(), tokens: HashMap::new(), token_of: HashMap::new() };
+    let mut m = Model {
+        map: HashMap::new(),
+        clock,
+        evicts,
+        versions: 0,
+        reads: HashMap::new(),
+        tokens: HashMap::new(),
+        token_of: HashMap::new(),
+    };
     for op in ops {
         let now = m.now();
         match op.clone() {
@@ -316,8 +353,8 @@ fn run(c: &mut impl Api, clock: Arc<ManualClock>, evicts: bool, ops: Vec<Op>) {
                 match m.map.get(&k) {
                     None => assert!(matches!(r, Err(Error::NotFound)), "{r:?}"),
                     Some(e) => {
-                        let unmodified =
-                            token.is_some() && m.reads.get(&k).is_some_and(|&(tok, ver)| Some(tok) == token && ver == e.version);
+                        let unmodified = token.is_some()
+                            && m.reads.get(&k).is_some_and(|&(tok, ver)| Some(tok) == token && ver == e.version);
                         if unmodified {
                             assert!(r.is_ok(), "cas with the token of the current version failed: {r:?}");
                             let e = m.entry(v, f, t, now);
@@ -511,7 +548,15 @@ fn layout_collisions_from_the_report() {
 
 #[test]
 fn model_decimal_is_memcacheds() {
-    let cases = [(&b"5 "[..], Some(5)), (b" 5", Some(5)), (b"-0", Some(0)), (b"-1", None), (b"5x", None), (b"", None), (b"5\0z", Some(5))];
+    let cases = [
+        (&b"5 "[..], Some(5)),
+        (b" 5", Some(5)),
+        (b"-0", Some(0)),
+        (b"-1", None),
+        (b"5x", None),
+        (b"", None),
+        (b"5\0z", Some(5)),
+    ];
     for (v, n) in cases {
         assert_eq!(decimal(v), n, "{v:?}");
     }

@@ -9,7 +9,13 @@ const T0: u32 = 1_700_000_000;
 const NEVER: Duration = Duration::ZERO;
 
 fn cache(clock: &Arc<ManualClock>) -> Segcache {
-    Builder::new().heap_size(4 << 20).segment_size(64 << 10).clock(clock.clone()).eviction(Policy::None).build().unwrap()
+    Builder::new()
+        .heap_size(4 << 20)
+        .segment_size(64 << 10)
+        .clock(clock.clone())
+        .eviction(Policy::None)
+        .build()
+        .unwrap()
 }
 
 #[test]
@@ -94,7 +100,13 @@ fn incr_decr_as_memcached() {
 #[test]
 fn same_length_rewrites_take_no_new_space() {
     let clock = ManualClock::new(T0);
-    let mut c = Builder::new().heap_size(1 << 20).segment_size(64 << 10).clock(clock.clone()).eviction(Policy::None).build().unwrap();
+    let mut c = Builder::new()
+        .heap_size(1 << 20)
+        .segment_size(64 << 10)
+        .clock(clock.clone())
+        .eviction(Policy::None)
+        .build()
+        .unwrap();
     c.set(b"k", b"v0000", 1, NEVER).unwrap();
     let free = c.stats().segments_free;
     let mut cas = c.get(b"k").unwrap().cas();
@@ -122,7 +134,10 @@ fn rewrites_in_place_keep_the_new_ttl() {
     // Its segment expires at T0 + 10: in place, the new value would expire 5 s early.
     c.set(b"k", b"bbbb", 0, ten).unwrap();
     clock.advance(7);
-    assert_eq!(c.get(b"k").map(|i| (i.value().to_vec(), i.ttl())), Some((b"bbbb".to_vec(), Some(Duration::from_secs(3)))));
+    assert_eq!(
+        c.get(b"k").map(|i| (i.value().to_vec(), i.ttl())),
+        Some((b"bbbb".to_vec(), Some(Duration::from_secs(3))))
+    );
     // Another TTL bucket: no expiry at all, then a TTL again.
     c.set(b"k", b"cccc", 0, NEVER).unwrap();
     clock.advance(1000);
@@ -366,7 +381,11 @@ fn merge_reclaims_overwritten_space_without_losing_items() {
             x ^= x << 13;
             x ^= x >> 7;
             x ^= x << 17;
-            if x.is_multiple_of(10) { x % KEYS } else { x % (KEYS / 20) }
+            if x.is_multiple_of(10) {
+                x % KEYS
+            } else {
+                x % (KEYS / 20)
+            }
         };
         latest[k as usize] = round;
         let key = format!("key-{k}");
@@ -420,7 +439,13 @@ fn oversized_appends_fail_before_copying_and_keep_the_old_value() {
 fn shorter_numbers_are_padded_only_when_asked() {
     let clock = ManualClock::new(T0);
     for pad in [false, true] {
-        let mut c = Builder::new().heap_size(4 << 20).segment_size(64 << 10).clock(clock.clone()).pad_numbers(pad).build().unwrap();
+        let mut c = Builder::new()
+            .heap_size(4 << 20)
+            .segment_size(64 << 10)
+            .clock(clock.clone())
+            .pad_numbers(pad)
+            .build()
+            .unwrap();
         c.set(b"n", b"100", 3, NEVER).unwrap();
         assert_eq!(c.decr(b"n", 1).unwrap(), 99);
         assert_eq!(c.decr(b"n", 90).unwrap(), 9);

@@ -114,7 +114,8 @@ fn a_file_backed_cache_appends_rewrites() {
 #[test]
 fn a_file_backed_merge_cache_holds_a_spare_segment() {
     let path = tmp("spare");
-    let c = Builder::new().heap_size(2 << 20).segment_size(64 << 10).eviction(Policy::Merge).path(&path).build().unwrap();
+    let c =
+        Builder::new().heap_size(2 << 20).segment_size(64 << 10).eviction(Policy::Merge).path(&path).build().unwrap();
     let s = c.stats();
     assert_eq!(s.segments_free, s.segments_total - 1);
     drop(c);
@@ -220,7 +221,11 @@ fn flipped_bytes_anywhere_are_caught_or_harmless() {
                 Ok(c) => {
                     for i in 0..3000u32 {
                         if let Some(item) = c.get(format!("k{i}").as_bytes()) {
-                            assert_eq!(item.value, format!("value {i}").into_bytes(), "flip at {at}: wrong value for k{i}");
+                            assert_eq!(
+                                item.value,
+                                format!("value {i}").into_bytes(),
+                                "flip at {at}: wrong value for k{i}"
+                            );
                         }
                     }
                     drop(c);

@@ -57,7 +57,9 @@ fn run_mixed(cache: Arc<SharedCache>, threads: u32, ops: u32) {
                                 assert_eq!(owner, key, "foreign value under {k}");
                             }
                         }
-                        4 | 5 => cache.set(k.as_bytes(), &encode(key, u64::from(t) << 32 | u64::from(i)), 0, Duration::ZERO).unwrap(),
+                        4 | 5 => cache
+                            .set(k.as_bytes(), &encode(key, u64::from(t) << 32 | u64::from(i)), 0, Duration::ZERO)
+                            .unwrap(),
                         6 => {
                             // Deleting, then reading in the same thread: the delete must be visible
                             // unless another thread set the key in between (then it is theirs).
@@ -87,7 +89,9 @@ fn run_mixed(cache: Arc<SharedCache>, threads: u32, ops: u32) {
 fn mixed_operations_never_see_torn_or_foreign_values() {
     for policy in [Policy::Merge, Policy::Fifo, Policy::S3Fifo] {
         // Small heap: eviction and merging run all the time under the readers.
-        let cache = Arc::new(Builder::new().heap_size(4 << 20).segment_size(64 << 10).shards(4).eviction(policy).build_shared().unwrap());
+        let cache = Arc::new(
+            Builder::new().heap_size(4 << 20).segment_size(64 << 10).shards(4).eviction(policy).build_shared().unwrap(),
+        );
         run_mixed(cache.clone(), 4, 100_000);
         assert!(cache.stats().evicted_segments > 0 || policy == Policy::None);
     }
@@ -100,7 +104,8 @@ fn mixed_operations_never_see_torn_or_foreign_values() {
 fn lock_free_reads_never_keep_a_record_being_overwritten() {
     const KEYS: u32 = 64;
     for policy in [Policy::Fifo, Policy::Merge] {
-        let cache = Builder::new().heap_size(64 << 10).segment_size(4 << 10).shards(1).eviction(policy).build_shared().unwrap();
+        let cache =
+            Builder::new().heap_size(64 << 10).segment_size(4 << 10).shards(1).eviction(policy).build_shared().unwrap();
         let done = std::sync::atomic::AtomicBool::new(false);
         let hits = std::sync::atomic::AtomicU64::new(0);
         std::thread::scope(|s| {
@@ -158,7 +163,11 @@ fn check_versioned(key: u32, value: &[u8], flags: u32) -> u64 {
     let (k, version) = decode(value);
     assert_eq!(k, key, "foreign value under key{key}");
     assert_eq!(flags, flags_of(key, version), "key{key} version {version} read with flags of another version");
-    assert_eq!(value.len(), if flagged(version) { 444 } else { 448 }, "key{key} version {version}: length of the other layout");
+    assert_eq!(
+        value.len(),
+        if flagged(version) { 444 } else { 448 },
+        "key{key} version {version}: length of the other layout"
+    );
     version
 }
 
@@ -188,9 +197,17 @@ fn lock_free_reads_never_keep_a_record_being_rewritten_in_place() {
                         let (last, last_cas) = seen[key as usize];
                         assert!(version >= last, "key{key} went back from {last} to {version}");
                         if version == last {
-                            assert!(item.cas == last_cas || last_cas == 0, "key{key} version {version}: CAS {last_cas} then {}", item.cas);
+                            assert!(
+                                item.cas == last_cas || last_cas == 0,
+                                "key{key} version {version}: CAS {last_cas} then {}",
+                                item.cas
+                            );
                         } else {
-                            assert!(item.cas > last_cas, "key{key}: version {last} -> {version} but CAS {last_cas} -> {}", item.cas);
+                            assert!(
+                                item.cas > last_cas,
+                                "key{key}: version {last} -> {version} but CAS {last_cas} -> {}",
+                                item.cas
+                            );
                         }
                         seen[key as usize] = (version, item.cas);
                         hits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -210,7 +227,11 @@ fn lock_free_reads_never_keep_a_record_being_rewritten_in_place() {
     // Only the layout switches append (SETS / 64 records of ~470 bytes); all appended, the sets
     // would go through 400000 * 470 / 4096 segments.
     let switches = SETS / 64;
-    assert!(st.evicted_segments < switches * 470 / 4096 + 64, "rewrites were appended: {} segments evicted", st.evicted_segments);
+    assert!(
+        st.evicted_segments < switches * 470 / 4096 + 64,
+        "rewrites were appended: {} segments evicted",
+        st.evicted_segments
+    );
     assert!(hits.load(std::sync::atomic::Ordering::Relaxed) > 0, "no read found its key");
     for key in 0..KEYS {
         let last = SETS - u64::from(KEYS) + u64::from(key);

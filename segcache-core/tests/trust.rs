@@ -71,7 +71,14 @@ fn same_length_other_layout_rewrites_keep_the_value_engine_and_file() {
 #[test]
 fn cas_token_survives_touch_reads_and_writes_to_other_keys() {
     let clock = ManualClock::new(T0);
-    let c = Builder::new().heap_size(8 << 20).segment_size(64 << 10).hash_power(4).shards(2).clock(clock.clone()).build_shared().unwrap();
+    let c = Builder::new()
+        .heap_size(8 << 20)
+        .segment_size(64 << 10)
+        .hash_power(4)
+        .shards(2)
+        .clock(clock.clone())
+        .build_shared()
+        .unwrap();
     c.set(b"k", b"value", 3, Duration::from_secs(100)).unwrap();
     let token = c.get(b"k").unwrap().cas;
     c.touch(b"k", Duration::from_secs(1000)).unwrap();
@@ -194,14 +201,22 @@ fn touch_moves_the_record_only_when_its_segment_does_not_suit() {
             let left = T0 + 100 - c.now();
             c.touch(b"big", Duration::from_secs(left.into())).unwrap();
             let s = c.stats();
-            assert_eq!((c.record_location(b"big"), s.segments_free, s.bytes), (at, free, bytes), "touch {i} moved the item");
+            assert_eq!(
+                (c.record_location(b"big"), s.segments_free, s.bytes),
+                (at, free, bytes),
+                "touch {i} moved the item"
+            );
         }
         c.touch(b"big", Duration::from_secs(300)).unwrap();
         let (at, free) = (c.record_location(b"big"), c.stats().segments_free);
         for _ in 0..15 {
             clock.advance(1);
             c.touch(b"big", Duration::from_secs(300)).unwrap();
-            assert_eq!((c.record_location(b"big"), c.stats().segments_free), (at, free), "a touch within the width moved the item");
+            assert_eq!(
+                (c.record_location(b"big"), c.stats().segments_free),
+                (at, free),
+                "a touch within the width moved the item"
+            );
         }
         let item = c.get(b"big").unwrap();
         assert_eq!((item.cas(), item.flags(), item.value().len()), (cas, 5, big.len()));
@@ -213,7 +228,11 @@ fn touch_moves_the_record_only_when_its_segment_does_not_suit() {
         let item = c.get(b"big").unwrap();
         assert_eq!((item.cas(), item.flags(), item.value() == &big[..]), (cas, 5, true));
         let expire_at = item.expire_at().unwrap();
-        assert!(expire_at <= now + 3000 && expire_at > now + 3000 - 2 * 16, "expires at {expire_at}, asked {}", now + 3000);
+        assert!(
+            expire_at <= now + 3000 && expire_at > now + 3000 - 2 * 16,
+            "expires at {expire_at}, asked {}",
+            now + 3000
+        );
         assert_eq!(c.stats().items, 1);
         // And back to never expiring, then to a short TTL: never later than asked.
         c.touch(b"big", NEVER).unwrap();

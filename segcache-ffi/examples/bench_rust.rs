@@ -69,18 +69,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 
 fn main() {
     let mut args = std::env::args().skip(1);
-    let n: usize = args
-        .next()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(1_000_000);
-    let reps: usize = args
-        .next()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or(5)
-        .clamp(1, 100);
-    let keys: Vec<u8> = (0..n)
-        .flat_map(|i| format!("key-{i:012}").into_bytes())
-        .collect();
+    let n: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let reps: usize = args.next().and_then(|s| s.parse().ok()).unwrap_or(5).clamp(1, 100);
+    let keys: Vec<u8> = (0..n).flat_map(|i| format!("key-{i:012}").into_bytes()).collect();
     let mut rng = Rng(0x9E3779B97F4A7C15);
     let mut set_order: Vec<u32> = (0..n as u32).collect();
     let mut get_order = set_order.clone();
@@ -91,12 +82,7 @@ fn main() {
     let (mut set_ns, mut get_ns, mut owned_ns) = (Vec::new(), Vec::new(), Vec::new());
     let mut checksum = 0u64;
     for _ in 0..reps {
-        let c = Builder::new()
-            .heap_size(512 << 20)
-            .segment_size(1 << 20)
-            .shards(8)
-            .build_shared()
-            .expect("open");
+        let c = Builder::new().heap_size(512 << 20).segment_size(1 << 20).shards(8).build_shared().expect("open");
         let t0 = Instant::now();
         run_sets(&c, &keys, &set_order, &value);
         let t1 = Instant::now();

@@ -20,16 +20,12 @@ pub(crate) unsafe fn handle<'a>(ptr: *const segcache_t) -> Result<&'a segcache_t
         return Err(Fail::invalid(c"cache handle is NULL"));
     }
     if !ptr.is_aligned() {
-        return Err(Fail::invalid(
-            c"cache handle is misaligned: not a segcache_t",
-        ));
+        return Err(Fail::invalid(c"cache handle is misaligned: not a segcache_t"));
     }
     // SAFETY: non-NULL and aligned; the caller promises it points to a segcache_t for the call.
     let h = unsafe { &*ptr };
     if !h.is_live() {
-        return Err(Fail::invalid(
-            c"cache handle is not a live segcache_t (closed or foreign)",
-        ));
+        return Err(Fail::invalid(c"cache handle is not a live segcache_t (closed or foreign)"));
     }
     Ok(h)
 }
@@ -61,11 +57,7 @@ pub(crate) unsafe fn key<'a>(ptr: *const u8, len: usize) -> Result<&'a [u8], Fai
 /// # Safety
 /// When `len > 0`, `ptr` points to `len` readable bytes not written during the call.
 #[inline(always)]
-pub(crate) unsafe fn bytes<'a>(
-    ptr: *const u8,
-    len: usize,
-    what: &'static CStr,
-) -> Result<&'a [u8], Fail> {
+pub(crate) unsafe fn bytes<'a>(ptr: *const u8, len: usize, what: &'static CStr) -> Result<&'a [u8], Fail> {
     if len == 0 {
         return Ok(&[]);
     }

@@ -22,20 +22,14 @@ pub(crate) struct Fail {
 impl Fail {
     #[cold]
     pub(crate) fn new(status: segcache_status_t, msg: &'static CStr) -> Self {
-        Fail {
-            status,
-            msg: Msg::Static(msg),
-        }
+        Fail { status, msg: Msg::Static(msg) }
     }
 
     #[cold]
     pub(crate) fn owned(status: segcache_status_t, msg: String) -> Self {
         // Interior NULs would truncate the C string; replace them so the message stays whole.
         let msg = CString::new(msg.replace('\0', "\\0")).unwrap_or_default();
-        Fail {
-            status,
-            msg: Msg::Owned(msg),
-        }
+        Fail { status, msg: Msg::Owned(msg) }
     }
 
     #[cold]
@@ -55,14 +49,11 @@ impl From<segcache_core::Error> for Fail {
         let status = status_of(&e);
         match e {
             // Frequent, expected outcomes: no allocation.
-            E::NotFound | E::Exists | E::NotStored | E::NoMemory | E::NotNumeric => {
-                Fail::of(status)
-            }
+            E::NotFound | E::Exists | E::NotStored | E::NoMemory | E::NotNumeric => Fail::of(status),
             E::EmptyKey => Fail::invalid(c"key is empty"),
-            E::Forked => Fail::new(
-                status,
-                c"cache used in a child process after fork(): open a new cache in this process",
-            ),
+            E::Forked => {
+                Fail::new(status, c"cache used in a child process after fork(): open a new cache in this process")
+            }
             other => Fail::owned(status, other.to_string()),
         }
     }

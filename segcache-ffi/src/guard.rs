@@ -27,10 +27,7 @@ pub(crate) fn run(body: impl FnOnce() -> Result<(), Fail>) -> segcache_status_t 
                 .map(|s| s.to_string())
                 .or_else(|| payload.downcast_ref::<String>().cloned())
                 .unwrap_or_else(|| "unknown payload".to_string());
-            let fail = Fail::owned(
-                segcache_status_t::SEGCACHE_PANIC,
-                format!("panic in segcache: {what}"),
-            );
+            let fail = Fail::owned(segcache_status_t::SEGCACHE_PANIC, format!("panic in segcache: {what}"));
             set_last_error(fail.msg);
             // Drop the payload here, still inside Rust, in case its destructor panics.
             let _ = catch_unwind(AssertUnwindSafe(move || drop(payload)));

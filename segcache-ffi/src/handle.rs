@@ -111,9 +111,7 @@ pub struct segcache_config_t {
 /// # Safety
 /// `config` is NULL or valid for writing a `segcache_config_t`.
 #[no_mangle]
-pub unsafe extern "C" fn segcache_config_default(
-    config: *mut segcache_config_t,
-) -> segcache_status_t {
+pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t) -> segcache_status_t {
     run(|| {
         let config = args::out(config, c"config is NULL")?;
         let defaults = segcache_config_t {
@@ -138,15 +136,9 @@ pub unsafe extern "C" fn segcache_config_default(
 /// # Safety
 /// `cfg.path` is NULL or a NUL-terminated string readable for the call.
 unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<ManualClock>>), Fail> {
-    let policy = u8::try_from(cfg.eviction)
-        .ok()
-        .and_then(Policy::from_u8)
-        .ok_or_else(|| {
-            Fail::owned(
-                segcache_status_t::SEGCACHE_INVALID_ARGUMENT,
-                format!("unknown eviction policy {}", cfg.eviction),
-            )
-        })?;
+    let policy = u8::try_from(cfg.eviction).ok().and_then(Policy::from_u8).ok_or_else(|| {
+        Fail::owned(segcache_status_t::SEGCACHE_INVALID_ARGUMENT, format!("unknown eviction policy {}", cfg.eviction))
+    })?;
     let mut b = Builder::new()
         .heap_size(cfg.heap_size)
         .segment_size(cfg.segment_size)
@@ -163,9 +155,7 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
         // SAFETY: non-NULL; the caller promises a NUL-terminated string.
         let raw = unsafe { CStr::from_ptr(cfg.path) }.to_bytes();
         if raw.is_empty() {
-            return Err(Fail::invalid(
-                c"config path is an empty string (use NULL for no file)",
-            ));
+            return Err(Fail::invalid(c"config path is an empty string (use NULL for no file)"));
         }
         b = b.path(PathBuf::from(std::ffi::OsStr::from_bytes(raw)));
     }
@@ -208,11 +198,7 @@ pub unsafe extern "C" fn segcache_open(
         // SAFETY: the caller promises `path` is NULL or NUL-terminated.
         let (b, clock) = unsafe { builder(&cfg) }?;
         let cache = b.build_shared()?;
-        let handle = Box::new(segcache_t {
-            magic: MAGIC,
-            cache,
-            clock,
-        });
+        let handle = Box::new(segcache_t { magic: MAGIC, cache, clock });
         // SAFETY: as above.
         unsafe { put(out, Box::into_raw(handle)) };
         Ok(())
@@ -260,17 +246,12 @@ pub unsafe extern "C" fn segcache_close(cache: *mut segcache_t) -> segcache_stat
 /// # Safety
 /// `cache` is NULL or a live handle.
 #[no_mangle]
-pub unsafe extern "C" fn segcache_advance_clock(
-    cache: *const segcache_t,
-    secs: u32,
-) -> segcache_status_t {
+pub unsafe extern "C" fn segcache_advance_clock(cache: *const segcache_t, secs: u32) -> segcache_status_t {
     // SAFETY: the caller's contract.
     unsafe {
         run_with(cache, |h| {
             let clock = h.clock.as_ref().ok_or_else(|| {
-                Fail::invalid(
-                    c"cache runs on the system clock; open it with manual_clock_start != 0",
-                )
+                Fail::invalid(c"cache runs on the system clock; open it with manual_clock_start != 0")
             })?;
             clock.advance(secs);
             Ok(())

@@ -31,19 +31,18 @@ mod write;
 pub use error::{segcache_last_error, segcache_strerror};
 pub use guard::segcache_debug_panic;
 pub use handle::{
-    segcache_advance_clock, segcache_close, segcache_config_default, segcache_config_t,
-    segcache_open, segcache_policy_t, segcache_t,
+    segcache_advance_clock, segcache_close, segcache_config_default, segcache_config_t, segcache_open,
+    segcache_policy_t, segcache_t,
 };
 pub use read::{
-    segcache_contains, segcache_get, segcache_get_and_touch, segcache_get_cb, segcache_get_many,
-    segcache_get_many_cb, segcache_get_with, segcache_item_t, segcache_meta_t,
+    segcache_contains, segcache_get, segcache_get_and_touch, segcache_get_cb, segcache_get_many, segcache_get_many_cb,
+    segcache_get_with, segcache_item_t, segcache_meta_t,
 };
 pub use stats::{segcache_len, segcache_now, segcache_stats, segcache_stats_t};
 pub use status::segcache_status_t;
 pub use write::{
-    segcache_add, segcache_append, segcache_cas, segcache_decr, segcache_delete, segcache_expire,
-    segcache_flush, segcache_flush_after, segcache_incr, segcache_prepend, segcache_replace,
-    segcache_set, segcache_touch,
+    segcache_add, segcache_append, segcache_cas, segcache_decr, segcache_delete, segcache_expire, segcache_flush,
+    segcache_flush_after, segcache_incr, segcache_prepend, segcache_replace, segcache_set, segcache_touch,
 };
 
 /// Longest key in bytes (as in memcached). Keys are 1 to `SEGCACHE_MAX_KEY_LEN` bytes of any value.

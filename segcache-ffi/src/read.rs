@@ -42,14 +42,12 @@ pub struct segcache_item_t {
 /// without the lock; a larger one straight from the cache, while the key's shard is locked for
 /// reading: keep the callback short, do not call into the same cache from it (that may
 /// deadlock), and do not unwind out of it (no C++ exception, no longjmp).
-pub type segcache_get_cb =
-    Option<unsafe extern "C" fn(user_data: *mut c_void, item: *const segcache_item_t)>;
+pub type segcache_get_cb = Option<unsafe extern "C" fn(user_data: *mut c_void, item: *const segcache_item_t)>;
 
 /// Callback of `segcache_get_many`: called once per hit with the index of the key in `keys`, in
 /// no particular order. Same rules as `segcache_get_cb`.
-pub type segcache_get_many_cb = Option<
-    unsafe extern "C" fn(user_data: *mut c_void, index: usize, item: *const segcache_item_t),
->;
+pub type segcache_get_many_cb =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, index: usize, item: *const segcache_item_t)>;
 
 /// `segcache_meta_t.ttl` of a time left to live: whole seconds, at least 1; 0 for never.
 #[inline(always)]
@@ -70,13 +68,7 @@ fn meta(item: &Item<'_>) -> segcache_meta_t {
 #[inline(always)]
 fn view(item: &Item<'_>) -> segcache_item_t {
     let (k, v) = (item.key(), item.value());
-    segcache_item_t {
-        key: k.as_ptr(),
-        key_len: k.len(),
-        value: v.as_ptr(),
-        value_len: v.len(),
-        meta: meta(item),
-    }
+    segcache_item_t { key: k.as_ptr(), key_len: k.len(), value: v.as_ptr(), value_len: v.len(), meta: meta(item) }
 }
 
 /// Where a copying read (`segcache_get`, `segcache_get_and_touch`) puts its result: the caller's
@@ -104,11 +96,7 @@ impl Dest<'_> {
         let buf = unsafe { args::buffer(buf, buf_len) }?;
         let value_len = args::out(value_len, c"value_len is NULL")?;
         let meta_out = args::opt_out(meta, c"meta is misaligned")?;
-        Ok(Dest {
-            buf,
-            value_len,
-            meta_out,
-        })
+        Ok(Dest { buf, value_len, meta_out })
     }
 
     /// Reports the value's length and (when asked) its metadata, and copies it into `buf` when it
@@ -175,9 +163,7 @@ pub unsafe extern "C" fn segcache_get(
         // SAFETY: the caller's contract, documented above.
         let dest = unsafe { Dest::check(buf, buf_len, value_len, meta) }?;
         // SAFETY: out-pointers checked above, writable per the contract.
-        copied(h.cache.get_with(key, |item| unsafe {
-            dest.deliver(item.value(), || self::meta(&item))
-        }))
+        copied(h.cache.get_with(key, |item| unsafe { dest.deliver(item.value(), || self::meta(&item)) }))
     };
     // SAFETY: the caller's contract, documented above.
     unsafe { run_keyed(cache, key, key_len, body) }
@@ -248,17 +234,11 @@ pub unsafe extern "C" fn segcache_get_many(
                 return Err(Fail::invalid(c"keys or key_lens is NULL but n is not 0"));
             }
             if !keys.is_aligned() || !key_lens.is_aligned() || n > isize::MAX as usize / 8 {
-                return Err(Fail::invalid(
-                    c"keys or key_lens is misaligned, or n is too large",
-                ));
+                return Err(Fail::invalid(c"keys or key_lens is misaligned, or n is too large"));
             }
             // SAFETY: non-NULL, aligned, `n` readable elements per the contract.
-            let (ptrs, lens) = unsafe {
-                (
-                    std::slice::from_raw_parts(keys, n),
-                    std::slice::from_raw_parts(key_lens, n),
-                )
-            };
+            let (ptrs, lens) =
+                unsafe { (std::slice::from_raw_parts(keys, n), std::slice::from_raw_parts(key_lens, n)) };
             list.reserve_exact(n);
             for (&p, &l) in ptrs.iter().zip(lens) {
                 // SAFETY: each key points to its length of readable bytes per the contract.
@@ -295,13 +275,18 @@ pub unsafe extern "C" fn segcache_contains(
 ) -> segcache_status_t {
     // SAFETY: the caller's contract.
     unsafe {
-        run_keyed(cache, key, key_len, |h, key| {
-            if h.cache.contains(key) {
-                Ok(())
-            } else {
-                Err(Fail::of(SEGCACHE_NOT_FOUND))
-            }
-        })
+        run_keyed(
+            cache,
+            key,
+            key_len,
+            |h, key| {
+                if h.cache.contains(key) {
+                    Ok(())
+                } else {
+                    Err(Fail::of(SEGCACHE_NOT_FOUND))
+                }
+            },
+        )
     }
 }
 
@@ -327,21 +312,15 @@ pub unsafe extern "C" fn segcache_get_and_touch(
     let body = |h: &segcache_t, key: &[u8]| {
         // SAFETY: the caller's contract.
         let dest = unsafe { Dest::check(buf, buf_len, value_len, meta) }?;
-        let item = h
-            .cache
-            .get_and_touch(key, Duration::from_secs(ttl.into()))
-            .ok_or_else(|| Fail::of(SEGCACHE_NOT_FOUND))?;
+        let item =
+            h.cache.get_and_touch(key, Duration::from_secs(ttl.into())).ok_or_else(|| Fail::of(SEGCACHE_NOT_FOUND))?;
         let secs = ttl_secs(item.ttl);
         let now = h.cache.now();
         let m = segcache_meta_t {
             cas: item.cas,
             flags: item.flags,
             ttl: secs,
-            expire_at: if secs == 0 {
-                0
-            } else {
-                now.saturating_add(secs)
-            },
+            expire_at: if secs == 0 { 0 } else { now.saturating_add(secs) },
         };
         // SAFETY: out-pointers checked above.
         copied(Some(unsafe { dest.deliver(&item.value, || m) }))

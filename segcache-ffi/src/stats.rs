@@ -105,10 +105,7 @@ unsafe fn report<T>(
 /// # Safety
 /// `cache` is NULL or a live handle; `out` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn segcache_stats(
-    cache: *const segcache_t,
-    out: *mut segcache_stats_t,
-) -> segcache_status_t {
+pub unsafe extern "C" fn segcache_stats(cache: *const segcache_t, out: *mut segcache_stats_t) -> segcache_status_t {
     // SAFETY: the caller's contract, which is `report`'s.
     unsafe { report(cache, out, |c| c_stats(c.stats())) }
 }
@@ -119,10 +116,7 @@ pub unsafe extern "C" fn segcache_stats(
 /// # Safety
 /// `cache` is NULL or a live handle; `out` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn segcache_len(
-    cache: *const segcache_t,
-    out: *mut usize,
-) -> segcache_status_t {
+pub unsafe extern "C" fn segcache_len(cache: *const segcache_t, out: *mut usize) -> segcache_status_t {
     // SAFETY: the caller's contract, which is `report`'s.
     unsafe { report(cache, out, SharedCache::len) }
 }
@@ -133,10 +127,7 @@ pub unsafe extern "C" fn segcache_len(
 /// # Safety
 /// `cache` is NULL or a live handle; `out` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn segcache_now(
-    cache: *const segcache_t,
-    out: *mut u32,
-) -> segcache_status_t {
+pub unsafe extern "C" fn segcache_now(cache: *const segcache_t, out: *mut u32) -> segcache_status_t {
     // SAFETY: the caller's contract, which is `report`'s.
     unsafe { report(cache, out, SharedCache::now) }
 }

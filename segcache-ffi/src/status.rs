@@ -151,33 +151,10 @@ mod tests {
             (E::NoMemory, SEGCACHE_NO_MEMORY),
             (E::NotNumeric, SEGCACHE_NOT_NUMERIC),
             (E::InvalidConfig("x".into()), SEGCACHE_INVALID_CONFIG),
-            (
-                E::Io {
-                    path: PathBuf::from("/p"),
-                    source: io(),
-                },
-                SEGCACHE_IO_ERROR,
-            ),
-            (
-                E::BadFile {
-                    path: PathBuf::from("/p"),
-                    reason: "r".into(),
-                },
-                SEGCACHE_BAD_FILE,
-            ),
-            (
-                E::Locked {
-                    path: PathBuf::from("/p"),
-                },
-                SEGCACHE_LOCKED,
-            ),
-            (
-                E::Map {
-                    bytes: 1,
-                    source: io(),
-                },
-                SEGCACHE_MAP_FAILED,
-            ),
+            (E::Io { path: PathBuf::from("/p"), source: io() }, SEGCACHE_IO_ERROR),
+            (E::BadFile { path: PathBuf::from("/p"), reason: "r".into() }, SEGCACHE_BAD_FILE),
+            (E::Locked { path: PathBuf::from("/p") }, SEGCACHE_LOCKED),
+            (E::Map { bytes: 1, source: io() }, SEGCACHE_MAP_FAILED),
             (E::Forked, SEGCACHE_FORKED),
         ];
         for (e, want) in cases {

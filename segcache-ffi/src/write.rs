@@ -31,8 +31,7 @@ unsafe fn store(
 ) -> segcache_status_t {
     let body = |h: &segcache_t, key: &[u8]| {
         // SAFETY: the function's contract.
-        let value =
-            unsafe { args::bytes(value, value_len, c"value is NULL but value_len is not 0") }?;
+        let value = unsafe { args::bytes(value, value_len, c"value is NULL but value_len is not 0") }?;
         Ok(op(&h.cache, key, value)?)
     };
     // SAFETY: the function's contract.
@@ -84,11 +83,7 @@ pub unsafe extern "C" fn segcache_set(
     ttl: u32,
 ) -> segcache_status_t {
     // SAFETY: the caller's contract, which is `store`'s.
-    unsafe {
-        store(cache, key, key_len, value, value_len, |c, k, v| {
-            c.set(k, v, flags, secs(ttl))
-        })
-    }
+    unsafe { store(cache, key, key_len, value, value_len, |c, k, v| c.set(k, v, flags, secs(ttl))) }
 }
 
 /// Like `segcache_set`, but only when `key` is absent; `SEGCACHE_NOT_STORED` when present.
@@ -108,11 +103,7 @@ pub unsafe extern "C" fn segcache_add(
     ttl: u32,
 ) -> segcache_status_t {
     // SAFETY: the caller's contract, which is `store`'s.
-    unsafe {
-        store(cache, key, key_len, value, value_len, |c, k, v| {
-            c.add(k, v, flags, secs(ttl))
-        })
-    }
+    unsafe { store(cache, key, key_len, value, value_len, |c, k, v| c.add(k, v, flags, secs(ttl))) }
 }
 
 /// Like `segcache_set`, but only when `key` is present; `SEGCACHE_NOT_STORED` when absent.
@@ -132,11 +123,7 @@ pub unsafe extern "C" fn segcache_replace(
     ttl: u32,
 ) -> segcache_status_t {
     // SAFETY: the caller's contract, which is `store`'s.
-    unsafe {
-        store(cache, key, key_len, value, value_len, |c, k, v| {
-            c.replace(k, v, flags, secs(ttl))
-        })
-    }
+    unsafe { store(cache, key, key_len, value, value_len, |c, k, v| c.replace(k, v, flags, secs(ttl))) }
 }
 
 /// Compare-and-swap: stores like `segcache_set` only if the item's CAS value (from
@@ -159,11 +146,7 @@ pub unsafe extern "C" fn segcache_cas(
     cas: u64,
 ) -> segcache_status_t {
     // SAFETY: the caller's contract, which is `store`'s.
-    unsafe {
-        store(cache, key, key_len, value, value_len, |c, k, v| {
-            c.cas(k, v, flags, secs(ttl), cas)
-        })
-    }
+    unsafe { store(cache, key, key_len, value, value_len, |c, k, v| c.cas(k, v, flags, secs(ttl), cas)) }
 }
 
 /// Appends `value` to the present item's value, keeping its flags and TTL; `SEGCACHE_NOT_STORED`
@@ -182,11 +165,7 @@ pub unsafe extern "C" fn segcache_append(
     value_len: usize,
 ) -> segcache_status_t {
     // SAFETY: the caller's contract, which is `store`'s.
-    unsafe {
-        store(cache, key, key_len, value, value_len, |c, k, v| {
-            c.append(k, v)
-        })
-    }
+    unsafe { store(cache, key, key_len, value, value_len, |c, k, v| c.append(k, v)) }
 }
 
 /// Prepends `value` to the present item's value; otherwise as `segcache_append`.
@@ -204,11 +183,7 @@ pub unsafe extern "C" fn segcache_prepend(
     value_len: usize,
 ) -> segcache_status_t {
     // SAFETY: the caller's contract, which is `store`'s.
-    unsafe {
-        store(cache, key, key_len, value, value_len, |c, k, v| {
-            c.prepend(k, v)
-        })
-    }
+    unsafe { store(cache, key, key_len, value, value_len, |c, k, v| c.prepend(k, v)) }
 }
 
 /// Adds `delta` to the item's value read as an unsigned decimal number (wrapping at 2^64, as
@@ -279,11 +254,7 @@ pub unsafe extern "C" fn segcache_touch(
     ttl: u32,
 ) -> segcache_status_t {
     // SAFETY: the caller's contract.
-    unsafe {
-        run_keyed(cache, key, key_len, |h, key| {
-            Ok(h.cache.touch(key, secs(ttl))?)
-        })
-    }
+    unsafe { run_keyed(cache, key, key_len, |h, key| Ok(h.cache.touch(key, secs(ttl))?)) }
 }
 
 /// Removes every item now. Thread safety: any thread (locks each shard in turn).
@@ -309,10 +280,7 @@ pub unsafe extern "C" fn segcache_flush(cache: *const segcache_t) -> segcache_st
 /// # Safety
 /// `cache` is NULL or a live handle.
 #[no_mangle]
-pub unsafe extern "C" fn segcache_flush_after(
-    cache: *const segcache_t,
-    delay: u32,
-) -> segcache_status_t {
+pub unsafe extern "C" fn segcache_flush_after(cache: *const segcache_t, delay: u32) -> segcache_status_t {
     // SAFETY: the caller's contract.
     unsafe {
         run_with(cache, |h| {
@@ -333,10 +301,7 @@ pub unsafe extern "C" fn segcache_flush_after(
 /// # Safety
 /// `cache` is NULL or a live handle; `removed` is NULL or writable.
 #[no_mangle]
-pub unsafe extern "C" fn segcache_expire(
-    cache: *const segcache_t,
-    removed: *mut usize,
-) -> segcache_status_t {
+pub unsafe extern "C" fn segcache_expire(cache: *const segcache_t, removed: *mut usize) -> segcache_status_t {
     let body = |h: &segcache_t| {
         let out = args::opt_out(removed, c"removed is misaligned")?;
         let n = h.cache.expire();

@@ -9,9 +9,7 @@ use segcache_status_t::*;
 
 fn last_error() -> String {
     // SAFETY: segcache_last_error always returns a valid NUL-terminated string.
-    unsafe { CStr::from_ptr(segcache_last_error()) }
-        .to_string_lossy()
-        .into_owned()
+    unsafe { CStr::from_ptr(segcache_last_error()) }.to_string_lossy().into_owned()
 }
 
 fn open() -> *mut segcache_t {
@@ -36,53 +34,20 @@ fn round_trip_and_statuses() {
     let mut len = 0usize;
     // SAFETY: live handle, valid buffers.
     unsafe {
-        assert_eq!(
-            segcache_set(h, b"k".as_ptr(), 1, b"value".as_ptr(), 5, 3, 0),
-            SEGCACHE_OK
-        );
-        assert_eq!(
-            segcache_get(
-                h,
-                b"k".as_ptr(),
-                1,
-                buf.as_mut_ptr(),
-                8,
-                &mut len,
-                ptr::null_mut()
-            ),
-            SEGCACHE_OK
-        );
+        assert_eq!(segcache_set(h, b"k".as_ptr(), 1, b"value".as_ptr(), 5, 3, 0), SEGCACHE_OK);
+        assert_eq!(segcache_get(h, b"k".as_ptr(), 1, buf.as_mut_ptr(), 8, &mut len, ptr::null_mut()), SEGCACHE_OK);
         assert_eq!(&buf[..len], b"value");
         assert_eq!(
-            segcache_get(
-                h,
-                b"k".as_ptr(),
-                1,
-                buf.as_mut_ptr(),
-                2,
-                &mut len,
-                ptr::null_mut()
-            ),
+            segcache_get(h, b"k".as_ptr(), 1, buf.as_mut_ptr(), 2, &mut len, ptr::null_mut()),
             SEGCACHE_BUFFER_TOO_SMALL
         );
         assert_eq!(len, 5);
         assert_eq!(
-            segcache_get(
-                h,
-                b"x".as_ptr(),
-                1,
-                buf.as_mut_ptr(),
-                8,
-                &mut len,
-                ptr::null_mut()
-            ),
+            segcache_get(h, b"x".as_ptr(), 1, buf.as_mut_ptr(), 8, &mut len, ptr::null_mut()),
             SEGCACHE_NOT_FOUND
         );
         assert_eq!(last_error(), "not found");
-        assert_eq!(
-            segcache_set(h, ptr::null(), 1, ptr::null(), 0, 0, 0),
-            SEGCACHE_INVALID_ARGUMENT
-        );
+        assert_eq!(segcache_set(h, ptr::null(), 1, ptr::null(), 0, 0, 0), SEGCACHE_INVALID_ARGUMENT);
         assert_eq!(last_error(), "key is NULL");
         assert_eq!(segcache_close(h), SEGCACHE_OK);
     }
@@ -91,27 +56,17 @@ fn round_trip_and_statuses() {
 #[test]
 fn panic_becomes_a_status() {
     assert_eq!(segcache_debug_panic(), SEGCACHE_PANIC);
-    assert!(
-        last_error().contains("segcache_debug_panic was called"),
-        "{}",
-        last_error()
-    );
+    assert!(last_error().contains("segcache_debug_panic was called"), "{}", last_error());
 }
 
 #[test]
 fn last_error_is_per_thread() {
     // SAFETY: NULL handle is refused before any dereference.
-    assert_eq!(
-        unsafe { segcache_flush(ptr::null()) },
-        SEGCACHE_INVALID_ARGUMENT
-    );
+    assert_eq!(unsafe { segcache_flush(ptr::null()) }, SEGCACHE_INVALID_ARGUMENT);
     let other = std::thread::spawn(|| {
         let before = last_error();
         // SAFETY: as above.
-        assert_eq!(
-            unsafe { segcache_len(ptr::null(), ptr::null_mut()) },
-            SEGCACHE_INVALID_ARGUMENT
-        );
+        assert_eq!(unsafe { segcache_len(ptr::null(), ptr::null_mut()) }, SEGCACHE_INVALID_ARGUMENT);
         (before, last_error())
     })
     .join()
@@ -126,18 +81,8 @@ fn strerror_accepts_any_int() {
     let past_last = segcache_status_t::ALL.len() as i32;
     for v in [-1, past_last, i32::MAX, i32::MIN] {
         // SAFETY: static string.
-        assert_eq!(
-            unsafe { CStr::from_ptr(segcache_strerror(v)) }
-                .to_str()
-                .unwrap(),
-            "unknown status"
-        );
+        assert_eq!(unsafe { CStr::from_ptr(segcache_strerror(v)) }.to_str().unwrap(), "unknown status");
     }
     // SAFETY: static string.
-    assert_eq!(
-        unsafe { CStr::from_ptr(segcache_strerror(0)) }
-            .to_str()
-            .unwrap(),
-        "ok"
-    );
+    assert_eq!(unsafe { CStr::from_ptr(segcache_strerror(0)) }.to_str().unwrap(), "ok");
 }

@@ -6,8 +6,7 @@ use std::path::PathBuf;
 
 fn generate() -> String {
     let crate_dir = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    let config =
-        cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("read cbindgen.toml");
+    let config = cbindgen::Config::from_file(crate_dir.join("cbindgen.toml")).expect("read cbindgen.toml");
     let bindings = cbindgen::Builder::new()
         .with_crate(&crate_dir)
         .with_config(config)
@@ -28,20 +27,10 @@ fn checked_in_header_is_fresh() {
     }
     let current = std::fs::read_to_string(&path).unwrap_or_default();
     if current != fresh {
-        let line = current
-            .lines()
-            .zip(fresh.lines())
-            .position(|(a, b)| a != b)
-            .map_or_else(
-                || {
-                    format!(
-                        "lengths differ ({} vs {} lines)",
-                        current.lines().count(),
-                        fresh.lines().count()
-                    )
-                },
-                |i| format!("first difference at line {}", i + 1),
-            );
+        let line = current.lines().zip(fresh.lines()).position(|(a, b)| a != b).map_or_else(
+            || format!("lengths differ ({} vs {} lines)", current.lines().count(), fresh.lines().count()),
+            |i| format!("first difference at line {}", i + 1),
+        );
         panic!(
             "{} is stale ({line}); regenerate it with `make -C bindings/c header` \
              (SEGCACHE_BLESS=1 cargo test -p segcache-ffi --test header) and check it in",

@@ -62,10 +62,7 @@ fn oversized_values_are_refused_without_an_allocation_of_their_size() {
     let (k, v) = (b"k", b"old");
     // SAFETY: a live handle; every pointer is valid for its length.
     unsafe {
-        assert_eq!(
-            segcache_set(h, k.as_ptr(), 1, v.as_ptr(), 3, 5, 0),
-            SEGCACHE_OK
-        );
+        assert_eq!(segcache_set(h, k.as_ptr(), 1, v.as_ptr(), 3, 5, 0), SEGCACHE_OK);
         LARGEST.store(0, Relaxed);
         let cas = 1;
         let refused = [
@@ -79,15 +76,8 @@ fn oversized_values_are_refused_without_an_allocation_of_their_size() {
             segcache_cas(h, k.as_ptr(), 1, big.as_ptr(), big.len(), 0, 0, cas),
         ];
         let largest = LARGEST.load(Relaxed);
-        assert!(
-            refused.iter().all(|&s| s == SEGCACHE_TOO_LARGE),
-            "{refused:?}"
-        );
-        assert!(
-            largest < SEGMENT,
-            "a refused store allocated {largest} bytes for a {} byte value",
-            big.len()
-        );
+        assert!(refused.iter().all(|&s| s == SEGCACHE_TOO_LARGE), "{refused:?}");
+        assert!(largest < SEGMENT, "a refused store allocated {largest} bytes for a {} byte value", big.len());
         let mut buf = [0u8; 8];
         let mut len = 0usize;
         let mut meta = segcache_meta_t::default();

@@ -367,7 +367,14 @@ mod tests {
 
     #[test]
     fn bad_settings_are_explained() {
-        for args in [&["-I", "8m"][..], &["-I", "12x"], &["-t", "0"], &["-m", "0"], &["--eviction", "lru"], &["--log-level", "loud"]] {
+        for args in [
+            &["-I", "8m"][..],
+            &["-I", "12x"],
+            &["-t", "0"],
+            &["-m", "0"],
+            &["--eviction", "lru"],
+            &["--log-level", "loud"],
+        ] {
             let e = Settings::resolve(cli(args), FileConfig::default()).unwrap_err();
             assert!(!e.is_empty(), "{args:?}");
         }

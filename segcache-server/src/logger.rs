@@ -11,7 +11,13 @@ impl log::Log for Stderr {
     fn log(&self, r: &log::Record<'_>) {
         if self.enabled(r.metadata()) {
             let t = std::thread::current();
-            let _ = writeln!(std::io::stderr().lock(), "segcache-server {} {}: {}", r.level(), t.name().unwrap_or("main"), r.args());
+            let _ = writeln!(
+                std::io::stderr().lock(),
+                "segcache-server {} {}: {}",
+                r.level(),
+                t.name().unwrap_or("main"),
+                r.args()
+            );
         }
     }
     fn flush(&self) {}

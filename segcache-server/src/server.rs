@@ -57,8 +57,7 @@ impl Server {
             .next()
             .ok_or_else(|| format!("listen address {} resolves to nothing", settings.listen))?;
         // std sets SO_REUSEADDR, so a restart does not wait for TIME_WAIT sockets.
-        let std_listener =
-            std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        let std_listener = std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
         raise_backlog(&std_listener);
         let mut listener = TcpListener::from_std(std_listener);
@@ -81,7 +80,10 @@ impl Server {
             threads.push(thread);
         }
         let admin = match admin_port {
-            Some(port) => Some(crate::admin::spawn(shared.clone(), port).map_err(|e| format!("cannot start the admin port {port}: {e}"))?),
+            Some(port) => Some(
+                crate::admin::spawn(shared.clone(), port)
+                    .map_err(|e| format!("cannot start the admin port {port}: {e}"))?,
+            ),
             None => None,
         };
         log::info!(

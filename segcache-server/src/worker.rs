@@ -123,8 +123,7 @@ impl Worker {
             }
             if let Some(deadline) = drain_until {
                 // Close every connection that sits between requests with nothing left to send.
-                let idle: Vec<usize> =
-                    self.conns.iter().filter(|(_, c)| c.is_idle()).map(|(k, _)| k).collect();
+                let idle: Vec<usize> = self.conns.iter().filter(|(_, c)| c.is_idle()).map(|(k, _)| k).collect();
                 for key in idle {
                     self.remove(key);
                 }

@@ -47,7 +47,8 @@ fn retrieval_requests_do_not_allocate() {
     let mut out = Vec::with_capacity(1 << 16);
     let setup = b"set k1 0 0 5\r\nhello\r\nset k2 7 0 3\r\nabc\r\n";
     assert_eq!(session.process(setup, &mut out, &ctx).consumed, setup.len());
-    let hot: &[u8] = b"get k1\r\ngets k2\r\nget k1 k2 missing\r\nmg k1 v f c t s k Oxyz\r\nmg missing v\r\nmn\r\nversion\r\n";
+    let hot: &[u8] =
+        b"get k1\r\ngets k2\r\nget k1 k2 missing\r\nmg k1 v f c t s k Oxyz\r\nmg missing v\r\nmn\r\nversion\r\n";
     // Warm up: the output buffer reaches its working size.
     out.clear();
     session.process(hot, &mut out, &ctx);

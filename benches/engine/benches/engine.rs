@@ -7,8 +7,8 @@
 use std::hint::black_box;
 use std::time::Duration;
 
-use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 use criterion::measurement::WallTime;
+use criterion::{criterion_group, criterion_main, BenchmarkGroup, Criterion, Throughput};
 
 use segcache_core::{Item, Segcache, SharedCache};
 use segcache_engine_benches::keys::{format_key, keys, touch, Key, VALUE};

@@ -260,14 +260,27 @@ pub struct Sizing {
 }
 
 impl Sizing {
-    const DEFAULTS: Sizing =
-        Sizing { budget: 0, capacity: 0, expected_items: 0, pelikan_hash_power: None, policy: None, shards: None, hash_power: None };
+    const DEFAULTS: Sizing = Sizing {
+        budget: 0,
+        capacity: 0,
+        expected_items: 0,
+        pelikan_hash_power: None,
+        policy: None,
+        shards: None,
+        hash_power: None,
+    };
 
     /// Every library holds `budget` bytes of key+value payload: count-sized peers get
     /// `budget / payload` items (how the peer figures in `shared/peers.md` were made).
     pub fn equal_data(budget: usize, payload: usize) -> Self {
         // Pelikan stores an item in its payload + 6 header bytes, rounded up to 8 (88 here).
-        Sizing { budget, capacity: budget / payload, expected_items: budget / (payload + 8), pelikan_hash_power: None, ..Self::DEFAULTS }
+        Sizing {
+            budget,
+            capacity: budget / payload,
+            expected_items: budget / (payload + 8),
+            pelikan_hash_power: None,
+            ..Self::DEFAULTS
+        }
     }
 
     /// Room for `items` items in every library, so that none is evicted: count-based peers get
@@ -429,7 +442,10 @@ mod tests {
             assert_eq!(kept(&shared, s.capacity), s.capacity, "SharedCache, {items} items, {heap} MiB");
             let st = shared.stats();
             assert_eq!((st.evicted_items, st.merged_items), (0, 0), "SharedCache, {items} items");
-            eprintln!("{items} items: {heap} MiB heap holds {} with {} of {} segments free", s.capacity, st.segments_free, st.segments_total);
+            eprintln!(
+                "{items} items: {heap} MiB heap holds {} with {} of {} segments free",
+                s.capacity, st.segments_free, st.segments_total
+            );
         }
     }
 

@@ -13,12 +13,12 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Registry, Token};
 use serde::{Deserialize, Serialize};
 
+use crate::cpu;
 use crate::histo::{self, Percentiles};
 use crate::protocol::{parse_reply, ReqKind};
 use crate::rate::Schedule;
 use crate::timer::{set_timer_slack, TimerFd};
 use crate::workload::{Generator, Workload};
-use crate::cpu;
 
 const TIMER: Token = Token(usize::MAX - 1);
 /// The longest a worker blocks in epoll, so timeouts and intervals are checked regularly.
@@ -69,7 +69,11 @@ impl ClientConfig {
             bail!("threads must be at least 1");
         }
         if self.connections < self.threads {
-            bail!("need at least one connection per thread ({} connections, {} threads)", self.connections, self.threads);
+            bail!(
+                "need at least one connection per thread ({} connections, {} threads)",
+                self.connections,
+                self.threads
+            );
         }
         if self.depth == 0 {
             bail!("pipeline depth must be at least 1");
@@ -85,7 +89,10 @@ impl ClientConfig {
         let cores = core_affinity::get_core_ids().unwrap_or_default();
         for c in &self.pin_cores {
             if !cores.iter().any(|id| id.id == *c) {
-                bail!("cannot pin to core {c}: this machine has cores {:?}", cores.iter().map(|c| c.id).collect::<Vec<_>>());
+                bail!(
+                    "cannot pin to core {c}: this machine has cores {:?}",
+                    cores.iter().map(|c| c.id).collect::<Vec<_>>()
+                );
             }
         }
         Ok(())

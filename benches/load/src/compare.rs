@@ -109,10 +109,13 @@ pub fn run_compare(cfg: &CompareConfig) -> Result<Report> {
             pb.set_message(format!("{}: prefilling {} ({} keys)", wl.name, srv.name, wl.keys));
             let p = prefill(srv.addr, wl, cfg.prefill_conns, cfg.client.seed)
                 .with_context(|| format!("prefilling {}", srv.name))?;
-            say(&pb, format!(
-                "{}: prefilled {} with {} keys in {:.1} s ({} rejected)",
-                wl.name, srv.name, p.stored, p.seconds, p.rejected
-            ));
+            say(
+                &pb,
+                format!(
+                    "{}: prefilled {} with {} keys in {:.1} s ({} rejected)",
+                    wl.name, srv.name, p.stored, p.seconds, p.rejected
+                ),
+            );
             runs[i].prefill = Some(p);
         }
         let mut states: Vec<RampState> = cfg.servers.iter().map(|_| RampState::new(&cfg.plan)).collect();
@@ -138,14 +141,17 @@ pub fn run_compare(cfg: &CompareConfig) -> Result<Report> {
                 })
                 .with_context(|| label.clone())?;
                 let verdict = cfg.slo.judge(&step);
-                say(&pb, format!(
+                say(
+                    &pb,
+                    format!(
                     "{label}: achieved {:.0}, p50 {:.3} ms, p99.9 {:.3} ms, server {} us/req, hit {} -> {verdict:?}",
                     step.achieved_rate,
                     step.latency.p50_us / 1000.0,
                     step.latency.p999_us / 1000.0,
                     step.server_cpu_us_per_req.map_or("-".into(), |c| format!("{c:.1}")),
                     step.hit_ratio.map_or("-".into(), |h| format!("{h:.3}")),
-                ));
+                ),
+                );
                 states[i].record(cfg.slo.passes(&step));
                 runs[i].steps.push(step);
                 pb.inc(1);

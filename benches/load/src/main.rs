@@ -17,7 +17,11 @@ use segcache_bench::server;
 use segcache_bench::workload::{parse_ratio, parse_value_len, Workload};
 
 #[derive(Parser)]
-#[command(name = "segcache-bench", version, about = "Open-loop memcache load generator: fixed-rate, latency from the scheduled send time")]
+#[command(
+    name = "segcache-bench",
+    version,
+    about = "Open-loop memcache load generator: fixed-rate, latency from the scheduled send time"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,
@@ -197,10 +201,17 @@ impl RampPlanArgs {
         RampPlan { start: self.start, step: self.step, stop: self.stop, stop_after_fails: self.stop_after_fails }
     }
     fn slo(&self) -> Result<Slo> {
-        if self.slo_ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) || !(0.0..=1.0).contains(&self.min_achieved) || !(0.0..=1.0).contains(&self.max_error_ratio) {
+        if self.slo_ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater)
+            || !(0.0..=1.0).contains(&self.min_achieved)
+            || !(0.0..=1.0).contains(&self.max_error_ratio)
+        {
             bail!("--slo-ms must be positive, --min-achieved and --max-error-ratio within 0..1");
         }
-        Ok(Slo { p999_us: self.slo_ms * 1000.0, min_achieved: self.min_achieved, max_error_ratio: self.max_error_ratio })
+        Ok(Slo {
+            p999_us: self.slo_ms * 1000.0,
+            min_achieved: self.min_achieved,
+            max_error_ratio: self.max_error_ratio,
+        })
     }
     fn step_duration(&self) -> Result<Duration> {
         duration(self.step_duration_s)
@@ -366,12 +377,15 @@ fn main() -> Result<()> {
                     pb.set_message(format!("{rate:.0} req/s: p99.9 {:.3} ms", iv.latency.p999_us / 1e3));
                     pb.suspend(|| print_interval(verbose, iv));
                 })?;
-                compare::say(&pb, format!(
-                    "{rate:.0} req/s: achieved {:.0}, p99.9 {:.3} ms -> {:?}",
-                    s.achieved_rate,
-                    s.latency.p999_us / 1e3,
-                    slo.judge(&s)
-                ));
+                compare::say(
+                    &pb,
+                    format!(
+                        "{rate:.0} req/s: achieved {:.0}, p99.9 {:.3} ms -> {:?}",
+                        s.achieved_rate,
+                        s.latency.p999_us / 1e3,
+                        slo.judge(&s)
+                    ),
+                );
                 pb.inc(1);
                 Ok(s)
             })?;
@@ -388,7 +402,13 @@ fn main() -> Result<()> {
                 step_seconds: dur.as_secs_f64(),
                 workloads: vec![WorkloadRun {
                     workload: Some(w),
-                    servers: vec![ServerRun { name: a.name, command: String::new(), prefill: None, steps, max_rate_within_slo: max }],
+                    servers: vec![ServerRun {
+                        name: a.name,
+                        command: String::new(),
+                        prefill: None,
+                        steps,
+                        max_rate_within_slo: max,
+                    }],
                 }],
             };
             if let Some(out) = &a.out {
@@ -411,8 +431,7 @@ fn main() -> Result<()> {
             for s in servers.iter_mut() {
                 s.rt_priority = a.client.rt_priority;
             }
-            let workloads =
-                a.workloads.iter().map(|n| Workload::preset(n, a.memory_mb)).collect::<Result<Vec<_>>>()?;
+            let workloads = a.workloads.iter().map(|n| Workload::preset(n, a.memory_mb)).collect::<Result<Vec<_>>>()?;
             let cfg = CompareConfig {
                 out: a.out.clone(),
                 workloads,
@@ -429,7 +448,10 @@ fn main() -> Result<()> {
             eprintln!("wrote {}/results.json, results.md, latency.png", a.out.display());
         }
         Cmd::Mock(a) => {
-            let m = MockServer::start(MockConfig { delay: Duration::from_micros(a.delay_us), stall: None, close_after: None }, a.port)?;
+            let m = MockServer::start(
+                MockConfig { delay: Duration::from_micros(a.delay_us), stall: None, close_after: None },
+                a.port,
+            )?;
             eprintln!("mock memcache server on {} (delay {} us); Ctrl-C to stop", m.addr(), a.delay_us);
             loop {
                 std::thread::sleep(Duration::from_secs(3600));

@@ -120,11 +120,8 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, plotters::coord::Shift>, p: &Pan
         let mut steps: Vec<&StepResult> = c.steps.iter().filter(|s| pts(s)).collect();
         steps.sort_by(|a, b| a.target_rate.total_cmp(&b.target_rate));
         type Pick = fn(&StepResult) -> f64;
-        let series: [(&str, Pick, u32); 3] = [
-            ("p99.9", |s| s.latency.p999_us, 3),
-            ("p99", |s| s.latency.p99_us, 1),
-            ("p50", |s| s.latency.p50_us, 1),
-        ];
+        let series: [(&str, Pick, u32); 3] =
+            [("p99.9", |s| s.latency.p999_us, 3), ("p99", |s| s.latency.p99_us, 1), ("p50", |s| s.latency.p50_us, 1)];
         for (label, get, width) in series {
             let data: Vec<(f64, f64)> =
                 steps.iter().map(|s| (s.achieved_rate / 1000.0, (get(s) / 1000.0).clamp(y_min, y_max))).collect();

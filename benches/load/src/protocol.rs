@@ -85,10 +85,7 @@ pub fn parse_reply(buf: &[u8], kind: ReqKind) -> Result<Option<Reply>, ProtoErro
     }
 }
 
-fn parse_line(
-    buf: &[u8],
-    classify: impl Fn(&[u8]) -> Option<(u32, u32)>,
-) -> Result<Option<Reply>, ProtoError> {
+fn parse_line(buf: &[u8], classify: impl Fn(&[u8]) -> Option<(u32, u32)>) -> Result<Option<Reply>, ProtoError> {
     let Some(end) = find_crlf(buf) else {
         return Ok(None);
     };

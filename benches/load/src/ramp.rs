@@ -62,7 +62,11 @@ impl Slo {
 
     /// The highest target rate among the steps that passed.
     pub fn highest_passing(&self, steps: &[StepResult]) -> Option<f64> {
-        steps.iter().filter(|s| self.passes(s)).map(|s| s.target_rate).fold(None, |m, r| Some(m.map_or(r, |m: f64| m.max(r))))
+        steps
+            .iter()
+            .filter(|s| self.passes(s))
+            .map(|s| s.target_rate)
+            .fold(None, |m, r| Some(m.map_or(r, |m: f64| m.max(r))))
     }
 }
 

@@ -90,11 +90,20 @@ pub fn common_rate(w: &WorkloadRun, slo: &Slo) -> Option<f64> {
     let sets: Vec<Vec<(f64, bool)>> =
         w.servers.iter().map(|s| s.steps.iter().map(|st| (st.target_rate, slo.passes(st))).collect()).collect();
     let first = sets.first()?;
-    let everyone = |rate: f64, need_pass: bool| {
-        sets.iter().all(|s| s.iter().any(|&(r, p)| r == rate && (p || !need_pass)))
-    };
-    let passed = first.iter().map(|&(r, _)| r).filter(|&r| everyone(r, true)).fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
-    passed.or_else(|| first.iter().map(|&(r, _)| r).filter(|&r| everyone(r, false)).fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.min(r)))))
+    let everyone =
+        |rate: f64, need_pass: bool| sets.iter().all(|s| s.iter().any(|&(r, p)| r == rate && (p || !need_pass)));
+    let passed = first
+        .iter()
+        .map(|&(r, _)| r)
+        .filter(|&r| everyone(r, true))
+        .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.max(r))));
+    passed.or_else(|| {
+        first
+            .iter()
+            .map(|&(r, _)| r)
+            .filter(|&r| everyone(r, false))
+            .fold(None, |m: Option<f64>, r| Some(m.map_or(r, |m| m.min(r))))
+    })
 }
 
 /// The summary table: throughput inside the SLO and CPU per request, with ratios

@@ -33,13 +33,7 @@ pub fn memcached(program: &Path, port: u16, threads: usize, memory_mb: u64, core
     if is_root() {
         args.extend(["-u".into(), "root".into()]);
     }
-    args.extend(
-        [
-            "-U", "0", "-l", "127.0.0.1", "-c", "4096",
-        ]
-        .iter()
-        .map(|s| s.to_string()),
-    );
+    args.extend(["-U", "0", "-l", "127.0.0.1", "-c", "4096"].iter().map(|s| s.to_string()));
     args.extend(["-t".into(), threads.to_string(), "-m".into(), memory_mb.to_string(), "-p".into(), port.to_string()]);
     ServerSpec { name: "memcached".into(), program: program.into(), args, port, core, rt_priority: None }
 }

@@ -17,9 +17,7 @@ pub struct TimerFd {
 impl TimerFd {
     pub fn new() -> io::Result<Self> {
         // SAFETY: timerfd_create takes no pointers; we check the result before using it.
-        let fd = unsafe {
-            libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC)
-        };
+        let fd = unsafe { libc::timerfd_create(libc::CLOCK_MONOTONIC, libc::TFD_NONBLOCK | libc::TFD_CLOEXEC) };
         if fd < 0 {
             return Err(io::Error::last_os_error());
         }

@@ -118,12 +118,7 @@ impl Workload {
         // 62^key_len distinct keys must cover the key count.
         let capacity = 62f64.powi(self.key_len.min(20) as i32);
         if capacity < self.keys as f64 {
-            bail!(
-                "{} keys do not fit in {}-byte keys (at most {} distinct)",
-                self.keys,
-                self.key_len,
-                capacity as u64
-            );
+            bail!("{} keys do not fit in {}-byte keys (at most {} distinct)", self.keys, self.key_len, capacity as u64);
         }
         if self.value_min > self.value_max {
             bail!("value length range {}..{} is empty", self.value_min, self.value_max);
@@ -164,9 +159,7 @@ pub fn parse_ratio(s: &str) -> Result<(u32, u32, u32)> {
 
 /// Parses a value length: "256" or a range "64-1024".
 pub fn parse_value_len(s: &str) -> Result<(usize, usize)> {
-    let parse = |p: &str| -> Result<usize> {
-        p.trim().parse().map_err(|_| anyhow::anyhow!("bad value length {p:?}"))
-    };
+    let parse = |p: &str| -> Result<usize> { p.trim().parse().map_err(|_| anyhow::anyhow!("bad value length {p:?}")) };
     match s.split_once('-') {
         Some((a, b)) => Ok((parse(a)?, parse(b)?)),
         None => {

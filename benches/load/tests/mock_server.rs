@@ -210,7 +210,10 @@ fn slo_search_against_a_slow_and_a_fast_server() {
         let steps = run_ramp(&plan, &loose, |r| run_step(&c, &w, r, Duration::from_millis(700), None, |_| {})).unwrap();
         match loose.highest_passing(&steps) {
             Some(1500.0) => Ok(()),
-            other => Err(format!("highest passing {other:?}: {:?}", steps.iter().map(|s| (s.target_rate, s.latency.p999_us)).collect::<Vec<_>>())),
+            other => Err(format!(
+                "highest passing {other:?}: {:?}",
+                steps.iter().map(|s| (s.target_rate, s.latency.p999_us)).collect::<Vec<_>>()
+            )),
         }
     });
 }

@@ -134,7 +134,8 @@ fn segcache_round(a: &CompareArgs, size: usize, graceful: bool, rep: usize) -> R
     let retained: u64 = field(&fill, "items")?;
     std::thread::sleep(Duration::from_millis(a.pause_ms));
 
-    let mut rows = vec![reopen_round(&common, size, if graceful { "graceful" } else { "kill -9" }, rep, keys, retained)];
+    let mut rows =
+        vec![reopen_round(&common, size, if graceful { "graceful" } else { "kill -9" }, rep, keys, retained)];
     // The reopen closed the file gracefully: reopen it once more with lazy verification.
     if graceful {
         let mut lazy = common.clone();

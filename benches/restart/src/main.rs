@@ -12,7 +12,10 @@ mod steady;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "restart-bench", about = "segcache warm-restart benchmarks (graceful stop, kill -9) beside memcached -e")]
+#[command(
+    name = "restart-bench",
+    about = "segcache warm-restart benchmarks (graceful stop, kill -9) beside memcached -e"
+)]
 struct Cli {
     #[command(subcommand)]
     cmd: Cmd,

@@ -69,7 +69,9 @@ impl Memcached {
                     s.set_read_timeout(Some(Duration::from_secs(30)))?;
                     return Ok(s);
                 }
-                Err(e) if mono_ns() > deadline => return Err(e).context(format!("connecting to memcached on port {}", self.port)),
+                Err(e) if mono_ns() > deadline => {
+                    return Err(e).context(format!("connecting to memcached on port {}", self.port))
+                }
                 Err(_) => std::thread::sleep(Duration::from_micros(200)),
             }
         }

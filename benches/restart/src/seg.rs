@@ -39,7 +39,12 @@ pub struct CacheArgs {
 
 impl CacheArgs {
     pub fn builder(&self) -> Builder {
-        let mut b = Builder::new().heap_size(self.heap).segment_size(self.segment).eviction(self.policy).path(&self.path).lazy_verify(self.lazy_verify);
+        let mut b = Builder::new()
+            .heap_size(self.heap)
+            .segment_size(self.segment)
+            .eviction(self.policy)
+            .path(&self.path)
+            .lazy_verify(self.lazy_verify);
         if let Some(s) = self.shards {
             b = b.shards(s);
         }

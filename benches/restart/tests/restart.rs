@@ -35,7 +35,10 @@ fn tmp_dir(test: &str) -> TmpDir {
 
 fn kv(line: &str, k: &str) -> u64 {
     let pat = format!("{k}=");
-    let v = line.split_whitespace().find_map(|t| t.strip_prefix(pat.as_str())).unwrap_or_else(|| panic!("no {k} in {line}"));
+    let v = line
+        .split_whitespace()
+        .find_map(|t| t.strip_prefix(pat.as_str()))
+        .unwrap_or_else(|| panic!("no {k} in {line}"));
     v.parse().unwrap_or_else(|_| panic!("bad {k} in {line}"))
 }
 
@@ -144,7 +147,11 @@ fn bad_input_is_a_clear_error() {
     run(&["fill", "--path", ps, "--heap", "16MiB", "--graceful"]);
     let out = Command::new(BIN).args(["reopen", "--path", ps, "--heap", "32MiB", "--keys", "10"]).output().unwrap();
     assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("another configuration"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("another configuration"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 #[test]

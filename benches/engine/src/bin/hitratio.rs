@@ -126,10 +126,7 @@ fn main() {
         println!("| library | size | hit ratio | RSS MiB |");
         println!("|---|---|---|---|");
     }
-    let sized = if a.lib.has_byte_budget() {
-        format!("{} MiB heap", a.budget_mib)
-    } else {
-        format!("{} items", size.capacity)
-    };
+    let sized =
+        if a.lib.has_byte_budget() { format!("{} MiB heap", a.budget_mib) } else { format!("{} items", size.capacity) };
     println!("| {} | {} | {:.4} | {:.1} |", a.lib.name(), sized, o.hits as f64 / o.gets.max(1) as f64, mib(o.rss));
 }

@@ -20,8 +20,7 @@ struct Args {
     #[arg(long, value_delimiter = ',', default_value = "1,2")]
     threads: Vec<usize>,
     /// Libraries, comma separated (ours-single runs at one thread only).
-    #[arg(long, value_enum, value_delimiter = ',',
-          default_value = "ours-single,ours,pelikan,quick-cache,moka,lru")]
+    #[arg(long, value_enum, value_delimiter = ',', default_value = "ours-single,ours,pelikan,quick-cache,moka,lru")]
     libs: Vec<Lib>,
     /// Items stored before timing (all keys exist; the key space is these items).
     #[arg(long, default_value_t = 1_000_000)]
@@ -184,7 +183,13 @@ impl Measure<'_> {
         }
         s.settle();
         let kept = self.keys.iter().filter(|k| s.get(&k[..]).is_some()).count();
-        eprintln!("{}: {} of {} items kept after fill ({:.1} s)", lib.name(), kept, self.keys.len(), t.elapsed().as_secs_f64());
+        eprintln!(
+            "{}: {} of {} items kept after fill ({:.1} s)",
+            lib.name(),
+            kept,
+            self.keys.len(),
+            t.elapsed().as_secs_f64()
+        );
     }
 }
 
@@ -200,7 +205,13 @@ impl Visit for &Measure<'_> {
                     .iter()
                     .map(|&t| {
                         let c = best(self.a.reps, || run_shared(&cache, w, t, self.dur(), self.a.pin));
-                        eprintln!("  {:<28} {:<26} {t} threads: {:7.2} Mops/s, hits {:.3}", lib.name(), w.name, c.mops, c.hit_ratio);
+                        eprintln!(
+                            "  {:<28} {:<26} {t} threads: {:7.2} Mops/s, hits {:.3}",
+                            lib.name(),
+                            w.name,
+                            c.mops,
+                            c.hit_ratio
+                        );
                         Some(c)
                     })
                     .collect()
@@ -228,7 +239,13 @@ impl Visit for &Measure<'_> {
                                 })
                             };
                             let c = best(self.a.reps, || summarise(&[run(&mut cache)], w));
-                            eprintln!("  {:<28} {:<26} 1 thread:  {:7.2} Mops/s, hits {:.3}", lib.name(), w.name, c.mops, c.hit_ratio);
+                            eprintln!(
+                                "  {:<28} {:<26} 1 thread:  {:7.2} Mops/s, hits {:.3}",
+                                lib.name(),
+                                w.name,
+                                c.mops,
+                                c.hit_ratio
+                            );
                             c
                         })
                     })
@@ -284,16 +301,18 @@ fn main() {
     let ours = grids.iter().find(|(l, _)| *l == Lib::Ours);
     let peers: Vec<_> = grids.iter().filter(|(l, _)| !matches!(l, Lib::Ours | Lib::OursSingle)).collect();
     if let (Some((_, og)), false) = (ours, peers.is_empty()) {
-        println!("\n| workload | threads | SharedCache Mops/s | best peer | its Mops/s | ratio |\n|---|---|---|---|---|---|");
+        println!(
+            "\n| workload | threads | SharedCache Mops/s | best peer | its Mops/s | ratio |\n|---|---|---|---|---|---|"
+        );
         for (wi, w) in wl.iter().enumerate() {
             for (ti, t) in a.threads.iter().enumerate() {
-                let bestp = peers
-                    .iter()
-                    .filter_map(|(l, g)| g[wi][ti].map(|c| (l, c.mops)))
-                    .fold(None, |acc: Option<(&Lib, f64)>, x| match acc {
+                let bestp = peers.iter().filter_map(|(l, g)| g[wi][ti].map(|c| (l, c.mops))).fold(
+                    None,
+                    |acc: Option<(&Lib, f64)>, x| match acc {
                         Some(b) if b.1 >= x.1 => Some(b),
                         _ => Some(x),
-                    });
+                    },
+                );
                 if let (Some(o), Some((pl, pm))) = (og[wi][ti], bestp) {
                     println!("| {} | {t} | {:.2} | {} | {:.2} | {:.2}x |", w.name, o.mops, pl.name(), pm, o.mops / pm);
                 }
@@ -305,7 +324,9 @@ fn main() {
     let single = grids.iter().find(|(l, _)| *l == Lib::OursSingle);
     let t1 = a.threads.iter().position(|&t| t == 1);
     if let (Some((_, sg)), Some((_, og)), Some(t1)) = (single, ours, t1) {
-        println!("\n| workload (1 thread) | Segcache Mops/s | SharedCache Mops/s | SharedCache cost |\n|---|---|---|---|");
+        println!(
+            "\n| workload (1 thread) | Segcache Mops/s | SharedCache Mops/s | SharedCache cost |\n|---|---|---|---|"
+        );
         for (wi, w) in wl.iter().enumerate() {
             if let (Some(s), Some(o)) = (sg[wi][t1], og[wi][t1]) {
                 println!("| {} | {:.2} | {:.2} | {:+.1}% |", w.name, s.mops, o.mops, (s.mops / o.mops - 1.0) * 100.0);
