@@ -183,7 +183,8 @@ fn foreign_truncated_and_other_version_files_are_named() {
 #[test]
 fn another_configuration_is_named() {
     let clock = ManualClock::new(T0);
-    let cases: [(&str, fn(&Path, &Arc<ManualClock>) -> Builder); 3] = [
+    type Configure = fn(&Path, &Arc<ManualClock>) -> Builder;
+    let cases: [(&str, Configure); 3] = [
         ("shard count", |p: &Path, c: &Arc<ManualClock>| builder(p, c).shards(4)),
         ("segment size", |p: &Path, c: &Arc<ManualClock>| builder(p, c).segment_size(128 << 10)),
         ("heap size", |p: &Path, c: &Arc<ManualClock>| builder(p, c).heap_size(16 << 20)),
