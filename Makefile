@@ -8,9 +8,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CARGO ?= cargo
 
-.PHONY: test deps venv test-rust test-c test-python test-server test-bench fuzz-build test-restart
+.PHONY: test deps venv lint test-rust test-c test-python test-server test-bench fuzz-build test-restart
 
-test: deps test-rust fuzz-build test-c test-python test-server test-bench test-restart
+test: deps lint test-rust fuzz-build test-c test-python test-server test-bench test-restart
 	@echo "make test: every suite passed"
 
 # Debian packages the suites use: memcached (peer), libmemcached-tools (memccapable),
@@ -29,6 +29,16 @@ venv:
 	[ -x $(PY) ] || python3 -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -r tests/requirements.txt
+
+# Formatting (rustfmt.toml) and lints, warnings denied: clippy over every target of the workspace,
+# the Python crate and the fuzz targets; undocumented `unsafe` and undocumented public items of the
+# library crates are among them (Cargo.toml's [workspace.lints], the crates' lib.rs).
+lint:
+	$(CARGO) fmt --all --check
+	$(CARGO) fmt --manifest-path python/Cargo.toml --check
+	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
+	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
 
 test-rust:
 	$(CARGO) test --workspace --release

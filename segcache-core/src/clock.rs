@@ -7,6 +7,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A source of the current time, in seconds since the Unix epoch.
 pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// Seconds since the Unix epoch.
     fn now(&self) -> u32;
 }
 

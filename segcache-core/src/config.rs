@@ -6,11 +6,13 @@ use std::sync::Arc;
 use crate::clock::{Clock, SystemClock};
 use crate::{Error, Policy, Result};
 
-/// Smallest and largest segment sizes. Slots address bytes within a segment with 22 bits.
+/// Smallest segment size. Slots address bytes within a segment with 22 bits.
 pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
+/// Largest segment size (and so, less a header, the largest item).
 pub const MAX_SEGMENT_SIZE: usize = 4 << 20;
-/// Heap and segment size of `Builder::new()`.
+/// Heap size of `Builder::new()`.
 pub const DEFAULT_HEAP_SIZE: usize = 64 << 20;
+/// Segment size of `Builder::new()`.
 pub const DEFAULT_SEGMENT_SIZE: usize = 1 << 20;
 /// Fewest segments a shard gets by default. Each shard holds about one to two segments that keep
 /// no items (the unfilled part of its open segment, segments freed by a merge and not yet
@@ -86,6 +88,7 @@ impl Builder {
         self.hash_power = Some(power);
         self
     }
+    /// How a full heap makes room (see [`Policy`]); `Merge` by default.
     pub fn eviction(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
@@ -95,6 +98,8 @@ impl Builder {
         self.shards = Some(shards);
         self
     }
+    /// The time source for TTLs and expiry: the system clock by default, a [`crate::ManualClock`]
+    /// in tests.
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self

@@ -153,6 +153,7 @@ pub(crate) fn ttl_secs(ttl: Duration) -> u32 {
 }
 
 impl Segcache {
+    /// A [`Builder`] with every setting at its default.
     pub fn builder() -> Builder {
         Builder::new()
     }
@@ -471,6 +472,7 @@ impl Segcache {
 
     // ---- writes -----------------------------------------------------------------------------
 
+    /// Stores the item, replacing any other under `key` (`ttl` of zero: never expires).
     pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Set)
     }
@@ -1683,6 +1685,7 @@ impl Segcache {
         }
     }
 
+    /// The engine's counters and gauges.
     pub fn stats(&self) -> Stats {
         let m = self.meta();
         Stats {
@@ -1721,6 +1724,7 @@ impl Segcache {
     pub fn len(&self) -> usize {
         self.meta().items as usize
     }
+    /// Whether no item is live.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -17,10 +17,18 @@ pub enum Error {
     NotStored,
     /// The item (header, key and value) does not fit in one segment.
     #[error("item too large: {size} bytes, at most {max} fit in a segment")]
-    TooLarge { size: usize, max: usize },
+    TooLarge {
+        /// The key and value's size.
+        size: usize,
+        /// The most that fits.
+        max: usize,
+    },
     /// Keys are 1 to 250 bytes, as in memcached.
     #[error("key too long: {len} bytes, at most 250")]
-    KeyTooLong { len: usize },
+    KeyTooLong {
+        /// The key's length.
+        len: usize,
+    },
     /// The key is empty.
     #[error("empty key")]
     EmptyKey,
@@ -36,17 +44,27 @@ pub enum Error {
     /// The persistence file could not be opened, sized, mapped or flushed.
     #[error("i/o error on {path}: {source}")]
     Io {
+        /// The file.
         path: PathBuf,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },
     /// The persistence file is not usable: truncated, corrupt, foreign, of another format version
     /// or made with another configuration. The message names the problem.
     #[error("bad persistence file {path}: {reason}")]
-    BadFile { path: PathBuf, reason: String },
+    BadFile {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
     /// Another process (or another cache in this process) holds the persistence file open.
     #[error("persistence file {path} is in use by another cache")]
-    Locked { path: PathBuf },
+    Locked {
+        /// The file.
+        path: PathBuf,
+    },
     /// The handle was opened in another process and inherited across `fork()`: open a new cache
     /// in this process instead. (Using it would share a file's mapping without its locks, or a
     /// private copy of an anonymous heap that no other process sees.)
@@ -55,7 +73,9 @@ pub enum Error {
     /// Anonymous memory for the heap could not be mapped.
     #[error("cannot map {bytes} bytes of memory: {source}")]
     Map {
+        /// The size asked for.
         bytes: usize,
+        /// What the system said.
         #[source]
         source: std::io::Error,
     },

@@ -17,9 +17,11 @@ pub struct Item<'a> {
 }
 
 impl<'a> Item<'a> {
+    /// The item's key.
     pub fn key(&self) -> &'a [u8] {
         self.key
     }
+    /// The item's value.
     pub fn value(&self) -> &'a [u8] {
         self.value
     }
@@ -48,8 +50,11 @@ impl<'a> Item<'a> {
 /// An item copied out of the cache.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct OwnedItem {
+    /// The value.
     pub value: Vec<u8>,
+    /// The client flags stored with it.
     pub flags: u32,
+    /// Its CAS value: changes exactly when the item is modified.
     pub cas: u64,
     /// Time left to live; `None` when the item never expires.
     pub ttl: Option<Duration>,

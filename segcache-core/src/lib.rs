@@ -20,6 +20,8 @@
 //! # Ok::<(), segcache_core::Error>(())
 //! ```
 
+#![warn(missing_docs)]
+
 mod clock;
 mod config;
 mod engine;

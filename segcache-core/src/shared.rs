@@ -79,6 +79,7 @@ pub struct SharedCache {
 const PEEK_TRIES: u32 = 2;
 
 impl SharedCache {
+    /// A [`Builder`] with every setting at its default.
     pub fn builder() -> Builder {
         Builder::new()
     }
@@ -250,15 +251,20 @@ impl SharedCache {
         out
     }
 
+    /// Stores the item, replacing any other under `key` (`ttl` of zero: never expires).
     pub fn set(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, value, flags, ttl, Mode::Set)
     }
+    /// Stores the item only if `key` is absent ([`Error::NotStored`](crate::Error::NotStored) otherwise).
     pub fn add(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, value, flags, ttl, Mode::Add)
     }
+    /// Stores the item only if `key` is present ([`Error::NotStored`](crate::Error::NotStored) otherwise).
     pub fn replace(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, value, flags, ttl, Mode::Replace)
     }
+    /// Stores only if the item's CAS value is still `cas` ([`Error::Exists`](crate::Error::Exists) if it
+    /// changed, [`Error::NotFound`](crate::Error::NotFound) if absent).
     pub fn cas(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
         self.store(key, value, flags, ttl, Mode::Cas(cas))
     }
@@ -284,26 +290,32 @@ impl SharedCache {
         view.prefetch_store(h, secs);
         shard.write().store_hashed(key, h, value, flags, ttl, mode)
     }
+    /// Appends to the value, keeping flags and expiry ([`Error::NotStored`](crate::Error::NotStored) if absent).
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().append(key, value)
     }
+    /// Prepends to the value, keeping flags and expiry ([`Error::NotStored`](crate::Error::NotStored) if absent).
     pub fn prepend(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().prepend(key, value)
     }
+    /// Adds `delta` to a decimal value, wrapping at 2^64; returns the new value.
     pub fn incr(&self, key: &[u8], delta: u64) -> Result<u64> {
         self.origin.check()?;
         self.shard(key).write().incr(key, delta)
     }
+    /// Subtracts `delta` from a decimal value, stopping at 0; returns the new value.
     pub fn decr(&self, key: &[u8], delta: u64) -> Result<u64> {
         self.origin.check()?;
         self.shard(key).write().decr(key, delta)
     }
+    /// Removes the key ([`Error::NotFound`](crate::Error::NotFound) if absent).
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().delete(key)
     }
+    /// Sets a new TTL ([`Error::NotFound`](crate::Error::NotFound) if absent); the CAS value stays.
     pub fn touch(&self, key: &[u8], ttl: Duration) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().touch(key, ttl)
@@ -369,6 +381,7 @@ impl SharedCache {
         }
         self.shards.iter().map(|s| s.read().len()).sum()
     }
+    /// Whether no item is live.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

@@ -10,24 +10,29 @@ pub struct Stats {
     pub items: u64,
     /// Bytes of live items, headers included (gauge).
     pub bytes: u64,
-    /// Heap size in bytes and segment size in bytes (configuration).
+    /// Heap size in bytes (configuration).
     pub heap_bytes: u64,
+    /// Segment size in bytes (configuration).
     pub segment_size: u64,
-    /// Segments in all, and of those free (gauges).
+    /// Segments in all (gauge).
     pub segments_total: u64,
+    /// Segments free (gauge).
     pub segments_free: u64,
-    /// Reads that found the key / did not.
+    /// Reads that found the key.
     pub get_hits: u64,
+    /// Reads that did not.
     pub get_misses: u64,
     /// Successful writes of every kind (set, add, replace, cas, append, prepend, incr, decr).
     pub sets: u64,
     /// Deletes that removed an item.
     pub deletes: u64,
-    /// Items removed by eviction, and segments evicted or merged away.
+    /// Items removed by eviction.
     pub evicted_items: u64,
+    /// Segments evicted or merged away.
     pub evicted_segments: u64,
-    /// Items removed because they expired, and whole segments freed by expiry.
+    /// Items removed because they expired.
     pub expired_items: u64,
+    /// Whole segments freed by expiry.
     pub expired_segments: u64,
     /// Items kept by merge eviction (copied into the merged segment).
     pub merged_items: u64,
@@ -37,6 +42,7 @@ pub struct Stats {
     pub overflow_buckets: u64,
     /// Number of shards (1 for a single-owner engine).
     pub shards: u64,
+    /// The eviction policy (configuration).
     pub policy: Policy,
 }
 

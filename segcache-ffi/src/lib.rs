@@ -16,6 +16,7 @@
 //!   it keeps.
 //! - A handle used in a `fork()` child of the process that opened it returns `SEGCACHE_FORKED`
 //!   from every call (`segcache_close` frees it there and leaves the cache's file alone).
+#![warn(missing_docs)]
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
 

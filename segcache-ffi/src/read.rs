@@ -30,11 +30,15 @@ pub struct segcache_meta_t {
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
 pub struct segcache_item_t {
+    /// The key's bytes.
     pub key: *const u8,
+    /// The key's length.
     pub key_len: usize,
-    /// Non-NULL even when `value_len` is 0.
+    /// The value's bytes; non-NULL even when `value_len` is 0.
     pub value: *const u8,
+    /// The value's length.
     pub value_len: usize,
+    /// Flags, CAS and expiry.
     pub meta: segcache_meta_t,
 }
 

@@ -247,13 +247,25 @@ typedef struct segcache_meta_t {
  * and are valid only until the callback returns; copy what you keep.
  */
 typedef struct segcache_item_t {
+  /**
+   * The key's bytes.
+   */
   const uint8_t *key;
+  /**
+   * The key's length.
+   */
   size_t key_len;
   /**
-   * Non-NULL even when `value_len` is 0.
+   * The value's bytes; non-NULL even when `value_len` is 0.
    */
   const uint8_t *value;
+  /**
+   * The value's length.
+   */
   size_t value_len;
+  /**
+   * Flags, CAS and expiry.
+   */
   struct segcache_meta_t meta;
 } segcache_item_t;
 
