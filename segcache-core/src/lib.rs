@@ -27,7 +27,7 @@ mod config;
 mod engine;
 mod error;
 mod fork;
-pub mod hash;
+mod hash;
 mod item;
 mod layout;
 mod lock;
