@@ -13,6 +13,7 @@ Stdlib only (sockets, subprocess).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
 import re
@@ -102,15 +103,25 @@ def start_segcache(binary: str | os.PathLike, args: list[str]) -> Proc:
 class Conn:
     """One connection; reads replies in units up to an `MN` line."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, name: str = "", trace=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
         self.buf = bytearray()
+        self.name, self.trace = name, trace
 
     def close(self) -> None:
         self.sock.close()
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
+
+    def side(self, data: bytes) -> list[bytes]:
+        """Out-of-stream traffic (resync, workaround knobs): sends `data`, which ends with `mn`,
+        and returns its reply segment; recorded in the trace as such."""
+        self.send(data)
+        units = self.segment()
+        if self.trace:
+            trace_write(self.trace, {"t": "aux", "server": self.name, "send": data, "reply": units})
+        return units
 
     def _fill(self) -> None:
         chunk = self.sock.recv(1 << 20)
@@ -133,6 +144,15 @@ class Conn:
         out = bytes(self.buf[:n])
         del self.buf[:n]
         return out
+
+    def replies(self, seg: list[Op]) -> list[bytes]:
+        """The reply units to the ops of one segment, sent followed by `mn`: an `mn` op of the
+        stream answers `MN` itself, which is kept as one of the units."""
+        units = self.segment()
+        for o in seg:
+            if o.wire[self.name] == b"mn\r\n":
+                units += [b"MN"] + self.segment()
+        return units
 
     def segment(self) -> list[bytes]:
         """Reply units (a line, or a line with its data block) up to the next `MN`."""
@@ -574,7 +594,7 @@ class Gen:
             f"incr {k}\r\n",
             f"incr {k} 1 extra\r\n",
             f"incr {k} 1 2 3\r\n",
-            f"touch {k} 1 extra\r\n",
+            f"touch {k} 86400 extra\r\n",  # (a long TTL: memcached ignores the extra token)
             f"delete {k} 10\r\n",
             f"delete {k} 10 noreply\r\n",
             f"delete {k} 0 0 0\r\n",
@@ -642,14 +662,16 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
         raise
     procs = {"memcached": mc, "segcache": sc}
     names = list(procs)
-    conns = {n: Conn(p.port) for n, p in procs.items()}
+    trace_path = os.environ.get("SEGCACHE_DIFF_TRACE")
+    trace = open(trace_path, "w", encoding="latin-1") if trace_path else None
+    if trace:
+        trace_write(trace, {"t": "start", "seed": seed, "args": seg_args})
+    conns = {n: Conn(p.port, n, trace) for n, p in procs.items()}
     gen = Gen(rng, names, set(workarounds))
     history: deque = deque(maxlen=20)
     padded: set[str] = set()
     diffs = []
     done = 0
-    trace_path = os.environ.get("SEGCACHE_DIFF_TRACE")
-    trace = open(trace_path, "w") if trace_path else None
     try:
         while done < ops:
             # A batch: 1 to 12 operations in one write. Every operation ends its own reply
@@ -668,15 +690,12 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
                 c.send(payload)
             resync: set[str] = set()
             for seg in batch:
-                replies = {n: c.segment() for n, c in conns.items()}
+                replies = {n: c.replies(seg) for n, c in conns.items()}
                 for o in seg:
                     history.append(o.text.rstrip("\r\n"))
                 done += len(seg)
                 if trace:
-                    for o in seg:
-                        trace.write(f"{o.text!r}\n")
-                    for n, r in replies.items():
-                        trace.write(f"   {n}: {r!r}\n"[:400] + "\n")
+                    trace_segment(trace, done - len(seg) + 1, seg, replies)
                 norm = {n: [normalise(u, padded, seg[-1]) for u in r] for n, r in replies.items()}
                 if norm["memcached"] != norm["segcache"]:
                     report = (
@@ -684,6 +703,8 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
                         f"SEGCACHE_DIFF_SEED={seed})\n  last commands:\n    "
                         + "\n    ".join(history)
                         + f"\n  memcached: {replies['memcached']!r}\n  segcache:  {replies['segcache']!r}"
+                        + "\n  (SEGCACHE_DIFF_TRACE=FILE records every op's wire bytes and replies; "
+                        "`diffkit.py replay FILE --keys K --upto N` replays them)"
                     )
                     if not keep_going:
                         raise AssertionError(report)
@@ -693,10 +714,15 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
                     continue
                 for o in seg:
                     track(o, replies, gen, padded)
+            for n, c in conns.items():
+                # every reply read, none early: the segments stay aligned with their ops
+                assert not c.buf, f"{n}: replies past the batch's last `MN`: {bytes(c.buf[:200])!r}"
             if any(o.reconnect for seg in batch for o in seg):
                 for n in names:
                     conns[n].close()
-                    conns[n] = Conn(procs[n].port)
+                    conns[n] = Conn(procs[n].port, n, trace)
+                if trace:
+                    trace_write(trace, {"t": "reconnect"})
             if "cas" in gen.wk:
                 refresh_tokens(conns, gen)
             if "padding" in gen.wk:
@@ -704,10 +730,14 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
             # keep going after a divergence: forget its keys on both servers
             for k in resync:
                 for n, c in conns.items():
-                    c.send(f"delete {k}\r\nmn\r\n".encode())
-                    c.segment()
+                    c.side(f"delete {k}\r\nmn\r\n".encode())
                     gen.tokens[n].pop(k, None)
+        for n, c in conns.items():
+            c.send(b"mn\r\n")
+            assert c.segment() == [] and not c.buf, f"{n}: replies out of step at the end"
     finally:
+        if trace:
+            trace.close()
         for c in conns.values():
             c.close()
         rc = sc.stop()
@@ -745,8 +775,7 @@ def refresh_tokens(conns: dict, gen: Gen) -> None:
     keys = KEYS + [base64.b64decode(k).decode() for k in BKEYS]
     now = {}
     for n, c in conns.items():
-        c.send(b"".join(f"mg {k} c\r\n".encode() for k in keys) + b"mn\r\n")
-        units = c.segment()
+        units = c.side(b"".join(f"mg {k} c\r\n".encode() for k in keys) + b"mn\r\n")
         now[n] = {}
         for k, u in zip(keys, units):
             if u.startswith(b"HD c"):
@@ -766,8 +795,7 @@ def unpad(seg: list[Op], conns: dict, padded: set[str], gen: Gen) -> None:
         for k in o.keys:
             if k not in KEYS:
                 continue
-            conns["memcached"].send(f"mg {k} v f\r\nmn\r\n".encode())
-            r = conns["memcached"].segment()
+            r = conns["memcached"].side(f"mg {k} v f\r\nmn\r\n".encode())
             if not r or not r[0].startswith(b"VA"):
                 continue
             head, _, data = r[0].partition(b"\r\n")
@@ -776,10 +804,167 @@ def unpad(seg: list[Op], conns: dict, padded: set[str], gen: Gen) -> None:
                 flags = int(head.split(b" f")[1])
                 body = body.rstrip(b" ")
                 for n, c in conns.items():
-                    c.send(f"set {k} {flags} 0 {len(body)}\r\n".encode() + body + b"\r\nmn\r\n")
-                    c.segment()
+                    c.side(f"set {k} {flags} 0 {len(body)}\r\n".encode() + body + b"\r\nmn\r\n")
                     gen.tokens[n].pop(k, None)
                 padded.discard(k)
+
+
+# --- trace and replay ------------------------------------------------------------------------
+#
+# SEGCACHE_DIFF_TRACE=FILE writes one JSON object a line, bytes as latin-1 strings (exact):
+#   {"t": "start", "seed", "args"}
+#   {"t": "seg", "first": number of its first op, "ops": [{"text", "keys", "cas_key", ..., "wire":
+#     {server: bytes sent}}], "reply": {server: [reply units]}}: one reply segment, that is, the
+#     ops as they went on the wire (followed by `mn`) and everything each server answered to them;
+#     several ops share a segment only when they are quiet (`q`/`noreply`), so a reply there
+#     belongs to the one op of them that had something to say;
+#   {"t": "aux", "server", "send", "reply"}: traffic outside the stream (resync, workaround knobs);
+#   {"t": "reconnect"}.
+
+
+def _jsonable(v):
+    if isinstance(v, bytes):
+        return v.decode("latin-1")
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def trace_write(trace, entry: dict) -> None:
+    trace.write(json.dumps(_jsonable(entry)) + "\n")
+
+
+def trace_segment(trace, first: int, seg: list[Op], replies: dict) -> None:
+    ops = [{"text": o.text, "keys": o.keys, "cas_key": o.cas_key, "quiet": o.quiet, "arith": o.arith,
+            "replaces": o.replaces, "reconnect": o.reconnect, "wire": o.wire} for o in seg]
+    trace_write(trace, {"t": "seg", "first": first, "ops": ops, "reply": replies})
+
+
+def load_trace(path) -> list[dict]:
+    def unb(v):
+        if isinstance(v, str):
+            return v.encode("latin-1")
+        if isinstance(v, dict):
+            return {k: unb(x) for k, x in v.items()}
+        return [unb(x) for x in v]
+
+    out = []
+    with open(path, encoding="latin-1") as f:
+        for line in f:
+            e = json.loads(line)
+            if e["t"] == "seg":
+                e["ops"] = [Op(text=o["text"], wire=unb(o["wire"]), keys=o["keys"], quiet=o["quiet"],
+                               cas_key=o["cas_key"], arith=o["arith"], replaces=o["replaces"],
+                               reconnect=o["reconnect"]) for o in e["ops"]]
+                e["reply"] = {n: unb(r) for n, r in e["reply"].items()}
+            elif e["t"] == "aux":
+                e["send"], e["reply"] = unb(e["send"]), unb(e["reply"])
+            out.append(e)
+    return out
+
+
+CAS_LINE_RE = re.compile(rb"^(cas \S+ \S+ \S+ \S+ )(\d+)")
+META_C_RE = re.compile(rb"^(m[sda] .*? C)(\d+)")
+
+
+def _with_token(wire: bytes, key: str | None, rec: dict, new: dict) -> bytes:
+    """`wire` with a CAS token that was `key`'s current one in the recording replaced by the
+    current one of the replay (stale and bogus tokens stay as they are)."""
+    line, sep, rest = wire.partition(b"\r\n")
+    for rx in (CAS_LINE_RE, META_C_RE):
+        m = rx.match(line)
+        if m and key is not None and rec.get(key) == int(m.group(2)) and key in new:
+            line = m.group(1) + str(new[key]).encode() + line[m.end():]
+    return line + sep + rest
+
+
+class _Tokens:
+    def __init__(self, names):
+        self.tokens = {n: {} for n in names}
+
+
+def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, show_from: int = 0,
+           seg_args: list[str] | None = None, out=print) -> bool:
+    """Replays a trace's ops (those naming one of `keys`, and the keyless ones such as
+    `flush_all`, if given; up to op number `upto`) to a fresh memcached and segcache-server,
+    segment by segment as recorded; CAS tokens are mapped to the ones the new servers hand out.
+    Prints the exchanges from op `show_from` on (and any divergence); returns whether the last
+    replayed segment diverges."""
+    entries = load_trace(path)
+    start = entries[0] if entries and entries[0]["t"] == "start" else {"args": []}
+    args = seg_args if seg_args is not None else start["args"]
+    item_max = args[args.index("-I") + 1] if "-I" in args else "1m"
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [a.replace(os.path.dirname(a), tmp) if a.endswith(".seg") else a for a in args]
+        mc = start_memcached(item_max)
+        try:
+            sc = start_segcache(binary, args)
+        except Exception:
+            mc.stop()
+            raise
+        procs = {"memcached": mc, "segcache": sc}
+        names = list(procs)
+        conns = {n: Conn(p.port, n) for n, p in procs.items()}
+        rec, new = _Tokens(names), _Tokens(names)
+        rec_padded: set[str] = set()
+        padded: set[str] = set()
+        last_diverged = False
+        try:
+            for e in entries:
+                if e["t"] == "aux":
+                    if keys is None or any(k.encode() in e["send"] for k in keys):
+                        conns[e["server"]].side(e["send"])
+                    continue
+                if e["t"] == "reconnect":
+                    for n in names:
+                        conns[n].close()
+                        conns[n] = Conn(procs[n].port, n)
+                    continue
+                if e["t"] != "seg" or (upto is not None and e["first"] > upto):
+                    continue
+                picked = [(e["first"] + i, o) for i, o in enumerate(e["ops"])
+                          if (upto is None or e["first"] + i <= upto)
+                          and (keys is None or not o.keys or keys & set(o.keys))]
+                # tokens as the recording knew them before this segment
+                before = {n: dict(rec.tokens[n]) for n in names}
+                for o in e["ops"]:
+                    track(o, e["reply"], rec, rec_padded)
+                if not picked:
+                    continue
+                wires = {}
+                for n in names:
+                    parts = [_with_token(o.wire[n], o.keys[0] if o.keys else None, before[n], new.tokens[n])
+                             for _, o in picked]
+                    wires[n] = b"".join(parts) + b"mn\r\n"
+                for n, c in conns.items():
+                    c.send(wires[n])
+                replies = {n: c.replies([o for _, o in picked]) for n, c in conns.items()}
+                last = picked[-1][1]
+                norm = {n: [normalise(u, padded, last) for u in r] for n, r in replies.items()}
+                last_diverged = norm["memcached"] != norm["segcache"]
+                if picked[0][0] >= show_from or last_diverged:
+                    for i, o in picked:
+                        same = o.wire["memcached"] == o.wire["segcache"]
+                        out(f"[{i}] " + (_show(o.wire["memcached"]) if same else o.text))
+                    for n in names:
+                        out(f"    {n:9}: " + " | ".join(_show(u) for u in replies[n]))
+                    if last_diverged:
+                        out("    !! DIVERGES")
+                for _, o in picked:
+                    track(o, replies, new, padded)
+        finally:
+            for c in conns.values():
+                c.close()
+            sc.stop()
+            mc.stop()
+    return last_diverged
+
+
+def _show(b: bytes, limit: int = 120) -> str:
+    r = repr(b)[2:-1]
+    return r if len(r) <= limit else r[:limit] + f"...({len(b)} bytes)"
 
 
 def default_binary() -> Path:
@@ -790,7 +975,26 @@ def default_binary() -> Path:
     return Path(os.environ.get("CARGO_TARGET_DIR", root / "target")) / "release" / "segcache-server"
 
 
+def replay_main(argv: list[str]) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="diffkit.py replay", description=replay.__doc__)
+    ap.add_argument("trace")
+    ap.add_argument("--keys", help="comma-separated keys (as stored: base64 keys decoded)")
+    ap.add_argument("--upto", type=int, help="last op number to replay")
+    ap.add_argument("--show-from", type=int, default=0, help="print exchanges from this op on")
+    ap.add_argument("args", nargs="*", help="segcache-server args (after --; default: the trace's)")
+    a = ap.parse_args(argv)
+    keys = set(a.keys.split(",")) if a.keys else None
+    diverged = replay(default_binary(), a.trace, keys, a.upto, a.show_from, a.args or None)
+    print("last segment diverges" if diverged else "last segment agrees")
+    sys.exit(1 if diverged else 0)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["replay"]:
+        replay_main(sys.argv[2:])
+        sys.exit(0)
     seed = int(os.environ.get("SEGCACHE_DIFF_SEED", random.randrange(1 << 32)))
     ops = int(os.environ.get("SEGCACHE_DIFF_OPS", "20000"))
     wk = set(filter(None, os.environ.get("SEGCACHE_DIFF_WORKAROUNDS", "").split(",")))
