@@ -81,9 +81,14 @@ class Proc:
 def start_memcached(item_max: str = "1m") -> Proc:
     port = free_port()
     argv = [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "64", "-I", item_max, "-t", "2"]
+    # No background LRU threads: the maintainer's asynchronous bumps and the crawler hold a
+    # reference to an item for a while, and memcached writes an incr/decr result in place (space
+    # padded) only when nothing else holds one; with them the padding came and went at random.
+    opts = ["no_lru_maintainer", "no_lru_crawler"]
     if item_max != "1m":
         # memcached wants its slab chunk no larger than -I
-        argv += ["-o", "slab_chunk_max=16384"]
+        opts.append("slab_chunk_max=16384")
+    argv += ["-o", ",".join(opts)]
     if os.geteuid() == 0:
         argv += ["-u", "root"]
     return Proc("memcached", argv, port)
@@ -173,7 +178,7 @@ class Conn:
                 units.append(ln)
 
 
-@dataclass
+@dataclass(eq=False)
 class Op:
     """One command as sent to each server (they differ only in CAS tokens)."""
 
@@ -206,6 +211,9 @@ def plain_key(key: bytes) -> bytes:
     except ValueError:
         return key
     return decoded if decoded and all(33 <= c < 127 for c in decoded) else key
+
+
+NORMALISE_PADDING = bool(os.environ.get("SEGCACHE_DIFF_NORMALISE_PADDING"))
 
 
 def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
@@ -244,7 +252,8 @@ def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
             key = op.keys[0]
         # (Tracked per key, and for any number that ends in spaces: the tracking cannot follow
         # every path by which a padded number stays, e.g. a cas that did not store.)
-        if (key in padded and re.fullmatch(rb"[0-9 ]*", body)) or re.fullmatch(rb"[0-9]+ +", body):
+        if NORMALISE_PADDING and ((key in padded and re.fullmatch(rb"[0-9 ]*", body))
+                                  or re.fullmatch(rb"[0-9]+ +", body)):
             # memcached MAY write a shorter incr/decr result in place, space padded.
             body = body.replace(b" ", b"")
             parts = head.split(b" ")
@@ -315,7 +324,8 @@ class Gen:
         """Each server's own last token for `key`; sometimes a stale or bogus one for all."""
         r = self.rng.random()
         if r < 0.15:
-            bogus = self.rng.choice([0, 1, 999_999_999, (1 << 64) - 1])
+            # (never a token either server hands out in a run: memcached's count from 1)
+            bogus = self.rng.choice([0, 999_999_999, 1 << 40, (1 << 64) - 1])
             return {n: bogus for n in self.names}
         return {n: self.tokens[n].get(key, 0) for n in self.names}
 
@@ -672,66 +682,100 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     padded: set[str] = set()
     diffs = []
     done = 0
+    quirks = 0
+
+    def report(done: int, replies: dict, why: str = "") -> None:
+        msg = (
+            f"divergence at op {done} (seed {seed}, segcache args {seg_args}; replay with "
+            f"SEGCACHE_DIFF_SEED={seed}){why}\n  last commands:\n    "
+            + "\n    ".join(history)
+            + f"\n  memcached: {replies['memcached']!r}\n  segcache:  {replies['segcache']!r}"
+            + "\n  (SEGCACHE_DIFF_TRACE=FILE records every op's wire bytes and replies; "
+            "`diffkit.py replay FILE --keys K --upto N [--reduce]` replays them)"
+        )
+        if not keep_going:
+            raise AssertionError(msg)
+        diffs.append(msg)
+        log(msg)
+
+    def run_batch(batch: list[list[Op]], done: int) -> int:
+        nonlocal quirks
+        # memcached's incr/decr on a number of 2^63 or more may answer "non-numeric" depending
+        # on stale bytes after the value (see `big_number_quirk`): read such values first.
+        exposed = big_numbers(batch, conns["memcached"])
+        for n, c in conns.items():
+            payload = b"".join(b"".join(o.wire[n] for o in seg) + b"mn\r\n" for seg in batch)
+            c.send(payload)
+        resync: set[str] = set()
+        claimed: set[Op] = set()  # ops whose replies differed by memcached's quirk alone
+        for seg in batch:
+            replies = {n: c.replies(seg) for n, c in conns.items()}
+            for o in seg:
+                history.append(o.text.rstrip("\r\n"))
+            done += len(seg)
+            if trace:
+                trace_segment(trace, done - len(seg) + 1, seg, replies)
+            norm = {n: [normalise(u, padded, seg[-1]) for u in r] for n, r in replies.items()}
+            if norm["memcached"] != norm["segcache"]:
+                if not big_number_quirk(norm, seg, exposed):
+                    report(done, replies)
+                    resync.update(k for o in seg for k in o.keys)
+                    continue
+                claimed.update(o for o in seg if o in exposed)
+            for o in seg:
+                track(o, replies, gen, padded)
+        for n, c in conns.items():
+            # every reply read, none early: the segments stay aligned with their ops
+            assert not c.buf, f"{n}: replies past the batch's last `MN`: {bytes(c.buf[:200])!r}"
+        for o, pre in exposed.items():
+            k = o.keys[0]
+            post = {n: value_of(c, k) for n, c in conns.items()}
+            if post["memcached"] == post["segcache"] and o not in claimed:
+                continue
+            if post["memcached"] == pre and post["segcache"] == arith_result(o, pre):
+                # memcached refused it on stale bytes; this server did the arithmetic
+                quirks += 1
+                resync.add(k)
+            else:
+                report(done, post, f" in `{k}`'s value after `{o.text.strip()}` on {pre}")
+                resync.add(k)
+        if any(o.reconnect for seg in batch for o in seg):
+            for n in names:
+                conns[n].close()
+                conns[n] = Conn(procs[n].port, n, trace)
+            if trace:
+                trace_write(trace, {"t": "reconnect"})
+        if "cas" in gen.wk:
+            refresh_tokens(conns, gen)
+        if "padding" in gen.wk:
+            unpad([o for seg in batch for o in seg], conns, padded, gen)
+        # after a divergence (keep going) or memcached's quirk: forget the key on both servers
+        for k in resync:
+            for n, c in conns.items():
+                c.side(f"delete {k}\r\nmn\r\n".encode())
+                gen.tokens[n].pop(k, None)
+            padded.discard(k)
+        return done
+
     try:
         while done < ops:
-            # A batch: 1 to 12 operations in one write. Every operation ends its own reply
-            # segment with `mn`, except runs of quiet ones (which may reply nothing) that share
-            # one, so `q`/`noreply` pipelines are checked too.
-            batch: list[list[Op]] = []
+            # A round: 1 to 12 operations, in one write unless an arithmetic op splits it (see
+            # `splits`). Every operation ends its own reply segment with `mn`, except runs of
+            # quiet ones (which may reply nothing) that share one, so `q`/`noreply` pipelines
+            # are checked too.
+            batches: list[list[list[Op]]] = [[]]
             for _ in range(rng.choice([1, 1, 2, 4, 8, 12])):
                 op = gen.op()
+                if splits(batches[-1], op):
+                    batches.append([])
+                batch = batches[-1]
                 if batch and op.quiet and all(o.quiet and o.cas_key is None for o in batch[-1]) \
                         and op.cas_key is None and rng.random() < 0.6:
                     batch[-1].append(op)
                 else:
                     batch.append([op])
-            for n, c in conns.items():
-                payload = b"".join(b"".join(o.wire[n] for o in seg) + b"mn\r\n" for seg in batch)
-                c.send(payload)
-            resync: set[str] = set()
-            for seg in batch:
-                replies = {n: c.replies(seg) for n, c in conns.items()}
-                for o in seg:
-                    history.append(o.text.rstrip("\r\n"))
-                done += len(seg)
-                if trace:
-                    trace_segment(trace, done - len(seg) + 1, seg, replies)
-                norm = {n: [normalise(u, padded, seg[-1]) for u in r] for n, r in replies.items()}
-                if norm["memcached"] != norm["segcache"]:
-                    report = (
-                        f"divergence at op {done} (seed {seed}, segcache args {seg_args}; replay with "
-                        f"SEGCACHE_DIFF_SEED={seed})\n  last commands:\n    "
-                        + "\n    ".join(history)
-                        + f"\n  memcached: {replies['memcached']!r}\n  segcache:  {replies['segcache']!r}"
-                        + "\n  (SEGCACHE_DIFF_TRACE=FILE records every op's wire bytes and replies; "
-                        "`diffkit.py replay FILE --keys K --upto N` replays them)"
-                    )
-                    if not keep_going:
-                        raise AssertionError(report)
-                    diffs.append(report)
-                    log(report)
-                    resync.update(k for o in seg for k in o.keys)
-                    continue
-                for o in seg:
-                    track(o, replies, gen, padded)
-            for n, c in conns.items():
-                # every reply read, none early: the segments stay aligned with their ops
-                assert not c.buf, f"{n}: replies past the batch's last `MN`: {bytes(c.buf[:200])!r}"
-            if any(o.reconnect for seg in batch for o in seg):
-                for n in names:
-                    conns[n].close()
-                    conns[n] = Conn(procs[n].port, n, trace)
-                if trace:
-                    trace_write(trace, {"t": "reconnect"})
-            if "cas" in gen.wk:
-                refresh_tokens(conns, gen)
-            if "padding" in gen.wk:
-                unpad([o for seg in batch for o in seg], conns, padded, gen)
-            # keep going after a divergence: forget its keys on both servers
-            for k in resync:
-                for n, c in conns.items():
-                    c.side(f"delete {k}\r\nmn\r\n".encode())
-                    gen.tokens[n].pop(k, None)
+            for batch in batches:
+                done = run_batch(batch, done)
         for n, c in conns.items():
             c.send(b"mn\r\n")
             assert c.segment() == [] and not c.buf, f"{n}: replies out of step at the end"
@@ -745,7 +789,81 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     if rc != 0:
         sc.log.seek(0)
         raise AssertionError(f"segcache-server exited with {rc}: {sc.log.read()[-2000:]!r}")
-    return {"ops": done, "divergences": len(diffs)}
+    return {"ops": done, "divergences": len(diffs), "memcached_big_number_quirks": quirks}
+
+
+def splits(batch: list[list[Op]], op: Op) -> bool:
+    """Whether `op` must start a new batch: an arithmetic op is the only op on its key in its
+    batch (no keyless op such as `flush_all` with it either), so that its key's value before and
+    after the batch is its value before and after the op (see `big_numbers`)."""
+    ops = [o for seg in batch for o in seg]
+    keys = set(op.keys)
+    if op.arith and any(not o.keys or keys & set(o.keys) for o in ops):
+        return True
+    return any(o.arith and (not op.keys or keys & set(o.keys)) for o in ops)
+
+
+def value_of(conn: Conn, key: str) -> bytes | None:
+    """The value `key` holds on `conn`'s server, spaces after a number left out (`None`: a miss)."""
+    units = conn.side(f"mg {key} v\r\nmn\r\n".encode())
+    if not units or not units[0].startswith(b"VA "):
+        return None
+    body = units[0].split(b"\r\n", 1)[1][:-2]
+    return body.rstrip(b" ") if re.fullmatch(rb"[0-9]+ *", body) else body
+
+
+def big_numbers(batch: list[list[Op]], mc: Conn) -> dict:
+    """The batch's arithmetic ops whose key holds, in memcached, a number from 2^63 to 2^64-1
+    (op -> that number as bytes)."""
+    out = {}
+    for seg in batch:
+        for o in seg:
+            if o.arith and o.keys:
+                v = value_of(mc, o.keys[0])
+                if v is not None and re.fullmatch(rb"[0-9]+", v) and 1 << 63 <= int(v) < 1 << 64:
+                    out[o] = v
+    return out
+
+
+def arith_result(op: Op, value: bytes) -> bytes:
+    """The value an incr/decr (text or `ma`) leaves on `value`."""
+    toks = op.wire["memcached"].split(b"\r\n")[0].split(b" ")
+    if toks[0] == b"ma":
+        delta, incr = 1, True
+        for t in toks[2:]:
+            if t[:1] == b"D":
+                delta = int(t[1:])
+            elif t[:1] == b"M":
+                incr = t[1:2] in (b"I", b"i", b"+")
+    else:
+        delta, incr = int(toks[2]), toks[0] == b"incr"
+    v = int(value)
+    return str((v + delta) % (1 << 64) if incr else max(v - delta, 0)).encode()
+
+
+NON_NUMERIC = b"CLIENT_ERROR cannot increment or decrement non-numeric value"
+
+
+def big_number_quirk(norm: dict, seg: list[Op], exposed: dict) -> bool:
+    """Whether a segment's replies differ only in that memcached answered "non-numeric" to an
+    incr/decr of a number of 2^63 or more that this server incremented: memcached's
+    safe_strtoull then looks for a '-' with strchr, which reads on past the value (not NUL
+    terminated) into whatever bytes the item's memory held before, so its answer depends on
+    earlier, unrelated items (docs/server.md). The values after the batch are then checked
+    (memcached's unchanged, this server's the right result) before the key is forgotten."""
+    if sum(o in exposed for o in seg) != 1:
+        return False
+    mc, sc = norm["memcached"], norm["segcache"]
+    for i, u in enumerate(mc):
+        if u != NON_NUMERIC:
+            continue
+        rest = mc[:i] + mc[i + 1:]
+        if sc == rest:  # a quiet success: nothing to say
+            return True
+        if len(sc) == len(mc) and sc[:i] + sc[i + 1:] == rest \
+                and (re.fullmatch(rb"[0-9]+", sc[i]) or sc[i].startswith((b"HD", b"VA"))):
+            return True
+    return False
 
 
 def track(op: Op, replies: dict, gen: Gen, padded: set[str]) -> None:
@@ -886,13 +1004,13 @@ class _Tokens:
 
 
 def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, show_from: int = 0,
-           seg_args: list[str] | None = None, out=print) -> bool:
+           seg_args: list[str] | None = None, out=print, only: set[int] | None = None) -> bool:
     """Replays a trace's ops (those naming one of `keys`, and the keyless ones such as
     `flush_all`, if given; up to op number `upto`) to a fresh memcached and segcache-server,
     segment by segment as recorded; CAS tokens are mapped to the ones the new servers hand out.
     Prints the exchanges from op `show_from` on (and any divergence); returns whether the last
-    replayed segment diverges."""
-    entries = load_trace(path)
+    replayed segment diverges. `only`: replay just these op numbers (and no `aux` traffic)."""
+    entries = load_trace(path) if isinstance(path, (str, os.PathLike)) else path
     start = entries[0] if entries and entries[0]["t"] == "start" else {"args": []}
     args = seg_args if seg_args is not None else start["args"]
     item_max = args[args.index("-I") + 1] if "-I" in args else "1m"
@@ -914,7 +1032,7 @@ def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, 
         try:
             for e in entries:
                 if e["t"] == "aux":
-                    if keys is None or any(k.encode() in e["send"] for k in keys):
+                    if only is None and (keys is None or any(k.encode() in e["send"] for k in keys)):
                         conns[e["server"]].side(e["send"])
                     continue
                 if e["t"] == "reconnect":
@@ -926,7 +1044,8 @@ def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, 
                     continue
                 picked = [(e["first"] + i, o) for i, o in enumerate(e["ops"])
                           if (upto is None or e["first"] + i <= upto)
-                          and (keys is None or not o.keys or keys & set(o.keys))]
+                          and (keys is None or not o.keys or keys & set(o.keys))
+                          and (only is None or e["first"] + i in only)]
                 # tokens as the recording knew them before this segment
                 before = {n: dict(rec.tokens[n]) for n in names}
                 for o in e["ops"]:
@@ -962,6 +1081,34 @@ def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, 
     return last_diverged
 
 
+def reduce(binary, path, upto: int, keys: set[str] | None = None, log=print) -> list[int]:
+    """Delta debugging over the ops up to `upto` (those of `keys` if given): the fewest ops
+    (always ending with op `upto`) whose replay still diverges at its last segment."""
+    entries = load_trace(path)
+    ops = [e["first"] + i for e in entries if e["t"] == "seg" for i, o in enumerate(e["ops"])
+           if e["first"] + i < upto and (keys is None or not o.keys or keys & set(o.keys))]
+
+    def diverges(sel: list[int]) -> bool:
+        return replay(binary, entries, None, upto, 1 << 62, out=lambda *a: None, only=set(sel) | {upto})
+
+    if not diverges(ops):
+        raise AssertionError("the selected ops do not diverge when replayed")
+    n = 2
+    while ops:
+        chunk = -(-len(ops) // n)
+        for i in range(0, len(ops), chunk):
+            rest = ops[:i] + ops[i + chunk:]
+            if diverges(rest):
+                ops, n = rest, max(n - 1, 2)
+                log(f"reduce: {len(ops)} ops")
+                break
+        else:
+            if chunk == 1:
+                break
+            n = min(len(ops), n * 2)
+    return ops + [upto]
+
+
 def _show(b: bytes, limit: int = 120) -> str:
     r = repr(b)[2:-1]
     return r if len(r) <= limit else r[:limit] + f"...({len(b)} bytes)"
@@ -984,9 +1131,15 @@ def replay_main(argv: list[str]) -> None:
     ap.add_argument("--upto", type=int, help="last op number to replay")
     ap.add_argument("--show-from", type=int, default=0, help="print exchanges from this op on")
     ap.add_argument("args", nargs="*", help="segcache-server args (after --; default: the trace's)")
+    ap.add_argument("--reduce", action="store_true",
+                    help="find the fewest ops before --upto that still diverge there, and show them")
     a = ap.parse_args(argv)
     keys = set(a.keys.split(",")) if a.keys else None
-    diverged = replay(default_binary(), a.trace, keys, a.upto, a.show_from, a.args or None)
+    only = None
+    if a.reduce:
+        only = set(reduce(default_binary(), a.trace, a.upto, keys))
+        keys = None
+    diverged = replay(default_binary(), a.trace, keys, a.upto, a.show_from, a.args or None, only=only)
     print("last segment diverges" if diverged else "last segment agrees")
     sys.exit(1 if diverged else 0)
 
