@@ -313,12 +313,18 @@ class Gen:
         if r < 0.45:
             return 0
         if r < 0.75:
-            return rng.randrange(1000, 100_000)
+            return self.seconds()
         if r < 0.83:
             return rng.choice([-1, -1000, -2147483648])
         if r < 0.9:
             return now - rng.randrange(100, 100_000)  # absolute, in the past
-        return now + rng.randrange(1000, 100_000)  # absolute, in the future
+        return now + self.seconds()  # absolute, in the future
+
+    def seconds(self) -> int:
+        """A TTL in seconds, from a few that fall in TTL buckets of each width: the engine keeps
+        a segment open per TTL bucket in use in each shard, and thousands of distinct TTLs
+        would make it evict (capacity, not semantics: the run checks it evicted nothing)."""
+        return self.rng.choice([1500, 1501, 5000, 40_000, 90_000])
 
     def cas_for(self, key: str) -> dict[str, int]:
         """Each server's own last token for `key`; sometimes a stale or bogus one for all."""
@@ -445,7 +451,7 @@ class Gen:
             pool.remove("N")  # memcached: a vivified item forgets its key was base64
         flags = self._meta_flags(pool, rng.randrange(0, 6))
         flags = [self._opaque() if f == "O" else f"T{self.exptime()}" if f == "T"
-                 else f"N{rng.randrange(1000, 100000)}" if f == "N" else f for f in flags]
+                 else f"N{self.seconds()}" if f == "N" else f for f in flags]
         if b:
             flags.insert(rng.randrange(len(flags) + 1), "b")
         return self.same(f"mg {sent} {' '.join(flags)}".rstrip() + "\r\n", keys=[key],
@@ -519,13 +525,13 @@ class Gen:
         out, has_cas = [], False
         for f in flags:
             if f == "N":
-                out.append(f"N{rng.randrange(1000, 100000)}")
+                out.append(f"N{self.seconds()}")
             elif f == "J":
                 out.append(f"J{rng.choice([0, 1, 13, 1 << 40])}")
             elif f == "D":
                 out.append(f"D{rng.choice([0, 1, 3, 1000, (1 << 64) - 1])}")
             elif f == "T":
-                out.append(f"T{rng.choice([0, rng.randrange(1000, 100000)])}")
+                out.append(f"T{rng.choice([0, self.seconds()])}")
             elif f == "M":
                 out.append("M" + rng.choice("I+D-"))
             elif f == "O":
@@ -682,7 +688,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     padded: set[str] = set()
     diffs = []
     done = 0
-    quirks = 0
+    quirks = ttl_fixes = 0
 
     def report(done: int, replies: dict, why: str = "") -> None:
         msg = (
@@ -693,16 +699,19 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
             + "\n  (SEGCACHE_DIFF_TRACE=FILE records every op's wire bytes and replies; "
             "`diffkit.py replay FILE --keys K --upto N [--reduce]` replays them)"
         )
+        msg += "\n  segcache-server: " + engine_stats(sc.port)
         if not keep_going:
             raise AssertionError(msg)
         diffs.append(msg)
         log(msg)
 
     def run_batch(batch: list[list[Op]], done: int) -> int:
-        nonlocal quirks
+        nonlocal quirks, ttl_fixes
         # memcached's incr/decr on a number of 2^63 or more may answer "non-numeric" depending
         # on stale bytes after the value (see `big_number_quirk`): read such values first.
-        exposed = big_numbers(batch, conns["memcached"])
+        pre = arith_values(batch, conns["memcached"])
+        exposed = big_numbers(pre)
+        lost = ttl_lost(pre)
         for n, c in conns.items():
             payload = b"".join(b"".join(o.wire[n] for o in seg) + b"mn\r\n" for seg in batch)
             c.send(payload)
@@ -727,18 +736,24 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
         for n, c in conns.items():
             # every reply read, none early: the segments stay aligned with their ops
             assert not c.buf, f"{n}: replies past the batch's last `MN`: {bytes(c.buf[:200])!r}"
-        for o, pre in exposed.items():
+        for o, before in exposed.items():
             k = o.keys[0]
             post = {n: value_of(c, k) for n, c in conns.items()}
             if post["memcached"] == post["segcache"] and o not in claimed:
                 continue
-            if post["memcached"] == pre and post["segcache"] == arith_result(o, pre):
+            if post["memcached"] == before and post["segcache"] == arith_result(o, before):
                 # memcached refused it on stale bytes; this server did the arithmetic
                 quirks += 1
                 resync.add(k)
             else:
-                report(done, post, f" in `{k}`'s value after `{o.text.strip()}` on {pre}")
+                report(done, post, f" in `{k}`'s value after `{o.text.strip()}` on {before}")
                 resync.add(k)
+        for o, ttl in lost.items():
+            k = o.keys[0]
+            if k not in resync and value_of(conns["memcached"], k) == arith_result(o, pre[o].rstrip(b" ")):
+                # it succeeded: give memcached the TTL it lost
+                conns["memcached"].side(f"mg {k} T{ttl.decode()}\r\nmn\r\n".encode())
+                ttl_fixes += 1
         if any(o.reconnect for seg in batch for o in seg):
             for n in names:
                 conns[n].close()
@@ -779,6 +794,9 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
         for n, c in conns.items():
             c.send(b"mn\r\n")
             assert c.segment() == [] and not c.buf, f"{n}: replies out of step at the end"
+        # An eviction would lose items memcached keeps: the comparison assumes none.
+        figures = engine_stats(sc.port)
+        assert " evictions=0 " in f" {figures} ", f"segcache-server evicted (raise -m?): {figures}"
     finally:
         if trace:
             trace.close()
@@ -789,7 +807,27 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     if rc != 0:
         sc.log.seek(0)
         raise AssertionError(f"segcache-server exited with {rc}: {sc.log.read()[-2000:]!r}")
-    return {"ops": done, "divergences": len(diffs), "memcached_big_number_quirks": quirks}
+    return {"ops": done, "divergences": len(diffs), "memcached_big_number_quirks": quirks,
+            "memcached_ma_ttl_fixes": ttl_fixes}
+
+
+def engine_stats(port: int) -> str:
+    """The segcache-server figures that tell whether the engine dropped items on its own."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"stats\r\n")
+            buf = b""
+            while not buf.endswith(b"END\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+    except OSError as e:
+        return f"(stats: {e})"
+    want = ("evictions", "evicted_segments", "expired_segments", "merged_items", "segments_total",
+            "segments_free", "curr_items")
+    stats = dict(ln.split(" ")[1:3] for ln in buf.decode().splitlines() if ln.startswith("STAT "))
+    return " ".join(f"{k}={stats.get(k)}" for k in want)
 
 
 def splits(batch: list[list[Op]], op: Op) -> bool:
@@ -803,25 +841,51 @@ def splits(batch: list[list[Op]], op: Op) -> bool:
     return any(o.arith and (not op.keys or keys & set(o.keys)) for o in ops)
 
 
-def value_of(conn: Conn, key: str) -> bytes | None:
-    """The value `key` holds on `conn`'s server, spaces after a number left out (`None`: a miss)."""
+def value_of(conn: Conn, key: str, raw: bool = False) -> bytes | None:
+    """The value `key` holds on `conn`'s server (`None`: a miss), spaces after a number left
+    out unless `raw`."""
     units = conn.side(f"mg {key} v\r\nmn\r\n".encode())
     if not units or not units[0].startswith(b"VA "):
         return None
     body = units[0].split(b"\r\n", 1)[1][:-2]
-    return body.rstrip(b" ") if re.fullmatch(rb"[0-9]+ *", body) else body
+    return body.rstrip(b" ") if not raw and re.fullmatch(rb"[0-9]+ *", body) else body
 
 
-def big_numbers(batch: list[list[Op]], mc: Conn) -> dict:
-    """The batch's arithmetic ops whose key holds, in memcached, a number from 2^63 to 2^64-1
-    (op -> that number as bytes)."""
+def arith_values(batch: list[list[Op]], mc: Conn) -> dict:
+    """The batch's arithmetic ops whose key holds a number in memcached (op -> the value as
+    stored, with any padding)."""
     out = {}
     for seg in batch:
         for o in seg:
             if o.arith and o.keys:
-                v = value_of(mc, o.keys[0])
-                if v is not None and re.fullmatch(rb"[0-9]+", v) and 1 << 63 <= int(v) < 1 << 64:
+                v = value_of(mc, o.keys[0], raw=True)
+                if v is not None and re.fullmatch(rb"[0-9]+ *", v):
                     out[o] = v
+    return out
+
+
+def big_numbers(pre: dict) -> dict:
+    """Those of `pre` (see `arith_values`) from 2^63 to 2^64-1 (op -> the number)."""
+    return {o: v.rstrip(b" ") for o, v in pre.items() if 1 << 63 <= int(v) < 1 << 64}
+
+
+def meta_token(op: Op, flag: bytes) -> bytes | None:
+    for t in op.wire["memcached"].split(b"\r\n")[0].split(b" ")[2:]:
+        if t[:1] == flag:
+            return t[1:]
+    return None
+
+
+def ttl_lost(pre: dict) -> dict:
+    """The `ma ... T` ops of `pre` (see `arith_values`) whose result is longer than the value
+    stored: memcached then writes it to a new item, and applies T to the old one it replaced,
+    so the TTL is lost (op -> the T token). The intended semantics, which this server follows:
+    T updates the TTL on success."""
+    out = {}
+    for o, v in pre.items():
+        ttl = meta_token(o, b"T") if o.wire["memcached"].startswith(b"ma ") else None
+        if ttl is not None and int(v) < 1 << 64 and len(arith_result(o, v.rstrip(b" "))) > len(v):
+            out[o] = ttl
     return out
 
 
