@@ -658,7 +658,10 @@ class Gen:
             "me\r\n",
         ]
         text = rng.choice(cases)
-        return self.same(text, keys=[k], quiet=True, after_meta_drops=text.startswith(f"get {LONG_KEY}"))
+        # ("incr k 1 extra": both servers ignore the extra token and do the arithmetic)
+        arith = re.match(r"(incr|decr) \S+ \d+ ", text) is not None
+        return self.same(text, keys=[k], quiet=True, arith=arith,
+                         after_meta_drops=text.startswith(f"get {LONG_KEY}"))
 
 
 def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print,

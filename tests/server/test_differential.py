@@ -58,5 +58,5 @@ def test_same_replies_as_memcached(config, seed, capsys):
         args = [a.format(tmp=tmp) for a in CONFIGS[config]]
         res = run_stream(binary, args, seed, OPS, workarounds=WORKAROUNDS)
     with capsys.disabled():
-        print(f"\n[differential] {config} seed {seed}: {res['ops']} operations, replies identical")
+        print(f"\n[differential] {config} seed {seed}: replies identical: {res}")
     assert res["ops"] >= OPS
