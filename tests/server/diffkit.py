@@ -203,9 +203,9 @@ class Op:
     replaces: bool = False
     # After a malformed command whose recovery differs by design: reconnect both.
     reconnect: bool = False
-    # A retrieval with a key over 250 bytes: memcached 1.6.18 drops the reply of a meta command
-    # just before it in the same read (docs/server.md), so the stream puts an `mn` in between.
-    after_meta_drops: bool = False
+    # A retrieval with a key over 250 bytes: memcached 1.6.18 drops the reply of the command
+    # just before it in the same read (docs/server.md), so it starts a segment (after an `mn`).
+    own_segment: bool = False
 
 
 CAS_RE = re.compile(rb"^(VALUE \S+ \d+ \d+) \d+")
@@ -661,7 +661,7 @@ class Gen:
         # ("incr k 1 extra": both servers ignore the extra token and do the arithmetic)
         arith = re.match(r"(incr|decr) \S+ \d+ ", text) is not None
         return self.same(text, keys=[k], quiet=True, arith=arith,
-                         after_meta_drops=text.startswith(f"get {LONG_KEY}"))
+                         own_segment=text.startswith(f"get {LONG_KEY}"))
 
 
 def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print,
@@ -670,6 +670,8 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     Raises AssertionError with a replayable report at the first divergence (unless keep_going)."""
     rng = random.Random(seed)
     item_max = seg_args[seg_args.index("-I") + 1] if "-I" in seg_args else "1m"
+    # memcached's largest slab chunk (see start_memcached): a bigger item is chunked
+    chunk_max = 512 * 1024 if item_max == "1m" else 16384
     mc = start_memcached(item_max)
     try:
         sc = start_segcache(segcache_bin, seg_args)
@@ -709,7 +711,8 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
         nonlocal quirks, ttl_fixes
         # memcached's incr/decr on a number of 2^63 or more may answer "non-numeric" depending
         # on stale bytes after the value (see `big_number_quirk`): read such values first.
-        pre = arith_values(batch, conns["memcached"])
+        values = arith_values(batch, conns["memcached"])
+        pre = numbers(values)
         exposed = big_numbers(pre)
         lost = ttl_lost(pre)
         for n, c in conns.items():
@@ -726,7 +729,8 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
                 trace_segment(trace, done - len(seg) + 1, seg, replies)
             norm = {n: [normalise(u, padded, seg[-1]) for u in r] for n, r in replies.items()}
             if norm["memcached"] != norm["segcache"]:
-                if not big_number_quirk(norm, seg, exposed):
+                if not big_number_quirk(norm, seg, exposed) \
+                        and not chunked_check_order(norm, seg, values, chunk_max):
                     report(done, replies)
                     resync.update(k for o in seg for k in o.keys)
                     continue
@@ -786,7 +790,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
                 batch = batches[-1]
                 if batch and op.quiet and all(o.quiet and o.cas_key is None for o in batch[-1]) \
                         and op.cas_key is None and rng.random() < 0.6 \
-                        and not (op.after_meta_drops and batch[-1][-1].wire[names[0]].startswith(b"m")):
+                        and not op.own_segment:
                     batch[-1].append(op)
                 else:
                     batch.append([op])
@@ -853,16 +857,21 @@ def value_of(conn: Conn, key: str, raw: bool = False) -> bytes | None:
 
 
 def arith_values(batch: list[list[Op]], mc: Conn) -> dict:
-    """The batch's arithmetic ops whose key holds a number in memcached (op -> the value as
-    stored, with any padding)."""
+    """The values the keys of the batch's arithmetic ops hold in memcached, as stored (with any
+    padding): op -> value, for the keys that hold one."""
     out = {}
     for seg in batch:
         for o in seg:
             if o.arith and o.keys:
                 v = value_of(mc, o.keys[0], raw=True)
-                if v is not None and re.fullmatch(rb"[0-9]+ *", v):
+                if v is not None:
                     out[o] = v
     return out
+
+
+def numbers(pre: dict) -> dict:
+    """Those of `pre` (see `arith_values`) that are numbers."""
+    return {o: v for o, v in pre.items() if re.fullmatch(rb"[0-9]+ *", v)}
 
 
 def big_numbers(pre: dict) -> dict:
@@ -929,6 +938,28 @@ def big_number_quirk(norm: dict, seg: list[Op], exposed: dict) -> bool:
                 and (re.fullmatch(rb"[0-9]+", sc[i]) or sc[i].startswith((b"HD", b"VA"))):
             return True
     return False
+
+
+def chunked_check_order(norm: dict, seg: list[Op], values: dict, chunk_max: int) -> bool:
+    """Whether a segment's replies differ only in that memcached answered "non-numeric" where
+    this server answered `EX` to an `ma ... C<token>` on a non-numeric value too large for one
+    memcached slab chunk: memcached refuses a chunked item as non-numeric before it compares
+    the CAS, and compares the CAS first otherwise (as this server always does). Both refuse and
+    change nothing."""
+    ops = [o for o in seg if o in values]
+    if len(ops) != 1:
+        return False
+    o, v = ops[0], values[ops[0]]
+    token = meta_token(o, b"C") if o.wire["memcached"].startswith(b"ma ") else None
+    if token in (None, b"0") or re.fullmatch(rb"[0-9]+ *", v):
+        return False
+    # memcached's item: header and CAS (56 bytes), key and NUL, value and "\r\n", flags
+    if 56 + len(o.keys[0]) + 1 + len(v) + 2 + 4 < chunk_max - 32:
+        return False
+    mc, sc = norm["memcached"], norm["segcache"]
+    diff = [i for i in range(len(mc)) if i >= len(sc) or mc[i] != sc[i]]
+    return len(mc) == len(sc) and len(diff) == 1 and mc[diff[0]] == NON_NUMERIC \
+        and sc[diff[0]].startswith(b"EX")
 
 
 def track(op: Op, replies: dict, gen: Gen, padded: set[str]) -> None:
