@@ -486,8 +486,12 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     match r {
         Stored::Stored => {
             if !f.quiet {
-                let info = cache.get_with(key, |i| Info::of(&i));
-                put_code(out, b"HD", f, key_token, MS_REPLY, info.as_ref());
+                // An item that expired on arrival was never stored: memcached still reports
+                // the CAS it gave it. Report one that matches no item, never `c0`, which a
+                // client that sends it back as `C0` would find compares nothing.
+                let gone = Info { cas: u64::MAX, ..Info::default() };
+                let info = cache.get_with(key, |i| Info::of(&i)).unwrap_or(gone);
+                put_code(out, b"HD", f, key_token, MS_REPLY, Some(&info));
             }
         }
         Stored::NotStored => put_code(out, b"NS", f, key_token, MS_REPLY, None),

@@ -430,3 +430,20 @@ fn memcached_parity() {
     // even with q.
     assert_eq!(r.run("ma viv N0 J7 C99 q v\r\n"), "VA 1\r\n7\r\n");
 }
+
+/// `ms ... c` of an item that expires on arrival: memcached reports the CAS it gave the item.
+/// A `c0` here would be a token that, sent back as `C0`, compares nothing: a later `ma`/`ms MA`
+/// with it would succeed where memcached's (stale) token fails.
+#[test]
+fn meta_set_expired_on_arrival_reports_a_token_that_matches_nothing() {
+    let mut r = Rig::new();
+    let reply = r.run("ms k 1 c T-1\r\n5\r\n");
+    let cas: u64 = reply.trim_end().strip_prefix("HD c").unwrap().parse().unwrap();
+    assert_ne!(cas, 0, "{reply}");
+    assert_eq!(r.run("mg k v\r\n"), "EN\r\n");
+    r.run("set k 0 0 1\r\n5\r\n");
+    assert_eq!(r.run(&format!("ma k C{cas} v\r\n")), "EX\r\n");
+    assert_eq!(r.run(&format!("ms k 1 MA C{cas}\r\n6\r\n")), "EX\r\n");
+    assert_eq!(r.run(&format!("cas k 0 0 1 {cas}\r\n7\r\n")), "EXISTS\r\n");
+    assert_eq!(r.run("get k\r\n"), "VALUE k 0 1\r\n5\r\nEND\r\n");
+}

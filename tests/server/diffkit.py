@@ -1,11 +1,19 @@
 """Differential testing of segcache-server against memcached 1.6: a random command stream over a
 small key space, sent to both servers, replies compared byte for byte after a few documented
-normalisations (CAS numbers, TTL seconds, `me` details, the version string, the space padding
-memcached MAY leave after incr/decr).
+normalisations (CAS numbers, TTL seconds, `me` details, the version string, memcached's `Z`
+flag and its base64 key bit), with two memcached bugs checked for and stepped around (its
+incr of a number of 2^63 or more reading stale memory, and `ma T` lost when the result outgrows
+the item: see `big_number_quirk`, `ttl_lost` and docs/server.md).
 
 Used by test_differential.py; also runnable by hand to replay or soak:
 
     SEGCACHE_DIFF_SEED=123 SEGCACHE_DIFF_OPS=200000 python tests/server/diffkit.py [-- server args]
+
+To reduce a divergence: record a trace, then replay the ops of the keys involved (or all of
+them, with --reduce to find the fewest that still diverge) to fresh servers:
+
+    SEGCACHE_DIFF_TRACE=/tmp/t SEGCACHE_DIFF_SEED=123 python tests/server/diffkit.py
+    python tests/server/diffkit.py replay /tmp/t --keys k3,k7 --upto 9820 [--reduce] [--show-from N]
 
 Stdlib only (sockets, subprocess).
 """
@@ -13,6 +21,7 @@ Stdlib only (sockets, subprocess).
 from __future__ import annotations
 
 import base64
+import json
 import os
 import random
 import re
@@ -80,9 +89,14 @@ class Proc:
 def start_memcached(item_max: str = "1m") -> Proc:
     port = free_port()
     argv = [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "64", "-I", item_max, "-t", "2"]
+    # No background LRU threads: the maintainer's asynchronous bumps and the crawler hold a
+    # reference to an item for a while, and memcached writes an incr/decr result in place (space
+    # padded) only when nothing else holds one; with them the padding came and went at random.
+    opts = ["no_lru_maintainer", "no_lru_crawler"]
     if item_max != "1m":
         # memcached wants its slab chunk no larger than -I
-        argv += ["-o", "slab_chunk_max=16384"]
+        opts.append("slab_chunk_max=16384")
+    argv += ["-o", ",".join(opts)]
     if os.geteuid() == 0:
         argv += ["-u", "root"]
     return Proc("memcached", argv, port)
@@ -102,15 +116,25 @@ def start_segcache(binary: str | os.PathLike, args: list[str]) -> Proc:
 class Conn:
     """One connection; reads replies in units up to an `MN` line."""
 
-    def __init__(self, port: int):
+    def __init__(self, port: int, name: str = "", trace=None):
         self.sock = socket.create_connection(("127.0.0.1", port), timeout=20)
         self.buf = bytearray()
+        self.name, self.trace = name, trace
 
     def close(self) -> None:
         self.sock.close()
 
     def send(self, data: bytes) -> None:
         self.sock.sendall(data)
+
+    def side(self, data: bytes) -> list[bytes]:
+        """Out-of-stream traffic (resync, workaround knobs): sends `data`, which ends with `mn`,
+        and returns its reply segment; recorded in the trace as such."""
+        self.send(data)
+        units = self.segment()
+        if self.trace:
+            trace_write(self.trace, {"t": "aux", "server": self.name, "send": data, "reply": units})
+        return units
 
     def _fill(self) -> None:
         chunk = self.sock.recv(1 << 20)
@@ -134,6 +158,15 @@ class Conn:
         del self.buf[:n]
         return out
 
+    def replies(self, seg: list[Op]) -> list[bytes]:
+        """The reply units to the ops of one segment, sent followed by `mn`: an `mn` op of the
+        stream answers `MN` itself, which is kept as one of the units."""
+        units = self.segment()
+        for o in seg:
+            if o.wire[self.name] == b"mn\r\n":
+                units += [b"MN"] + self.segment()
+        return units
+
     def segment(self) -> list[bytes]:
         """Reply units (a line, or a line with its data block) up to the next `MN`."""
         units = []
@@ -153,7 +186,7 @@ class Conn:
                 units.append(ln)
 
 
-@dataclass
+@dataclass(eq=False)
 class Op:
     """One command as sent to each server (they differ only in CAS tokens)."""
 
@@ -170,6 +203,9 @@ class Op:
     replaces: bool = False
     # After a malformed command whose recovery differs by design: reconnect both.
     reconnect: bool = False
+    # A retrieval with a key over 250 bytes: memcached 1.6.18 drops the reply of the command
+    # just before it in the same read (docs/server.md), so it starts a segment (after an `mn`).
+    own_segment: bool = False
 
 
 CAS_RE = re.compile(rb"^(VALUE \S+ \d+ \d+) \d+")
@@ -216,20 +252,10 @@ def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
     if head.startswith(b"VERSION "):
         head = b"VERSION <v>"
     if sep:
+        # Values compare exactly, an incr/decr result's space padding included: this server
+        # pads a shorter result to the old length as memcached does when it writes in place
+        # (and memcached runs without the LRU threads that made it write a new item instead).
         body = data[:-2]
-        key = None
-        if head.startswith(b"VALUE "):
-            key = head.split(b" ")[1].decode()
-        elif op.keys:
-            key = op.keys[0]
-        # (Tracked per key, and for any number that ends in spaces: the tracking cannot follow
-        # every path by which a padded number stays, e.g. a cas that did not store.)
-        if (key in padded and re.fullmatch(rb"[0-9 ]*", body)) or re.fullmatch(rb"[0-9]+ +", body):
-            # memcached MAY write a shorter incr/decr result in place, space padded.
-            body = body.replace(b" ", b"")
-            parts = head.split(b" ")
-            parts[3 if head.startswith(b"VALUE ") else 1] = str(len(body)).encode()
-            head = b" ".join(parts)
         return head + b"\r\n" + body
     return head
 
@@ -284,18 +310,25 @@ class Gen:
         if r < 0.45:
             return 0
         if r < 0.75:
-            return rng.randrange(1000, 100_000)
+            return self.seconds()
         if r < 0.83:
             return rng.choice([-1, -1000, -2147483648])
         if r < 0.9:
             return now - rng.randrange(100, 100_000)  # absolute, in the past
-        return now + rng.randrange(1000, 100_000)  # absolute, in the future
+        return now + self.seconds()  # absolute, in the future
+
+    def seconds(self) -> int:
+        """A TTL in seconds, from a few that fall in TTL buckets of each width: the engine keeps
+        a segment open per TTL bucket in use in each shard, and thousands of distinct TTLs
+        would make it evict (capacity, not semantics: the run checks it evicted nothing)."""
+        return self.rng.choice([1500, 1501, 5000, 40_000, 90_000])
 
     def cas_for(self, key: str) -> dict[str, int]:
         """Each server's own last token for `key`; sometimes a stale or bogus one for all."""
         r = self.rng.random()
         if r < 0.15:
-            bogus = self.rng.choice([0, 1, 999_999_999, (1 << 64) - 1])
+            # (never a token either server hands out in a run: memcached's count from 1)
+            bogus = self.rng.choice([0, 999_999_999, 1 << 40, (1 << 64) - 1])
             return {n: bogus for n in self.names}
         return {n: self.tokens[n].get(key, 0) for n in self.names}
 
@@ -415,7 +448,7 @@ class Gen:
             pool.remove("N")  # memcached: a vivified item forgets its key was base64
         flags = self._meta_flags(pool, rng.randrange(0, 6))
         flags = [self._opaque() if f == "O" else f"T{self.exptime()}" if f == "T"
-                 else f"N{rng.randrange(1000, 100000)}" if f == "N" else f for f in flags]
+                 else f"N{self.seconds()}" if f == "N" else f for f in flags]
         if b:
             flags.insert(rng.randrange(len(flags) + 1), "b")
         return self.same(f"mg {sent} {' '.join(flags)}".rstrip() + "\r\n", keys=[key],
@@ -489,13 +522,13 @@ class Gen:
         out, has_cas = [], False
         for f in flags:
             if f == "N":
-                out.append(f"N{rng.randrange(1000, 100000)}")
+                out.append(f"N{self.seconds()}")
             elif f == "J":
                 out.append(f"J{rng.choice([0, 1, 13, 1 << 40])}")
             elif f == "D":
                 out.append(f"D{rng.choice([0, 1, 3, 1000, (1 << 64) - 1])}")
             elif f == "T":
-                out.append(f"T{rng.choice([0, rng.randrange(1000, 100000)])}")
+                out.append(f"T{rng.choice([0, self.seconds()])}")
             elif f == "M":
                 out.append("M" + rng.choice("I+D-"))
             elif f == "O":
@@ -574,7 +607,7 @@ class Gen:
             f"incr {k}\r\n",
             f"incr {k} 1 extra\r\n",
             f"incr {k} 1 2 3\r\n",
-            f"touch {k} 1 extra\r\n",
+            f"touch {k} 86400 extra\r\n",  # (a long TTL: memcached ignores the extra token)
             f"delete {k} 10\r\n",
             f"delete {k} 10 noreply\r\n",
             f"delete {k} 0 0 0\r\n",
@@ -625,7 +658,10 @@ class Gen:
             "me\r\n",
         ]
         text = rng.choice(cases)
-        return self.same(text, keys=[k], quiet=True)
+        # ("incr k 1 extra": both servers ignore the extra token and do the arithmetic)
+        arith = re.match(r"(incr|decr) \S+ \d+ ", text) is not None
+        return self.same(text, keys=[k], quiet=True, arith=arith,
+                         own_segment=text.startswith(f"get {LONG_KEY}"))
 
 
 def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print,
@@ -634,6 +670,8 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     Raises AssertionError with a replayable report at the first divergence (unless keep_going)."""
     rng = random.Random(seed)
     item_max = seg_args[seg_args.index("-I") + 1] if "-I" in seg_args else "1m"
+    # memcached's largest slab chunk (see start_memcached): a bigger item is chunked
+    chunk_max = 512 * 1024 if item_max == "1m" else 16384
     mc = start_memcached(item_max)
     try:
         sc = start_segcache(segcache_bin, seg_args)
@@ -642,72 +680,131 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
         raise
     procs = {"memcached": mc, "segcache": sc}
     names = list(procs)
-    conns = {n: Conn(p.port) for n, p in procs.items()}
+    trace_path = os.environ.get("SEGCACHE_DIFF_TRACE")
+    trace = open(trace_path, "w", encoding="latin-1") if trace_path else None
+    if trace:
+        trace_write(trace, {"t": "start", "seed": seed, "args": seg_args})
+    conns = {n: Conn(p.port, n, trace) for n, p in procs.items()}
     gen = Gen(rng, names, set(workarounds))
     history: deque = deque(maxlen=20)
     padded: set[str] = set()
     diffs = []
     done = 0
-    trace_path = os.environ.get("SEGCACHE_DIFF_TRACE")
-    trace = open(trace_path, "w") if trace_path else None
+    quirks = ttl_fixes = 0
+
+    def report(done: int, replies: dict, why: str = "") -> None:
+        msg = (
+            f"divergence at op {done} (seed {seed}, segcache args {seg_args}; replay with "
+            f"SEGCACHE_DIFF_SEED={seed}){why}\n  last commands:\n    "
+            + "\n    ".join(history)
+            + f"\n  memcached: {replies['memcached']!r}\n  segcache:  {replies['segcache']!r}"
+            + "\n  (SEGCACHE_DIFF_TRACE=FILE records every op's wire bytes and replies; "
+            "`diffkit.py replay FILE --keys K --upto N [--reduce]` replays them)"
+        )
+        msg += "\n  segcache-server: " + engine_stats(sc.port)
+        if not keep_going:
+            raise AssertionError(msg)
+        diffs.append(msg)
+        log(msg)
+
+    def run_batch(batch: list[list[Op]], done: int) -> int:
+        nonlocal quirks, ttl_fixes
+        # memcached's incr/decr on a number of 2^63 or more may answer "non-numeric" depending
+        # on stale bytes after the value (see `big_number_quirk`): read such values first.
+        values = arith_values(batch, conns["memcached"])
+        pre = numbers(values)
+        exposed = big_numbers(pre)
+        lost = ttl_lost(pre)
+        for n, c in conns.items():
+            payload = b"".join(b"".join(o.wire[n] for o in seg) + b"mn\r\n" for seg in batch)
+            c.send(payload)
+        resync: set[str] = set()
+        claimed: set[Op] = set()  # ops whose replies differed by memcached's quirk alone
+        for seg in batch:
+            replies = {n: c.replies(seg) for n, c in conns.items()}
+            for o in seg:
+                history.append(o.text.rstrip("\r\n"))
+            done += len(seg)
+            if trace:
+                trace_segment(trace, done - len(seg) + 1, seg, replies)
+            norm = {n: [normalise(u, padded, seg[-1]) for u in r] for n, r in replies.items()}
+            if norm["memcached"] != norm["segcache"]:
+                if not big_number_quirk(norm, seg, exposed) \
+                        and not chunked_check_order(norm, seg, values, chunk_max):
+                    report(done, replies)
+                    resync.update(k for o in seg for k in o.keys)
+                    continue
+                claimed.update(o for o in seg if o in exposed)
+            for o in seg:
+                track(o, replies, gen, padded)
+        for n, c in conns.items():
+            # every reply read, none early: the segments stay aligned with their ops
+            assert not c.buf, f"{n}: replies past the batch's last `MN`: {bytes(c.buf[:200])!r}"
+        for o, before in exposed.items():
+            k = o.keys[0]
+            post = {n: value_of(c, k) for n, c in conns.items()}
+            if post["memcached"] == post["segcache"] and o not in claimed:
+                continue
+            if post["memcached"] == before and post["segcache"] == arith_result(o, before):
+                # memcached refused it on stale bytes; this server did the arithmetic
+                quirks += 1
+                resync.add(k)
+            else:
+                report(done, post, f" in `{k}`'s value after `{o.text.strip()}` on {before}")
+                resync.add(k)
+        for o, ttl in lost.items():
+            k = o.keys[0]
+            if k not in resync and value_of(conns["memcached"], k) == arith_result(o, pre[o].rstrip(b" ")):
+                # it succeeded: give memcached the TTL it lost
+                conns["memcached"].side(f"mg {k} T{ttl.decode()}\r\nmn\r\n".encode())
+                ttl_fixes += 1
+        if any(o.reconnect for seg in batch for o in seg):
+            for n in names:
+                conns[n].close()
+                conns[n] = Conn(procs[n].port, n, trace)
+            if trace:
+                trace_write(trace, {"t": "reconnect"})
+        if "cas" in gen.wk:
+            refresh_tokens(conns, gen)
+        if "padding" in gen.wk:
+            unpad([o for seg in batch for o in seg], conns, padded, gen)
+        # after a divergence (keep going) or memcached's quirk: forget the key on both servers
+        for k in resync:
+            for n, c in conns.items():
+                c.side(f"delete {k}\r\nmn\r\n".encode())
+                gen.tokens[n].pop(k, None)
+            padded.discard(k)
+        return done
+
     try:
         while done < ops:
-            # A batch: 1 to 12 operations in one write. Every operation ends its own reply
-            # segment with `mn`, except runs of quiet ones (which may reply nothing) that share
-            # one, so `q`/`noreply` pipelines are checked too.
-            batch: list[list[Op]] = []
+            # A round: 1 to 12 operations, in one write unless an arithmetic op splits it (see
+            # `splits`). Every operation ends its own reply segment with `mn`, except runs of
+            # quiet ones (which may reply nothing) that share one, so `q`/`noreply` pipelines
+            # are checked too.
+            batches: list[list[list[Op]]] = [[]]
             for _ in range(rng.choice([1, 1, 2, 4, 8, 12])):
                 op = gen.op()
+                if splits(batches[-1], op):
+                    batches.append([])
+                batch = batches[-1]
                 if batch and op.quiet and all(o.quiet and o.cas_key is None for o in batch[-1]) \
-                        and op.cas_key is None and rng.random() < 0.6:
+                        and op.cas_key is None and rng.random() < 0.6 \
+                        and not op.own_segment:
                     batch[-1].append(op)
                 else:
                     batch.append([op])
-            for n, c in conns.items():
-                payload = b"".join(b"".join(o.wire[n] for o in seg) + b"mn\r\n" for seg in batch)
-                c.send(payload)
-            resync: set[str] = set()
-            for seg in batch:
-                replies = {n: c.segment() for n, c in conns.items()}
-                for o in seg:
-                    history.append(o.text.rstrip("\r\n"))
-                done += len(seg)
-                if trace:
-                    for o in seg:
-                        trace.write(f"{o.text!r}\n")
-                    for n, r in replies.items():
-                        trace.write(f"   {n}: {r!r}\n"[:400] + "\n")
-                norm = {n: [normalise(u, padded, seg[-1]) for u in r] for n, r in replies.items()}
-                if norm["memcached"] != norm["segcache"]:
-                    report = (
-                        f"divergence at op {done} (seed {seed}, segcache args {seg_args}; replay with "
-                        f"SEGCACHE_DIFF_SEED={seed})\n  last commands:\n    "
-                        + "\n    ".join(history)
-                        + f"\n  memcached: {replies['memcached']!r}\n  segcache:  {replies['segcache']!r}"
-                    )
-                    if not keep_going:
-                        raise AssertionError(report)
-                    diffs.append(report)
-                    log(report)
-                    resync.update(k for o in seg for k in o.keys)
-                    continue
-                for o in seg:
-                    track(o, replies, gen, padded)
-            if any(o.reconnect for seg in batch for o in seg):
-                for n in names:
-                    conns[n].close()
-                    conns[n] = Conn(procs[n].port)
-            if "cas" in gen.wk:
-                refresh_tokens(conns, gen)
-            if "padding" in gen.wk:
-                unpad([o for seg in batch for o in seg], conns, padded, gen)
-            # keep going after a divergence: forget its keys on both servers
-            for k in resync:
-                for n, c in conns.items():
-                    c.send(f"delete {k}\r\nmn\r\n".encode())
-                    c.segment()
-                    gen.tokens[n].pop(k, None)
+            for batch in batches:
+                done = run_batch(batch, done)
+        for n, c in conns.items():
+            c.send(b"mn\r\n")
+            assert c.segment() == [] and not c.buf, f"{n}: replies out of step at the end"
+        # An eviction would lose items memcached keeps: the comparison assumes none.
+        figures = engine_stats(sc.port)
+        assert " evictions=0 " in f" {figures} ", f"segcache-server evicted (raise -m?): {figures}"
     finally:
+        if trace:
+            trace.close()
         for c in conns.values():
             c.close()
         rc = sc.stop()
@@ -715,7 +812,154 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     if rc != 0:
         sc.log.seek(0)
         raise AssertionError(f"segcache-server exited with {rc}: {sc.log.read()[-2000:]!r}")
-    return {"ops": done, "divergences": len(diffs)}
+    return {"ops": done, "divergences": len(diffs), "memcached_big_number_quirks": quirks,
+            "memcached_ma_ttl_fixes": ttl_fixes}
+
+
+def engine_stats(port: int) -> str:
+    """The segcache-server figures that tell whether the engine dropped items on its own."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=5) as sock:
+            sock.sendall(b"stats\r\n")
+            buf = b""
+            while not buf.endswith(b"END\r\n"):
+                chunk = sock.recv(65536)
+                if not chunk:
+                    break
+                buf += chunk
+    except OSError as e:
+        return f"(stats: {e})"
+    want = ("evictions", "evicted_segments", "expired_segments", "merged_items", "segments_total",
+            "segments_free", "curr_items")
+    stats = dict(ln.split(" ")[1:3] for ln in buf.decode().splitlines() if ln.startswith("STAT "))
+    return " ".join(f"{k}={stats.get(k)}" for k in want)
+
+
+def splits(batch: list[list[Op]], op: Op) -> bool:
+    """Whether `op` must start a new batch: an arithmetic op is the only op on its key in its
+    batch (no keyless op such as `flush_all` with it either), so that its key's value before and
+    after the batch is its value before and after the op (see `big_numbers`)."""
+    ops = [o for seg in batch for o in seg]
+    keys = set(op.keys)
+    if op.arith and any(not o.keys or keys & set(o.keys) for o in ops):
+        return True
+    return any(o.arith and (not op.keys or keys & set(o.keys)) for o in ops)
+
+
+def value_of(conn: Conn, key: str, raw: bool = False) -> bytes | None:
+    """The value `key` holds on `conn`'s server (`None`: a miss), spaces after a number left
+    out unless `raw`."""
+    units = conn.side(f"mg {key} v\r\nmn\r\n".encode())
+    if not units or not units[0].startswith(b"VA "):
+        return None
+    body = units[0].split(b"\r\n", 1)[1][:-2]
+    return body.rstrip(b" ") if not raw and re.fullmatch(rb"[0-9]+ *", body) else body
+
+
+def arith_values(batch: list[list[Op]], mc: Conn) -> dict:
+    """The values the keys of the batch's arithmetic ops hold in memcached, as stored (with any
+    padding): op -> value, for the keys that hold one."""
+    out = {}
+    for seg in batch:
+        for o in seg:
+            if o.arith and o.keys:
+                v = value_of(mc, o.keys[0], raw=True)
+                if v is not None:
+                    out[o] = v
+    return out
+
+
+def numbers(pre: dict) -> dict:
+    """Those of `pre` (see `arith_values`) that are numbers."""
+    return {o: v for o, v in pre.items() if re.fullmatch(rb"[0-9]+ *", v)}
+
+
+def big_numbers(pre: dict) -> dict:
+    """Those of `pre` (see `arith_values`) from 2^63 to 2^64-1 (op -> the number)."""
+    return {o: v.rstrip(b" ") for o, v in pre.items() if 1 << 63 <= int(v) < 1 << 64}
+
+
+def meta_token(op: Op, flag: bytes) -> bytes | None:
+    for t in op.wire["memcached"].split(b"\r\n")[0].split(b" ")[2:]:
+        if t[:1] == flag:
+            return t[1:]
+    return None
+
+
+def ttl_lost(pre: dict) -> dict:
+    """The `ma ... T` ops of `pre` (see `arith_values`) whose result is longer than the value
+    stored: memcached then writes it to a new item, and applies T to the old one it replaced,
+    so the TTL is lost (op -> the T token). The intended semantics, which this server follows:
+    T updates the TTL on success."""
+    out = {}
+    for o, v in pre.items():
+        ttl = meta_token(o, b"T") if o.wire["memcached"].startswith(b"ma ") else None
+        if ttl is not None and int(v) < 1 << 64 and len(arith_result(o, v.rstrip(b" "))) > len(v):
+            out[o] = ttl
+    return out
+
+
+def arith_result(op: Op, value: bytes) -> bytes:
+    """The value an incr/decr (text or `ma`) leaves on `value`."""
+    toks = op.wire["memcached"].split(b"\r\n")[0].split(b" ")
+    if toks[0] == b"ma":
+        delta, incr = 1, True
+        for t in toks[2:]:
+            if t[:1] == b"D":
+                delta = int(t[1:])
+            elif t[:1] == b"M":
+                incr = t[1:2] in (b"I", b"i", b"+")
+    else:
+        delta, incr = int(toks[2]), toks[0] == b"incr"
+    v = int(value)
+    return str((v + delta) % (1 << 64) if incr else max(v - delta, 0)).encode()
+
+
+NON_NUMERIC = b"CLIENT_ERROR cannot increment or decrement non-numeric value"
+
+
+def big_number_quirk(norm: dict, seg: list[Op], exposed: dict) -> bool:
+    """Whether a segment's replies differ only in that memcached answered "non-numeric" to an
+    incr/decr of a number of 2^63 or more that this server incremented: memcached's
+    safe_strtoull then looks for a '-' with strchr, which reads on past the value (not NUL
+    terminated) into whatever bytes the item's memory held before, so its answer depends on
+    earlier, unrelated items (docs/server.md). The values after the batch are then checked
+    (memcached's unchanged, this server's the right result) before the key is forgotten."""
+    if sum(o in exposed for o in seg) != 1:
+        return False
+    mc, sc = norm["memcached"], norm["segcache"]
+    for i, u in enumerate(mc):
+        if u != NON_NUMERIC:
+            continue
+        rest = mc[:i] + mc[i + 1:]
+        if sc == rest:  # a quiet success: nothing to say
+            return True
+        if len(sc) == len(mc) and sc[:i] + sc[i + 1:] == rest \
+                and (re.fullmatch(rb"[0-9]+", sc[i]) or sc[i].startswith((b"HD", b"VA"))):
+            return True
+    return False
+
+
+def chunked_check_order(norm: dict, seg: list[Op], values: dict, chunk_max: int) -> bool:
+    """Whether a segment's replies differ only in that memcached answered "non-numeric" where
+    this server answered `EX` to an `ma ... C<token>` on a non-numeric value too large for one
+    memcached slab chunk: memcached refuses a chunked item as non-numeric before it compares
+    the CAS, and compares the CAS first otherwise (as this server always does). Both refuse and
+    change nothing."""
+    ops = [o for o in seg if o in values]
+    if len(ops) != 1:
+        return False
+    o, v = ops[0], values[ops[0]]
+    token = meta_token(o, b"C") if o.wire["memcached"].startswith(b"ma ") else None
+    if token in (None, b"0") or re.fullmatch(rb"[0-9]+ *", v):
+        return False
+    # memcached's item: header and CAS (56 bytes), key and NUL, value and "\r\n", flags
+    if 56 + len(o.keys[0]) + 1 + len(v) + 2 + 4 < chunk_max - 32:
+        return False
+    mc, sc = norm["memcached"], norm["segcache"]
+    diff = [i for i in range(len(mc)) if i >= len(sc) or mc[i] != sc[i]]
+    return len(mc) == len(sc) and len(diff) == 1 and mc[diff[0]] == NON_NUMERIC \
+        and sc[diff[0]].startswith(b"EX")
 
 
 def track(op: Op, replies: dict, gen: Gen, padded: set[str]) -> None:
@@ -745,8 +989,7 @@ def refresh_tokens(conns: dict, gen: Gen) -> None:
     keys = KEYS + [base64.b64decode(k).decode() for k in BKEYS]
     now = {}
     for n, c in conns.items():
-        c.send(b"".join(f"mg {k} c\r\n".encode() for k in keys) + b"mn\r\n")
-        units = c.segment()
+        units = c.side(b"".join(f"mg {k} c\r\n".encode() for k in keys) + b"mn\r\n")
         now[n] = {}
         for k, u in zip(keys, units):
             if u.startswith(b"HD c"):
@@ -766,8 +1009,7 @@ def unpad(seg: list[Op], conns: dict, padded: set[str], gen: Gen) -> None:
         for k in o.keys:
             if k not in KEYS:
                 continue
-            conns["memcached"].send(f"mg {k} v f\r\nmn\r\n".encode())
-            r = conns["memcached"].segment()
+            r = conns["memcached"].side(f"mg {k} v f\r\nmn\r\n".encode())
             if not r or not r[0].startswith(b"VA"):
                 continue
             head, _, data = r[0].partition(b"\r\n")
@@ -776,10 +1018,196 @@ def unpad(seg: list[Op], conns: dict, padded: set[str], gen: Gen) -> None:
                 flags = int(head.split(b" f")[1])
                 body = body.rstrip(b" ")
                 for n, c in conns.items():
-                    c.send(f"set {k} {flags} 0 {len(body)}\r\n".encode() + body + b"\r\nmn\r\n")
-                    c.segment()
+                    c.side(f"set {k} {flags} 0 {len(body)}\r\n".encode() + body + b"\r\nmn\r\n")
                     gen.tokens[n].pop(k, None)
                 padded.discard(k)
+
+
+# --- trace and replay ------------------------------------------------------------------------
+#
+# SEGCACHE_DIFF_TRACE=FILE writes one JSON object a line, bytes as latin-1 strings (exact):
+#   {"t": "start", "seed", "args"}
+#   {"t": "seg", "first": number of its first op, "ops": [{"text", "keys", "cas_key", ..., "wire":
+#     {server: bytes sent}}], "reply": {server: [reply units]}}: one reply segment, that is, the
+#     ops as they went on the wire (followed by `mn`) and everything each server answered to them;
+#     several ops share a segment only when they are quiet (`q`/`noreply`), so a reply there
+#     belongs to the one op of them that had something to say;
+#   {"t": "aux", "server", "send", "reply"}: traffic outside the stream (resync, workaround knobs);
+#   {"t": "reconnect"}.
+
+
+def _jsonable(v):
+    if isinstance(v, bytes):
+        return v.decode("latin-1")
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    return v
+
+
+def trace_write(trace, entry: dict) -> None:
+    trace.write(json.dumps(_jsonable(entry)) + "\n")
+
+
+def trace_segment(trace, first: int, seg: list[Op], replies: dict) -> None:
+    ops = [{"text": o.text, "keys": o.keys, "cas_key": o.cas_key, "quiet": o.quiet, "arith": o.arith,
+            "replaces": o.replaces, "reconnect": o.reconnect, "wire": o.wire} for o in seg]
+    trace_write(trace, {"t": "seg", "first": first, "ops": ops, "reply": replies})
+
+
+def load_trace(path) -> list[dict]:
+    def unb(v):
+        if isinstance(v, str):
+            return v.encode("latin-1")
+        if isinstance(v, dict):
+            return {k: unb(x) for k, x in v.items()}
+        return [unb(x) for x in v]
+
+    out = []
+    with open(path, encoding="latin-1") as f:
+        for line in f:
+            e = json.loads(line)
+            if e["t"] == "seg":
+                e["ops"] = [Op(text=o["text"], wire=unb(o["wire"]), keys=o["keys"], quiet=o["quiet"],
+                               cas_key=o["cas_key"], arith=o["arith"], replaces=o["replaces"],
+                               reconnect=o["reconnect"]) for o in e["ops"]]
+                e["reply"] = {n: unb(r) for n, r in e["reply"].items()}
+            elif e["t"] == "aux":
+                e["send"], e["reply"] = unb(e["send"]), unb(e["reply"])
+            out.append(e)
+    return out
+
+
+CAS_LINE_RE = re.compile(rb"^(cas \S+ \S+ \S+ \S+ )(\d+)")
+META_C_RE = re.compile(rb"^(m[sda] .*? C)(\d+)")
+
+
+def _with_token(wire: bytes, key: str | None, rec: dict, new: dict) -> bytes:
+    """`wire` with a CAS token that was `key`'s current one in the recording replaced by the
+    current one of the replay (stale and bogus tokens stay as they are)."""
+    line, sep, rest = wire.partition(b"\r\n")
+    for rx in (CAS_LINE_RE, META_C_RE):
+        m = rx.match(line)
+        if m and key is not None and rec.get(key) == int(m.group(2)) and key in new:
+            line = m.group(1) + str(new[key]).encode() + line[m.end():]
+    return line + sep + rest
+
+
+class _Tokens:
+    def __init__(self, names):
+        self.tokens = {n: {} for n in names}
+
+
+def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, show_from: int = 0,
+           seg_args: list[str] | None = None, out=print, only: set[int] | None = None) -> bool:
+    """Replays a trace's ops (those naming one of `keys`, and the keyless ones such as
+    `flush_all`, if given; up to op number `upto`) to a fresh memcached and segcache-server,
+    segment by segment as recorded; CAS tokens are mapped to the ones the new servers hand out.
+    Prints the exchanges from op `show_from` on (and any divergence); returns whether the last
+    replayed segment diverges. `only`: replay just these op numbers (and no `aux` traffic)."""
+    entries = load_trace(path) if isinstance(path, (str, os.PathLike)) else path
+    start = entries[0] if entries and entries[0]["t"] == "start" else {"args": []}
+    args = seg_args if seg_args is not None else start["args"]
+    item_max = args[args.index("-I") + 1] if "-I" in args else "1m"
+    with tempfile.TemporaryDirectory() as tmp:
+        args = [a.replace(os.path.dirname(a), tmp) if a.endswith(".seg") else a for a in args]
+        mc = start_memcached(item_max)
+        try:
+            sc = start_segcache(binary, args)
+        except Exception:
+            mc.stop()
+            raise
+        procs = {"memcached": mc, "segcache": sc}
+        names = list(procs)
+        conns = {n: Conn(p.port, n) for n, p in procs.items()}
+        rec, new = _Tokens(names), _Tokens(names)
+        rec_padded: set[str] = set()
+        padded: set[str] = set()
+        last_diverged = False
+        try:
+            for e in entries:
+                if e["t"] == "aux":
+                    if only is None and (keys is None or any(k.encode() in e["send"] for k in keys)):
+                        conns[e["server"]].side(e["send"])
+                    continue
+                if e["t"] == "reconnect":
+                    for n in names:
+                        conns[n].close()
+                        conns[n] = Conn(procs[n].port, n)
+                    continue
+                if e["t"] != "seg" or (upto is not None and e["first"] > upto):
+                    continue
+                picked = [(e["first"] + i, o) for i, o in enumerate(e["ops"])
+                          if (upto is None or e["first"] + i <= upto)
+                          and (keys is None or not o.keys or keys & set(o.keys))
+                          and (only is None or e["first"] + i in only)]
+                # tokens as the recording knew them before this segment
+                before = {n: dict(rec.tokens[n]) for n in names}
+                for o in e["ops"]:
+                    track(o, e["reply"], rec, rec_padded)
+                if not picked:
+                    continue
+                wires = {}
+                for n in names:
+                    parts = [_with_token(o.wire[n], o.keys[0] if o.keys else None, before[n], new.tokens[n])
+                             for _, o in picked]
+                    wires[n] = b"".join(parts) + b"mn\r\n"
+                for n, c in conns.items():
+                    c.send(wires[n])
+                replies = {n: c.replies([o for _, o in picked]) for n, c in conns.items()}
+                last = picked[-1][1]
+                norm = {n: [normalise(u, padded, last) for u in r] for n, r in replies.items()}
+                last_diverged = norm["memcached"] != norm["segcache"]
+                if picked[0][0] >= show_from or last_diverged:
+                    for i, o in picked:
+                        same = o.wire["memcached"] == o.wire["segcache"]
+                        out(f"[{i}] " + (_show(o.wire["memcached"]) if same else o.text))
+                    for n in names:
+                        out(f"    {n:9}: " + " | ".join(_show(u) for u in replies[n]))
+                    if last_diverged:
+                        out("    !! DIVERGES")
+                for _, o in picked:
+                    track(o, replies, new, padded)
+        finally:
+            for c in conns.values():
+                c.close()
+            sc.stop()
+            mc.stop()
+    return last_diverged
+
+
+def reduce(binary, path, upto: int, keys: set[str] | None = None, log=print) -> list[int]:
+    """Delta debugging over the ops up to `upto` (those of `keys` if given): the fewest ops
+    (always ending with op `upto`) whose replay still diverges at its last segment."""
+    entries = load_trace(path)
+    ops = [e["first"] + i for e in entries if e["t"] == "seg" for i, o in enumerate(e["ops"])
+           if e["first"] + i < upto and (keys is None or not o.keys or keys & set(o.keys))]
+
+    def diverges(sel: list[int]) -> bool:
+        return replay(binary, entries, None, upto, 1 << 62, out=lambda *a: None, only=set(sel) | {upto})
+
+    if not diverges(ops):
+        raise AssertionError("the selected ops do not diverge when replayed")
+    n = 2
+    while ops:
+        chunk = -(-len(ops) // n)
+        for i in range(0, len(ops), chunk):
+            rest = ops[:i] + ops[i + chunk:]
+            if diverges(rest):
+                ops, n = rest, max(n - 1, 2)
+                log(f"reduce: {len(ops)} ops")
+                break
+        else:
+            if chunk == 1:
+                break
+            n = min(len(ops), n * 2)
+    return ops + [upto]
+
+
+def _show(b: bytes, limit: int = 120) -> str:
+    r = repr(b)[2:-1]
+    return r if len(r) <= limit else r[:limit] + f"...({len(b)} bytes)"
 
 
 def default_binary() -> Path:
@@ -790,7 +1218,32 @@ def default_binary() -> Path:
     return Path(os.environ.get("CARGO_TARGET_DIR", root / "target")) / "release" / "segcache-server"
 
 
+def replay_main(argv: list[str]) -> None:
+    import argparse
+
+    ap = argparse.ArgumentParser(prog="diffkit.py replay", description=replay.__doc__)
+    ap.add_argument("trace")
+    ap.add_argument("--keys", help="comma-separated keys (as stored: base64 keys decoded)")
+    ap.add_argument("--upto", type=int, help="last op number to replay")
+    ap.add_argument("--show-from", type=int, default=0, help="print exchanges from this op on")
+    ap.add_argument("args", nargs="*", help="segcache-server args (after --; default: the trace's)")
+    ap.add_argument("--reduce", action="store_true",
+                    help="find the fewest ops before --upto that still diverge there, and show them")
+    a = ap.parse_args(argv)
+    keys = set(a.keys.split(",")) if a.keys else None
+    only = None
+    if a.reduce:
+        only = set(reduce(default_binary(), a.trace, a.upto, keys))
+        keys = None
+    diverged = replay(default_binary(), a.trace, keys, a.upto, a.show_from, a.args or None, only=only)
+    print("last segment diverges" if diverged else "last segment agrees")
+    sys.exit(1 if diverged else 0)
+
+
 if __name__ == "__main__":
+    if sys.argv[1:2] == ["replay"]:
+        replay_main(sys.argv[2:])
+        sys.exit(0)
     seed = int(os.environ.get("SEGCACHE_DIFF_SEED", random.randrange(1 << 32)))
     ops = int(os.environ.get("SEGCACHE_DIFF_OPS", "20000"))
     wk = set(filter(None, os.environ.get("SEGCACHE_DIFF_WORKAROUNDS", "").split(",")))

@@ -1,11 +1,14 @@
 """Differential test: the same random command stream to segcache-server and to memcached 1.6,
 replies compared exactly (after the normalisations listed in diffkit.normalise: CAS numbers,
-TTL seconds, `me` details, the version string, memcached's space padding after incr/decr, and
-its `Z` flag). The generator is in diffkit.py.
+TTL seconds, `me` details, the version string, memcached's `Z` flag and base64 key bit; and
+two memcached bugs stepped around after checking them, see diffkit). The generator is in
+diffkit.py; a divergence is reduced with `diffkit.py replay` (see there).
 
 Knobs (environment):
 - SEGCACHE_DIFF_SEED: run this seed only (replay a reported divergence);
-- SEGCACHE_DIFF_OPS: operations per seed (default 20000; a soak takes a big value);
+- SEGCACHE_DIFF_OPS: operations per seed and configuration (default 20000; a soak takes a big
+  value, e.g. 500000);
+- SEGCACHE_DIFF_TRACE=FILE: write each op's wire bytes and replies (last run wins);
 - SEGCACHE_DIFF_WORKAROUNDS: for local work only, steer around engine-side divergences
   (`layout`: client flags always 0; `cas`: adopt segcache's current token where memcached's is
   still current; `padding`: rewrite padded incr/decr results). The default run uses none.
@@ -55,5 +58,5 @@ def test_same_replies_as_memcached(config, seed, capsys):
         args = [a.format(tmp=tmp) for a in CONFIGS[config]]
         res = run_stream(binary, args, seed, OPS, workarounds=WORKAROUNDS)
     with capsys.disabled():
-        print(f"\n[differential] {config} seed {seed}: {res['ops']} operations, replies identical")
+        print(f"\n[differential] {config} seed {seed}: replies identical: {res}")
     assert res["ops"] >= OPS

@@ -24,8 +24,8 @@ def test_every_text_command(raw):
     assert raw.request(b"incr n 3\r\n") == b"10"
     assert raw.request(b"decr n 4\r\n") == b"6"
     assert raw.request(b"touch n 100\r\n") == b"TOUCHED"
+    # "10" less 4 is written in place, space padded to the old length, as memcached does.
     raw.send(b"gat 100 n a\r\n")
-    # As memcached: a number that got shorter keeps its length, padded with a space.
     assert [raw.line() for _ in range(5)] == [b"VALUE n 0 2", b"6 ", b"VALUE a 0 1", b"C", b"END"]
     raw.send(b"gats 100 n\r\n")
     assert raw.line().startswith(b"VALUE n 0 2 ") and raw.line() == b"6 " and raw.line() == b"END"
