@@ -205,7 +205,9 @@ fn gat(exptime: i64, keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>
     for key in keys {
         n += 1;
         let hit = match expiry.ttl() {
-            Some(ttl) => cache.touch(key, ttl).is_ok() && cache.get_with(key, |item| put_value(out, key, &item, cas)).is_some(),
+            Some(ttl) => {
+                cache.touch(key, ttl).is_ok() && cache.get_with(key, |item| put_value(out, key, &item, cas)).is_some()
+            }
             // Expired on arrival: return the item this once, then it is gone.
             None => {
                 let hit = cache.get_with(key, |item| put_value(out, key, &item, cas)).is_some();
@@ -250,15 +252,7 @@ pub enum Stored {
 
 /// Runs a storage command with memcached's expiry rules; counts it.
 #[allow(clippy::too_many_arguments)]
-pub fn do_store(
-    kind: StoreKind,
-    key: &[u8],
-    flags: u32,
-    exptime: i64,
-    data: &[u8],
-    cas: u64,
-    ctx: &Ctx<'_>,
-) -> Stored {
+pub fn do_store(kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u8], cas: u64, ctx: &Ctx<'_>) -> Stored {
     let cache = &ctx.shared.cache;
     bump(&ctx.stats.cmd_set, 1);
     let r = match Expiry::from_exptime(exptime, cache.now()).ttl() {
@@ -329,7 +323,16 @@ pub fn do_store(
 }
 
 #[allow(clippy::too_many_arguments)]
-fn store(kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u8], cas: u64, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+fn store(
+    kind: StoreKind,
+    key: &[u8],
+    flags: u32,
+    exptime: i64,
+    data: &[u8],
+    cas: u64,
+    out: &mut Vec<u8>,
+    ctx: &Ctx<'_>,
+) {
     let reply: &[u8] = match do_store(kind, key, flags, exptime, data, cas, ctx) {
         Stored::Stored => b"STORED\r\n",
         Stored::NotStored => b"NOT_STORED\r\n",
@@ -355,8 +358,11 @@ pub enum Arith {
 pub fn do_arith(incr: bool, key: &[u8], delta: u64, ctx: &Ctx<'_>) -> Arith {
     let cache = &ctx.shared.cache;
     let r = if incr { cache.incr(key, delta) } else { cache.decr(key, delta) };
-    let (hit, miss) =
-        if incr { (&ctx.stats.incr_hits, &ctx.stats.incr_misses) } else { (&ctx.stats.decr_hits, &ctx.stats.decr_misses) };
+    let (hit, miss) = if incr {
+        (&ctx.stats.incr_hits, &ctx.stats.incr_misses)
+    } else {
+        (&ctx.stats.decr_hits, &ctx.stats.decr_misses)
+    };
     match r {
         Ok(n) => {
             bump(hit, 1);
@@ -396,7 +402,10 @@ mod tests {
         assert_eq!(Expiry::from_exptime(0, now), Expiry::Never);
         assert_eq!(Expiry::from_exptime(-1, now), Expiry::Expired);
         assert_eq!(Expiry::from_exptime(10, now), Expiry::After(Duration::from_secs(10)));
-        assert_eq!(Expiry::from_exptime(REALTIME_MAXDELTA, now), Expiry::After(Duration::from_secs(REALTIME_MAXDELTA as u64)));
+        assert_eq!(
+            Expiry::from_exptime(REALTIME_MAXDELTA, now),
+            Expiry::After(Duration::from_secs(REALTIME_MAXDELTA as u64))
+        );
         assert_eq!(Expiry::from_exptime(REALTIME_MAXDELTA + 1, now), Expiry::Expired);
         assert_eq!(Expiry::from_exptime(i64::from(now), now), Expiry::Expired);
         assert_eq!(Expiry::from_exptime(i64::from(now) + 100, now), Expiry::After(Duration::from_secs(100)));

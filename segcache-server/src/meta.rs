@@ -322,9 +322,8 @@ fn decode_key<'k>(key: &'k [u8], base64: bool, buf: &'k mut [u8; 256]) -> Result
     if !base64 {
         return Ok(key);
     }
-    let n = base64::engine::general_purpose::STANDARD
-        .decode_slice(key, &mut buf[..])
-        .map_err(|_| FailKind::BadFormat)?;
+    let n =
+        base64::engine::general_purpose::STANDARD.decode_slice(key, &mut buf[..]).map_err(|_| FailKind::BadFormat)?;
     if n == 0 || n > MAX_KEY_LEN {
         return Err(FailKind::KeyTooLong);
     }
@@ -422,20 +421,18 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
     if expire_after_read {
         let _ = cache.delete(key);
     }
-    if !hit {
-        if f.vivify.is_some() {
-            // The first client to miss creates an empty placeholder and wins (W) the right to
-            // fill it. Its TTL is the last of N and T (memcached applies both, in order).
-            // memcached creates it with no TTL, then applies T and N in their order.
-            let order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
-            let expiry = last_ttl_token(f, true).map(|n| Expiry::from_exptime(n, cache.now()));
-            if let Some(expiry) = expiry {
-                // One that expires on arrival is still returned this once, as memcached does.
-                let won = cache.add(key, b"", 0, expiry.ttl().unwrap_or(Duration::ZERO)).is_ok();
-                hit = cache.get_with(key, |item| put_hit(out, f, key_token, &item, won, order)).is_some();
-                if expiry == Expiry::Expired && won {
-                    let _ = cache.delete(key);
-                }
+    if !hit && f.vivify.is_some() {
+        // The first client to miss creates an empty placeholder and wins (W) the right to fill
+        // it. memcached creates it with no TTL, then applies T and N in their order: its TTL is
+        // the last of them.
+        let order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
+        let expiry = last_ttl_token(f, true).map(|n| Expiry::from_exptime(n, cache.now()));
+        if let Some(expiry) = expiry {
+            // One that expires on arrival is still returned this once, as memcached does.
+            let won = cache.add(key, b"", 0, expiry.ttl().unwrap_or(Duration::ZERO)).is_ok();
+            hit = cache.get_with(key, |item| put_hit(out, f, key_token, &item, won, order)).is_some();
+            if expiry == Expiry::Expired && won {
+                let _ = cache.delete(key);
             }
         }
     }
@@ -556,26 +553,24 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     let mut r = do_arith(incr, key, delta, ctx);
     let mut ttl_token = f.ttl;
     let mut created = false;
-    if r == Arith::NotFound {
-        if f.vivify.is_some() {
-            // memcached creates the item with no TTL, then applies N and T in their order.
-            order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
-            ttl_token = last_ttl_token(f, true);
-            let initial = f.initial.unwrap_or(0);
-            let mut digits = itoa::Buffer::new();
-            r = match cache.add(key, digits.format(initial).as_bytes(), 0, Duration::ZERO) {
-                Ok(()) => {
-                    created = true;
-                    Arith::Value(initial)
-                }
-                // Someone created it meanwhile: apply the delta to theirs.
-                Err(_) => {
-                    order = TtlOrder::default();
-                    ttl_token = f.ttl;
-                    do_arith(incr, key, delta, ctx)
-                }
-            };
-        }
+    if r == Arith::NotFound && f.vivify.is_some() {
+        // memcached creates the item with no TTL, then applies N and T in their order.
+        order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
+        ttl_token = last_ttl_token(f, true);
+        let initial = f.initial.unwrap_or(0);
+        let mut digits = itoa::Buffer::new();
+        r = match cache.add(key, digits.format(initial).as_bytes(), 0, Duration::ZERO) {
+            Ok(()) => {
+                created = true;
+                Arith::Value(initial)
+            }
+            // Someone created it meanwhile: apply the delta to theirs.
+            Err(_) => {
+                order = TtlOrder { now: cache.now(), ..TtlOrder::default() };
+                ttl_token = f.ttl;
+                do_arith(incr, key, delta, ctx)
+            }
+        };
     }
     match r {
         Arith::Value(n) => {
@@ -648,7 +643,10 @@ mod tests {
         assert_eq!(parse_meta_flags(MetaCmd::Delete, b"z").unwrap_err(), lumped);
         assert_eq!(parse_meta_flags(MetaCmd::Get, b"h").unwrap_err(), FailKind::UnsupportedFlag);
         assert_eq!(parse_meta_flags(MetaCmd::Get, b"Tx").unwrap_err(), bad_token);
-        assert_eq!(parse_meta_flags(MetaCmd::Get, b"v v").unwrap_err(), FailKind::Msg(b"CLIENT_ERROR duplicate flag\r\n"));
+        assert_eq!(
+            parse_meta_flags(MetaCmd::Get, b"v v").unwrap_err(),
+            FailKind::Msg(b"CLIENT_ERROR duplicate flag\r\n")
+        );
         assert_eq!(parse_meta_flags(MetaCmd::Arith, b"q q").unwrap_err(), lumped);
         // Known flags that mean nothing to the command are accepted, as memcached does.
         assert!(parse_meta_flags(MetaCmd::Get, b"F5 C3 M1").is_ok());
@@ -660,7 +658,10 @@ mod tests {
         assert_eq!(parse_meta_flags(MetaCmd::Set, b"MA").unwrap().mode, Some(b'A'));
         assert_eq!(parse_meta_flags(MetaCmd::Arith, b"M- D5 J7").unwrap().mode, Some(b'-'));
         assert!(parse_meta_flags(MetaCmd::Arith, b"MA").is_err());
-        assert_eq!(parse_meta_flags(MetaCmd::Set, b"F4294967296").unwrap_err(), FailKind::Msg(b"CLIENT_ERROR bad command line format\r\n"));
+        assert_eq!(
+            parse_meta_flags(MetaCmd::Set, b"F4294967296").unwrap_err(),
+            FailKind::Msg(b"CLIENT_ERROR bad command line format\r\n")
+        );
         let ok = format!("O{}", "x".repeat(31));
         assert!(parse_meta_flags(MetaCmd::Get, ok.as_bytes()).is_ok());
         let long = format!("O{}", "x".repeat(32));

@@ -49,23 +49,63 @@ pub enum StoreKind {
 #[derive(Debug)]
 pub enum Request<'a> {
     /// `get`/`gets` (with `cas`).
-    Get { keys: Keys<'a>, cas: bool },
+    Get {
+        keys: Keys<'a>,
+        cas: bool,
+    },
     /// `gat`/`gats`: get and set the expiry time.
-    Gat { exptime: i64, keys: Keys<'a>, cas: bool },
+    Gat {
+        exptime: i64,
+        keys: Keys<'a>,
+        cas: bool,
+    },
     /// `set`, `add`, `replace`, `append`, `prepend`, `cas`.
-    Store { kind: StoreKind, key: &'a [u8], flags: u32, exptime: i64, data: &'a [u8], cas: u64, noreply: bool },
+    Store {
+        kind: StoreKind,
+        key: &'a [u8],
+        flags: u32,
+        exptime: i64,
+        data: &'a [u8],
+        cas: u64,
+        noreply: bool,
+    },
     /// `incr`/`decr`.
-    Arith { incr: bool, key: &'a [u8], delta: u64, noreply: bool },
-    Delete { key: &'a [u8], noreply: bool },
-    Touch { key: &'a [u8], exptime: i64, noreply: bool },
-    FlushAll { delay: i64, noreply: bool },
-    Verbosity { level: u32, noreply: bool },
+    Arith {
+        incr: bool,
+        key: &'a [u8],
+        delta: u64,
+        noreply: bool,
+    },
+    Delete {
+        key: &'a [u8],
+        noreply: bool,
+    },
+    Touch {
+        key: &'a [u8],
+        exptime: i64,
+        noreply: bool,
+    },
+    FlushAll {
+        delay: i64,
+        noreply: bool,
+    },
+    Verbosity {
+        level: u32,
+        noreply: bool,
+    },
     Version,
     Quit,
     /// `stats` with its optional argument (`settings`, `items`, `slabs`, `reset`).
-    Stats { arg: Option<&'a [u8]> },
+    Stats {
+        arg: Option<&'a [u8]>,
+    },
     /// A meta command (`mg`, `ms`, `md`, `ma`, `me`, `mn`). `key` is as sent (base64 with `b`).
-    Meta { cmd: MetaCmd, key: &'a [u8], data: &'a [u8], flags: MetaFlags<'a> },
+    Meta {
+        cmd: MetaCmd,
+        key: &'a [u8],
+        data: &'a [u8],
+        flags: MetaFlags<'a>,
+    },
 }
 
 /// The keys of a retrieval command, validated, yielded in order.
@@ -268,8 +308,7 @@ fn looks_like_http(buf: &[u8]) -> bool {
 
 /// The longest line allowed for the command that `buf` starts with.
 fn line_limit(buf: &[u8]) -> usize {
-    if buf.starts_with(b"get ") || buf.starts_with(b"gets ") || buf.starts_with(b"gat ") || buf.starts_with(b"gats ")
-    {
+    if buf.starts_with(b"get ") || buf.starts_with(b"gets ") || buf.starts_with(b"gat ") || buf.starts_with(b"gats ") {
         MAX_GET_LINE
     } else {
         MAX_LINE
@@ -596,7 +635,10 @@ mod tests {
         assert_eq!(n, 29);
         match r {
             Request::Store { kind, key, flags, exptime, data, noreply, .. } => {
-                assert_eq!((kind, key, flags, exptime, data, noreply), (StoreKind::Set, &b"a"[..], 7, -1, &b"hello"[..], true));
+                assert_eq!(
+                    (kind, key, flags, exptime, data, noreply),
+                    (StoreKind::Set, &b"a"[..], 7, -1, &b"hello"[..], true)
+                );
             }
             r => panic!("{r:?}"),
         }

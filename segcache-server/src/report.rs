@@ -112,7 +112,9 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
         None => put(out, general(shared)),
         Some(b"settings") => put(out, settings(shared)),
         Some(b"items") => put(out, items(shared)),
-        Some(b"slabs") => put(out, vec![("active_slabs", Val::U(1)), ("total_malloced", Val::U(shared.settings.memory_bytes as u64))]),
+        Some(b"slabs") => {
+            put(out, vec![("active_slabs", Val::U(1)), ("total_malloced", Val::U(shared.settings.memory_bytes as u64))])
+        }
         Some(b"reset") => {
             for w in shared.workers.iter() {
                 w.reset();
@@ -140,8 +142,10 @@ pub fn prometheus(shared: &Shared) -> String {
             || name.starts_with("total_")
             || name.starts_with("rejected_")
             || name.starts_with("rusage_")
-            || matches!(name, "evictions" | "reclaimed" | "cas_badval" | "evicted_segments" | "expired_segments" | "merged_items")
-        {
+            || matches!(
+                name,
+                "evictions" | "reclaimed" | "cas_badval" | "evicted_segments" | "expired_segments" | "merged_items"
+            ) {
             "counter"
         } else {
             "gauge"

@@ -19,12 +19,8 @@ impl Rig {
     }
     fn with_item_max(max: usize) -> Rig {
         let clock = ManualClock::new(T0);
-        let cache = Builder::new()
-            .heap_size(4 << 20)
-            .segment_size(64 << 10)
-            .clock(clock.clone())
-            .build_shared()
-            .unwrap();
+        let cache =
+            Builder::new().heap_size(4 << 20).segment_size(64 << 10).clock(clock.clone()).build_shared().unwrap();
         let settings = Settings { max_item_size: max, threads: 1, ..Settings::default() };
         Rig { shared: Shared::new(cache, settings), clock, session: Session::new() }
     }
@@ -136,22 +132,11 @@ fn flush_all_now_and_later() {
     assert_eq!(r.run("flush_all\r\n"), "OK\r\n");
     assert_eq!(r.run("get a\r\n"), "END\r\n");
     assert_eq!(r.run("flush_all noreply\r\n"), "");
-    if engine_is_placeholder() {
-        eprintln!("skipping delayed flush: the placeholder engine flushes at once");
-        return;
-    }
     r.run("set b 0 0 1\r\nx\r\n");
     assert_eq!(r.run("flush_all 100\r\n"), "OK\r\n");
     assert_eq!(r.run("get b\r\n"), "VALUE b 0 1\r\nx\r\nEND\r\n");
     r.clock.advance(101);
     assert_eq!(r.run("get b\r\n"), "END\r\n");
-}
-
-/// The lead's placeholder engine (a HashMap) flushes at once; the segment engine honours delays.
-fn engine_is_placeholder() -> bool {
-    std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../segcache-core/src/engine.rs"))
-        .map(|s| s.contains("PLACEHOLDER"))
-        .unwrap_or(false)
 }
 
 #[test]
@@ -244,10 +229,27 @@ fn stats_reports() {
     let mut r = Rig::new();
     r.run("set a 0 0 1\r\nx\r\nget a b\r\n");
     let s = r.run("stats\r\n");
-    for want in ["STAT get_hits 1\r\n", "STAT get_misses 1\r\n", "STAT cmd_get 2\r\n", "STAT cmd_set 1\r\n", "STAT curr_items 1\r\n"] {
+    for want in [
+        "STAT get_hits 1\r\n",
+        "STAT get_misses 1\r\n",
+        "STAT cmd_get 2\r\n",
+        "STAT cmd_set 1\r\n",
+        "STAT curr_items 1\r\n",
+    ] {
         assert!(s.contains(want), "{want} missing from {s}");
     }
-    for name in ["pid", "uptime", "time", "version", "curr_connections", "total_connections", "evictions", "bytes", "limit_maxbytes", "threads"] {
+    for name in [
+        "pid",
+        "uptime",
+        "time",
+        "version",
+        "curr_connections",
+        "total_connections",
+        "evictions",
+        "bytes",
+        "limit_maxbytes",
+        "threads",
+    ] {
         assert!(s.contains(&format!("STAT {name} ")), "{name} missing");
     }
     assert!(s.ends_with("END\r\n"));
@@ -336,9 +338,30 @@ fn meta_vivify_delete_arith_debug() {
 #[test]
 fn random_input_never_breaks_a_session() {
     const PIECES: [&[u8]; 24] = [
-        b"get ", b"gets ", b"set ", b"cas ", b"incr ", b"mg ", b"ms ", b"md ", b"ma ", b"me ", b"mn",
-        b"k", b"key ", b"0 ", b"5 ", b"-1 ", b"99999999999999999999 ", b"noreply", b"\r\n", b"\n",
-        b"v c f k s t q b T10 N5 MA MD D3 J7 O1 ", b"hello", b"\x00\x80\xff\t", b" ",
+        b"get ",
+        b"gets ",
+        b"set ",
+        b"cas ",
+        b"incr ",
+        b"mg ",
+        b"ms ",
+        b"md ",
+        b"ma ",
+        b"me ",
+        b"mn",
+        b"k",
+        b"key ",
+        b"0 ",
+        b"5 ",
+        b"-1 ",
+        b"99999999999999999999 ",
+        b"noreply",
+        b"\r\n",
+        b"\n",
+        b"v c f k s t q b T10 N5 MA MD D3 J7 O1 ",
+        b"hello",
+        b"\x00\x80\xff\t",
+        b" ",
     ];
     let mut seed: u64 = 0x9E37_79B9_7F4A_7C15;
     let mut rnd = move |n: usize| {
@@ -401,7 +424,10 @@ fn memcached_parity() {
     let mut small = Rig::with_item_max(1024);
     small.run("set big 0 0 1\r\nx\r\n");
     let big = "y".repeat(1500);
-    assert_eq!(small.run(&format!("ms big 1500\r\n{big}\r\nmg big v\r\n")), "SERVER_ERROR object too large for cache\r\nEN\r\n");
+    assert_eq!(
+        small.run(&format!("ms big 1500\r\n{big}\r\nmg big v\r\n")),
+        "SERVER_ERROR object too large for cache\r\nEN\r\n"
+    );
     // Token counts as memcached reads them: one extra word is ignored unless it is noreply
     // (was CLIENT_ERROR), more is an unknown command.
     assert_eq!(r.run("set x 0 0 1 extra\r\na\r\n"), "STORED\r\n");

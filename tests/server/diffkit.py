@@ -199,8 +199,6 @@ class Op:
     cas_key: str | None = None
     # Arithmetic: the value this key holds may carry memcached's space padding from now on.
     arith: bool = False
-    # The command replaces the key's whole value when it succeeds.
-    replaces: bool = False
     # After a malformed command whose recovery differs by design: reconnect both.
     reconnect: bool = False
     # A retrieval with a key over 250 bytes: memcached 1.6.18 drops the reply of the command
@@ -224,7 +222,7 @@ def plain_key(key: bytes) -> bytes:
     return decoded if decoded and all(33 <= c < 127 for c in decoded) else key
 
 
-def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
+def normalise(unit: bytes, op: Op) -> bytes:
     head, sep, data = unit.partition(b"\r\n")
     head = CAS_RE.sub(rb"\1 <cas>", head)
     if head.startswith((b"HD", b"VA", b"EN", b"NF", b"NS", b"EX")):
@@ -263,11 +261,10 @@ def normalise(unit: bytes, padded: set[str], op: Op) -> bytes:
 class Gen:
     """The random command stream. `tokens[name][key]` is the last CAS token `name` returned."""
 
-    def __init__(self, rng: random.Random, names: list[str], workarounds: set[str]):
+    def __init__(self, rng: random.Random, names: list[str]):
         self.rng = rng
         self.names = names
         self.tokens: dict[str, dict[str, int]] = {n: {} for n in names}
-        self.wk = workarounds
 
     # --- pieces ---------------------------------------------------------------------------
 
@@ -276,7 +273,7 @@ class Gen:
 
     def flags(self) -> int:
         r = self.rng.random()
-        if r < 0.55 or "layout" in self.wk:
+        if r < 0.55:
             return 0
         return self.rng.choice([1, 2, 7, 0xFFFF, 0xFFFFFFFF, self.rng.randrange(1, 1 << 32)])
 
@@ -288,8 +285,6 @@ class Gen:
                 [b"0", b"1", b"5", b"9", b"10", b"99", b"100", b"12345", b"18446744073709551615",
                  b"18446744073709551614", b"007", b"5 ", b"abc", b"-3", b"1x", b""]
             )
-            if "padding" in self.wk and v == b"5 ":
-                v = b"5"
         else:
             # Lengths chosen so that a value of n bytes with flags 0 and one of n-4 with flags
             # set make records of equal size (4-byte header, 4 bytes of flags only when != 0).
@@ -376,7 +371,7 @@ class Gen:
         line = f"{kind} {key} {flags} {self.exptime()} {len(data)}" + (" noreply" if noreply else "")
         wire = (line + "\r\n").encode() + data + b"\r\n"
         return Op(text=f"{line} <{data[:40]!r}>", wire={n: wire for n in self.names}, keys=[key],
-                  quiet=noreply, replaces=kind in ("set", "add", "replace"))
+                  quiet=noreply)
 
     def cas(self) -> Op:
         rng = self.rng
@@ -390,7 +385,7 @@ class Gen:
             line = f"cas {key} {flags} {exp} {len(data)} {toks[n]}" + (" noreply" if noreply else "")
             wire[n] = (line + "\r\n").encode() + data + b"\r\n"
             text = f"cas {key} {flags} {exp} {len(data)} <own token> {'noreply' if noreply else ''} <{data[:40]!r}>"
-        return Op(text=text, wire=wire, keys=[key], quiet=noreply, replaces=True)
+        return Op(text=text, wire=wire, keys=[key], quiet=noreply)
 
     def get(self) -> Op:
         rng = self.rng
@@ -490,9 +485,8 @@ class Gen:
                 line = line.replace("C<cas>", f"C{toks[n]}")
             wire[n] = (line + "\r\n").encode() + data + b"\r\n"
         text = f"ms {sent} {len(data)} {' '.join(out)} <{data[:40]!r}>"
-        m = "M" in flags and mode.upper()
         return Op(text=text, wire=wire, keys=[key], quiet="q" in flags,
-                  cas_key=key if "c" in flags else None, replaces=m in (False, "S", "E", "R"))
+                  cas_key=key if "c" in flags else None)
 
     def md(self) -> Op:
         rng = self.rng
@@ -576,7 +570,7 @@ class Gen:
             line = f"ms {key} {len(data)}" + rng.choice(["", " q", " T0", " MS k"])
         wire = (line + "\r\n").encode() + data + b"\r\n"
         return Op(text=f"{line} <{len(data)} bytes>", wire={n: wire for n in self.names}, keys=[key],
-                  quiet=noreply, replaces=True)
+                  quiet=noreply)
 
     def malformed(self) -> Op:
         rng = self.rng
@@ -665,7 +659,7 @@ class Gen:
 
 
 def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print,
-               keep_going: bool = False, workarounds: set[str] = frozenset()) -> dict:
+               keep_going: bool = False) -> dict:
     """Runs `ops` random operations against memcached and segcache-server; returns counts.
     Raises AssertionError with a replayable report at the first divergence (unless keep_going)."""
     rng = random.Random(seed)
@@ -685,9 +679,8 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     if trace:
         trace_write(trace, {"t": "start", "seed": seed, "args": seg_args})
     conns = {n: Conn(p.port, n, trace) for n, p in procs.items()}
-    gen = Gen(rng, names, set(workarounds))
+    gen = Gen(rng, names)
     history: deque = deque(maxlen=20)
-    padded: set[str] = set()
     diffs = []
     done = 0
     quirks = ttl_fixes = 0
@@ -727,7 +720,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
             done += len(seg)
             if trace:
                 trace_segment(trace, done - len(seg) + 1, seg, replies)
-            norm = {n: [normalise(u, padded, seg[-1]) for u in r] for n, r in replies.items()}
+            norm = {n: [normalise(u, seg[-1]) for u in r] for n, r in replies.items()}
             if norm["memcached"] != norm["segcache"]:
                 if not big_number_quirk(norm, seg, exposed) \
                         and not chunked_check_order(norm, seg, values, chunk_max):
@@ -736,7 +729,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
                     continue
                 claimed.update(o for o in seg if o in exposed)
             for o in seg:
-                track(o, replies, gen, padded)
+                track(o, replies, gen)
         for n, c in conns.items():
             # every reply read, none early: the segments stay aligned with their ops
             assert not c.buf, f"{n}: replies past the batch's last `MN`: {bytes(c.buf[:200])!r}"
@@ -764,16 +757,11 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
                 conns[n] = Conn(procs[n].port, n, trace)
             if trace:
                 trace_write(trace, {"t": "reconnect"})
-        if "cas" in gen.wk:
-            refresh_tokens(conns, gen)
-        if "padding" in gen.wk:
-            unpad([o for seg in batch for o in seg], conns, padded, gen)
         # after a divergence (keep going) or memcached's quirk: forget the key on both servers
         for k in resync:
             for n, c in conns.items():
                 c.side(f"delete {k}\r\nmn\r\n".encode())
                 gen.tokens[n].pop(k, None)
-            padded.discard(k)
         return done
 
     try:
@@ -962,8 +950,8 @@ def chunked_check_order(norm: dict, seg: list[Op], values: dict, chunk_max: int)
         and sc[diff[0]].startswith(b"EX")
 
 
-def track(op: Op, replies: dict, gen: Gen, padded: set[str]) -> None:
-    """Records each server's CAS tokens and which keys may hold a padded number."""
+def track(op: Op, replies: dict, gen: Gen) -> None:
+    """Records each server's CAS tokens."""
     for n, units in replies.items():
         for u in units:
             head = u.split(b"\r\n", 1)[0]
@@ -974,53 +962,6 @@ def track(op: Op, replies: dict, gen: Gen, padded: set[str]) -> None:
                 m = re.search(rb" c(\d+)", head)
                 if m:
                     gen.tokens[n][op.cas_key] = int(m.group(1))
-    if op.arith:
-        padded.update(op.keys)
-    elif op.replaces:
-        mc = replies["memcached"]
-        if mc and mc[0] in (b"STORED", b"HD") or (op.quiet and not mc):
-            padded.difference_update(op.keys)
-
-
-def refresh_tokens(conns: dict, gen: Gen) -> None:
-    """Workaround knob `cas`: where memcached's recorded token is still current, take
-    segcache's current token as its own, so that tokens the engine changes without a write
-    (engine-side) do not stop the run."""
-    keys = KEYS + [base64.b64decode(k).decode() for k in BKEYS]
-    now = {}
-    for n, c in conns.items():
-        units = c.side(b"".join(f"mg {k} c\r\n".encode() for k in keys) + b"mn\r\n")
-        now[n] = {}
-        for k, u in zip(keys, units):
-            if u.startswith(b"HD c"):
-                now[n][k] = int(u[4:].split(b" ")[0])
-    for k in keys:
-        mc_tok = gen.tokens["memcached"].get(k)
-        if mc_tok is not None and now["memcached"].get(k) == mc_tok and k in now["segcache"]:
-            gen.tokens["segcache"][k] = now["segcache"][k]
-
-
-def unpad(seg: list[Op], conns: dict, padded: set[str], gen: Gen) -> None:
-    """Workaround knob `padding`: rewrite a space-padded incr/decr result on both servers, so
-    that the engine's refusal of "5 " (engine-side) does not stop the run."""
-    for o in seg:
-        if not o.arith:
-            continue
-        for k in o.keys:
-            if k not in KEYS:
-                continue
-            r = conns["memcached"].side(f"mg {k} v f\r\nmn\r\n".encode())
-            if not r or not r[0].startswith(b"VA"):
-                continue
-            head, _, data = r[0].partition(b"\r\n")
-            body = data[:-2]
-            if body.endswith(b" "):
-                flags = int(head.split(b" f")[1])
-                body = body.rstrip(b" ")
-                for n, c in conns.items():
-                    c.side(f"set {k} {flags} 0 {len(body)}\r\n".encode() + body + b"\r\nmn\r\n")
-                    gen.tokens[n].pop(k, None)
-                padded.discard(k)
 
 
 # --- trace and replay ------------------------------------------------------------------------
@@ -1032,7 +973,7 @@ def unpad(seg: list[Op], conns: dict, padded: set[str], gen: Gen) -> None:
 #     ops as they went on the wire (followed by `mn`) and everything each server answered to them;
 #     several ops share a segment only when they are quiet (`q`/`noreply`), so a reply there
 #     belongs to the one op of them that had something to say;
-#   {"t": "aux", "server", "send", "reply"}: traffic outside the stream (resync, workaround knobs);
+#   {"t": "aux", "server", "send", "reply"}: traffic outside the stream (resyncs, memcached's quirks);
 #   {"t": "reconnect"}.
 
 
@@ -1052,7 +993,7 @@ def trace_write(trace, entry: dict) -> None:
 
 def trace_segment(trace, first: int, seg: list[Op], replies: dict) -> None:
     ops = [{"text": o.text, "keys": o.keys, "cas_key": o.cas_key, "quiet": o.quiet, "arith": o.arith,
-            "replaces": o.replaces, "reconnect": o.reconnect, "wire": o.wire} for o in seg]
+            "reconnect": o.reconnect, "wire": o.wire} for o in seg]
     trace_write(trace, {"t": "seg", "first": first, "ops": ops, "reply": replies})
 
 
@@ -1070,7 +1011,7 @@ def load_trace(path) -> list[dict]:
             e = json.loads(line)
             if e["t"] == "seg":
                 e["ops"] = [Op(text=o["text"], wire=unb(o["wire"]), keys=o["keys"], quiet=o["quiet"],
-                               cas_key=o["cas_key"], arith=o["arith"], replaces=o["replaces"],
+                               cas_key=o["cas_key"], arith=o["arith"],
                                reconnect=o["reconnect"]) for o in e["ops"]]
                 e["reply"] = {n: unb(r) for n, r in e["reply"].items()}
             elif e["t"] == "aux":
@@ -1122,8 +1063,6 @@ def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, 
         names = list(procs)
         conns = {n: Conn(p.port, n) for n, p in procs.items()}
         rec, new = _Tokens(names), _Tokens(names)
-        rec_padded: set[str] = set()
-        padded: set[str] = set()
         last_diverged = False
         try:
             for e in entries:
@@ -1145,7 +1084,7 @@ def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, 
                 # tokens as the recording knew them before this segment
                 before = {n: dict(rec.tokens[n]) for n in names}
                 for o in e["ops"]:
-                    track(o, e["reply"], rec, rec_padded)
+                    track(o, e["reply"], rec)
                 if not picked:
                     continue
                 wires = {}
@@ -1157,7 +1096,7 @@ def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, 
                     c.send(wires[n])
                 replies = {n: c.replies([o for _, o in picked]) for n, c in conns.items()}
                 last = picked[-1][1]
-                norm = {n: [normalise(u, padded, last) for u in r] for n, r in replies.items()}
+                norm = {n: [normalise(u, last) for u in r] for n, r in replies.items()}
                 last_diverged = norm["memcached"] != norm["segcache"]
                 if picked[0][0] >= show_from or last_diverged:
                     for i, o in picked:
@@ -1168,7 +1107,7 @@ def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, 
                     if last_diverged:
                         out("    !! DIVERGES")
                 for _, o in picked:
-                    track(o, replies, new, padded)
+                    track(o, replies, new)
         finally:
             for c in conns.values():
                 c.close()
@@ -1246,11 +1185,9 @@ if __name__ == "__main__":
         sys.exit(0)
     seed = int(os.environ.get("SEGCACHE_DIFF_SEED", random.randrange(1 << 32)))
     ops = int(os.environ.get("SEGCACHE_DIFF_OPS", "20000"))
-    wk = set(filter(None, os.environ.get("SEGCACHE_DIFF_WORKAROUNDS", "").split(",")))
     args = sys.argv[1:]
     if args and args[0] == "--":
         args = args[1:]
     t0 = time.monotonic()
-    res = run_stream(default_binary(), args, seed, ops, keep_going=bool(os.environ.get("SEGCACHE_DIFF_KEEP_GOING")),
-                     workarounds=wk)
+    res = run_stream(default_binary(), args, seed, ops, keep_going=bool(os.environ.get("SEGCACHE_DIFF_KEEP_GOING")))
     print(f"seed {seed}: {res} in {time.monotonic() - t0:.1f}s")

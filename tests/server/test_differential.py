@@ -8,10 +8,7 @@ Knobs (environment):
 - SEGCACHE_DIFF_SEED: run this seed only (replay a reported divergence);
 - SEGCACHE_DIFF_OPS: operations per seed and configuration (default 20000; a soak takes a big
   value, e.g. 500000);
-- SEGCACHE_DIFF_TRACE=FILE: write each op's wire bytes and replies (last run wins);
-- SEGCACHE_DIFF_WORKAROUNDS: for local work only, steer around engine-side divergences
-  (`layout`: client flags always 0; `cas`: adopt segcache's current token where memcached's is
-  still current; `padding`: rewrite padded incr/decr results). The default run uses none.
+- SEGCACHE_DIFF_TRACE=FILE: write each op's wire bytes and replies (last run wins).
 """
 
 import os
@@ -25,7 +22,6 @@ from diffkit import MEMCACHED, default_binary, run_stream
 
 OPS = int(os.environ.get("SEGCACHE_DIFF_OPS", "20000"))
 FIXED_SEED = 20240611
-WORKAROUNDS = set(filter(None, os.environ.get("SEGCACHE_DIFF_WORKAROUNDS", "").split(",")))
 
 pytestmark = pytest.mark.skipif(shutil.which(MEMCACHED) is None and not os.path.exists(MEMCACHED),
                                 reason="memcached 1.6 is the oracle: not installed")
@@ -56,7 +52,7 @@ def test_same_replies_as_memcached(config, seed, capsys):
     assert binary.exists(), f"{binary} missing: cargo build --release -p segcache-server"
     with tempfile.TemporaryDirectory() as tmp:
         args = [a.format(tmp=tmp) for a in CONFIGS[config]]
-        res = run_stream(binary, args, seed, OPS, workarounds=WORKAROUNDS)
+        res = run_stream(binary, args, seed, OPS)
     with capsys.disabled():
         print(f"\n[differential] {config} seed {seed}: replies identical: {res}")
     assert res["ops"] >= OPS
