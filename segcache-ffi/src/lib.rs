@@ -24,6 +24,7 @@ mod args;
 mod error;
 mod guard;
 mod handle;
+mod open;
 mod read;
 mod stats;
 mod status;
@@ -31,9 +32,10 @@ mod write;
 
 pub use error::{segcache_last_error, segcache_strerror};
 pub use guard::segcache_debug_panic;
-pub use handle::{
+pub use handle::segcache_t;
+pub use open::{
     segcache_advance_clock, segcache_close, segcache_config_default, segcache_config_t, segcache_open,
-    segcache_policy_t, segcache_t,
+    segcache_policy_t,
 };
 pub use read::{
     segcache_contains, segcache_get, segcache_get_and_touch, segcache_get_cb, segcache_get_many, segcache_get_many_cb,

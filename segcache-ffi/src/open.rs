@@ -1,0 +1,233 @@
+//! The configuration struct and policy enum, and opening and closing a cache.
+
+use std::ffi::{c_char, CStr};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use segcache_core::{Builder, ManualClock, Policy};
+
+use crate::args::{self, put};
+use crate::error::Fail;
+use crate::guard::{run, run_with};
+use crate::handle::{segcache_t, MAGIC};
+use crate::status::segcache_status_t;
+
+/// Eviction policies for `segcache_config_t.eviction` (how a segment is freed when the heap is
+/// full).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum segcache_policy_t {
+    /// Never evict: writes fail with `SEGCACHE_NO_MEMORY` when the heap is full.
+    SEGCACHE_POLICY_NONE = 0,
+    /// Evict a random segment.
+    SEGCACHE_POLICY_RANDOM = 1,
+    /// Evict the oldest segment of a random TTL bucket.
+    SEGCACHE_POLICY_RANDOM_FIFO = 2,
+    /// Evict the oldest segment.
+    SEGCACHE_POLICY_FIFO = 3,
+    /// Evict the segment closest to expiration.
+    SEGCACHE_POLICY_CTE = 4,
+    /// Evict the segment with the fewest live bytes.
+    SEGCACHE_POLICY_UTIL = 5,
+    /// Merge neighbouring segments, keeping the most read items (the Segcache paper's; default).
+    SEGCACHE_POLICY_MERGE = 6,
+    /// S3-FIFO at segment granularity.
+    SEGCACHE_POLICY_S3FIFO = 7,
+}
+
+const _: () = {
+    assert!(segcache_policy_t::SEGCACHE_POLICY_NONE as u8 == Policy::None as u8);
+    assert!(segcache_policy_t::SEGCACHE_POLICY_RANDOM_FIFO as u8 == Policy::RandomFifo as u8);
+    assert!(segcache_policy_t::SEGCACHE_POLICY_MERGE as u8 == Policy::Merge as u8);
+    assert!(segcache_policy_t::SEGCACHE_POLICY_S3FIFO as u8 == Policy::S3Fifo as u8);
+};
+
+/// Settings for `segcache_open`. Fill it with `segcache_config_default()` first, then change
+/// the fields you need: that keeps code working when fields are added.
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct segcache_config_t {
+    /// Total heap bytes, rounded down to whole segments. Default 64 MiB.
+    pub heap_size: usize,
+    /// Bytes per segment: a power of two from 4 KiB to 4 MiB; the largest item is a segment less
+    /// its header. Default 1 MiB.
+    pub segment_size: usize,
+    /// log2 of the hash buckets per shard, 4 to 32; 0 (default) sizes the table for the heap.
+    pub hash_power: u8,
+    /// A `segcache_policy_t` value. Default `SEGCACHE_POLICY_MERGE`.
+    pub eviction: u32,
+    /// Shards (independently locked parts): a power of two up to 256; 0 (default) picks from
+    /// the core count.
+    pub shards: u32,
+    /// Persistence file for warm restart (NUL-terminated), or NULL (default) for anonymous memory.
+    /// Borrowed during `segcache_open` only.
+    pub path: *const c_char,
+    /// When the persistence file is unusable: false (default) fails with `SEGCACHE_BAD_FILE`;
+    /// true starts empty over it.
+    pub reset_bad_file: bool,
+    /// Reopening a gracefully closed file: false (default) checks the whole heap before
+    /// `segcache_open` returns; true serves at once and checks each segment at its first use
+    /// (a damaged one is then dropped with a warning on stderr instead of `SEGCACHE_BAD_FILE`).
+    pub lazy_verify: bool,
+    /// 0 (default): the system clock. Otherwise the cache runs on a manual clock that starts at
+    /// this Unix time and moves only with `segcache_advance_clock` (for tests and simulations).
+    pub manual_clock_start: u32,
+}
+
+/// Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
+/// count, merge eviction, no persistence file, system clock).
+///
+/// Returns `SEGCACHE_INVALID_ARGUMENT` when `config` is NULL.
+/// Ownership: `config` is the caller's. Thread safety: any thread.
+///
+/// # Safety
+/// `config` is NULL or valid for writing a `segcache_config_t`.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t) -> segcache_status_t {
+    run(|| {
+        let config = args::out(config, c"config is NULL")?;
+        let defaults = segcache_config_t {
+            heap_size: segcache_core::DEFAULT_HEAP_SIZE as _,
+            segment_size: segcache_core::DEFAULT_SEGMENT_SIZE as _,
+            hash_power: 0,
+            eviction: Policy::default() as u32,
+            shards: 0,
+            path: std::ptr::null(),
+            reset_bad_file: false,
+            lazy_verify: false,
+            manual_clock_start: 0,
+        };
+        // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
+        unsafe { put(config, defaults) };
+        Ok(())
+    })
+}
+
+/// The builder for `cfg`, and its manual clock if it asks for one.
+///
+/// # Safety
+/// `cfg.path` is NULL or a NUL-terminated string readable for the call.
+unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<ManualClock>>), Fail> {
+    let policy = u8::try_from(cfg.eviction).ok().and_then(Policy::from_u8).ok_or_else(|| {
+        Fail::owned(segcache_status_t::SEGCACHE_INVALID_ARGUMENT, format!("unknown eviction policy {}", cfg.eviction))
+    })?;
+    let mut b = Builder::new()
+        .heap_size(cfg.heap_size)
+        .segment_size(cfg.segment_size)
+        .eviction(policy)
+        .reset_bad_file(cfg.reset_bad_file)
+        .lazy_verify(cfg.lazy_verify);
+    if cfg.hash_power != 0 {
+        b = b.hash_power(cfg.hash_power);
+    }
+    if cfg.shards != 0 {
+        b = b.shards(cfg.shards as usize);
+    }
+    if !cfg.path.is_null() {
+        // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+        let raw = unsafe { CStr::from_ptr(cfg.path) }.to_bytes();
+        if raw.is_empty() {
+            return Err(Fail::invalid(c"config path is an empty string (use NULL for no file)"));
+        }
+        b = b.path(PathBuf::from(std::ffi::OsStr::from_bytes(raw)));
+    }
+    let clock = (cfg.manual_clock_start != 0).then(|| ManualClock::new(cfg.manual_clock_start));
+    if let Some(c) = &clock {
+        b = b.clock(c.clone());
+    }
+    Ok((b, clock))
+}
+
+/// Opens a cache with `*config` and stores its handle in `*out`.
+///
+/// On failure `*out` is set to NULL and the status says why (`SEGCACHE_INVALID_CONFIG`,
+/// `SEGCACHE_IO_ERROR`, `SEGCACHE_BAD_FILE`, `SEGCACHE_LOCKED`, `SEGCACHE_MAP_FAILED`,
+/// `SEGCACHE_INVALID_ARGUMENT` for NULL pointers or an unknown policy); details in
+/// `segcache_last_error()`. With a persistence file that holds a cleanly closed cache of the
+/// same configuration, the items come back (warm restart).
+///
+/// Ownership: `config` and its `path` are borrowed for the call; the caller owns the returned
+/// handle and must release it with `segcache_close` exactly once.
+/// Thread safety: any thread; the handle may then be used from any thread.
+///
+/// # Safety
+/// `config` is NULL or points to a readable `segcache_config_t` whose `path` is NULL or a
+/// NUL-terminated string; `out` is NULL or valid for writing a pointer.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_open(
+    config: *const segcache_config_t,
+    out: *mut *mut segcache_t,
+) -> segcache_status_t {
+    run(|| {
+        let out = args::out(out, c"out is NULL")?;
+        // SAFETY: checked non-NULL and aligned; caller vouches it is writable.
+        unsafe { put(out, std::ptr::null_mut()) };
+        if config.is_null() || !config.is_aligned() {
+            return Err(Fail::invalid(c"config is NULL"));
+        }
+        // SAFETY: non-NULL and aligned; the caller promises a readable config. Copied out at once.
+        let cfg = unsafe { *config };
+        // SAFETY: the caller promises `path` is NULL or NUL-terminated.
+        let (b, clock) = unsafe { builder(&cfg) }?;
+        let cache = b.build_shared()?;
+        let handle = Box::new(segcache_t { magic: MAGIC, cache, clock });
+        // SAFETY: as above.
+        unsafe { put(out, Box::into_raw(handle)) };
+        Ok(())
+    })
+}
+
+/// Closes the cache and frees the handle. With a persistence file, writes what a warm restart
+/// needs and marks the file clean; a failure there is returned (`SEGCACHE_IO_ERROR`), but the
+/// handle is freed in every case except `SEGCACHE_INVALID_ARGUMENT` (NULL or not a live handle).
+///
+/// In a `fork()` child of the process that opened the cache it frees the child's copy of the
+/// handle without writing to the cache or its file (the parent's stay as they were) and returns
+/// `SEGCACHE_FORKED`.
+///
+/// Ownership: takes the handle; it must not be used afterwards.
+/// Thread safety: call it once, after every other call on this handle has returned.
+///
+/// # Safety
+/// `cache` is NULL or a handle from `segcache_open` that is not used by any other thread and
+/// has not been closed.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_close(cache: *mut segcache_t) -> segcache_status_t {
+    run(|| {
+        // SAFETY: the caller's contract; checks NULL, alignment and magic.
+        unsafe { args::handle(cache) }?;
+        // SAFETY: a live handle from Box::into_raw in segcache_open, owned exclusively by this
+        // call per the contract. Clear the magic first so that a stale pointer is refused if its
+        // memory is read before being reused.
+        let mut boxed = unsafe { Box::from_raw(cache) };
+        // SAFETY: writing a u64 field of a live, exclusively owned value.
+        unsafe { std::ptr::write_volatile(&mut boxed.magic, 0) };
+        let segcache_t { cache, .. } = *boxed;
+        cache.close()?;
+        Ok(())
+    })
+}
+
+/// Moves the manual clock of a cache opened with `manual_clock_start != 0` forward by `secs`
+/// seconds; items whose TTL has run out are then misses.
+///
+/// Returns `SEGCACHE_INVALID_ARGUMENT` when the cache runs on the system clock.
+/// Thread safety: any thread.
+/// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+///
+/// # Safety
+/// `cache` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_advance_clock(cache: *const segcache_t, secs: u32) -> segcache_status_t {
+    // SAFETY: the caller's contract.
+    unsafe {
+        run_with(cache, |h| {
+            let clock = h.clock.as_ref().ok_or_else(|| {
+                Fail::invalid(c"cache runs on the system clock; open it with manual_clock_start != 0")
+            })?;
+            clock.advance(secs);
+            Ok(())
+        })
+    }
+}
