@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use segcache_server::parse::{parse, Limits, Parse};
+use segcache_server::protocol::{parse, Limits, Parse};
 use segcache_server::{Ctx, Session, Settings, Shared};
 
 fn shared() -> &'static Shared {

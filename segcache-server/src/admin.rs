@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::report::prometheus;
+use crate::exec::prometheus;
 use crate::state::Shared;
 
 /// Admin clients served at once.

@@ -5,22 +5,22 @@
 //! event loops, Prometheus metrics on an optional admin port, and a graceful stop that persists
 //! the cache for a warm restart. See docs/server.md.
 //!
-//! - [`parse`]: the request parser (no allocation; used by the fuzz target).
-//! - [`session::Session`]: one connection's protocol state machine, socket-free.
-//! - [`server::Server`]: acceptor, workers, lifecycle.
+//! - [`protocol`]: the tokenizer, the request parser and the reply spellings; it imports nothing
+//!   else of this crate (no allocation; used by the fuzz target).
+//! - `exec`: expiry rules, the text and meta handlers that call the engine, `stats` and metrics.
+//! - [`Session`]: one connection's protocol state machine, socket-free.
+//! - [`Server`]: acceptor, workers, lifecycle.
 
-pub mod admin;
-pub mod config;
-pub mod exec;
+mod admin;
+mod config;
+mod exec;
 pub mod logger;
-pub mod meta;
-pub mod parse;
-pub mod report;
-pub mod server;
-pub mod session;
-pub mod state;
-pub mod stats;
-pub mod worker;
+pub mod protocol;
+mod server;
+mod session;
+mod state;
+mod stats;
+mod worker;
 
 pub use config::{Cli, Settings};
 pub use server::{Server, StopHandle};

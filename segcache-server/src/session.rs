@@ -2,7 +2,7 @@
 //! drive it from their event loops; the tests and the fuzz target drive it directly.
 
 use crate::exec::{execute, Flow};
-use crate::parse::{parse, FailKind, Parse};
+use crate::protocol::{parse, FailKind, Parse};
 use crate::state::Ctx;
 
 /// Stop taking requests from a pipeline once this much output waits to be sent, so that a

@@ -7,7 +7,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use segcache_core::SharedCache;
 
 use crate::config::Settings;
-use crate::parse::Limits;
+use crate::protocol::Limits;
 use crate::stats::{ConnStats, Totals, WorkerStats};
 
 /// Shared by the acceptor, the workers and the admin thread (behind an `Arc`).

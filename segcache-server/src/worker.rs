@@ -16,7 +16,7 @@ use mio::net::TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
-use crate::parse::MAX_GET_LINE;
+use crate::protocol::MAX_GET_LINE;
 use crate::session::{Budget, Session, OUT_HIGH_WATER};
 use crate::state::{Ctx, Shared};
 use crate::stats::bump;

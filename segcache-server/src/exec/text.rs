@@ -6,16 +6,13 @@
 //! no allocation.
 
 use std::sync::atomic::Ordering;
-use std::time::Duration;
 
 use segcache_core::{Error, Item};
 
-use crate::parse::{Keys, Request, StoreKind};
+use super::expiry::Expiry;
+use crate::protocol::{put_u64, Keys, Request, StoreKind};
 use crate::state::Ctx;
 use crate::stats::bump;
-
-/// memcached's boundary between a relative TTL and an absolute Unix time.
-pub const REALTIME_MAXDELTA: i64 = 60 * 60 * 24 * 30;
 
 /// What the connection does after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -23,50 +20,6 @@ pub enum Flow {
     Continue,
     /// `quit`: close once the replies before it are sent.
     Close,
-}
-
-/// An exptime resolved against the cache clock.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Expiry {
-    /// `0`: never expires.
-    Never,
-    /// Expires after this long (whole seconds, at least one).
-    After(Duration),
-    /// Negative, or an absolute time not in the future: expired on arrival.
-    Expired,
-}
-
-impl Expiry {
-    /// memcached's rules: 0 never, negative expired, up to 30 days relative, beyond that an
-    /// absolute Unix time (converted with the cache clock's `now`).
-    pub fn from_exptime(exptime: i64, now: u32) -> Expiry {
-        match exptime {
-            0 => Expiry::Never,
-            e if e < 0 => Expiry::Expired,
-            e if e <= REALTIME_MAXDELTA => Expiry::After(Duration::from_secs(e as u64)),
-            e if e <= i64::from(now) => Expiry::Expired,
-            e => Expiry::After(Duration::from_secs((e - i64::from(now)) as u64)),
-        }
-    }
-
-    /// The engine TTL (`ZERO` = never); `None` when expired.
-    pub fn ttl(self) -> Option<Duration> {
-        match self {
-            Expiry::Never => Some(Duration::ZERO),
-            Expiry::After(d) => Some(d),
-            Expiry::Expired => None,
-        }
-    }
-}
-
-#[inline]
-pub fn put_u64(out: &mut Vec<u8>, n: u64) {
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
-}
-
-#[inline]
-pub fn put_i64(out: &mut Vec<u8>, n: i64) {
-    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Writes `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
@@ -151,14 +104,14 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
         }
         Request::Quit => return Flow::Close,
         Request::Stats { arg } => {
-            if !crate::report::write_stats(out, ctx, arg) {
+            if !super::report::write_stats(out, ctx, arg) {
                 out.extend_from_slice(b"ERROR\r\n");
             }
             false
         }
         Request::Meta { cmd, key, data, flags } => {
             bump(&ctx.stats.cmd_meta, 1);
-            crate::meta::execute(cmd, key, data, &flags, out, ctx);
+            super::meta::execute(cmd, key, data, &flags, out, ctx);
             false
         }
     };
@@ -239,6 +192,8 @@ pub fn touch(key: &[u8], exptime: i64, ctx: &Ctx<'_>) -> bool {
 }
 
 /// The outcome of a storage request, before it is spelled for a protocol.
+// The variants are named after memcached's replies (`STORED`, `NOT_STORED`).
+#[allow(clippy::enum_variant_names)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stored {
     Stored,
@@ -389,25 +344,5 @@ fn arith(incr: bool, key: &[u8], delta: u64, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
         Arith::NotFound => out.extend_from_slice(b"NOT_FOUND\r\n"),
         Arith::NotNumeric => out.extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
         Arith::Failed => out.extend_from_slice(b"SERVER_ERROR out of memory\r\n"),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn exptime_rules() {
-        let now = 1_700_000_000;
-        assert_eq!(Expiry::from_exptime(0, now), Expiry::Never);
-        assert_eq!(Expiry::from_exptime(-1, now), Expiry::Expired);
-        assert_eq!(Expiry::from_exptime(10, now), Expiry::After(Duration::from_secs(10)));
-        assert_eq!(
-            Expiry::from_exptime(REALTIME_MAXDELTA, now),
-            Expiry::After(Duration::from_secs(REALTIME_MAXDELTA as u64))
-        );
-        assert_eq!(Expiry::from_exptime(REALTIME_MAXDELTA + 1, now), Expiry::Expired);
-        assert_eq!(Expiry::from_exptime(i64::from(now), now), Expiry::Expired);
-        assert_eq!(Expiry::from_exptime(i64::from(now) + 100, now), Expiry::After(Duration::from_secs(100)));
     }
 }

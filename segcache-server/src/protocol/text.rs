@@ -9,14 +9,14 @@
 use memchr::memchr;
 use segcache_core::MAX_KEY_LEN;
 
-use crate::meta::{parse_meta_flags, MetaCmd, MetaFlags};
+use super::meta::{parse_meta_flags, MetaCmd, MetaFlags};
+use super::reply::FailKind;
+use super::token::{next_token, parse_i64, parse_u32, parse_u64, Tokens};
 
 /// The longest command line, as in memcached.
 pub const MAX_LINE: usize = 2048;
 /// Retrieval lines (`get`, `gets`, `gat`, `gats`) may carry many keys: they may be this long.
 pub const MAX_GET_LINE: usize = 256 * 1024;
-/// The most space-separated tokens one non-retrieval command line may have.
-pub const MAX_TOKENS: usize = 24;
 /// The longest data block a request may declare, whatever the item size limit.
 const MAX_DATA_LEN: i64 = i32::MAX as i64;
 
@@ -121,69 +121,6 @@ impl<'a> Iterator for Keys<'a> {
     }
 }
 
-/// Why a request was rejected. Each has the reply memcached clients expect.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum FailKind {
-    /// Unknown command, or a known one with the wrong number of arguments.
-    Unknown,
-    BadFormat,
-    KeyTooLong,
-    BadKey,
-    TooLarge,
-    BadDataChunk,
-    BadDelta,
-    DeleteUsage,
-    /// A line over the limit without a newline: reply, then close.
-    LineTooLong,
-    /// The client speaks HTTP: close without a reply.
-    Http,
-    /// The client speaks memcached's binary protocol (first byte 0x80): reply, then close.
-    Binary,
-    /// Meta: a flag letter the command does not know.
-    InvalidFlag,
-    /// Meta: a flag this server cannot honour with the engine it has (see docs/server.md).
-    UnsupportedFlag,
-    /// Meta: a flag's token is not a valid number (or is too long).
-    BadToken,
-    /// Meta: an `M` mode the command does not know.
-    InvalidMode,
-    /// A bad exptime argument (`touch`, `gat`, `flush_all`).
-    BadExptime,
-    /// Any other reply line, as memcached words it for the case (meta flag errors mostly).
-    Msg(&'static [u8]),
-}
-
-impl FailKind {
-    /// The reply line, or `None` for no reply.
-    pub fn reply(self) -> Option<&'static [u8]> {
-        Some(match self {
-            FailKind::Unknown => b"ERROR\r\n",
-            FailKind::BadFormat => b"CLIENT_ERROR bad command line format\r\n",
-            // memcached's words for a key over 250 bytes.
-            FailKind::KeyTooLong => b"CLIENT_ERROR bad command line format\r\n",
-            FailKind::BadKey => b"CLIENT_ERROR key contains control characters\r\n",
-            FailKind::TooLarge => b"SERVER_ERROR object too large for cache\r\n",
-            FailKind::BadDataChunk => b"CLIENT_ERROR bad data chunk\r\n",
-            FailKind::BadDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
-            FailKind::DeleteUsage => b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
-            FailKind::LineTooLong => b"CLIENT_ERROR line too long\r\n",
-            FailKind::Http => return None,
-            FailKind::Binary => b"CLIENT_ERROR the binary protocol is not supported; use the text or meta protocol\r\n",
-            FailKind::InvalidFlag => b"CLIENT_ERROR invalid flag\r\n",
-            FailKind::UnsupportedFlag => b"CLIENT_ERROR flag not supported by this server\r\n",
-            FailKind::BadToken => b"CLIENT_ERROR bad token in command line format\r\n",
-            FailKind::InvalidMode => b"CLIENT_ERROR invalid mode\r\n",
-            FailKind::BadExptime => b"CLIENT_ERROR invalid exptime argument\r\n",
-            FailKind::Msg(line) => line,
-        })
-    }
-
-    /// Whether the connection is closed after this failure.
-    pub fn closes(self) -> bool {
-        matches!(self, FailKind::LineTooLong | FailKind::Http | FailKind::Binary)
-    }
-}
-
 /// A rejected request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fail<'a> {
@@ -212,41 +149,6 @@ fn fail<'a>(kind: FailKind, skip: usize, noreply: bool) -> Parse<'a> {
     Parse::Fail(Fail { kind, skip, noreply, unlink: None })
 }
 
-/// Splits off the next space-separated token.
-#[inline]
-fn next_token<'a>(rest: &mut &'a [u8]) -> Option<&'a [u8]> {
-    let s = *rest;
-    let start = s.iter().position(|&b| b != b' ')?;
-    let s = &s[start..];
-    let end = memchr(b' ', s).unwrap_or(s.len());
-    *rest = &s[end..];
-    Some(&s[..end])
-}
-
-/// The command line split into at most [`MAX_TOKENS`] tokens.
-struct Tokens<'a> {
-    toks: [&'a [u8]; MAX_TOKENS],
-    n: usize,
-}
-
-impl<'a> Tokens<'a> {
-    /// `None` when the line has more than [`MAX_TOKENS`] tokens.
-    fn split(mut line: &'a [u8]) -> Option<Self> {
-        let mut t = Tokens { toks: [&[][..]; MAX_TOKENS], n: 0 };
-        while let Some(tok) = next_token(&mut line) {
-            if t.n == MAX_TOKENS {
-                return None;
-            }
-            t.toks[t.n] = tok;
-            t.n += 1;
-        }
-        Some(t)
-    }
-    fn get(&self) -> &[&'a [u8]] {
-        &self.toks[..self.n]
-    }
-}
-
 /// Checks a key: 1 to 250 bytes, no spaces or control characters.
 #[inline]
 pub fn check_key(key: &[u8]) -> Result<(), FailKind> {
@@ -260,42 +162,6 @@ pub fn check_key(key: &[u8]) -> Result<(), FailKind> {
         return Err(FailKind::BadKey);
     }
     Ok(())
-}
-
-/// Parses an unsigned decimal number: digits only, no sign, no overflow.
-#[inline]
-pub fn parse_u64(s: &[u8]) -> Option<u64> {
-    if s.is_empty() || s.len() > 20 {
-        return None;
-    }
-    let mut n: u64 = 0;
-    for &b in s {
-        if !b.is_ascii_digit() {
-            return None;
-        }
-        n = n.checked_mul(10)?.checked_add(u64::from(b - b'0'))?;
-    }
-    Some(n)
-}
-
-/// Parses a signed decimal number (an optional leading `-`).
-#[inline]
-pub fn parse_i64(s: &[u8]) -> Option<i64> {
-    match s.split_first() {
-        Some((b'-', rest)) => {
-            let n = parse_u64(rest)?;
-            if n > i64::MAX as u64 + 1 {
-                return None;
-            }
-            Some((n as i128).wrapping_neg() as i64)
-        }
-        _ => i64::try_from(parse_u64(s)?).ok(),
-    }
-}
-
-#[inline]
-fn parse_u32(s: &[u8]) -> Option<u32> {
-    u32::try_from(parse_u64(s)?).ok()
 }
 
 /// Whether the line starts like an HTTP request (`GET / HTTP/1.1`, ...). Memcache commands are

@@ -1,0 +1,198 @@
+//! Meta-command flag parsing (`mg`, `ms`, `md`, `ma`, `me`, `mn`), with memcached 1.6's checks
+//! and error words. Flags this server cannot honour are refused here (see docs/server.md).
+
+use super::reply::FailKind;
+use super::token::{next_token, parse_i64, parse_u64};
+
+/// Which meta command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MetaCmd {
+    Get,
+    Set,
+    Delete,
+    Arith,
+    Debug,
+    Noop,
+}
+
+/// A meta command's flags. `raw` keeps the flag tokens as sent so that return flags are echoed
+/// in the order the client gave them, as memcached does.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct MetaFlags<'a> {
+    pub raw: &'a [u8],
+    /// `b`: the key is base64.
+    pub base64: bool,
+    /// `q`: suppress the common success/miss code.
+    pub quiet: bool,
+    /// `v`: return the value.
+    pub value: bool,
+    /// `x` (md): remove the value but keep the item.
+    pub remove_value: bool,
+    /// `O`: opaque token echoed back.
+    pub opaque: Option<&'a [u8]>,
+    /// `T`: new TTL.
+    pub ttl: Option<i64>,
+    /// `N`: vivify on miss with this TTL.
+    pub vivify: Option<i64>,
+    /// `C`: compare CAS.
+    pub compare_cas: Option<u64>,
+    /// `F`: client flags (ms).
+    pub client_flags: Option<u32>,
+    /// `M`: mode (ms: E A P R S; ma: I + D -).
+    pub mode: Option<u8>,
+    /// `D`: delta (ma).
+    pub delta: Option<u64>,
+    /// `J`: initial value on vivify (ma).
+    pub initial: Option<u64>,
+}
+
+/// Every flag letter memcached 1.6 knows (it accepts each on every meta command, and ignores
+/// those that mean nothing to that command). `x` (md: keep the item, drop its value) is from
+/// later memcached versions.
+const KNOWN_FLAGS: &[u8] = b"bNTRlOPLkstcfvhuqFCMJDIx";
+
+/// memcached's longest opaque token, counting its `O`.
+const MAX_OPAQUE_TOKEN: usize = 32;
+
+/// Parses the flags of `cmd` from the rest of its line, with memcached's checks and words:
+/// `mg`/`ms` name the problem, `md`/`ma` answer `invalid or duplicate flag` for any of them.
+pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailKind> {
+    // Flags this server cannot honour with the engine it has (docs/server.md).
+    let unsupported: &[u8] = match cmd {
+        MetaCmd::Get => b"hlRE",
+        MetaCmd::Set | MetaCmd::Delete => b"IE",
+        _ => b"E",
+    };
+    let lumped = matches!(cmd, MetaCmd::Delete | MetaCmd::Arith);
+    let err = |line: &'static [u8]| {
+        if lumped {
+            FailKind::Msg(b"CLIENT_ERROR invalid or duplicate flag\r\n")
+        } else {
+            FailKind::Msg(line)
+        }
+    };
+    let mut f = MetaFlags { raw, ..MetaFlags::default() };
+    let mut seen = [false; 128];
+    // memcached reads every flag before it reports a bad number; the last message set wins.
+    let mut bad_number: Option<&'static [u8]> = None;
+    let mut rest = raw;
+    while let Some(tok) = next_token(&mut rest) {
+        let (c, val) = (tok[0], &tok[1..]);
+        if c >= 128 || seen[usize::from(c)] {
+            return Err(err(b"CLIENT_ERROR duplicate flag\r\n"));
+        }
+        seen[usize::from(c)] = true;
+        if unsupported.contains(&c) {
+            return Err(FailKind::UnsupportedFlag);
+        }
+        if !KNOWN_FLAGS.contains(&c) || (c == b'x' && cmd != MetaCmd::Delete) {
+            return Err(err(b"CLIENT_ERROR invalid flag\r\n"));
+        }
+        const BAD_TOKEN: &[u8] = b"CLIENT_ERROR bad token in command line format\r\n";
+        match c {
+            b'O' => {
+                if tok.len() > MAX_OPAQUE_TOKEN {
+                    return Err(err(b"CLIENT_ERROR opaque token too long\r\n"));
+                }
+                f.opaque = Some(val);
+            }
+            b'T' => match parse_i64(val) {
+                Some(t) => f.ttl = Some(t),
+                None => bad_number = Some(BAD_TOKEN),
+            },
+            b'N' => match parse_i64(val) {
+                Some(t) => f.vivify = Some(t),
+                None => bad_number = Some(BAD_TOKEN),
+            },
+            b'R' => {}
+            b'C' => match parse_u64(val) {
+                Some(c) => f.compare_cas = Some(c),
+                None => bad_number = Some(BAD_TOKEN),
+            },
+            b'F' => match parse_u64(val).and_then(|n| u32::try_from(n).ok()) {
+                Some(n) => f.client_flags = Some(n),
+                // memcached sets no message of its own for a bad F.
+                None => {
+                    bad_number.get_or_insert(b"CLIENT_ERROR bad command line format\r\n");
+                }
+            },
+            b'D' => match parse_u64(val) {
+                Some(n) => f.delta = Some(n),
+                None => bad_number = Some(b"CLIENT_ERROR invalid numeric delta value\r\n"),
+            },
+            b'J' => match parse_u64(val) {
+                Some(n) => f.initial = Some(n),
+                None => bad_number = Some(b"CLIENT_ERROR invalid numeric initial value\r\n"),
+            },
+            b'M' => match val {
+                [m] => f.mode = Some(*m),
+                _ => bad_number = Some(b"CLIENT_ERROR incorrect length for M token\r\n"),
+            },
+            // The other flags take no token; memcached ignores anything after their letter.
+            b'b' => f.base64 = true,
+            b'q' => f.quiet = true,
+            b'v' => f.value = true,
+            b'x' => f.remove_value = true,
+            _ => {} // return flags (c f k s t) are read from `raw`; P L u have no effect here
+        }
+    }
+    if let Some(line) = bad_number {
+        return Err(err(line));
+    }
+    // Only `ms` and `ma` read the mode; memcached checks it after the flags.
+    match (cmd, f.mode) {
+        (MetaCmd::Set, Some(m)) if !b"EAPRS".contains(&m) => {
+            return Err(FailKind::Msg(b"CLIENT_ERROR invalid mode for ms M token\r\n"))
+        }
+        (MetaCmd::Arith, Some(m)) if !b"I+D-".contains(&m) => {
+            return Err(FailKind::Msg(b"CLIENT_ERROR invalid mode for ma M token\r\n"))
+        }
+        _ => {}
+    }
+    Ok(f)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn flags_parse_and_validate() {
+        let f = parse_meta_flags(MetaCmd::Get, b" v c  Oabc T30 N-1 q").unwrap();
+        assert!(f.value && f.quiet && !f.base64);
+        assert_eq!((f.opaque, f.ttl, f.vivify), (Some(&b"abc"[..]), Some(30), Some(-1)));
+        let invalid = FailKind::Msg(b"CLIENT_ERROR invalid flag\r\n");
+        let lumped = FailKind::Msg(b"CLIENT_ERROR invalid or duplicate flag\r\n");
+        let bad_token = FailKind::Msg(b"CLIENT_ERROR bad token in command line format\r\n");
+        assert_eq!(parse_meta_flags(MetaCmd::Get, b"z").unwrap_err(), invalid);
+        assert_eq!(parse_meta_flags(MetaCmd::Delete, b"z").unwrap_err(), lumped);
+        assert_eq!(parse_meta_flags(MetaCmd::Get, b"h").unwrap_err(), FailKind::UnsupportedFlag);
+        assert_eq!(parse_meta_flags(MetaCmd::Get, b"Tx").unwrap_err(), bad_token);
+        assert_eq!(
+            parse_meta_flags(MetaCmd::Get, b"v v").unwrap_err(),
+            FailKind::Msg(b"CLIENT_ERROR duplicate flag\r\n")
+        );
+        assert_eq!(parse_meta_flags(MetaCmd::Arith, b"q q").unwrap_err(), lumped);
+        // Known flags that mean nothing to the command are accepted, as memcached does.
+        assert!(parse_meta_flags(MetaCmd::Get, b"F5 C3 M1").is_ok());
+        assert_eq!(
+            parse_meta_flags(MetaCmd::Set, b"MX").unwrap_err(),
+            FailKind::Msg(b"CLIENT_ERROR invalid mode for ms M token\r\n")
+        );
+        assert!(parse_meta_flags(MetaCmd::Set, b"Ma").is_err());
+        assert_eq!(parse_meta_flags(MetaCmd::Set, b"MA").unwrap().mode, Some(b'A'));
+        assert_eq!(parse_meta_flags(MetaCmd::Arith, b"M- D5 J7").unwrap().mode, Some(b'-'));
+        assert!(parse_meta_flags(MetaCmd::Arith, b"MA").is_err());
+        assert_eq!(
+            parse_meta_flags(MetaCmd::Set, b"F4294967296").unwrap_err(),
+            FailKind::Msg(b"CLIENT_ERROR bad command line format\r\n")
+        );
+        let ok = format!("O{}", "x".repeat(31));
+        assert!(parse_meta_flags(MetaCmd::Get, ok.as_bytes()).is_ok());
+        let long = format!("O{}", "x".repeat(32));
+        assert_eq!(
+            parse_meta_flags(MetaCmd::Get, long.as_bytes()).unwrap_err(),
+            FailKind::Msg(b"CLIENT_ERROR opaque token too long\r\n")
+        );
+    }
+}

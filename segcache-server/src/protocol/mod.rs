@@ -1,0 +1,16 @@
+//! The memcached wire protocol: the tokenizer, the text-command and meta-flag parsers, and the
+//! reply spellings. Nothing here imports the rest of the crate (no engine, no server state), so
+//! it can be fuzzed and reused alone.
+//!
+//! [`parse`] turns the bytes a client sent into one [`Request`] that borrows them, without
+//! allocating or copying.
+
+mod meta;
+mod reply;
+mod text;
+mod token;
+
+pub use meta::{parse_meta_flags, MetaCmd, MetaFlags};
+pub use reply::{put_i64, put_u64, FailKind};
+pub use text::{check_key, parse, Fail, Keys, Limits, Parse, Request, StoreKind, MAX_GET_LINE, MAX_LINE, MAX_RESPONSE};
+pub use token::{next_token, parse_i64, parse_u64, MAX_TOKENS};
