@@ -15,7 +15,7 @@ use segcache_core::MAX_KEY_LEN;
 
 use super::expiry::Expiry;
 use super::text::{do_arith, do_store, touch, Arith, Stored};
-use crate::protocol::{next_token, put_i64, put_u64, FailKind, MetaCmd, MetaFlags, StoreKind};
+use crate::protocol::{next_token, put_i64, put_u64, reply, FailKind, MetaCmd, MetaFlags, StoreKind};
 use crate::state::Ctx;
 use crate::stats::bump;
 
@@ -142,7 +142,7 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8],
 fn put_code(out: &mut Vec<u8>, code: &[u8], f: &MetaFlags<'_>, key: &[u8], which: &[u8], info: Option<&Info>) {
     out.extend_from_slice(code);
     put_ret_flags(out, f, key, which, info, TtlOrder::default());
-    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(reply::CRLF);
 }
 
 /// The TTL token that wins among `T` and (when `created`) `N`: the last one, as memcached
@@ -176,14 +176,14 @@ fn decode_key<'k>(key: &'k [u8], base64: bool, buf: &'k mut [u8; 256]) -> Result
 /// Runs one meta command.
 pub fn execute(cmd: MetaCmd, key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     if cmd == MetaCmd::Noop {
-        out.extend_from_slice(b"MN\r\n");
+        out.extend_from_slice(reply::MN_LINE);
         return;
     }
     let mut buf = [0u8; 256];
     let key = match decode_key(key_token, f.base64, &mut buf) {
         Ok(k) => k,
         Err(kind) => {
-            out.extend_from_slice(kind.reply().unwrap_or(b"CLIENT_ERROR bad key\r\n"));
+            out.extend_from_slice(kind.reply().unwrap_or(reply::BAD_KEY));
             return;
         }
     };
@@ -208,19 +208,19 @@ fn put_hit(
 ) {
     let info = Info::of(item);
     if f.value {
-        out.extend_from_slice(b"VA ");
+        out.extend_from_slice(reply::VA);
         put_u64(out, info.size as u64);
     } else {
-        out.extend_from_slice(b"HD");
+        out.extend_from_slice(reply::HD);
     }
     put_ret_flags(out, f, key_token, MG_HIT, Some(&info), order);
     if won {
-        out.extend_from_slice(b" W");
+        out.extend_from_slice(reply::WON);
     }
-    out.extend_from_slice(b"\r\n");
+    out.extend_from_slice(reply::CRLF);
     if f.value {
         out.extend_from_slice(item.value());
-        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(reply::CRLF);
     }
 }
 
@@ -284,7 +284,7 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
     } else {
         bump(&ctx.stats.get_misses, 1);
         if !f.quiet {
-            put_code(out, b"EN", f, key_token, KEY_ONLY, None);
+            put_code(out, reply::EN, f, key_token, KEY_ONLY, None);
         }
     }
 }
@@ -331,15 +331,15 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
                 // client that sends it back as `C0` would find compares nothing.
                 let gone = Info { cas: u64::MAX, ..Info::default() };
                 let info = cache.get_with(key, |i| Info::of(&i)).unwrap_or(gone);
-                put_code(out, b"HD", f, key_token, MS_REPLY, Some(&info));
+                put_code(out, reply::HD, f, key_token, MS_REPLY, Some(&info));
             }
         }
-        Stored::NotStored => put_code(out, b"NS", f, key_token, MS_REPLY, None),
-        Stored::Exists => put_code(out, b"EX", f, key_token, MS_REPLY, None),
-        Stored::NotFound => put_code(out, b"NF", f, key_token, MS_REPLY, None),
-        Stored::TooLarge => out.extend_from_slice(b"SERVER_ERROR object too large for cache\r\n"),
-        Stored::NoMemory => out.extend_from_slice(b"SERVER_ERROR out of memory storing object\r\n"),
-        Stored::Failed => out.extend_from_slice(b"SERVER_ERROR storage failed\r\n"),
+        Stored::NotStored => put_code(out, reply::NS, f, key_token, MS_REPLY, None),
+        Stored::Exists => put_code(out, reply::EX, f, key_token, MS_REPLY, None),
+        Stored::NotFound => put_code(out, reply::NF, f, key_token, MS_REPLY, None),
+        Stored::TooLarge => out.extend_from_slice(reply::TOO_LARGE),
+        Stored::NoMemory => out.extend_from_slice(reply::NO_MEMORY_STORING),
+        Stored::Failed => out.extend_from_slice(reply::STORAGE_FAILED),
     }
 }
 
@@ -347,23 +347,23 @@ fn meta_delete(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8
     let cache = &ctx.shared.cache;
     let current = cache.get_with(key, |i| (i.cas(), i.flags(), i.ttl()));
     let code: &[u8] = match (current, f.compare_cas) {
-        (None, _) => b"NF",
-        (Some((cas, _, _)), Some(c)) if cas != c => b"EX",
+        (None, _) => reply::NF,
+        (Some((cas, _, _)), Some(c)) if cas != c => reply::EX,
         (Some((_, flags, ttl)), _) if f.remove_value => {
             // A TTL of zero means "never" to the engine: keep at least one second left.
             let ttl = ttl.map_or(std::time::Duration::ZERO, |d| d.max(std::time::Duration::from_secs(1)));
             match cache.replace(key, b"", flags, ttl) {
-                Ok(()) => b"HD",
-                Err(_) => b"NF",
+                Ok(()) => reply::HD,
+                Err(_) => reply::NF,
             }
         }
         (Some(_), _) => match cache.delete(key) {
-            Ok(()) => b"HD",
-            Err(_) => b"NF",
+            Ok(()) => reply::HD,
+            Err(_) => reply::NF,
         },
     };
-    let hit = code == b"HD";
-    if code != b"EX" {
+    let hit = code == reply::HD;
+    if code != reply::EX {
         bump(if hit { &ctx.stats.delete_hits } else { &ctx.stats.delete_misses }, 1);
     }
     // As memcached: `q` hides only the success; NF and EX are still sent.
@@ -382,10 +382,10 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     if let Some(c) = f.compare_cas.filter(|&c| c != 0) {
         match cache.get_with(key, |i| (i.cas(), i.value().is_empty())) {
             Some((_, true)) => {
-                out.extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+                out.extend_from_slice(reply::NON_NUMERIC);
                 return;
             }
-            Some((x, false)) if x != c => return put_code(out, b"EX", f, key_token, KEY_ONLY, None),
+            Some((x, false)) if x != c => return put_code(out, reply::EX, f, key_token, KEY_ONLY, None),
             _ => {}
         }
     }
@@ -429,28 +429,28 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
             let mut digits = itoa::Buffer::new();
             let digits = digits.format(n).as_bytes();
             if f.value {
-                out.extend_from_slice(b"VA ");
+                out.extend_from_slice(reply::VA);
                 put_u64(out, digits.len() as u64);
             } else {
-                out.extend_from_slice(b"HD");
+                out.extend_from_slice(reply::HD);
             }
             put_ret_flags(out, f, key_token, MA_HIT, info.as_ref(), order);
-            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(reply::CRLF);
             if f.value {
                 out.extend_from_slice(digits);
-                out.extend_from_slice(b"\r\n");
+                out.extend_from_slice(reply::CRLF);
             }
         }
-        Arith::NotFound => put_code(out, b"NF", f, key_token, KEY_ONLY, None),
-        Arith::NotNumeric => out.extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
-        Arith::Failed => out.extend_from_slice(b"SERVER_ERROR out of memory\r\n"),
+        Arith::NotFound => put_code(out, reply::NF, f, key_token, KEY_ONLY, None),
+        Arith::NotNumeric => out.extend_from_slice(reply::NON_NUMERIC),
+        Arith::Failed => out.extend_from_slice(reply::OUT_OF_MEMORY),
     }
 }
 
 fn meta_debug(key: &[u8], key_token: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let found = ctx.shared.cache.get_with(key, |item| {
         let info = Info::of(&item);
-        out.extend_from_slice(b"ME ");
+        out.extend_from_slice(reply::ME);
         // memcached names the key itself, decoded from base64; a key that would break the line
         // stays encoded.
         let printable = key.iter().all(|b| b.is_ascii_graphic());
@@ -463,10 +463,10 @@ fn meta_debug(key: &[u8], key_token: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
         put_u64(out, u64::from(info.flags));
         out.extend_from_slice(b" size=");
         put_u64(out, info.size as u64);
-        out.extend_from_slice(b"\r\n");
+        out.extend_from_slice(reply::CRLF);
     });
     if found.is_none() {
-        out.extend_from_slice(b"EN\r\n");
+        out.extend_from_slice(reply::EN_LINE);
     }
 }
 

@@ -3,6 +3,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
+use crate::protocol::reply;
 use crate::state::{Ctx, Shared};
 use crate::stats::rusage;
 
@@ -102,7 +103,7 @@ fn put(out: &mut Vec<u8>, rows: Vec<(&'static str, Val)>) {
         };
         out.extend_from_slice(line.as_bytes());
     }
-    out.extend_from_slice(b"END\r\n");
+    out.extend_from_slice(reply::END);
 }
 
 /// Writes the reply to `stats [arg]`; `false` for an unknown argument.
@@ -119,7 +120,7 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
             for w in shared.workers.iter() {
                 w.reset();
             }
-            out.extend_from_slice(b"RESET\r\n");
+            out.extend_from_slice(reply::RESET);
         }
         _ => return false,
     }

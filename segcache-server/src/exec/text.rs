@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use segcache_core::{Error, Item};
 
 use super::expiry::Expiry;
-use crate::protocol::{put_u64, Keys, Request, StoreKind};
+use crate::protocol::{put_u64, reply, Keys, Request, StoreKind};
 use crate::state::Ctx;
 use crate::stats::bump;
 
@@ -22,24 +22,10 @@ pub enum Flow {
     Close,
 }
 
-/// Writes `VALUE <key> <flags> <bytes>[ <cas>]\r\n<data>\r\n`.
+/// Writes the `VALUE` block of a hit.
 #[inline]
 fn put_value(out: &mut Vec<u8>, key: &[u8], item: &Item<'_>, cas: bool) {
-    let v = item.value();
-    out.reserve(key.len() + v.len() + 64);
-    out.extend_from_slice(b"VALUE ");
-    out.extend_from_slice(key);
-    out.push(b' ');
-    put_u64(out, u64::from(item.flags()));
-    out.push(b' ');
-    put_u64(out, v.len() as u64);
-    if cas {
-        out.push(b' ');
-        put_u64(out, item.cas());
-    }
-    out.extend_from_slice(b"\r\n");
-    out.extend_from_slice(v);
-    out.extend_from_slice(b"\r\n");
+    reply::put_value(out, key, item.flags(), item.value(), cas.then(|| item.cas()));
 }
 
 /// Runs one request, appending its reply (unless `noreply`) to `out`.
@@ -65,14 +51,14 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
         Request::Delete { key, noreply } => {
             let ok = ctx.shared.cache.delete(key).is_ok();
             bump(if ok { &ctx.stats.delete_hits } else { &ctx.stats.delete_misses }, 1);
-            out.extend_from_slice(if ok { b"DELETED\r\n" } else { b"NOT_FOUND\r\n" });
+            out.extend_from_slice(if ok { reply::DELETED } else { reply::NOT_FOUND });
             noreply
         }
         Request::Touch { key, exptime, noreply } => {
             bump(&ctx.stats.cmd_touch, 1);
             let ok = touch(key, exptime, ctx);
             bump(if ok { &ctx.stats.touch_hits } else { &ctx.stats.touch_misses }, 1);
-            out.extend_from_slice(if ok { b"TOUCHED\r\n" } else { b"NOT_FOUND\r\n" });
+            out.extend_from_slice(if ok { reply::TOUCHED } else { reply::NOT_FOUND });
             noreply
         }
         Request::FlushAll { delay, noreply } => {
@@ -82,7 +68,7 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
                 Expiry::After(d) => cache.flush_after(d),
                 Expiry::Never | Expiry::Expired => cache.flush(),
             }
-            out.extend_from_slice(b"OK\r\n");
+            out.extend_from_slice(reply::OK);
             noreply
         }
         Request::Verbosity { level, noreply } => {
@@ -95,7 +81,7 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
                 _ => log::LevelFilter::Trace,
             };
             log::set_max_level(wanted.max(ctx.shared.settings.log_level));
-            out.extend_from_slice(b"OK\r\n");
+            out.extend_from_slice(reply::OK);
             noreply
         }
         Request::Version => {
@@ -105,7 +91,7 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
         Request::Quit => return Flow::Close,
         Request::Stats { arg } => {
             if !super::report::write_stats(out, ctx, arg) {
-                out.extend_from_slice(b"ERROR\r\n");
+                out.extend_from_slice(reply::ERROR);
             }
             false
         }
@@ -127,7 +113,7 @@ fn over_limit(out: &mut Vec<u8>, mark: usize, ctx: &Ctx<'_>) -> bool {
         return false;
     }
     out.truncate(mark);
-    out.extend_from_slice(b"SERVER_ERROR out of memory writing get response\r\n");
+    out.extend_from_slice(reply::GET_TOO_LARGE);
     true
 }
 
@@ -147,7 +133,7 @@ fn get(keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     bump(&ctx.stats.cmd_get, n);
     bump(&ctx.stats.get_hits, hits);
     bump(&ctx.stats.get_misses, n - hits);
-    out.extend_from_slice(b"END\r\n");
+    out.extend_from_slice(reply::END);
 }
 
 fn gat(exptime: i64, keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
@@ -179,7 +165,7 @@ fn gat(exptime: i64, keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>
     bump(&ctx.stats.touch_hits, hits);
     bump(&ctx.stats.get_misses, n - hits);
     bump(&ctx.stats.touch_misses, n - hits);
-    out.extend_from_slice(b"END\r\n");
+    out.extend_from_slice(reply::END);
 }
 
 /// Sets a key's expiry; `true` when the key was there.
@@ -289,13 +275,13 @@ fn store(
     ctx: &Ctx<'_>,
 ) {
     let reply: &[u8] = match do_store(kind, key, flags, exptime, data, cas, ctx) {
-        Stored::Stored => b"STORED\r\n",
-        Stored::NotStored => b"NOT_STORED\r\n",
-        Stored::Exists => b"EXISTS\r\n",
-        Stored::NotFound => b"NOT_FOUND\r\n",
-        Stored::TooLarge => b"SERVER_ERROR object too large for cache\r\n",
-        Stored::NoMemory => b"SERVER_ERROR out of memory storing object\r\n",
-        Stored::Failed => b"SERVER_ERROR storage failed\r\n",
+        Stored::Stored => reply::STORED,
+        Stored::NotStored => reply::NOT_STORED,
+        Stored::Exists => reply::EXISTS,
+        Stored::NotFound => reply::NOT_FOUND,
+        Stored::TooLarge => reply::TOO_LARGE,
+        Stored::NoMemory => reply::NO_MEMORY_STORING,
+        Stored::Failed => reply::STORAGE_FAILED,
     };
     out.extend_from_slice(reply);
 }
@@ -339,10 +325,10 @@ fn arith(incr: bool, key: &[u8], delta: u64, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     match do_arith(incr, key, delta, ctx) {
         Arith::Value(n) => {
             put_u64(out, n);
-            out.extend_from_slice(b"\r\n");
+            out.extend_from_slice(reply::CRLF);
         }
-        Arith::NotFound => out.extend_from_slice(b"NOT_FOUND\r\n"),
-        Arith::NotNumeric => out.extend_from_slice(b"CLIENT_ERROR cannot increment or decrement non-numeric value\r\n"),
-        Arith::Failed => out.extend_from_slice(b"SERVER_ERROR out of memory\r\n"),
+        Arith::NotFound => out.extend_from_slice(reply::NOT_FOUND),
+        Arith::NotNumeric => out.extend_from_slice(reply::NON_NUMERIC),
+        Arith::Failed => out.extend_from_slice(reply::OUT_OF_MEMORY),
     }
 }

@@ -6,7 +6,7 @@
 //! allocating or copying.
 
 mod meta;
-mod reply;
+pub mod reply;
 mod text;
 mod token;
 
