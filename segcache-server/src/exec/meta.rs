@@ -13,8 +13,8 @@ use std::time::Duration;
 use base64::Engine as _;
 use segcache_core::MAX_KEY_LEN;
 
+use super::engine::{do_arith, do_store, touch, Arith, Stored};
 use super::expiry::Expiry;
-use super::text::{do_arith, do_store, touch, Arith, Stored};
 use crate::protocol::{next_token, put_i64, put_u64, reply, FailKind, MetaCmd, MetaFlags, StoreKind};
 use crate::state::Ctx;
 use crate::stats::bump;

@@ -1,6 +1,10 @@
-//! Running requests: memcached's expiry rules, the text and meta handlers (what calls the
-//! engine), and the `stats` and Prometheus reports.
+//! Running requests: memcached's expiry rules, the engine calls, the text and meta handlers,
+//! and the `stats` and Prometheus reports.
+//!
+//! Within: `text` (the dispatcher) uses `meta` and `report`; both handlers use `engine`, which
+//! uses `expiry`.
 
+mod engine;
 mod expiry;
 mod meta;
 mod report;
