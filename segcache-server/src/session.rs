@@ -56,7 +56,7 @@ impl Session {
     }
 
     /// Runs every complete request at the start of `input`, appending replies to `out`, until
-    /// `out` holds [`OUT_HIGH_WATER`] bytes.
+    /// `out` holds `OUT_HIGH_WATER` (256 KiB) bytes.
     pub fn process(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Progress {
         self.process_within(input, out, ctx, Budget::UNLIMITED)
     }
