@@ -26,6 +26,7 @@ mod clock;
 mod config;
 mod engine;
 mod error;
+mod eviction;
 mod fork;
 mod hash;
 mod item;
@@ -38,10 +39,12 @@ mod record;
 mod recover;
 mod region;
 mod rewrite;
+mod segments;
 mod shared;
 mod stats;
 mod table;
 pub mod ttl;
+mod ttl_buckets;
 
 use std::sync::Arc;
 

@@ -35,11 +35,14 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::engine::{cas_token, check_key, flushed_by, live_until, prefetch};
+use crate::engine::cas_token;
+use crate::engine::memory::prefetch;
+use crate::engine::write::check_key;
 use crate::layout::{SegHeader, ShardMeta, TtlBucket};
 use crate::lock::{relax, word_snapshot, word_unchanged};
 use crate::record::{self, Header};
 use crate::table::{self, Found, Table};
+use crate::ttl_buckets::expire::{flushed_by, live_until};
 use crate::{Item, Segcache};
 
 /// Bytes of a record a lock-free read copies; larger items are read under the lock.

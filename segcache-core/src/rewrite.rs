@@ -22,11 +22,14 @@
 //! so a crash leaves the old value or the new one, where a crash in the middle of a rewrite
 //! would leave a mix of both.
 
-use crate::engine::{check_key, expiry_fits, expiry_of, prefetch};
+use crate::engine::memory::prefetch;
+use crate::engine::write::check_key;
 use crate::lock::{lock_word, unlock_word};
 use crate::peek::PEEK_BYTES;
 use crate::record;
+use crate::segments::append::expiry_fits;
 use crate::table::{self, Loc};
+use crate::ttl_buckets::expire::expiry_of;
 use crate::{ttl, Segcache};
 
 impl Segcache {

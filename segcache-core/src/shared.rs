@@ -52,7 +52,8 @@
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-use crate::engine::{prefetch, Mode};
+use crate::engine::memory::prefetch;
+use crate::engine::write::Mode;
 use crate::fork::Origin;
 use crate::hash::{hash, shard_of};
 use crate::layout::{bump, Bucket, ReadCounters};
@@ -276,7 +277,7 @@ impl SharedCache {
         self.origin.check()?;
         let (h, i) = self.index(key);
         let (shard, view) = (&self.shards[i], &self.views[i]);
-        let secs = crate::engine::ttl_secs(ttl);
+        let secs = crate::ttl_buckets::expire::ttl_secs(ttl);
         // A new key skips the shared lock: the summary, read without a lock, is only a hint, and
         // the exclusive path is complete on its own when the hint is stale.
         if mode == Mode::Set && view.rewrites() && view.table().may_hold(h) {

@@ -1,0 +1,3 @@
+//! TTL buckets: the bucket math and expiry.
+
+pub(crate) mod expire;
