@@ -132,7 +132,7 @@ pub struct ShardMeta {
     pub spare: u32,
     pub _reserved: u32,
     /// Overflow buckets handed out and given back.
-    pub overflow: crate::table::Pool,
+    pub overflow: crate::hashtable::table::Pool,
     pub next_seq: u64,
     /// Segments with a sequence number up to this one were flushed (recovery skips them).
     pub flushed_below: u64,

@@ -1,9 +1,9 @@
 //! Raw access to the shard's memory: the hash table, metadata, segment headers and data, TTL
 //! buckets and records.
 
+use crate::hashtable::table::{Loc, Table};
 use crate::layout::*;
 use crate::record::{self, Record};
-use crate::table::{Loc, Table};
 use crate::ttl;
 use crate::Segcache;
 

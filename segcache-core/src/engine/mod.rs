@@ -15,8 +15,8 @@ use std::sync::Arc;
 use crate::clock::Clock;
 use crate::fork::Origin;
 use crate::layout::*;
+use crate::persist::region::ShardMem;
 use crate::record::{self};
-use crate::region::ShardMem;
 use crate::{Builder, Policy, Result};
 
 /// The engine: one shard's segments, hash table and TTL buckets. Writes take `&mut self`; reads
@@ -183,6 +183,7 @@ impl Segcache {
         let region = std::sync::Arc::clone(&self.mem.region);
         let now = self.now();
         drop(self);
-        crate::region::close(region, now)
+        crate::persist::region::close(region, now)
     }
 }
+pub(crate) mod rewrite;

@@ -3,8 +3,8 @@
 use crate::engine::memory::prefetch;
 use crate::engine::write::check_key;
 use crate::hash::hash;
+use crate::hashtable::table::{self, Table};
 use crate::layout::*;
-use crate::table::{self, Table};
 use crate::ttl_buckets::expire::flushed_by;
 use crate::ttl_buckets::expire::live_until;
 use crate::Item;
@@ -169,7 +169,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::hash::hash;
-    use crate::table;
+    use crate::hashtable::table;
     use crate::{Builder, Policy};
 
     /// Two keys in one chain with the same tag: the first tag match is not always the key, so

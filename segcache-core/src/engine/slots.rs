@@ -3,8 +3,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::hashtable::table::{self, Loc};
 use crate::record::{self};
-use crate::table::{self, Loc};
 use crate::Segcache;
 use crate::{Error, Policy, Result};
 

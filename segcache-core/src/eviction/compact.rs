@@ -1,8 +1,8 @@
 //! Compaction: copying the frequently read live items of source segments into destinations.
 
 use crate::engine::memory::prefetch;
+use crate::hashtable::table::{self, Loc, Table};
 use crate::layout::*;
-use crate::table::{self, Loc, Table};
 use crate::Segcache;
 use crate::{Policy, Result};
 

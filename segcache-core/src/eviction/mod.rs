@@ -39,3 +39,4 @@ impl Segcache {
         st == SEG_SEALED || (allow_open && st == SEG_OPEN)
     }
 }
+pub(crate) mod policy;

@@ -1,9 +1,9 @@
 //! Appending records: choosing the segment an item goes to, and writing and publishing it.
 
 use crate::engine::memory::prefetch;
+use crate::hashtable::table::Loc;
 use crate::layout::*;
 use crate::record::{self};
-use crate::table::Loc;
 use crate::Segcache;
 use crate::{ttl, Result};
 

@@ -2,9 +2,9 @@
 
 use crate::engine::memory::prefetch;
 use crate::hash::hash;
+use crate::hashtable::table::Loc;
 use crate::layout::*;
 use crate::record::{self};
-use crate::table::Loc;
 use crate::Segcache;
 
 impl Segcache {

@@ -17,7 +17,7 @@ use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use crate::layout::{Bucket, Layout, ShardMeta, FILE_HEADER_LEN};
-use crate::region::{advise_huge_pages, Region};
+use crate::persist::region::{advise_huge_pages, Region};
 use crate::{Error, Result};
 
 const MAGIC: [u8; 8] = *b"SEGCACHE";

@@ -24,11 +24,11 @@
 
 use crate::engine::memory::prefetch;
 use crate::engine::write::check_key;
-use crate::lock::{lock_word, unlock_word};
-use crate::peek::PEEK_BYTES;
+use crate::hashtable::table::{self, Loc};
 use crate::record;
 use crate::segments::append::expiry_fits;
-use crate::table::{self, Loc};
+use crate::shared::lock::{lock_word, unlock_word};
+use crate::shared::peek::PEEK_BYTES;
 use crate::ttl_buckets::expire::expiry_of;
 use crate::{ttl, Segcache};
 

@@ -4,9 +4,9 @@ use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::{Acquire, Release};
 
 use crate::hash::hash;
+use crate::hashtable::table::{self, Loc};
 use crate::layout::*;
 use crate::record;
-use crate::table::{self, Loc};
 use crate::{ttl, Segcache};
 
 /// Check states of `Segcache::unchecked`.

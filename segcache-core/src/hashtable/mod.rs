@@ -1,0 +1,3 @@
+//! The hash table: buckets of slots chained per key hash, with a tag summary per chain.
+
+pub(crate) mod table;
