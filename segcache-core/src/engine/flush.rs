@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use crate::layout::*;
+use crate::segments::header::{SegHeader, NONE, SEG_SPARE};
+use crate::ttl_buckets::bucket::TtlBucket;
 use crate::ttl_buckets::expire::ttl_secs;
 use crate::Segcache;
 use crate::{ttl, Policy};

@@ -1,10 +1,12 @@
 //! Raw access to the shard's memory: the hash table, metadata, segment headers and data, TTL
 //! buckets and records.
 
+use crate::engine::meta::ShardMeta;
 use crate::hashtable::table::{Loc, Table};
-use crate::layout::*;
 use crate::record::{self, Record};
+use crate::segments::header::SegHeader;
 use crate::ttl;
+use crate::ttl_buckets::bucket::TtlBucket;
 use crate::Segcache;
 
 #[inline(always)]

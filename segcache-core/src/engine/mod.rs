@@ -3,7 +3,9 @@
 
 pub(crate) mod flush;
 pub(crate) mod memory;
+pub(crate) mod meta;
 pub(crate) mod read;
+pub(crate) mod rewrite;
 pub(crate) mod rmw;
 pub(crate) mod slots;
 pub(crate) mod stats;
@@ -14,7 +16,8 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::fork::Origin;
-use crate::layout::*;
+use crate::hashtable::bucket::Bucket;
+use crate::layout::Geometry;
 use crate::persist::region::ShardMem;
 use crate::record::{self};
 use crate::{Builder, Policy, Result};
@@ -186,4 +189,3 @@ impl Segcache {
         crate::persist::region::close(region, now)
     }
 }
-pub(crate) mod rewrite;

@@ -1,10 +1,11 @@
 //! Reads: single and batched lookups.
 
 use crate::engine::memory::prefetch;
+use crate::engine::meta::{bump, ReadCounters};
 use crate::engine::write::check_key;
 use crate::hash::hash;
+use crate::hashtable::bucket::Bucket;
 use crate::hashtable::table::{self, Table};
-use crate::layout::*;
 use crate::ttl_buckets::expire::flushed_by;
 use crate::ttl_buckets::expire::live_until;
 use crate::Item;

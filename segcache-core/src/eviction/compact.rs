@@ -1,8 +1,9 @@
 //! Compaction: copying the frequently read live items of source segments into destinations.
 
 use crate::engine::memory::prefetch;
+use crate::hashtable::bucket::Bucket;
 use crate::hashtable::table::{self, Loc, Table};
-use crate::layout::*;
+use crate::segments::header::{SegHeader, NONE, POOL_MAIN, POOL_SMALL, SEG_SEALED, SEG_SPARE};
 use crate::Segcache;
 use crate::{Policy, Result};
 

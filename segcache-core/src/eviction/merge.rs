@@ -1,6 +1,6 @@
 //! `Merge`: the paper's merge-based eviction, choosing which segments of a TTL bucket merge.
 
-use crate::layout::*;
+use crate::segments::header::{SegHeader, NONE, POOL_MAIN, SEG_SEALED};
 use crate::Segcache;
 use crate::{ttl, Policy, Result};
 

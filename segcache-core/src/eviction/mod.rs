@@ -2,10 +2,11 @@
 
 pub(crate) mod compact;
 pub(crate) mod merge;
+pub(crate) mod policy;
 pub(crate) mod s3fifo;
 pub(crate) mod simple;
 
-use crate::layout::*;
+use crate::segments::header::{SEG_OPEN, SEG_SEALED};
 use crate::Segcache;
 use crate::{Error, Policy, Result};
 
@@ -39,4 +40,3 @@ impl Segcache {
         st == SEG_SEALED || (allow_open && st == SEG_OPEN)
     }
 }
-pub(crate) mod policy;

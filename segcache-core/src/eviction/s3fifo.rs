@@ -1,6 +1,6 @@
 //! `S3Fifo`: a small FIFO pool promoted into a main one, with a ghost of recently dropped keys.
 
-use crate::layout::*;
+use crate::segments::header::{POOL_MAIN, POOL_SMALL, SEG_SEALED};
 use crate::Segcache;
 use crate::{Policy, Result};
 

@@ -1,6 +1,6 @@
 //! The simple policies: random, FIFO, closest to expiry, least recently updated.
 
-use crate::layout::*;
+use crate::segments::header::NONE;
 use crate::Segcache;
 use crate::{ttl, Error, Policy, Result};
 

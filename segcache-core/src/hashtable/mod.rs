@@ -1,3 +1,4 @@
 //! The hash table: buckets of slots chained per key hash, with a tag summary per chain.
 
+pub(crate) mod bucket;
 pub(crate) mod table;

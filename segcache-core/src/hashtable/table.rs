@@ -23,7 +23,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
-use crate::layout::Bucket;
+use crate::hashtable::bucket::Bucket;
 
 const OFFSET_BITS: u32 = 22;
 const SEG_BITS: u32 = 22;

@@ -16,7 +16,9 @@ use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use crate::layout::{Bucket, Layout, ShardMeta, FILE_HEADER_LEN};
+use crate::engine::meta::ShardMeta;
+use crate::hashtable::bucket::Bucket;
+use crate::layout::{Layout, FILE_HEADER_LEN};
 use crate::persist::region::{advise_huge_pages, Region};
 use crate::{Error, Result};
 

@@ -5,8 +5,9 @@ use std::sync::atomic::Ordering::{Acquire, Release};
 
 use crate::hash::hash;
 use crate::hashtable::table::{self, Loc};
-use crate::layout::*;
 use crate::record;
+use crate::segments::header::{NONE, POOL_SMALL, SEG_OPEN, SEG_SEALED};
+use crate::ttl_buckets::bucket::TtlBucket;
 use crate::{ttl, Segcache};
 
 /// Check states of `Segcache::unchecked`.

@@ -4,9 +4,13 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
+use crate::engine::meta::ShardMeta;
 use crate::fork::Origin;
-use crate::layout::{Bucket, Layout, SegHeader, ShardMeta, TtlBucket, HUGE_PAGE};
+use crate::hashtable::bucket::Bucket;
+use crate::layout::{Layout, HUGE_PAGE};
 use crate::persist::file::PersistFile;
+use crate::segments::header::SegHeader;
+use crate::ttl_buckets::bucket::TtlBucket;
 use crate::{Error, Result};
 
 /// A mapping and, when file-backed, the open file that makes it persistent.

@@ -2,8 +2,8 @@
 
 use crate::engine::memory::prefetch;
 use crate::hashtable::table::Loc;
-use crate::layout::*;
 use crate::record::{self};
+use crate::segments::header::{SegHeader, NONE, POOL_SMALL, SEG_OPEN, SEG_SEALED};
 use crate::Segcache;
 use crate::{ttl, Result};
 

@@ -1,6 +1,6 @@
 //! The TTL buckets' chains of segments.
 
-use crate::layout::*;
+use crate::segments::header::{NONE, POOL_SMALL};
 use crate::Segcache;
 
 impl Segcache {

@@ -1,6 +1,6 @@
 //! The free list of segments, and allocation.
 
-use crate::layout::*;
+use crate::segments::header::{SegHeader, NONE};
 use crate::Segcache;
 use crate::{Error, Policy, Result};
 

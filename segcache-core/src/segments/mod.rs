@@ -3,4 +3,5 @@
 pub(crate) mod append;
 pub(crate) mod chain;
 pub(crate) mod free;
+pub(crate) mod header;
 pub(crate) mod scan;

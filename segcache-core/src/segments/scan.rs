@@ -2,8 +2,8 @@
 
 use crate::engine::memory::prefetch;
 use crate::hash::hash;
+use crate::hashtable::bucket::Bucket;
 use crate::hashtable::table::Loc;
-use crate::layout::*;
 use crate::record::{self};
 use crate::Segcache;
 

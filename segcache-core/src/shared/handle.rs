@@ -53,11 +53,12 @@ use std::mem::MaybeUninit;
 use std::time::Duration;
 
 use crate::engine::memory::prefetch;
+use crate::engine::meta::{bump, ReadCounters};
 use crate::engine::write::Mode;
 use crate::fork::Origin;
 use crate::hash::{hash, shard_of};
+use crate::hashtable::bucket::Bucket;
 use crate::hashtable::table::Table;
-use crate::layout::{bump, Bucket, ReadCounters};
 use crate::shared::lock::{self, ShardLock};
 use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
 use crate::{Builder, Item, OwnedItem, Result, Segcache, Stats};

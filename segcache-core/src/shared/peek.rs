@@ -37,11 +37,13 @@ use std::sync::Arc;
 use crate::clock::Clock;
 use crate::engine::cas_token;
 use crate::engine::memory::prefetch;
+use crate::engine::meta::ShardMeta;
 use crate::engine::write::check_key;
 use crate::hashtable::table::{self, Found, Table};
-use crate::layout::{SegHeader, ShardMeta, TtlBucket};
 use crate::record::{self, Header};
+use crate::segments::header::SegHeader;
 use crate::shared::lock::{relax, word_snapshot, word_unchanged};
+use crate::ttl_buckets::bucket::TtlBucket;
 use crate::ttl_buckets::expire::{flushed_by, live_until};
 use crate::{Item, Segcache};
 

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::layout::*;
+use crate::segments::header::NONE;
 use crate::ttl;
 use crate::Segcache;
 
