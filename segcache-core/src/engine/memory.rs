@@ -2,7 +2,8 @@
 //! buckets and records.
 
 use crate::engine::meta::ShardMeta;
-use crate::hashtable::table::{Loc, Table};
+use crate::hashtable::slot::Loc;
+use crate::hashtable::table::Table;
 use crate::record::{self, Record};
 use crate::segments::header::SegHeader;
 use crate::ttl;

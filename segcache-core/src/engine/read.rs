@@ -5,6 +5,7 @@ use crate::engine::meta::{bump, ReadCounters};
 use crate::engine::write::check_key;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
+use crate::hashtable::slot::{self};
 use crate::hashtable::table::{self, Table};
 use crate::ttl_buckets::expire::flushed_by;
 use crate::ttl_buckets::expire::live_until;
@@ -76,7 +77,7 @@ impl Segcache {
         if self.flushed(now) || self.origin.forked() {
             return None;
         }
-        let loc = table::slot_loc(found.value);
+        let loc = slot::slot_loc(found.value);
         let expire_at = self.live_expiry(loc.seg, now)?;
         let r = self.record(loc)?;
         let cas = self.cas_of(r.cas);
@@ -92,7 +93,7 @@ impl Segcache {
     /// what a write moved. Not part of the stable API.
     #[doc(hidden)]
     pub fn record_location(&self, key: &[u8]) -> Option<(u32, u32)> {
-        let loc = table::slot_loc(self.lookup_lazily(key, hash(key))?.1.value);
+        let loc = slot::slot_loc(self.lookup_lazily(key, hash(key))?.1.value);
         Some((loc.seg, loc.offset))
     }
 
@@ -122,10 +123,10 @@ impl Segcache {
                 prefetch(t.head(*h) as *const Bucket as *const u8);
             }
             for (h, candidate) in hashes[..chunk.len()].iter().zip(&mut first_match) {
-                let tag = table::tag_of(*h);
-                *candidate = t.find(*h, |_| true).filter(|f| table::slot_tag(f.value) == tag);
+                let tag = slot::tag_of(*h);
+                *candidate = t.find(*h, |_| true).filter(|f| slot::slot_tag(f.value) == tag);
                 if let Some(found) = candidate {
-                    let loc = table::slot_loc(found.value);
+                    let loc = slot::slot_loc(found.value);
                     if (loc.seg as usize) < self.geo.segments {
                         // SAFETY: in-bounds address inside the heap; prefetch never faults.
                         let at = unsafe {
@@ -140,7 +141,7 @@ impl Segcache {
             for (i, k) in chunk.iter().enumerate() {
                 let h = hashes[i];
                 let hit = match first_match[i] {
-                    Some(f) if self.key_at(table::slot_loc(f.value), k) => self.item_of(f, h, now),
+                    Some(f) if self.key_at(slot::slot_loc(f.value), k) => self.item_of(f, h, now),
                     _ => self.lookup(k, h, now),
                 };
                 match hit {
@@ -170,7 +171,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::hash::hash;
-    use crate::hashtable::table;
+    use crate::hashtable::slot;
     use crate::{Builder, Policy};
 
     /// Two keys in one chain with the same tag: the first tag match is not always the key, so
@@ -191,7 +192,7 @@ mod tests {
             .map(key)
             .find(|k| {
                 let h = hash(k);
-                table::tag_of(h) == table::tag_of(h0) && h & mask == h0 & mask
+                slot::tag_of(h) == slot::tag_of(h0) && h & mask == h0 & mask
             })
             .unwrap();
         c.set(&first, b"first", 0, Duration::ZERO).unwrap();

@@ -6,7 +6,8 @@ use std::time::Duration;
 use crate::engine::write::check_key;
 use crate::engine::write::Mode;
 use crate::hash::hash;
-use crate::hashtable::table::{self, Table};
+use crate::hashtable::slot::{self};
+use crate::hashtable::table::Table;
 use crate::record::{self};
 use crate::segments::append::expiry_fits;
 use crate::segments::header::{NONE, POOL_MAIN};
@@ -131,7 +132,7 @@ impl Segcache {
         };
         let len = record::record_len(item.key.len(), item.value.len(), item.flags);
         let (expire_at, width) = (expiry_of(ttl, now), ttl::width_of(ttl));
-        let seg = table::slot_loc(found.value).seg;
+        let seg = slot::slot_loc(found.value).seg;
         if expiry_fits(self.seg(seg), expire_at, width) {
             return Ok(());
         }
@@ -141,7 +142,7 @@ impl Segcache {
         let Some(found) = self.find_key(key, h) else {
             return Ok(());
         };
-        let old = table::slot_loc(found.value);
+        let old = slot::slot_loc(found.value);
         debug_assert!(old.seg != dest && self.record(old).is_some_and(|r| r.len == len));
         let at = |seg: u32, offset: u32| seg as usize * self.geo.segment_size + offset as usize;
         let (from, to) = (at(old.seg, old.offset), at(dest, self.seg(dest).write_offset));
@@ -158,7 +159,7 @@ impl Segcache {
             meta.intent_offset = new.offset;
         }
         self.kill(old);
-        Table::relocate(found.slot, found.value, table::slot_freq(found.value), new);
+        Table::relocate(found.slot, found.value, slot::slot_freq(found.value), new);
         self.table().touch_info(h, now);
         if self.durable {
             self.meta_mut().intent_seg = NONE;

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::hashtable::table::{self, Loc};
+use crate::hashtable::slot::{self, Loc};
 use crate::record::{self};
 use crate::Segcache;
 use crate::{Error, Policy, Result};
@@ -16,7 +16,7 @@ impl Segcache {
             return Err(Error::NoMemory);
         }
         let victim = self.table().least_used(h).ok_or(Error::NoMemory)?;
-        self.kill(table::slot_loc(victim.value));
+        self.kill(slot::slot_loc(victim.value));
         self.meta_mut().evicted_items += 1;
         victim.slot.store(0, Relaxed);
         Ok(victim.slot)

@@ -6,7 +6,7 @@ use crate::config::MAX_KEY_LEN;
 use crate::engine::memory::prefetch;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
-use crate::hashtable::table::{self};
+use crate::hashtable::slot::{self};
 use crate::record::{self};
 use crate::segments::header::{NONE, POOL_MAIN, POOL_SMALL};
 use crate::ttl_buckets::expire::expiry_of;
@@ -64,7 +64,7 @@ impl Segcache {
         let Some((_, found)) = self.lookup(key, h, now) else {
             return Err(Error::NotFound);
         };
-        let loc = table::slot_loc(found.value);
+        let loc = slot::slot_loc(found.value);
         self.kill(loc);
         self.remove_slot(h, found.slot);
         self.table().touch_info(h, now);
@@ -136,7 +136,7 @@ impl Segcache {
         // New keys go to S3-FIFO's small pool unless the ghost remembers them; rewrites stay put.
         let pool = match existing {
             _ if self.policy != Policy::S3Fifo => POOL_MAIN,
-            Some((_, v)) => self.seg(table::slot_loc(v).seg).pool,
+            Some((_, v)) => self.seg(slot::slot_loc(v).seg).pool,
             None if self.ghost_hit(h) => POOL_MAIN,
             None => POOL_SMALL,
         };
@@ -157,11 +157,11 @@ impl Segcache {
             meta.intent_seg = loc.seg;
             meta.intent_offset = loc.offset;
         }
-        let freq = old.as_ref().map_or(0, |f| table::slot_freq(f.value));
-        let new = table::pack(table::tag_of(h), freq, loc);
+        let freq = old.as_ref().map_or(0, |f| slot::slot_freq(f.value));
+        let new = slot::pack(slot::tag_of(h), freq, loc);
         match old {
             Some(f) => {
-                self.kill(table::slot_loc(f.value));
+                self.kill(slot::slot_loc(f.value));
                 t.put(h, f.slot, new);
             }
             None => {

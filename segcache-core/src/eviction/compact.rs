@@ -2,7 +2,8 @@
 
 use crate::engine::memory::prefetch;
 use crate::hashtable::bucket::Bucket;
-use crate::hashtable::table::{self, Loc, Table};
+use crate::hashtable::slot::{self, Loc};
+use crate::hashtable::table::Table;
 use crate::segments::header::{SegHeader, NONE, POOL_MAIN, POOL_SMALL, SEG_SEALED, SEG_SPARE};
 use crate::Segcache;
 use crate::{Policy, Result};
@@ -66,7 +67,7 @@ impl Segcache {
         for &src in &order {
             self.for_each_live(src, |_, loc, h, len| {
                 if let Some(f) = t.find_loc(h, loc) {
-                    let freq = table::slot_freq(f.value);
+                    let freq = slot::slot_freq(f.value);
                     hist[freq as usize] += u64::from(len);
                     moves.push(Move { loc, hash: h, freq, len });
                 }

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::hashtable::table;
+use crate::hashtable::slot::{self};
 use crate::layout::{self, Geometry, Layout};
 use crate::persist::file::{self, Found};
 use crate::persist::region::Region;
@@ -31,11 +31,11 @@ impl Builder {
                 self.heap_size, self.segment_size
             )));
         }
-        if segments * shards > table::MAX_SEGMENTS {
+        if segments * shards > slot::MAX_SEGMENTS {
             return Err(Error::InvalidConfig(format!(
                 "heap_size {} makes more than {} segments; use larger segments",
                 self.heap_size,
-                table::MAX_SEGMENTS
+                slot::MAX_SEGMENTS
             )));
         }
         let hash_power = self.hash_power.unwrap_or_else(|| layout::default_hash_power(segments * self.segment_size));

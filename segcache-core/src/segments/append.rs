@@ -1,7 +1,7 @@
 //! Appending records: choosing the segment an item goes to, and writing and publishing it.
 
 use crate::engine::memory::prefetch;
-use crate::hashtable::table::Loc;
+use crate::hashtable::slot::Loc;
 use crate::record::{self};
 use crate::segments::header::{SegHeader, NONE, POOL_SMALL, SEG_OPEN, SEG_SEALED};
 use crate::Segcache;

@@ -3,7 +3,7 @@
 use crate::engine::memory::prefetch;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
-use crate::hashtable::table::Loc;
+use crate::hashtable::slot::Loc;
 use crate::record::{self};
 use crate::Segcache;
 
