@@ -45,7 +45,7 @@ pub use engine::Segcache;
 pub use error::{Error, Result};
 pub use eviction::policy::Policy;
 pub use item::{Item, OwnedItem};
-pub use persist::file::FORMAT_VERSION;
+pub use persist::header::FORMAT_VERSION;
 pub use shared::handle::SharedCache;
 pub use stats::Stats;
 pub use ttl_buckets::ttl;

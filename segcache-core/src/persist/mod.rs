@@ -2,6 +2,7 @@
 //! it, and verifying or rebuilding a reopened heap.
 
 pub(crate) mod file;
+pub(crate) mod header;
 pub(crate) mod open;
 pub(crate) mod recover;
 pub(crate) mod region;
