@@ -149,3 +149,17 @@ impl Segcache {
         out
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eviction::tests::kept;
+    use crate::Policy;
+
+    #[test]
+    fn merge_keeps_the_frequently_read_items() {
+        let (hot, other, stats) = kept(Policy::Merge);
+        assert!(hot > 0.5, "{hot} of the read keys kept");
+        assert!(other < 0.1, "{other} of the other keys kept");
+        assert!(stats.merged_items > 0);
+    }
+}

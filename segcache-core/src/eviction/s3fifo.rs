@@ -49,3 +49,17 @@ impl Segcache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::eviction::tests::kept;
+    use crate::Policy;
+
+    #[test]
+    fn s3fifo_promotes_the_items_read_in_the_small_pool() {
+        let (hot, other, stats) = kept(Policy::S3Fifo);
+        assert!(hot > 0.4, "{hot} of the read keys kept");
+        assert!(other < 0.1, "{other} of the other keys kept");
+        assert!(stats.merged_items > 0, "promotions count as merged items");
+    }
+}

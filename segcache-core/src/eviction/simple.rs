@@ -74,3 +74,52 @@ impl Segcache {
         x.wrapping_mul(0x2545_f491_4f6c_dd1d)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{Builder, Policy, Segcache};
+
+    /// Three items in three TTL buckets, so in three segments, opened in this order: `long`
+    /// (1,000 bytes, expiring in a day), `short` (10 bytes, in 100 s), `never` (500 bytes).
+    fn three_segments() -> (Segcache, [u32; 3]) {
+        let mut c = Builder::new().heap_size(1 << 20).segment_size(64 << 10).eviction(Policy::Fifo).build().unwrap();
+        c.set(b"long", &[b'l'; 1000], 0, Duration::from_secs(86_400)).unwrap();
+        c.set(b"short", &[b's'; 10], 0, Duration::from_secs(100)).unwrap();
+        c.set(b"never", &[b'n'; 500], 0, Duration::ZERO).unwrap();
+        let seg = |k: &[u8]| c.record_location(k).unwrap().0;
+        let segs = [seg(b"long"), seg(b"short"), seg(b"never")];
+        (c, segs)
+    }
+
+    #[test]
+    fn fifo_picks_the_oldest_segment() {
+        let (mut c, [long, _, _]) = three_segments();
+        assert_eq!(c.pick_victim(Policy::Fifo, true), Some(long));
+        assert_eq!(c.pick_victim(Policy::Fifo, false), None, "open segments are kept while sealed ones remain");
+    }
+
+    #[test]
+    fn cte_picks_the_segment_closest_to_expiry() {
+        let (mut c, [_, short, _]) = three_segments();
+        assert_eq!(c.pick_victim(Policy::Cte, true), Some(short));
+    }
+
+    #[test]
+    fn util_picks_the_segment_with_the_fewest_live_bytes() {
+        let (mut c, [_, short, _]) = three_segments();
+        assert_eq!(c.pick_victim(Policy::Util, true), Some(short));
+    }
+
+    #[test]
+    fn random_policies_pick_a_segment_in_use() {
+        let (mut c, segs) = three_segments();
+        for policy in [Policy::Random, Policy::RandomFifo] {
+            for _ in 0..16 {
+                let id = c.pick_victim(policy, true).unwrap();
+                assert!(segs.contains(&id), "{policy:?} picked segment {id}, not one in use");
+            }
+        }
+    }
+}
