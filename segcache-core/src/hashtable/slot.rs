@@ -79,6 +79,12 @@ pub fn info_cas(info: u64) -> u32 {
     (info >> 32) as u32
 }
 
+/// The summary bit of a tag.
+#[inline]
+pub fn summary_bit(tag: u64) -> u8 {
+    1 << (tag & 7)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -3,14 +3,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::hashtable::slot::{slot_tag, tag_of};
+use crate::hashtable::slot::{slot_tag, summary_bit, tag_of};
 use crate::hashtable::table::Table;
-
-/// The summary bit of a tag.
-#[inline]
-pub fn summary_bit(tag: u64) -> u8 {
-    1 << (tag & 7)
-}
 
 impl Table<'_> {
     /// Whether the chain may hold the tag: `false` means certainly not.

@@ -25,9 +25,9 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{
-    freq_due, info_chain_len, pack, slot_freq, slot_loc, slot_tag, tag_of, touched, Loc, FREQ_SHIFT, LOC_MASK,
+    freq_due, info_chain_len, pack, slot_freq, slot_loc, slot_tag, summary_bit, tag_of, touched, Loc, FREQ_SHIFT,
+    LOC_MASK,
 };
-use crate::hashtable::summary::summary_bit;
 
 /// Item slots in a bucket that does not chain on (slot 7 is a link when it does).
 const SLOTS: usize = 8;
