@@ -6,13 +6,13 @@
 //! reader-writer lock. A key's shard comes from hash bits (44..52) that the shard's hash table does
 //! not use for bucket choice, so keys spread evenly and each shard's table stays dense.
 //!
-//! - Reads of items up to 512 bytes take no lock ([`crate::peek`]): the reader notes the shard's
+//! - Reads of items up to 512 bytes take no lock ([`crate::shared::peek`]): the reader notes the shard's
 //!   write sequence number, looks the key up and copies the record to its stack, and keeps the
 //!   copy only if no writer ran in the shard meanwhile (a seqlock); otherwise it reads again, and
 //!   after two overlapped tries takes the lock. Such a read writes no memory another core uses,
 //!   and neither waits for writers nor makes them wait. Larger items, `get_many` and `contains`
 //!   take the shard's lock shared: any number of threads read one shard at once. The lock
-//!   ([`crate::lock::ShardLock`]) counts each thread's readers on a cache line of that thread's
+//!   ([`crate::shared::lock::ShardLock`]) counts each thread's readers on a cache line of that thread's
 //!   own, so those reads on different cores scale without passing a lock word between them; the
 //!   price is a writer that checks every reader slot (twice the cores) before it goes on, and a
 //!   slot that lock-free reads leave untouched costs it no cache miss. Hits and misses are counted
@@ -22,7 +22,7 @@
 //!   concurrent readers may lose an increment, which only makes that counter approximate.
 //! - A `set` of an existing key whose record keeps its length (the same key, flags present or
 //!   not as before, a value of the same length) and whose segment's expiry suits the new TTL is
-//!   rewritten in place ([`crate::rewrite`]) under the shard's lock taken *shared*, with the lock
+//!   rewritten in place ([`crate::engine::rewrite`]) under the shard's lock taken *shared*, with the lock
 //!   bit of the key's hash chain keeping out other rewrites of that chain. It writes no line but
 //!   the chain's bucket and the record, so two cores rewriting keys of one shard do not pass the
 //!   shard's lock line between them (50:50 on two threads: 1.7x one thread's throughput, against
@@ -52,13 +52,15 @@
 use std::mem::MaybeUninit;
 use std::time::Duration;
 
-use crate::engine::{prefetch, Mode};
+use crate::engine::memory::prefetch;
+use crate::engine::meta::{bump, ReadCounters};
+use crate::engine::write::Mode;
 use crate::fork::Origin;
 use crate::hash::{hash, shard_of};
-use crate::layout::{bump, Bucket, ReadCounters};
-use crate::lock::{self, ShardLock};
-use crate::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
-use crate::table::Table;
+use crate::hashtable::bucket::Bucket;
+use crate::hashtable::table::Table;
+use crate::shared::lock::{self, ShardLock};
+use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
 use crate::{Builder, Item, OwnedItem, Result, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
@@ -276,7 +278,7 @@ impl SharedCache {
         self.origin.check()?;
         let (h, i) = self.index(key);
         let (shard, view) = (&self.shards[i], &self.views[i]);
-        let secs = crate::engine::ttl_secs(ttl);
+        let secs = crate::ttl_buckets::expire::ttl_secs(ttl);
         // A new key skips the shared lock: the summary, read without a lock, is only a hint, and
         // the exclusive path is complete on its own when the hint is stale.
         if mode == Mode::Set && view.rewrites() && view.table().may_hold(h) {
@@ -393,7 +395,7 @@ impl SharedCache {
         let now = self.now();
         let region = std::sync::Arc::clone(&self.shards[0].read().mem.region);
         drop(self);
-        crate::region::close(region, now)
+        crate::persist::region::close(region, now)
     }
 }
 

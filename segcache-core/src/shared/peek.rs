@@ -35,11 +35,17 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::clock::Clock;
-use crate::engine::{cas_token, check_key, flushed_by, live_until, prefetch};
-use crate::layout::{SegHeader, ShardMeta, TtlBucket};
-use crate::lock::{relax, word_snapshot, word_unchanged};
+use crate::engine::cas_token;
+use crate::engine::memory::prefetch;
+use crate::engine::meta::ShardMeta;
+use crate::engine::write::check_key;
+use crate::hashtable::slot::{self};
+use crate::hashtable::table::{Found, Table};
 use crate::record::{self, Header};
-use crate::table::{self, Found, Table};
+use crate::segments::header::SegHeader;
+use crate::shared::lock::{relax, word_snapshot, word_unchanged};
+use crate::ttl_buckets::bucket::TtlBucket;
+use crate::ttl_buckets::expire::{flushed_by, live_until};
 use crate::{Item, Segcache};
 
 /// Bytes of a record a lock-free read copies; larger items are read under the lock.
@@ -204,7 +210,7 @@ impl ShardView {
         }
         let info_word = self.table.info(h);
         // Only a shard that rewrites in place sets the lock bit; a file's stale bits mean nothing.
-        let bit = if self.rewrites { table::INFO_LOCKED } else { 0 };
+        let bit = if self.rewrites { slot::INFO_LOCKED } else { 0 };
         let Some(info) = word_snapshot(info_word, bit) else { return Peeked::Busy };
         let mut copied = None;
         let found = self.table.find(h, |loc| {
@@ -230,7 +236,7 @@ impl ShardView {
         if flushed_by(flush_at, now) {
             return Peeked::Miss;
         }
-        let seg = table::slot_loc(found.value).seg as usize;
+        let seg = slot::slot_loc(found.value).seg as usize;
         // `copy_record` checked `seg` against the segment count.
         // SAFETY: header `seg` of the live region's `segments`; read as above.
         let expire_at = unsafe { read(&raw const (*self.segs.add(seg)).expire_at) };
@@ -256,7 +262,7 @@ impl ShardView {
     /// handful of plain loads on x86, inlined, where a `memcpy` call costs more than the copy;
     /// and those words lie on the record's own cache lines.
     #[inline]
-    fn copy_record(&self, loc: table::Loc, buf: &mut PeekBuf) -> Option<(usize, Header)> {
+    fn copy_record(&self, loc: slot::Loc, buf: &mut PeekBuf) -> Option<(usize, Header)> {
         let (seg, offset) = (loc.seg as usize, loc.offset as usize);
         if seg >= self.segments || offset + record::HEADER_LEN > self.segment_size {
             return None;

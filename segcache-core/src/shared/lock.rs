@@ -31,7 +31,7 @@
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 
-use crate::layout::ReadCounters;
+use crate::engine::meta::ReadCounters;
 #[cfg(loom)]
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(loom)]

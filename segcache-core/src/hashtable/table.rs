@@ -23,87 +23,14 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
-use crate::layout::Bucket;
+use crate::hashtable::bucket::Bucket;
+use crate::hashtable::slot::{
+    freq_due, info_chain_len, pack, slot_freq, slot_loc, slot_tag, summary_bit, tag_of, touched, Loc, FREQ_SHIFT,
+    LOC_MASK,
+};
 
-const OFFSET_BITS: u32 = 22;
-const SEG_BITS: u32 = 22;
-const FREQ_SHIFT: u32 = OFFSET_BITS + SEG_BITS;
-const TAG_SHIFT: u32 = FREQ_SHIFT + 8;
-const LOC_MASK: u64 = (1 << FREQ_SHIFT) - 1;
-/// Largest segment id a slot can hold.
-pub const MAX_SEGMENTS: usize = 1 << SEG_BITS;
 /// Item slots in a bucket that does not chain on (slot 7 is a link when it does).
 const SLOTS: usize = 8;
-
-/// Where an item lies: segment id and byte offset.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Loc {
-    pub seg: u32,
-    pub offset: u32,
-}
-
-impl Loc {
-    #[inline]
-    fn bits(self) -> u64 {
-        (u64::from(self.seg) << OFFSET_BITS) | u64::from(self.offset)
-    }
-}
-
-/// Whether a read raises the frequency counter of `value`: always while it is small, then with
-/// falling probability (`coin` is a cheap random number).
-#[inline]
-fn freq_due(value: u64, coin: u64) -> bool {
-    let f = slot_freq(value);
-    f != u8::MAX && (f < 16 || coin & ((f as u64).next_power_of_two() - 1) == 0)
-}
-
-/// The 12-bit tag of a hash, never 0 (0 marks an empty slot).
-#[inline]
-pub fn tag_of(hash: u64) -> u64 {
-    let t = hash >> 52;
-    if t == 0 {
-        1
-    } else {
-        t
-    }
-}
-
-#[inline]
-pub fn pack(tag: u64, freq: u8, loc: Loc) -> u64 {
-    (tag << TAG_SHIFT) | (u64::from(freq) << FREQ_SHIFT) | loc.bits()
-}
-#[inline]
-pub fn slot_tag(v: u64) -> u64 {
-    v >> TAG_SHIFT
-}
-#[inline]
-pub fn slot_freq(v: u64) -> u8 {
-    (v >> FREQ_SHIFT) as u8
-}
-#[inline]
-pub fn slot_loc(v: u64) -> Loc {
-    Loc { seg: ((v >> OFFSET_BITS) & ((1 << SEG_BITS) - 1)) as u32, offset: (v & ((1 << OFFSET_BITS) - 1)) as u32 }
-}
-
-/// The info word's lock bit, held by a rewrite in place.
-pub const INFO_LOCKED: u64 = 1 << 24;
-
-/// Info word `v` with its version bumped, the time stamped (low 16 bits of `now`), and unlocked.
-#[inline]
-pub fn touched(v: u64, now: u32) -> u64 {
-    let cas = info_cas(v).wrapping_add(1);
-    (u64::from(cas) << 32) | (u64::from(now & 0xffff) << 8) | (v & 0xff)
-}
-
-/// Bucket info fields.
-#[inline]
-fn info_chain_len(info: u64) -> usize {
-    (info & 0xff) as usize
-}
-#[inline]
-pub fn info_cas(info: u64) -> u32 {
-    (info >> 32) as u32
-}
 
 /// The overflow pool's bookkeeping: buckets handed out so far (a high-water mark), and the head
 /// of the list of buckets given back (bucket index + 1; 0 for none), linked through slot 0.
@@ -112,12 +39,6 @@ pub fn info_cas(info: u64) -> u32 {
 pub struct Pool {
     pub used: u32,
     pub free: u32,
-}
-
-/// The summary bit of a tag.
-#[inline]
-fn summary_bit(tag: u64) -> u8 {
-    1 << (tag & 7)
 }
 
 /// A view of one shard's buckets: `1 << hash_power` primary buckets, then the overflow pool,
@@ -144,7 +65,7 @@ impl<'a> Table<'a> {
 
     /// Calls `f` on every item slot of the hash's chain until it returns `true`; returns that slot.
     #[inline]
-    fn scan(&self, hash: u64, mut f: impl FnMut(&'a AtomicU64, u64) -> bool) -> Option<&'a AtomicU64> {
+    pub(crate) fn scan(&self, hash: u64, mut f: impl FnMut(&'a AtomicU64, u64) -> bool) -> Option<&'a AtomicU64> {
         let head = self.head(hash);
         let chain = info_chain_len(head.slots[0].load(Relaxed));
         let mut bucket = head;
@@ -166,12 +87,6 @@ impl<'a> Table<'a> {
         None
     }
 
-    /// Whether the chain may hold the tag: `false` means certainly not.
-    #[inline]
-    pub fn may_hold(&self, hash: u64) -> bool {
-        self.summary[(hash & self.mask) as usize].load(Relaxed) & summary_bit(tag_of(hash)) != 0
-    }
-
     /// Stores an item slot of the hash's chain (one that `find`, `empty_slot` or `least_used`
     /// gave), keeping the summary up to date.
     #[inline]
@@ -182,24 +97,6 @@ impl<'a> Table<'a> {
             s.store(bits | bit, Relaxed);
         }
         slot.store(value, Relaxed);
-    }
-
-    /// Recomputes the chain's summary from its slots (after items left it).
-    fn refresh_summary(&self, hash: u64) {
-        let mut bits = 0;
-        self.scan(hash, |_, v| {
-            bits |= summary_bit(slot_tag(v));
-            false
-        });
-        self.summary[(hash & self.mask) as usize].store(bits, Relaxed);
-    }
-
-    /// Recomputes every chain's summary: for buckets found in a reopened file.
-    pub fn rebuild_summary(&self) {
-        for chain in 0..=self.mask {
-            // A chain's index serves as its hash: `head` only uses the masked bits.
-            self.refresh_summary(chain);
-        }
     }
 
     /// The slot of the key with this hash, `is_key` deciding between tag matches.
@@ -366,7 +263,7 @@ impl<'a> Table<'a> {
     /// which their records hold).
     #[cfg(test)]
     pub fn cas(&self, hash: u64) -> u32 {
-        info_cas(self.head(hash).slots[0].load(Relaxed))
+        crate::hashtable::slot::info_cas(self.head(hash).slots[0].load(Relaxed))
     }
 
     /// Bumps the chain's version and stamps the time (low 16 bits of `now`).
@@ -444,15 +341,6 @@ mod tests {
             t.put(h, slot, pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }));
         }
         hashes
-    }
-
-    #[test]
-    fn slot_packing_round_trips() {
-        let loc = Loc { seg: (1 << 22) - 1, offset: (1 << 22) - 3 };
-        let v = pack(0xabc, 200, loc);
-        assert_eq!((slot_tag(v), slot_freq(v), slot_loc(v)), (0xabc, 200, loc));
-        assert_eq!(tag_of(0), 1);
-        assert_eq!(tag_of(u64::MAX), 0xfff);
     }
 
     #[test]

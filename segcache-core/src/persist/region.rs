@@ -4,9 +4,13 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
+use crate::engine::meta::ShardMeta;
 use crate::fork::Origin;
-use crate::layout::{Bucket, Layout, SegHeader, ShardMeta, TtlBucket, HUGE_PAGE};
-use crate::persist::PersistFile;
+use crate::hashtable::bucket::Bucket;
+use crate::layout::{Layout, HUGE_PAGE};
+use crate::persist::file::PersistFile;
+use crate::segments::header::SegHeader;
+use crate::ttl_buckets::bucket::TtlBucket;
 use crate::{Error, Result};
 
 /// A mapping and, when file-backed, the open file that makes it persistent.
@@ -68,7 +72,7 @@ impl Drop for Region {
             return;
         }
         let now = crate::clock::Clock::now(&crate::clock::SystemClock);
-        if let Err(e) = crate::persist::close(self, now) {
+        if let Err(e) = crate::persist::file::close(self, now) {
             eprintln!("segcache: warning: graceful close failed: {e}");
         }
     }
@@ -78,7 +82,7 @@ impl Drop for Region {
 pub(crate) fn close(region: Arc<Region>, now: u32) -> Result<()> {
     region.origin.check()?;
     match Arc::try_unwrap(region) {
-        Ok(mut r) => crate::persist::close(&mut r, now),
+        Ok(mut r) => crate::persist::file::close(&mut r, now),
         Err(_) => Ok(()),
     }
 }

@@ -22,11 +22,14 @@
 //! so a crash leaves the old value or the new one, where a crash in the middle of a rewrite
 //! would leave a mix of both.
 
-use crate::engine::{check_key, expiry_fits, expiry_of, prefetch};
-use crate::lock::{lock_word, unlock_word};
-use crate::peek::PEEK_BYTES;
+use crate::engine::memory::prefetch;
+use crate::engine::write::check_key;
+use crate::hashtable::slot::{self, Loc};
 use crate::record;
-use crate::table::{self, Loc};
+use crate::segments::append::expiry_fits;
+use crate::shared::lock::{lock_word, unlock_word};
+use crate::shared::peek::PEEK_BYTES;
+use crate::ttl_buckets::expire::expiry_of;
 use crate::{ttl, Segcache};
 
 impl Segcache {
@@ -56,7 +59,7 @@ impl Segcache {
             self.key_at(loc, key)
         })?;
         let (item, found) = self.item_of(found, h, now)?;
-        let loc = table::slot_loc(found.value);
+        let loc = slot::slot_loc(found.value);
         let old_len = record::record_len(item.key.len(), item.value.len(), item.flags);
         let same_layout = record::same_layout(old_len, item.flags, len, flags);
         (same_layout && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some(loc)
@@ -99,7 +102,7 @@ impl Segcache {
             return false;
         }
         let info = self.table().info(h);
-        let old = lock_word(info, table::INFO_LOCKED);
+        let old = lock_word(info, slot::INFO_LOCKED);
         let Some(loc) = self.in_place_target(key, h, len, flags, ttl, expiry_of(ttl, now), now) else {
             unlock_word(info, old);
             return false;
@@ -123,7 +126,7 @@ impl Segcache {
             }
             std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());
         }
-        unlock_word(info, table::touched(old, now));
+        unlock_word(info, slot::touched(old, now));
         true
     }
 }

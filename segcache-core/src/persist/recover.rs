@@ -4,9 +4,10 @@ use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::{Acquire, Release};
 
 use crate::hash::hash;
-use crate::layout::*;
+use crate::hashtable::slot::{self, Loc};
 use crate::record;
-use crate::table::{self, Loc};
+use crate::segments::header::{NONE, POOL_SMALL, SEG_OPEN, SEG_SEALED};
+use crate::ttl_buckets::bucket::TtlBucket;
 use crate::{ttl, Segcache};
 
 /// Check states of `Segcache::unchecked`.
@@ -230,12 +231,12 @@ impl Segcache {
         if cas >= next.load(std::sync::atomic::Ordering::Relaxed) && cas != u32::MAX {
             next.store(cas + 1, std::sync::atomic::Ordering::Relaxed);
         }
-        let new = table::pack(table::tag_of(h), 0, loc);
+        let new = slot::pack(slot::tag_of(h), 0, loc);
         if let Some(f) = existing {
-            if table::slot_loc(f.value) == loc {
+            if slot::slot_loc(f.value) == loc {
                 return true;
             }
-            self.kill_at(table::slot_loc(f.value));
+            self.kill_at(slot::slot_loc(f.value));
             t.put(h, f.slot, new);
         } else {
             let mut pool = self.meta().overflow;

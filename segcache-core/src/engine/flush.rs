@@ -1,0 +1,91 @@
+//! Flush and reset: dropping every item at once, and the spare segment that eviction policies
+//! keep.
+
+use std::time::Duration;
+
+use crate::segments::header::{SegHeader, NONE, SEG_SPARE};
+use crate::ttl_buckets::bucket::TtlBucket;
+use crate::ttl_buckets::expire::ttl_secs;
+use crate::Segcache;
+use crate::{ttl, Policy};
+
+impl Segcache {
+    /// Removes every item now.
+    pub fn flush(&mut self) {
+        if self.origin.forked() {
+            return;
+        }
+        self.reset(false);
+        self.meta_mut().flushes += 1;
+    }
+
+    /// Removes every item stored before `delay` from now, at that time (`ZERO`: now).
+    pub fn flush_after(&mut self, delay: Duration) {
+        if delay.is_zero() {
+            return self.flush();
+        }
+        if self.origin.forked() {
+            return;
+        }
+        let at = self.now().saturating_add(ttl_secs(delay));
+        self.meta_mut().flush_at = at;
+    }
+
+    /// Empties the shard: every segment free, the table cleared (CAS values go on increasing).
+    /// `zeroed`: the region is fresh, all zero, so the table need not be written (writing it
+    /// would make every page of it resident before the first item).
+    pub(crate) fn reset(&mut self, zeroed: bool) {
+        // Every segment is about to be freed: none is left to check.
+        self.unchecked = None;
+        // Segments allocated before now belong to the flushed cache, whatever a crash leaves;
+        // recorded first, so that a crash in the middle of the reset cannot bring them back.
+        let m = self.meta_mut();
+        m.flushed_below = m.next_seq;
+        std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        if !zeroed {
+            self.table().clear();
+        }
+        for b in 0..ttl::BUCKETS {
+            *self.ttl_bucket_mut(b) = TtlBucket::EMPTY;
+        }
+        let n = self.geo.segments as u32;
+        for id in 0..n {
+            *self.seg_mut(id) = SegHeader { next: if id + 1 < n { id + 1 } else { NONE }, ..SegHeader::EMPTY };
+        }
+        let m = self.meta_mut();
+        m.free_head = 0;
+        m.free_count = n;
+        m.spare = NONE;
+        m.overflow = Default::default();
+        m.flush_at = 0;
+        m.intent_seg = NONE;
+        m.items = 0;
+        m.bytes = 0;
+        m.small_segments = 0;
+        if m.rng == 0 {
+            m.rng = 0x9e37_79b9_7f4a_7c15;
+        }
+        self.ghost.fill(0);
+        self.fit_spare_to_policy();
+    }
+
+    /// Merge and S3-FIFO keep one spare segment to copy into when the heap is a file (see
+    /// `compact`); other policies, and caches without a file, need none.
+    pub(crate) fn wants_spare(&self) -> bool {
+        self.durable && matches!(self.policy, Policy::Merge | Policy::S3Fifo)
+    }
+
+    pub(crate) fn fit_spare_to_policy(&mut self) {
+        let wants = self.wants_spare();
+        let spare = self.meta().spare;
+        if wants && spare == NONE {
+            if let Some(id) = self.pop_free() {
+                *self.seg_mut(id) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
+                self.meta_mut().spare = id;
+            }
+        } else if !wants && spare != NONE {
+            self.meta_mut().spare = NONE;
+            self.push_free(spare);
+        }
+    }
+}

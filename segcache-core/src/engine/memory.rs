@@ -1,0 +1,108 @@
+//! Raw access to the shard's memory: the hash table, metadata, segment headers and data, TTL
+//! buckets and records.
+
+use crate::engine::meta::ShardMeta;
+use crate::hashtable::slot::Loc;
+use crate::hashtable::table::Table;
+use crate::record::{self, Record};
+use crate::segments::header::SegHeader;
+use crate::ttl;
+use crate::ttl_buckets::bucket::TtlBucket;
+use crate::Segcache;
+
+#[inline(always)]
+pub(crate) fn prefetch(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: prefetch is a hint that never faults, whatever the address.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
+impl Segcache {
+    #[inline]
+    pub(crate) fn table(&self) -> Table<'static> {
+        Table { buckets: self.buckets, summary: self.summary, mask: self.geo.primary_buckets() as u64 - 1 }
+    }
+
+    #[inline]
+    pub(crate) fn meta(&self) -> &ShardMeta {
+        // SAFETY: points into the live region; see `Send`/`Sync` above.
+        unsafe { &*self.mem.meta }
+    }
+
+    #[inline]
+    pub(crate) fn meta_mut(&mut self) -> &mut ShardMeta {
+        // SAFETY: as above, and `&mut self` makes this the only access.
+        unsafe { &mut *self.mem.meta }
+    }
+
+    #[inline]
+    pub(crate) fn seg(&self, id: u32) -> &SegHeader {
+        assert!((id as usize) < self.geo.segments);
+        // SAFETY: in bounds (checked), inside the live region.
+        unsafe { &*self.mem.segs.add(id as usize) }
+    }
+
+    #[inline]
+    pub(crate) fn seg_mut(&mut self, id: u32) -> &mut SegHeader {
+        assert!((id as usize) < self.geo.segments);
+        // SAFETY: in bounds (checked), and `&mut self` makes this the only access.
+        unsafe { &mut *self.mem.segs.add(id as usize) }
+    }
+
+    #[inline]
+    pub(crate) fn ttl_bucket(&self, b: usize) -> &TtlBucket {
+        assert!(b < ttl::BUCKETS);
+        // SAFETY: in bounds (checked), inside the live region.
+        unsafe { &*self.mem.ttl.add(b) }
+    }
+
+    #[inline]
+    pub(crate) fn ttl_bucket_mut(&mut self, b: usize) -> &mut TtlBucket {
+        assert!(b < ttl::BUCKETS);
+        // SAFETY: in bounds (checked), and `&mut self` makes this the only access.
+        unsafe { &mut *self.mem.ttl.add(b) }
+    }
+
+    /// The written bytes of a segment.
+    #[inline]
+    pub(crate) fn seg_data(&self, id: u32) -> &[u8] {
+        let len = (self.seg(id).write_offset as usize).min(self.geo.segment_size);
+        // SAFETY: segment `id` (< segments, checked by `seg`) spans `segment_size` bytes of the
+        // heap inside the live region; writers need `&mut self`, so nothing changes it meanwhile.
+        unsafe { std::slice::from_raw_parts(self.mem.heap.add(id as usize * self.geo.segment_size), len) }
+    }
+
+    #[inline]
+    pub(crate) fn seg_space(&mut self, id: u32) -> &mut [u8] {
+        assert!((id as usize) < self.geo.segments);
+        // SAFETY: in bounds (checked); `&mut self` makes this the only access to the heap.
+        unsafe {
+            std::slice::from_raw_parts_mut(
+                self.mem.heap.add(id as usize * self.geo.segment_size),
+                self.geo.segment_size,
+            )
+        }
+    }
+
+    #[inline]
+    pub(crate) fn record_at(&self, loc: Loc) -> Option<Record<'_>> {
+        self.record(loc)
+    }
+
+    #[inline]
+    pub(crate) fn record(&self, loc: Loc) -> Option<Record<'_>> {
+        if loc.seg as usize >= self.geo.segments || !self.readable_segment(loc.seg) {
+            return None;
+        }
+        record::parse(self.seg_data(loc.seg).get(loc.offset as usize..)?)
+    }
+
+    #[inline]
+    pub(crate) fn key_at(&self, loc: Loc, key: &[u8]) -> bool {
+        self.record(loc).is_some_and(|r| r.key == key)
+    }
+}

@@ -1,0 +1,84 @@
+//! Per-shard metadata in the region: the free list, sequence numbers, flush state, the CAS
+//! counter and the statistics counters (some bumped by readers).
+
+use std::sync::atomic::AtomicU64;
+
+use crate::hashtable::table::Pool;
+
+/// Counters that readers bump (under a shared lock), hence atomic. They are bumped with a plain
+/// load and store rather than a locked add: exact for one reader at a time, approximate (a
+/// concurrent increment can be lost) when threads read one shard at once, and no barrier on the
+/// read path.
+#[repr(C)]
+#[derive(Debug, Default)]
+pub struct ReadCounters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+}
+
+/// Adds one to a read counter without a locked instruction (see `ReadCounters`); returns the
+/// old value.
+#[inline]
+pub fn bump(counter: &AtomicU64) -> u64 {
+    use std::sync::atomic::Ordering::Relaxed;
+    let v = counter.load(Relaxed);
+    counter.store(v.wrapping_add(1), Relaxed);
+    v
+}
+
+/// Per-shard state that is not a table, a bucket or a header.
+#[repr(C)]
+#[derive(Debug)]
+pub struct ShardMeta {
+    pub free_head: u32,
+    pub free_count: u32,
+    pub spare: u32,
+    pub _reserved: u32,
+    /// Overflow buckets handed out and given back.
+    pub overflow: Pool,
+    pub next_seq: u64,
+    /// Segments with a sequence number up to this one were flushed (recovery skips them).
+    pub flushed_below: u64,
+    /// Everything stored before this time (Unix seconds) is gone from then on; 0 for none.
+    pub flush_at: u32,
+    pub last_expire: u32,
+    pub _reserved2: u32,
+    pub merge_cursor: u32,
+    /// The record being published while an older copy of its key is marked dead; recovery prefers
+    /// it (see `persist`). `intent_seg == NONE` when no publish is in flight.
+    pub intent_seg: u32,
+    pub intent_offset: u32,
+    pub rng: u64,
+    /// The shard's CAS counter: the next item modified takes it (see `Segcache::next_cas`).
+    /// Atomic because rewrites in place take it under the shard's read lock. Never reset, so
+    /// CAS values keep increasing across flushes and warm restarts. On the line of the counters
+    /// that every store writes (`items`, `bytes`), not the first, which lock-free readers read.
+    pub next_cas: std::sync::atomic::AtomicU32,
+    pub _pad: u32,
+    pub items: u64,
+    pub bytes: u64,
+    pub small_segments: u64,
+    pub reads: ReadCounters,
+    pub sets: u64,
+    pub deletes: u64,
+    pub evicted_items: u64,
+    pub evicted_segments: u64,
+    pub expired_items: u64,
+    pub expired_segments: u64,
+    pub merged_items: u64,
+    pub flushes: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_cas_counter_is_off_the_line_that_lock_free_readers_read() {
+        let line = |off: usize| off / 64;
+        assert_eq!(line(std::mem::offset_of!(ShardMeta, flush_at)), 0);
+        assert_eq!(line(std::mem::offset_of!(ShardMeta, last_expire)), 0);
+        assert_eq!(line(std::mem::offset_of!(ShardMeta, next_cas)), line(std::mem::offset_of!(ShardMeta, items)));
+        assert_ne!(line(std::mem::offset_of!(ShardMeta, next_cas)), 0);
+    }
+}

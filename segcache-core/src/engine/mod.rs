@@ -1,0 +1,191 @@
+//! `Segcache`: the single-owner engine over one shard of a region: the type, its construction
+//! and teardown, the clock, and CAS values.
+
+pub(crate) mod flush;
+pub(crate) mod memory;
+pub(crate) mod meta;
+pub(crate) mod read;
+pub(crate) mod rewrite;
+pub(crate) mod rmw;
+pub(crate) mod slots;
+pub(crate) mod stats;
+pub(crate) mod write;
+
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::Arc;
+
+use crate::clock::Clock;
+use crate::fork::Origin;
+use crate::hashtable::bucket::Bucket;
+use crate::layout::Geometry;
+use crate::persist::region::ShardMem;
+use crate::record::{self};
+use crate::{Builder, Policy, Result};
+
+/// The engine: one shard's segments, hash table and TTL buckets. Writes take `&mut self`; reads
+/// take `&self` and may run in parallel (the frequency counters they bump are atomic).
+pub struct Segcache {
+    pub(crate) mem: ShardMem,
+    pub(crate) geo: Geometry,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) policy: Policy,
+    /// The shard's buckets (primary, then the overflow pool).
+    pub(crate) buckets: &'static [Bucket],
+    /// The tag summary of each chain (see `table`): in process memory, not in the region, since
+    /// it is rebuilt on every open. Leaked from a `Box` so that tables can be `'static` like the
+    /// buckets; `Drop` takes it back.
+    pub(crate) summary: &'static [AtomicU8],
+    /// S3-FIFO ghost: fingerprints of keys recently dropped from the small pool, direct-mapped.
+    pub(crate) ghost: Vec<u32>,
+    /// Holds an old value while its item is rewritten (append, incr, touch), since the rewrite
+    /// may evict the segment it came from.
+    pub(crate) scratch: Vec<u8>,
+    /// File-backed: records carry the checksums that crash recovery checks. Anonymous memory
+    /// does not outlive the process, so it skips them.
+    pub(crate) durable: bool,
+    /// After a lazily verified reopen (`Builder::lazy_verify`), each segment's check state
+    /// (unchecked, good, bad: see `recover`) until every segment is checked: a read checks the
+    /// segment it touches, the first write checks all the others. `None` otherwise.
+    pub(crate) unchecked: Option<Box<[std::sync::atomic::AtomicU8]>>,
+    /// The process that opened the cache (see `fork`).
+    pub(crate) origin: Origin,
+    /// The shard count and this shard's index: CAS values interleave the shards' counters
+    /// (`cas_token`), so that two keys never share one.
+    pub(crate) cas_stride: u64,
+    pub(crate) cas_offset: u64,
+    /// `Builder::pad_numbers`.
+    pub(crate) pad_numbers: bool,
+}
+
+// SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
+// goes through `&mut self`, except to atomics and `rewrite_shared`'s (see there).
+unsafe impl Send for Segcache {}
+// SAFETY: as above.
+unsafe impl Sync for Segcache {}
+
+impl Drop for Segcache {
+    /// A file-backed engine takes its segments' checksums for the next open (the region, once
+    /// its last engine is gone, then seals the file: see `persist::close`).
+    fn drop(&mut self) {
+        if !self.origin.forked() && self.mem.region.file.as_ref().is_some_and(|f| f.active.load(Relaxed)) {
+            self.seal_for_close();
+        }
+        let summary: &'static [AtomicU8] = std::mem::take(&mut self.summary);
+        // SAFETY: `summary` came from `Box::leak` in `from_mem` and is released once, here; the
+        // tables that borrowed it are temporaries of this engine's methods, all finished.
+        drop(unsafe { Box::from_raw(summary as *const [AtomicU8] as *mut [AtomicU8]) });
+    }
+}
+
+impl std::fmt::Debug for Segcache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Segcache").field("geometry", &self.geo).field("policy", &self.policy).finish_non_exhaustive()
+    }
+}
+
+/// The CAS value a read hands out for a record's counter `c`, in shard `offset` of `stride`:
+/// the shards' counters interleaved, so that no two keys share a value, counting up from 1.
+#[inline]
+pub(crate) fn cas_token(stride: u64, offset: u64, c: u32) -> u64 {
+    u64::from(c) * stride + offset + 1
+}
+
+impl Segcache {
+    /// A [`Builder`] with every setting at its default.
+    pub fn builder() -> Builder {
+        Builder::new()
+    }
+
+    /// An engine over `mem`; `fresh` lays out empty structures, otherwise they are used as found
+    /// (a reopened file, already validated or rebuilt).
+    pub(crate) fn from_mem(mem: ShardMem, geo: Geometry, builder: &Builder, fresh: bool) -> Segcache {
+        let n = geo.primary_buckets() + geo.overflow_buckets();
+        // SAFETY: `mem.buckets` points at `n` buckets inside the region that `mem` keeps alive
+        // for as long as this engine exists; buckets are atomics, so shared references are sound.
+        let buckets: &'static [Bucket] = unsafe { std::slice::from_raw_parts(mem.buckets, n) };
+        let summary: &'static [AtomicU8] = Box::leak((0..geo.primary_buckets()).map(|_| AtomicU8::new(0)).collect());
+        let ghost_len = if builder.policy == Policy::S3Fifo {
+            (geo.segments * geo.segment_size / 10 / 64).next_power_of_two().max(64)
+        } else {
+            0
+        };
+        let durable = mem.region.file.is_some();
+        let origin = mem.region.origin;
+        let (cas_stride, cas_offset) = (mem.region.layout.shards as u64, mem.index as u64);
+        let mut engine = Segcache {
+            durable,
+            unchecked: None,
+            cas_stride,
+            cas_offset,
+            mem,
+            geo,
+            clock: builder.clock.clone(),
+            policy: builder.policy,
+            pad_numbers: builder.pad_numbers,
+            buckets,
+            summary,
+            ghost: vec![0; ghost_len],
+            scratch: Vec::new(),
+            origin,
+        };
+        // Metadata found in a file is left untouched until it is verified or rebuilt.
+        if fresh {
+            engine.reset(true);
+        } else {
+            engine.table().rebuild_summary();
+        }
+        engine
+    }
+
+    /// [`Error::Forked`] when this process is a `fork()` child of the one that opened the cache:
+    /// there, reads miss and every write fails with that error.
+    #[inline]
+    pub fn check_fork(&self) -> Result<()> {
+        self.origin.check()
+    }
+
+    /// The cache clock, Unix seconds. Never earlier than the last expiry run (which every
+    /// second's first write starts): a clock that steps back does not bring back what expired or
+    /// was flushed.
+    pub fn now(&self) -> u32 {
+        self.clock.now().max(self.meta().last_expire)
+    }
+
+    /// Takes the shard's next CAS counter, for an item being stored or modified. The counter is
+    /// 32 bits, stored in the record, and wraps after 2^32 modifications in a shard: only then
+    /// can a value come back (a `cas` holding a token that old could match again).
+    #[inline]
+    pub(crate) fn next_cas(&self) -> u32 {
+        self.meta().next_cas.fetch_add(1, Relaxed)
+    }
+
+    /// `next_cas` for a writer that holds the engine exclusively: no locked instruction.
+    #[inline]
+    pub(crate) fn next_cas_mut(&mut self) -> u32 {
+        let c = self.meta_mut().next_cas.get_mut();
+        let cas = *c;
+        *c = cas.wrapping_add(1);
+        cas
+    }
+
+    /// The CAS value clients see for a record's counter `c` (see `cas_token`).
+    #[inline]
+    pub(crate) fn cas_of(&self, c: u32) -> u64 {
+        cas_token(self.cas_stride, self.cas_offset, c)
+    }
+
+    /// Largest item (key + value, without client flags) that fits in a segment.
+    pub fn max_item_size(&self) -> usize {
+        (self.geo.segment_size - record::HEADER_LEN - 4).min(record::MAX_VALUE_LEN)
+    }
+
+    /// Graceful stop: with a persistence path, writes what a warm restart needs and marks the
+    /// file clean. Dropping the engine does the same but cannot report an error.
+    pub fn close(self) -> Result<()> {
+        self.origin.check()?;
+        let region = std::sync::Arc::clone(&self.mem.region);
+        let now = self.now();
+        drop(self);
+        crate::persist::region::close(region, now)
+    }
+}

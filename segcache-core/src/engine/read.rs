@@ -1,0 +1,209 @@
+//! Reads: single and batched lookups.
+
+use crate::engine::memory::prefetch;
+use crate::engine::meta::{bump, ReadCounters};
+use crate::engine::write::check_key;
+use crate::hash::hash;
+use crate::hashtable::bucket::Bucket;
+use crate::hashtable::slot::{self};
+use crate::hashtable::table::{self, Table};
+use crate::ttl_buckets::expire::flushed_by;
+use crate::ttl_buckets::expire::live_until;
+use crate::Item;
+use crate::Segcache;
+
+impl Segcache {
+    #[inline]
+    pub(crate) fn flushed(&self, now: u32) -> bool {
+        flushed_by(self.meta().flush_at, now)
+    }
+
+    #[inline]
+    pub(crate) fn live_expiry(&self, seg: u32, now: u32) -> Option<u32> {
+        let exp = self.seg(seg).expire_at;
+        live_until(exp, now).then_some(exp)
+    }
+
+    /// Looks the key up; `None` if absent, expired or flushed.
+    #[inline]
+    pub fn get(&self, key: &[u8]) -> Option<Item<'_>> {
+        self.get_counted_in(key, hash(key), &self.meta().reads)
+    }
+
+    /// `get` for a caller that has the key's hash and counts the read in its own `counters`
+    /// (`SharedCache` counts in each reader's own slot, so a read writes no line another core uses).
+    #[inline]
+    pub(crate) fn get_counted_in(&self, key: &[u8], h: u64, counters: &ReadCounters) -> Option<Item<'_>> {
+        match self.lookup_lazily(key, h) {
+            Some((item, found)) => {
+                let coin = bump(&counters.hits);
+                Table::bump_freq(found.slot, found.value, coin ^ h);
+                Some(item)
+            }
+            None => {
+                bump(&counters.misses);
+                None
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn lookup(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
+        self.item_of(self.find_key(key, h)?, h, now)
+    }
+
+    /// `lookup`, reading the clock only once the key's slot is found: a miss needs no time.
+    #[inline]
+    pub(crate) fn lookup_lazily(&self, key: &[u8], h: u64) -> Option<(Item<'_>, table::Found<'static>)> {
+        self.item_of(self.find_key(key, h)?, h, self.now())
+    }
+
+    /// The key's slot, whatever the item's expiry and any flush: needs no clock.
+    #[inline]
+    pub(crate) fn find_key(&self, key: &[u8], h: u64) -> Option<table::Found<'static>> {
+        check_key(key).ok()?;
+        self.table().find(h, |loc| self.key_at(loc, key))
+    }
+
+    /// The item in the key's slot `found`, unless it expired or was flushed.
+    #[inline]
+    pub(crate) fn item_of(
+        &self,
+        found: table::Found<'static>,
+        _h: u64,
+        now: u32,
+    ) -> Option<(Item<'_>, table::Found<'static>)> {
+        // A `fork()` child reads nothing: its parent may be writing a shared file meanwhile.
+        if self.flushed(now) || self.origin.forked() {
+            return None;
+        }
+        let loc = slot::slot_loc(found.value);
+        let expire_at = self.live_expiry(loc.seg, now)?;
+        let r = self.record(loc)?;
+        let cas = self.cas_of(r.cas);
+        Some((Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at, now }, found))
+    }
+
+    /// Whether the key is present; does not count as a read.
+    pub fn contains(&self, key: &[u8]) -> bool {
+        self.lookup_lazily(key, hash(key)).is_some()
+    }
+
+    /// Where the key's record lies (segment id, byte offset), if present: for tests that check
+    /// what a write moved. Not part of the stable API.
+    #[doc(hidden)]
+    pub fn record_location(&self, key: &[u8]) -> Option<(u32, u32)> {
+        let loc = slot::slot_loc(self.lookup_lazily(key, hash(key))?.1.value);
+        Some((loc.seg, loc.offset))
+    }
+
+    /// Looks up many keys, calling `f(index, item)` for each hit. The buckets of a batch and then
+    /// its items are prefetched before any is read, so the memory misses overlap.
+    pub fn get_many_with<'a>(&'a self, keys: &[&[u8]], f: impl FnMut(usize, Item<'a>)) {
+        self.get_many_counted_in(keys, &self.meta().reads, f)
+    }
+
+    /// `get_many_with` counting hits and misses in `counters` (see `get_counted_in`).
+    pub(crate) fn get_many_counted_in<'a>(
+        &'a self,
+        keys: &[&[u8]],
+        counters: &ReadCounters,
+        mut f: impl FnMut(usize, Item<'a>),
+    ) {
+        pub(crate) const BATCH: usize = 16;
+        let now = self.now();
+        let t = self.table();
+        let mut hashes = [0u64; BATCH];
+        // The first slot whose tag matches: almost always the key's, so the last pass reads the
+        // record there without scanning the chain again.
+        let mut first_match: [Option<table::Found<'static>>; BATCH] = [None; BATCH];
+        for (chunk_no, chunk) in keys.chunks(BATCH).enumerate() {
+            for (h, k) in hashes.iter_mut().zip(chunk) {
+                *h = hash(k);
+                prefetch(t.head(*h) as *const Bucket as *const u8);
+            }
+            for (h, candidate) in hashes[..chunk.len()].iter().zip(&mut first_match) {
+                let tag = slot::tag_of(*h);
+                *candidate = t.find(*h, |_| true).filter(|f| slot::slot_tag(f.value) == tag);
+                if let Some(found) = candidate {
+                    let loc = slot::slot_loc(found.value);
+                    if (loc.seg as usize) < self.geo.segments {
+                        // SAFETY: in-bounds address inside the heap; prefetch never faults.
+                        let at = unsafe {
+                            self.mem.heap.add(loc.seg as usize * self.geo.segment_size + loc.offset as usize)
+                        };
+                        prefetch(at);
+                        // Small items straddle two lines more often than not.
+                        prefetch(at.wrapping_add(64));
+                    }
+                }
+            }
+            for (i, k) in chunk.iter().enumerate() {
+                let h = hashes[i];
+                let hit = match first_match[i] {
+                    Some(f) if self.key_at(slot::slot_loc(f.value), k) => self.item_of(f, h, now),
+                    _ => self.lookup(k, h, now),
+                };
+                match hit {
+                    Some((item, found)) => {
+                        let coin = bump(&counters.hits);
+                        Table::bump_freq(found.slot, found.value, coin ^ h);
+                        f(chunk_no * BATCH + i, item)
+                    }
+                    None => {
+                        bump(&counters.misses);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Looks up many keys; `None` for each miss, in the order of `keys`.
+    pub fn get_many<'a>(&'a self, keys: &[&[u8]]) -> Vec<Option<Item<'a>>> {
+        let mut out = vec![None; keys.len()];
+        self.get_many_with(keys, |i, item| out[i] = Some(item));
+        out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::hash::hash;
+    use crate::hashtable::slot;
+    use crate::{Builder, Policy};
+
+    /// Two keys in one chain with the same tag: the first tag match is not always the key, so
+    /// the batched read must compare keys and fall back to a full scan.
+    #[test]
+    fn batched_reads_tell_apart_keys_that_share_bucket_and_tag() {
+        let mut c = Builder::new()
+            .heap_size(4 << 20)
+            .segment_size(1 << 20)
+            .hash_power(4)
+            .eviction(Policy::None)
+            .build()
+            .unwrap();
+        let mask = c.geo.primary_buckets() as u64 - 1;
+        let key = |i: u32| format!("collide-{i}").into_bytes();
+        let (first, h0) = (key(0), hash(&key(0)));
+        let twin = (1..)
+            .map(key)
+            .find(|k| {
+                let h = hash(k);
+                slot::tag_of(h) == slot::tag_of(h0) && h & mask == h0 & mask
+            })
+            .unwrap();
+        c.set(&first, b"first", 0, Duration::ZERO).unwrap();
+        c.set(&twin, b"twin", 0, Duration::ZERO).unwrap();
+        let got: Vec<Option<Vec<u8>>> =
+            c.get_many(&[&twin, &first, b"absent"]).into_iter().map(|i| i.map(|i| i.value().to_vec())).collect();
+        assert_eq!(got, [Some(b"twin".to_vec()), Some(b"first".to_vec()), None]);
+        c.delete(&first).unwrap();
+        let got: Vec<Option<Vec<u8>>> =
+            c.get_many(&[&first, &twin]).into_iter().map(|i| i.map(|i| i.value().to_vec())).collect();
+        assert_eq!(got, [None, Some(b"twin".to_vec())]);
+        assert_eq!(c.get(&twin).map(|i| i.value().to_vec()), Some(b"twin".to_vec()));
+    }
+}

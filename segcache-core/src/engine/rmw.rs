@@ -1,0 +1,234 @@
+//! Read-modify-write: append, prepend, incr, decr and touch, which rewrite an item from its
+//! current value.
+
+use std::time::Duration;
+
+use crate::engine::write::check_key;
+use crate::engine::write::Mode;
+use crate::hash::hash;
+use crate::hashtable::slot::{self};
+use crate::hashtable::table::Table;
+use crate::record::{self};
+use crate::segments::append::expiry_fits;
+use crate::segments::header::{NONE, POOL_MAIN};
+use crate::ttl_buckets::expire::expiry_of;
+use crate::ttl_buckets::expire::ttl_secs;
+use crate::Segcache;
+use crate::{ttl, Error, Policy, Result};
+
+/// `TooLarge` when `old` joined with `added` under `key` would be over `max` (see `max_item_size`).
+pub(crate) fn fits_joined(key: &[u8], old: &[u8], added: &[u8], max: usize) -> Result<()> {
+    let size = key.len().saturating_add(old.len()).saturating_add(added.len());
+    if size > max {
+        return Err(Error::TooLarge { size, max });
+    }
+    Ok(())
+}
+
+/// A decimal ASCII unsigned 64-bit number, as memcached's incr/decr accept it (`safe_strtoull`
+/// over the value, which memcached stores followed by "\r\n"): leading white space and a sign
+/// allowed, at least one digit, no overflow, then white space, a NUL or the end; a minus sign
+/// only when the result is below 2^63 read as signed (so "-0" is 0, "-1" is refused). memcached's
+/// `incr` leaves a shrunk number padded with spaces ("5 "), which reads back as 5.
+pub(crate) fn parse_decimal(v: &[u8]) -> Option<u64> {
+    // C's isspace in the "C" locale.
+    let space = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
+    let i = v.iter().position(|&c| !space(c))?;
+    let (negative, i) = match v[i] {
+        b'-' => (true, i + 1),
+        b'+' => (false, i + 1),
+        _ => (false, i),
+    };
+    let digits = v[i..].iter().take_while(|c| c.is_ascii_digit()).count();
+    if digits == 0 {
+        return None;
+    }
+    let n = v[i..i + digits].iter().try_fold(0u64, |n, &c| n.checked_mul(10)?.checked_add(u64::from(c - b'0')))?;
+    match v.get(i + digits) {
+        None | Some(0) => {}
+        Some(&c) if space(c) => {}
+        Some(_) => return None,
+    }
+    if negative {
+        let n = n.wrapping_neg();
+        return ((n as i64) >= 0).then_some(n);
+    }
+    Some(n)
+}
+
+/// `n` in decimal ASCII, written into the end of `buf`.
+pub(crate) fn format_decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
+    let mut i = buf.len();
+    loop {
+        i -= 1;
+        buf[i] = b'0' + (n % 10) as u8;
+        n /= 10;
+        if n == 0 {
+            return &buf[i..];
+        }
+    }
+}
+
+impl Segcache {
+    /// Appends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
+    pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let max = self.joined_size_limit(key, value)?;
+        self.rewrite(key, Error::NotStored, |old, out| {
+            fits_joined(key, old, value, max)?;
+            out.extend_from_slice(old);
+            out.extend_from_slice(value);
+            Ok(())
+        })
+        .map(drop)
+    }
+
+    /// Prepends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
+    pub fn prepend(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        let max = self.joined_size_limit(key, value)?;
+        self.rewrite(key, Error::NotStored, |old, out| {
+            fits_joined(key, old, value, max)?;
+            out.extend_from_slice(value);
+            out.extend_from_slice(old);
+            Ok(())
+        })
+        .map(drop)
+    }
+
+    /// The largest item an append or prepend of `value` to `key` may make, or `TooLarge` when
+    /// `value` alone is over it: checked before anything is copied, so that an oversized argument
+    /// costs no allocation of its size.
+    pub(crate) fn joined_size_limit(&self, key: &[u8], value: &[u8]) -> Result<usize> {
+        let max = self.max_item_size();
+        fits_joined(key, &[], value, max)?;
+        Ok(max)
+    }
+
+    /// Adds `delta` to a decimal value, wrapping at 2^64; returns the new value.
+    pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<u64> {
+        self.arith(key, |n| n.wrapping_add(delta))
+    }
+
+    /// Subtracts `delta` from a decimal value, stopping at 0; returns the new value.
+    pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<u64> {
+        self.arith(key, |n| n.saturating_sub(delta))
+    }
+
+    /// Sets a new TTL ([`Error::NotFound`] if absent), keeping the value, flags and CAS value.
+    ///
+    /// An item's expiry is its segment's. If that segment's expiry suits the new TTL as it would
+    /// suit an append (`expiry_fits`: not later than asked, less than a TTL bucket width
+    /// earlier), nothing changes; otherwise the record moves once, copied heap to heap into the
+    /// open segment of the new TTL's bucket, and is published like any append.
+    pub fn touch(&mut self, key: &[u8], ttl: Duration) -> Result<()> {
+        check_key(key)?;
+        self.origin.check()?;
+        let now = self.prepare_write();
+        self.touch_at(key, hash(key), ttl_secs(ttl), now)
+    }
+
+    pub(crate) fn touch_at(&mut self, key: &[u8], h: u64, ttl: u32, now: u32) -> Result<()> {
+        let Some((item, found)) = self.lookup(key, h, now) else {
+            return Err(Error::NotFound);
+        };
+        let len = record::record_len(item.key.len(), item.value.len(), item.flags);
+        let (expire_at, width) = (expiry_of(ttl, now), ttl::width_of(ttl));
+        let seg = slot::slot_loc(found.value).seg;
+        if expiry_fits(self.seg(seg), expire_at, width) {
+            return Ok(());
+        }
+        let pool = if self.policy == Policy::S3Fifo { self.seg(seg).pool } else { POOL_MAIN };
+        let dest = self.segment_for(len, ttl, expire_at, pool, now)?;
+        // Opening a segment may have evicted the record or moved it (a merge): look again.
+        let Some(found) = self.find_key(key, h) else {
+            return Ok(());
+        };
+        let old = slot::slot_loc(found.value);
+        debug_assert!(old.seg != dest && self.record(old).is_some_and(|r| r.len == len));
+        let at = |seg: u32, offset: u32| seg as usize * self.geo.segment_size + offset as usize;
+        let (from, to) = (at(old.seg, old.offset), at(dest, self.seg(dest).write_offset));
+        // SAFETY: both ranges lie in the heap: the live record inside its segment (as parsed),
+        // the destination at its segment's write offset, below its end (`segment_for` found room
+        // for `len`). The record lies below its own segment's write offset, so the ranges do not
+        // overlap (`copy` would allow it anyway); no reference to either is alive.
+        unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
+        let new = self.write_record(dest, |_| {}, len);
+        // Published as `store_at` publishes a replacement, so a crash keeps one of the copies.
+        if self.durable {
+            let meta = self.meta_mut();
+            meta.intent_seg = new.seg;
+            meta.intent_offset = new.offset;
+        }
+        self.kill(old);
+        Table::relocate(found.slot, found.value, slot::slot_freq(found.value), new);
+        self.table().touch_info(h, now);
+        if self.durable {
+            self.meta_mut().intent_seg = NONE;
+        }
+        Ok(())
+    }
+
+    pub(crate) fn arith(&mut self, key: &[u8], op: impl FnOnce(u64) -> u64) -> Result<u64> {
+        let (mut result, pad) = (0, self.pad_numbers);
+        self.rewrite(key, Error::NotFound, |old, out| {
+            let n = parse_decimal(old).ok_or(Error::NotNumeric)?;
+            result = op(n);
+            let mut buf = [0; 20];
+            let digits = format_decimal(result, &mut buf);
+            out.extend_from_slice(digits);
+            if pad {
+                // As memcached: a number that got shorter keeps the old length, padded with
+                // spaces (memcached writes it in place; here too the record keeps its size).
+                out.resize(old.len().max(digits.len()), b' ');
+            }
+            Ok(())
+        })?;
+        Ok(result)
+    }
+
+    pub(crate) fn rewrite(
+        &mut self,
+        key: &[u8],
+        missing: Error,
+        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
+        self.rewrite_with_ttl(key, missing, None, build)
+    }
+
+    /// Reads the item, builds its new value in `scratch`, and stores it with the same flags and
+    /// expiry (or a new TTL).
+    pub(crate) fn rewrite_with_ttl(
+        &mut self,
+        key: &[u8],
+        missing: Error,
+        new_ttl: Option<u32>,
+        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<()>,
+    ) -> Result<()> {
+        check_key(key)?;
+        self.origin.check()?;
+        let now = self.prepare_write();
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let h = hash(key);
+        let (flags, expire_at) = match self.lookup(key, h, now) {
+            None => {
+                self.scratch = scratch;
+                return Err(missing);
+            }
+            Some((item, _)) => {
+                if let Err(e) = build(item.value, &mut scratch) {
+                    self.scratch = scratch;
+                    return Err(e);
+                }
+                (item.flags, item.expire_at)
+            }
+        };
+        let ttl = match new_ttl {
+            Some(t) => t,
+            None if expire_at == 0 => 0,
+            None => expire_at.saturating_sub(now).max(1),
+        };
+        let res = self.store_at(key, h, &[&scratch], flags, ttl, Mode::Set, now);
+        self.scratch = scratch;
+        res
+    }
+}

@@ -1,0 +1,248 @@
+//! Compaction: copying the frequently read live items of source segments into destinations.
+
+use crate::engine::memory::prefetch;
+use crate::hashtable::bucket::Bucket;
+use crate::hashtable::slot::{self, Loc};
+use crate::hashtable::table::Table;
+use crate::segments::header::{SegHeader, NONE, POOL_MAIN, POOL_SMALL, SEG_SEALED, SEG_SPARE};
+use crate::Segcache;
+use crate::{Policy, Result};
+
+thread_local! {
+    /// Live items of the segments being merged. One buffer per thread, not per engine: it grows
+    /// to a few segments' worth of entries (about 1.2 MiB for 4 segments of 1 MiB holding 85-byte
+    /// items), and a shared cache has many engines (its shards) but few threads writing at once.
+    static MOVES: std::cell::Cell<Vec<Move>> = const { std::cell::Cell::new(Vec::new()) };
+}
+
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Move {
+    pub(crate) loc: Loc,
+    pub(crate) hash: u64,
+    pub(crate) freq: u8,
+    pub(crate) len: u32,
+}
+
+/// Items ahead in a merge's moves whose buckets are prefetched.
+pub(crate) const MOVE_AHEAD: usize = 8;
+
+impl Segcache {
+    /// Copies the live items of `sources` (neighbours in one TTL chain) that are worth keeping
+    /// into at most half as many new destination segments, which take the sources' place in the
+    /// chain, in `pool`; the rest are evicted and the sources freed.
+    ///
+    /// `cont` is a sealed segment right before the sources in the chain, with room left (the last
+    /// destination of the previous merge of a sweep): it is filled first, so that consecutive
+    /// merges pack their destinations full instead of leaving each one's last partly empty.
+    ///
+    /// What is kept: every live item when they fit (so dead space is compacted away without
+    /// losing anything), else the most frequently read ones down to a cut-off (and, of the
+    /// items at the cut-off, the newest that still fit), and never items read fewer than
+    /// `min_freq` times. Kept items have their counters halved. Items leaving S3-FIFO's small
+    /// pool unread are remembered in the ghost.
+    ///
+    /// Destinations need no extra memory. With a file, the first new one is the spare segment
+    /// and the next ones are sources already emptied. Crash safety: a destination is linked into
+    /// the chain before a source is reused, and a reused source is re-initialised as a spare
+    /// first, so a crash leaves every kept item in a linked segment (possibly twice, with the
+    /// same value). Without a file nothing has to survive a crash, so no spare is kept (one
+    /// segment less idle per shard): the source being drained is compacted in place, each kept
+    /// record moving to an offset no higher than its own, so nothing not yet read is overwritten.
+    pub(crate) fn compact(&mut self, sources: &[u32], min_freq: u8, pool: u8, cont: Option<u32>) -> Result<()> {
+        let mut spare = self.meta().spare;
+        let in_place = !self.durable;
+        if (spare == NONE && !in_place) || sources.is_empty() {
+            return self.evict_simple(Policy::Fifo);
+        }
+        // Newest source first: among items read equally often, the newer ones are kept (they have
+        // had less time to prove themselves); and drained sources become destinations.
+        let order: Vec<u32> = sources.iter().rev().copied().collect();
+        // Read before a source becomes a destination (and takes `pool`).
+        let from_small: Vec<bool> = order.iter().map(|&s| self.seg(s).pool == POOL_SMALL).collect();
+        // Gather live items and their frequencies.
+        let mut moves = MOVES.take();
+        moves.clear();
+        let t = self.table();
+        let mut hist = [0u64; 256];
+        for &src in &order {
+            self.for_each_live(src, |_, loc, h, len| {
+                if let Some(f) = t.find_loc(h, loc) {
+                    let freq = slot::slot_freq(f.value);
+                    hist[freq as usize] += u64::from(len);
+                    moves.push(Move { loc, hash: h, freq, len });
+                }
+            });
+        }
+        // At most half the sources' space is newly used: each merge frees at least half its
+        // sources.
+        let max_dests = sources.len().div_ceil(2);
+        let room = cont.map_or(0, |c| self.geo.segment_size - self.seg(c).write_offset as usize);
+        let budget = (room + max_dests * self.geo.segment_size) as u64;
+        let mut cutoff = 256usize;
+        let mut kept = 0u64;
+        while cutoff > usize::from(min_freq) && kept + hist[cutoff - 1] <= budget {
+            cutoff -= 1;
+            kept += hist[cutoff];
+        }
+        // Bytes left for the items one step below the cut-off, newest first. Less a record's
+        // length per destination: items do not pack destinations to the last byte, and the
+        // items above the cut-off (which may come later) must still find room.
+        let longest = moves.iter().map(|m| u64::from(m.len)).max().unwrap_or(0);
+        let mut partial = budget.saturating_sub(kept + (max_dests as u64 + 1) * longest);
+        let first = sources[0];
+        let (b, expire_at, create_at) = {
+            let s = self.seg(first);
+            (s.ttl_bucket as usize, s.expire_at, s.create_at)
+        };
+        // Destinations go where the first source was: before the first non-source after it.
+        let mut before = self.seg(first).next;
+        while before != NONE && sources.contains(&before) {
+            before = self.seg(before).next;
+        }
+        // Every live item of the sources leaves the counts now; kept ones come back as written.
+        let (mut items, mut bytes) = (0u64, 0u64);
+        for &src in sources {
+            items += u64::from(self.seg(src).live_items);
+            bytes += u64::from(self.seg(src).live_bytes);
+        }
+        let m = self.meta_mut();
+        m.items = m.items.saturating_sub(items);
+        m.bytes = m.bytes.saturating_sub(bytes);
+
+        let header = |seq: u64| SegHeader {
+            seq,
+            create_at,
+            expire_at,
+            ttl_bucket: b as u16,
+            state: SEG_SPARE,
+            pool,
+            ..SegHeader::EMPTY
+        };
+        let mut reused = 0usize; // order[..reused] became destinations
+                                 // The destination being filled; `cont` is already in the chain, new ones are not yet.
+        let mut dest = match cont {
+            Some(c) => c,
+            None => self.next_dest(&mut spare, &order, &mut reused, header),
+        };
+        let mut new_dests = usize::from(cont.is_none()); // spare and reused sources taken
+        let (mut copied, mut dropped) = (0u64, 0u64);
+        let mut ghosts = Vec::new();
+        let mut current = 0usize; // index in `order` of the segment being drained
+        for (i, m) in moves.iter().enumerate() {
+            // The buckets were read in the first pass, a few segments' worth of lines ago.
+            if let Some(ahead) = moves.get(i + MOVE_AHEAD) {
+                prefetch(t.head(ahead.hash) as *const Bucket as *const u8);
+            }
+            while order[current] != m.loc.seg {
+                current += 1;
+            }
+            let Some(slot) = t.find_loc(m.hash, m.loc) else { continue };
+            let mut keep = m.freq >= min_freq
+                && (usize::from(m.freq) >= cutoff
+                    || (usize::from(m.freq) + 1 == cutoff && partial >= u64::from(m.len) && {
+                        partial -= u64::from(m.len);
+                        true
+                    }));
+            if keep && self.seg(dest).write_offset as usize + m.len as usize > self.geo.segment_size {
+                let free = spare != NONE || reused < current || (in_place && reused == current);
+                if new_dests < max_dests && free {
+                    // Seal this destination into the chain, then drain into the next.
+                    if Some(dest) != cont {
+                        self.seal_dest(dest, b, before, pool);
+                    }
+                    dest = self.next_dest(&mut spare, &order, &mut reused, header);
+                    new_dests += 1;
+                } else {
+                    keep = false;
+                }
+            }
+            if keep {
+                let at = |seg: u32, offset: u32| seg as usize * self.geo.segment_size + offset as usize;
+                let (from, to) = (at(m.loc.seg, m.loc.offset), at(dest, self.seg(dest).write_offset));
+                let len = m.len as usize;
+                // SAFETY: both ranges lie in the heap: the source record inside its segment (as
+                // parsed), the destination below its segment's end (checked above). They overlap
+                // when a segment is compacted in place, which `copy` allows; no reference to
+                // either is alive.
+                unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
+                let new = self.write_record(dest, |_| {}, len);
+                Table::relocate(slot.slot, slot.value, m.freq / 2, new);
+                copied += 1;
+            } else {
+                self.remove_slot(m.hash, slot.slot);
+                dropped += 1;
+                if from_small[current] && pool == POOL_MAIN {
+                    ghosts.push(m.hash);
+                }
+            }
+        }
+        MOVES.set(moves);
+        for h in ghosts {
+            self.ghost_insert(h);
+        }
+        // The last new destination joins the chain if anything went into it; otherwise it is
+        // spare again.
+        let mut leftover = Vec::new();
+        if Some(dest) != cont {
+            if self.seg(dest).write_offset > 0 {
+                self.seal_dest(dest, b, before, pool);
+            } else {
+                leftover.push(dest);
+                new_dests -= 1;
+            }
+        }
+        for &src in &order[reused..] {
+            self.unlink(src);
+            leftover.push(src);
+        }
+        // One freed segment becomes the next spare (if the spare was used and the shard keeps
+        // one), the rest go to the free list.
+        let need_spare = self.meta().spare == NONE && self.wants_spare();
+        for (i, id) in leftover.into_iter().enumerate() {
+            if i == 0 && need_spare {
+                *self.seg_mut(id) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
+                self.meta_mut().spare = id;
+            } else {
+                self.push_free(id);
+            }
+        }
+        let m = self.meta_mut();
+        m.evicted_items += dropped;
+        m.merged_items += copied;
+        m.evicted_segments += (sources.len() - new_dests.min(sources.len())) as u64;
+        Ok(())
+    }
+
+    /// The next new destination of a merge (see `compact`), initialised by `header` and out of
+    /// its chain: the spare while it is unused, else the first source not yet reused (drained,
+    /// or being drained when compacting in place).
+    pub(crate) fn next_dest(
+        &mut self,
+        spare: &mut u32,
+        order: &[u32],
+        reused: &mut usize,
+        header: impl Fn(u64) -> SegHeader,
+    ) -> u32 {
+        let next = if *spare != NONE {
+            self.meta_mut().spare = NONE;
+            std::mem::replace(spare, NONE)
+        } else {
+            let next = order[*reused];
+            *reused += 1;
+            self.unlink(next);
+            next
+        };
+        let seq = self.next_seq();
+        *self.seg_mut(next) = header(seq);
+        next
+    }
+
+    /// Links a filled merge destination into chain `b` before `before`, as sealed.
+    pub(crate) fn seal_dest(&mut self, dest: u32, b: usize, before: u32, pool: u8) {
+        self.seg_mut(dest).state = SEG_SEALED;
+        self.link_before(b, dest, before);
+        if pool == POOL_SMALL {
+            self.meta_mut().small_segments += 1;
+        }
+    }
+}

@@ -1,0 +1,154 @@
+//! The file header: its fields at fixed offsets, encoding and decoding, and the format version.
+
+use crate::layout::Layout;
+
+const MAGIC: [u8; 8] = *b"SEGCACHE";
+/// Bumped whenever the meaning of any persisted byte changes.
+/// 4: records carry a 32-bit CAS counter (`record`), shards a CAS counter (`ShardMeta::next_cas`).
+pub const FORMAT_VERSION: u32 = 4;
+
+/// The header's fields, in file order (little-endian, fixed offsets).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub version: u32,
+    pub segment_size: u64,
+    pub segments_per_shard: u64,
+    pub shards: u32,
+    pub hash_power: u32,
+    pub total_len: u64,
+    pub clean: u32,
+    pub meta_checksum: u64,
+    pub closed_at: u32,
+}
+
+const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4 + 4 + 8 + 4 + 8 + 4;
+
+impl Header {
+    pub(crate) fn for_layout(layout: &Layout) -> Header {
+        Header {
+            version: FORMAT_VERSION,
+            segment_size: layout.geometry.segment_size as u64,
+            segments_per_shard: layout.geometry.segments as u64,
+            shards: layout.shards as u32,
+            hash_power: u32::from(layout.geometry.hash_power),
+            total_len: layout.total_len() as u64,
+            clean: 0,
+            meta_checksum: 0,
+            closed_at: 0,
+        }
+    }
+
+    pub(crate) fn encode(&self) -> [u8; HEADER_BYTES + 8] {
+        let mut b = [0u8; HEADER_BYTES + 8];
+        let mut w = Writer { buf: &mut b, at: 0 };
+        w.put(&MAGIC);
+        w.put(&self.version.to_le_bytes());
+        w.put(&self.segment_size.to_le_bytes());
+        w.put(&self.segments_per_shard.to_le_bytes());
+        w.put(&self.shards.to_le_bytes());
+        w.put(&self.hash_power.to_le_bytes());
+        w.put(&self.total_len.to_le_bytes());
+        w.put(&self.clean.to_le_bytes());
+        w.put(&self.meta_checksum.to_le_bytes());
+        w.put(&self.closed_at.to_le_bytes());
+        let sum = xxhash_rust::xxh3::xxh3_64(&b[..HEADER_BYTES]);
+        b[HEADER_BYTES..].copy_from_slice(&sum.to_le_bytes());
+        b
+    }
+
+    /// Parses and checks the magic, version and checksum; the message says what is wrong.
+    pub(crate) fn decode(b: &[u8]) -> std::result::Result<Header, String> {
+        if b.len() < MAGIC.len() || b[..8] != MAGIC {
+            return Err("not a segcache file (no SEGCACHE magic number)".into());
+        }
+        if b.len() < HEADER_BYTES + 8 {
+            return Err("file is shorter than its header (truncated)".into());
+        }
+        let u32_at = |o: usize| u32::from_le_bytes(b[o..o + 4].try_into().unwrap());
+        let u64_at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        let version = u32_at(8);
+        if version != FORMAT_VERSION {
+            return Err(format!(
+                "format version {version} is not supported (this build reads version {FORMAT_VERSION})"
+            ));
+        }
+        if u64_at(HEADER_BYTES) != xxhash_rust::xxh3::xxh3_64(&b[..HEADER_BYTES]) {
+            return Err("header checksum mismatch (corrupt header)".into());
+        }
+        Ok(Header {
+            version,
+            segment_size: u64_at(12),
+            segments_per_shard: u64_at(20),
+            shards: u32_at(28),
+            hash_power: u32_at(32),
+            total_len: u64_at(36),
+            clean: u32_at(44),
+            meta_checksum: u64_at(48),
+            closed_at: u32_at(56),
+        })
+    }
+
+    /// Names the first setting in which the file differs from the configuration.
+    pub(crate) fn mismatch(&self, want: &Header) -> Option<String> {
+        let checks: [(&str, u64, u64); 4] = [
+            ("segment size", self.segment_size, want.segment_size),
+            ("shard count", u64::from(self.shards), u64::from(want.shards)),
+            ("heap size (segments per shard)", self.segments_per_shard, want.segments_per_shard),
+            ("hash power", u64::from(self.hash_power), u64::from(want.hash_power)),
+        ];
+        checks.iter().find(|(_, have, want)| have != want).map(|(name, have, want)| {
+            format!("made with another configuration: {name} is {have} in the file, {want} in this cache")
+        })
+    }
+}
+
+struct Writer<'a> {
+    buf: &'a mut [u8],
+    at: usize,
+}
+impl Writer<'_> {
+    fn put(&mut self, b: &[u8]) {
+        self.buf[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout::Geometry;
+
+    fn layout() -> Layout {
+        Layout { geometry: Geometry { hash_power: 6, segment_size: 64 << 10, segments: 4 }, shards: 2 }
+    }
+
+    #[test]
+    fn header_round_trips_and_detects_damage() {
+        let h = Header::for_layout(&layout());
+        let b = h.encode();
+        assert_eq!(Header::decode(&b).unwrap(), h);
+        for i in 0..HEADER_BYTES + 8 {
+            let mut d = b;
+            d[i] ^= 0x40;
+            assert!(Header::decode(&d).is_err(), "flip at byte {i} went unnoticed");
+        }
+        let mut v2 = h;
+        v2.version = FORMAT_VERSION + 1;
+        let mut enc = v2.encode();
+        assert!(Header::decode(&enc).unwrap_err().contains(&format!("version {}", FORMAT_VERSION + 1)));
+        enc[..8].copy_from_slice(b"NOTACACH");
+        assert!(Header::decode(&enc).unwrap_err().contains("not a segcache file"));
+    }
+
+    #[test]
+    fn configuration_mismatch_is_named() {
+        let a = Header::for_layout(&layout());
+        let mut l = layout();
+        l.shards = 4;
+        assert!(a.mismatch(&Header::for_layout(&l)).unwrap().contains("shard count"));
+        let mut l = layout();
+        l.geometry.segment_size = 128 << 10;
+        assert!(a.mismatch(&Header::for_layout(&l)).unwrap().contains("segment size"));
+        assert!(a.mismatch(&a).is_none());
+    }
+}

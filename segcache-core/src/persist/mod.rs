@@ -1,0 +1,8 @@
+//! Persistence: the heap's memory (anonymous or a file), the file's header, opening and closing
+//! it, and verifying or rebuilding a reopened heap.
+
+pub(crate) mod file;
+pub(crate) mod header;
+pub(crate) mod open;
+pub(crate) mod recover;
+pub(crate) mod region;

@@ -1,0 +1,125 @@
+//! Opening a cache: the layout of the heap for the settings, then its memory, fresh or found
+//! in a file; a file found is verified (closed cleanly) or rebuilt (after a crash).
+
+use std::sync::Arc;
+
+use crate::hashtable::slot::{self};
+use crate::layout::{self, Geometry, Layout};
+use crate::persist::file::{self, Found};
+use crate::persist::region::Region;
+use crate::{Builder, Error, Result, Segcache, SharedCache};
+
+impl Builder {
+    /// A single-owner engine.
+    pub fn build(self) -> Result<Segcache> {
+        let mut engines = self.open_engines(1)?;
+        Ok(engines.pop().expect("one engine"))
+    }
+
+    /// A thread-safe, sharded cache.
+    pub fn build_shared(self) -> Result<SharedCache> {
+        let shards = self.shard_count()?;
+        Ok(SharedCache::from_engines(self.open_engines(shards)?))
+    }
+
+    fn layout(&self, shards: usize) -> Result<Layout> {
+        self.validate()?;
+        let segments = self.heap_size / shards / self.segment_size;
+        if segments < 2 {
+            return Err(Error::InvalidConfig(format!(
+                "heap_size {} holds fewer than 2 segments of {} bytes per shard ({shards} shards)",
+                self.heap_size, self.segment_size
+            )));
+        }
+        if segments * shards > slot::MAX_SEGMENTS {
+            return Err(Error::InvalidConfig(format!(
+                "heap_size {} makes more than {} segments; use larger segments",
+                self.heap_size,
+                slot::MAX_SEGMENTS
+            )));
+        }
+        let hash_power = self.hash_power.unwrap_or_else(|| layout::default_hash_power(segments * self.segment_size));
+        Ok(Layout { geometry: Geometry { hash_power, segment_size: self.segment_size, segments }, shards })
+    }
+
+    fn open_engines(&self, shards: usize) -> Result<Vec<Segcache>> {
+        let layout = self.layout(shards)?;
+        let (region, found) = match &self.path {
+            None => (Region::anonymous(layout)?, Found::Fresh),
+            Some(path) => file::open(path, layout, self.reset_bad_file)?,
+        };
+        let region = Arc::new(region);
+        let geo = layout.geometry;
+        let mut engines: Vec<Segcache> =
+            (0..shards).map(|i| Segcache::from_mem(region.shard(i), geo, self, found == Found::Fresh)).collect();
+        match found {
+            Found::Fresh => {}
+            Found::Clean => {
+                // Metadata and segments are checked at once, the metadata first among the errors:
+                // a corrupt segment header can make its segment look corrupt too.
+                let checked = if self.lazy_verify {
+                    file::check_metas(&region)
+                } else {
+                    std::thread::scope(|s| {
+                        let metas = s.spawn(|| file::check_metas(&region));
+                        let segments = verify_all(&engines);
+                        metas.join().unwrap_or_else(|_| Err("metadata check panicked".into())).and(segments)
+                    })
+                };
+                match checked {
+                    Ok(()) => {
+                        for e in &mut engines {
+                            if self.lazy_verify {
+                                e.defer_segment_checks();
+                            }
+                            e.fit_spare_to_policy();
+                        }
+                    }
+                    Err(reason) => {
+                        let path = self.path.clone().unwrap_or_default();
+                        if !self.reset_bad_file {
+                            return Err(Error::BadFile { path, reason });
+                        }
+                        eprintln!("segcache: warning: {}: {reason}; starting empty", path.display());
+                        engines.iter_mut().for_each(|e| e.reset(false));
+                    }
+                }
+            }
+            Found::Crashed => {
+                let corrupt: u64 = std::thread::scope(|s| {
+                    let handles: Vec<_> = engines.iter_mut().map(|e| s.spawn(move || e.rebuild().1)).collect();
+                    handles.into_iter().map(|h| h.join().unwrap_or(0)).sum()
+                });
+                if corrupt > 0 {
+                    eprintln!(
+                        "segcache: warning: {}: {corrupt} segment(s) failed their checks after a crash and were dropped",
+                        self.path.as_deref().unwrap_or(std::path::Path::new("")).display()
+                    );
+                }
+            }
+        }
+        file::mark_open(&region);
+        Ok(engines)
+    }
+}
+
+/// Verifies every engine's segments, spread over the available cores.
+fn verify_all(engines: &[Segcache]) -> std::result::Result<(), String> {
+    let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let per_engine = engines.first().map_or(0, |e| e.geo.segments as u32);
+    let jobs: Vec<(usize, std::ops::Range<u32>)> = {
+        let chunks = threads.div_ceil(engines.len()).max(1) as u32;
+        let step = per_engine.div_ceil(chunks).max(1);
+        (0..engines.len())
+            .flat_map(|e| (0..per_engine).step_by(step as usize).map(move |s| (e, s..(s + step).min(per_engine))))
+            .collect()
+    };
+    std::thread::scope(|s| {
+        let per_thread = jobs.len().div_ceil(threads);
+        let handles: Vec<_> = jobs
+            .chunks(per_thread.max(1))
+            .map(|chunk| s.spawn(move || chunk.iter().try_for_each(|(e, r)| engines[*e].verify_segments(r.clone()))))
+            .collect();
+        handles.into_iter().try_for_each(|h| h.join().unwrap_or_else(|_| Err("verification panicked".into())))
+    })
+}
