@@ -2,6 +2,7 @@
 that one connection's pipeline cannot starve the others on its worker, and that a slow client of
 the admin port blocks neither other scrapers nor a stop."""
 
+import contextlib
 import os
 import signal
 import socket
@@ -184,9 +185,10 @@ def trickle(sock: socket.socket, stop: threading.Event, data: bytes = b"GET /met
         i += 1
 
 
-def test_a_slow_admin_client_blocks_no_one(fresh_server):
-    admin = free_port()
-    s = fresh_server("--admin-port", str(admin))
+@contextlib.contextmanager
+def stalled_admin_clients(admin: int):
+    """Two stalled admin clients: one trickling a request a byte at a time, one silent after its
+    first line. Yields (slow, silent)."""
     stop = threading.Event()
     slow = socket.create_connection(("127.0.0.1", admin), timeout=15)
     silent = socket.create_connection(("127.0.0.1", admin), timeout=15)
@@ -194,6 +196,18 @@ def test_a_slow_admin_client_blocks_no_one(fresh_server):
     t = threading.Thread(target=trickle, args=(slow, stop))
     t.start()
     try:
+        yield slow, silent
+    finally:
+        stop.set()
+        t.join()
+        slow.close()
+        silent.close()
+
+
+def test_a_slow_admin_client_blocks_no_one(fresh_server):
+    admin = free_port()
+    s = fresh_server("--admin-port", str(admin))
+    with stalled_admin_clients(admin) as (slow, silent):
         time.sleep(0.5)
         for _ in range(3):
             assert "segcache_curr_connections" in metrics(admin)
@@ -206,11 +220,6 @@ def test_a_slow_admin_client_blocks_no_one(fresh_server):
             pass
         assert time.monotonic() - began < 10
         assert silent.recv(4096) == b""
-    finally:
-        stop.set()
-        t.join()
-        slow.close()
-        silent.close()
 
 
 def test_admin_clients_past_the_cap_are_refused_at_once(fresh_server):
@@ -242,18 +251,7 @@ def test_admin_clients_past_the_cap_are_refused_at_once(fresh_server):
 def test_sigterm_is_prompt_with_stalled_admin_clients(fresh_server):
     admin = free_port()
     s = fresh_server("--admin-port", str(admin))
-    stop = threading.Event()
-    slow = socket.create_connection(("127.0.0.1", admin), timeout=15)
-    silent = socket.create_connection(("127.0.0.1", admin), timeout=15)
-    silent.send(b"GET /metrics HTTP/1.1\r\n")
-    t = threading.Thread(target=trickle, args=(slow, stop))
-    t.start()
-    try:
+    with stalled_admin_clients(admin) as (slow, silent):
         time.sleep(0.5)
         s.proc.send_signal(signal.SIGTERM)
         assert s.proc.wait(5) == 0
-    finally:
-        stop.set()
-        t.join()
-        slow.close()
-        silent.close()
