@@ -206,7 +206,7 @@ def stalled_admin_clients(admin: int):
 
 def test_a_slow_admin_client_blocks_no_one(fresh_server):
     admin = free_port()
-    s = fresh_server("--admin-port", str(admin))
+    fresh_server("--admin-port", str(admin))
     with stalled_admin_clients(admin) as (slow, silent):
         time.sleep(0.5)
         for _ in range(3):
