@@ -186,6 +186,6 @@ impl Segcache {
         let region = std::sync::Arc::clone(&self.mem.region);
         let now = self.now();
         drop(self);
-        crate::persist::region::close(region, now)
+        crate::persist::file::close_last(region, now)
     }
 }

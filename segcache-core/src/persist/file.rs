@@ -14,26 +14,15 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::os::unix::io::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use crate::engine::meta::ShardMeta;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, FILE_HEADER_LEN};
 use crate::persist::header::Header;
-use crate::persist::region::{advise_huge_pages, Region};
+use crate::persist::region::{advise_huge_pages, PersistFile, Region};
 use crate::{Error, Result};
-
-/// The open, locked file behind a region.
-#[derive(Debug)]
-pub(crate) struct PersistFile {
-    pub path: PathBuf,
-    /// Held open for its advisory lock, released when the region is dropped.
-    pub _file: File,
-    /// Set once the contents were accepted (verified, rebuilt or fresh): only then may a close
-    /// vouch for them. A file rejected at open is left exactly as it was found.
-    pub active: std::sync::atomic::AtomicBool,
-    pub closed: bool,
-}
 
 /// How a file was found at open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -176,7 +165,7 @@ fn write_header(region: &Region, h: &Header) {
 }
 
 /// Graceful close: checksum of the metadata, mark clean, flush to the file. Idempotent.
-pub(crate) fn close(region: &mut Region, now: u32) -> Result<()> {
+fn close_region(region: &mut Region, now: u32) -> Result<()> {
     let Some(pf) = region.file.as_ref() else { return Ok(()) };
     if pf.closed || !pf.active.load(std::sync::atomic::Ordering::Relaxed) {
         return Ok(());
@@ -209,5 +198,28 @@ fn lock(file: &File, path: &Path) -> Result<()> {
         Err(Error::Locked { path: path.to_path_buf() })
     } else {
         Err(Error::Io { path: path.to_path_buf(), source: err })
+    }
+}
+
+// A region closes its file when the last engine over it drops it. This lives beside the close it
+// runs, so that `region` needs nothing from this file.
+impl Drop for Region {
+    fn drop(&mut self) {
+        if self.origin.forked() {
+            return;
+        }
+        let now = crate::clock::Clock::now(&crate::clock::SystemClock);
+        if let Err(e) = close_region(self, now) {
+            eprintln!("segcache: warning: graceful close failed: {e}");
+        }
+    }
+}
+
+/// Closes the region if `region` is its last holder (every engine over it is gone).
+pub(crate) fn close_last(region: Arc<Region>, now: u32) -> Result<()> {
+    region.origin.check()?;
+    match Arc::try_unwrap(region) {
+        Ok(mut r) => close_region(&mut r, now),
+        Err(_) => Ok(()),
     }
 }

@@ -1,5 +1,8 @@
-//! The mapped memory of a cache: one region for all shards, anonymous or backed by a file.
+//! The mapped memory of a cache: one region for all shards, anonymous or backed by a file (the
+//! file itself is opened, verified and closed in `file`, which also closes a region when it drops).
 
+use std::fs::File;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -8,7 +11,6 @@ use crate::engine::meta::ShardMeta;
 use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, HUGE_PAGE};
-use crate::persist::file::PersistFile;
 use crate::segments::header::SegHeader;
 use crate::ttl_buckets::bucket::TtlBucket;
 use crate::{Error, Result};
@@ -29,6 +31,18 @@ impl std::fmt::Debug for Region {
             .field("file", &self.file.as_ref().map(|p| &p.path))
             .finish()
     }
+}
+
+/// The open, locked file behind a region.
+#[derive(Debug)]
+pub(crate) struct PersistFile {
+    pub path: PathBuf,
+    /// Held open for its advisory lock, released when the region is dropped.
+    pub _file: File,
+    /// Set once the contents were accepted (verified, rebuilt or fresh): only then may a close
+    /// vouch for them. A file rejected at open is left exactly as it was found.
+    pub active: std::sync::atomic::AtomicBool,
+    pub closed: bool,
 }
 
 impl Region {
@@ -63,27 +77,6 @@ impl Region {
                 index: i,
             }
         }
-    }
-}
-
-impl Drop for Region {
-    fn drop(&mut self) {
-        if self.origin.forked() {
-            return;
-        }
-        let now = crate::clock::Clock::now(&crate::clock::SystemClock);
-        if let Err(e) = crate::persist::file::close(self, now) {
-            eprintln!("segcache: warning: graceful close failed: {e}");
-        }
-    }
-}
-
-/// Closes the region if `region` is its last holder (every engine over it is gone).
-pub(crate) fn close(region: Arc<Region>, now: u32) -> Result<()> {
-    region.origin.check()?;
-    match Arc::try_unwrap(region) {
-        Ok(mut r) => crate::persist::file::close(&mut r, now),
-        Err(_) => Ok(()),
     }
 }
 

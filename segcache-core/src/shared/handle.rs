@@ -395,7 +395,7 @@ impl SharedCache {
         let now = self.now();
         let region = std::sync::Arc::clone(&self.shards[0].read().mem.region);
         drop(self);
-        crate::persist::region::close(region, now)
+        crate::persist::file::close_last(region, now)
     }
 }
 
