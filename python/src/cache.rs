@@ -580,28 +580,8 @@ impl Cache {
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.with(|c| Ok(c.stats()))?;
         let d = PyDict::new(py);
-        let fields: [(&str, u64); 18] = [
-            ("items", s.items),
-            ("bytes", s.bytes),
-            ("heap_bytes", s.heap_bytes),
-            ("segment_size", s.segment_size),
-            ("segments_total", s.segments_total),
-            ("segments_free", s.segments_free),
-            ("get_hits", s.get_hits),
-            ("get_misses", s.get_misses),
-            ("sets", s.sets),
-            ("deletes", s.deletes),
-            ("evicted_items", s.evicted_items),
-            ("evicted_segments", s.evicted_segments),
-            ("expired_items", s.expired_items),
-            ("expired_segments", s.expired_segments),
-            ("merged_items", s.merged_items),
-            ("flushes", s.flushes),
-            ("overflow_buckets", s.overflow_buckets),
-            ("shards", s.shards),
-        ];
-        for (k, v) in fields {
-            d.set_item(k, v)?;
+        for f in s.figures() {
+            d.set_item(f.name, f.value)?;
         }
         d.set_item("policy", s.policy.name())?;
         Ok(d)

@@ -47,5 +47,5 @@ pub use eviction::policy::Policy;
 pub use item::{Item, OwnedItem};
 pub use persist::header::FORMAT_VERSION;
 pub use shared::handle::SharedCache;
-pub use stats::Stats;
+pub use stats::{Figure, FigureKind, Stats};
 pub use ttl_buckets::ttl;

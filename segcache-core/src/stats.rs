@@ -1,73 +1,135 @@
 //! Counters and gauges, per engine and summed over the shards of a shared cache.
+//!
+//! The list of figures is written once, below: [`Stats`]' fields, their kinds and their help
+//! texts all come from it, and every face reads it through [`Stats::figures`] (the server's
+//! `stats` and Prometheus text, Python's `Cache.stats()`; C's `segcache_stats_t` is checked
+//! against it).
 
 use crate::Policy;
 
-/// A snapshot of the cache's counters (monotonic since start or reopen) and gauges.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct Stats {
-    /// Live items (gauge).
-    pub items: u64,
-    /// Bytes of live items, headers included (gauge).
-    pub bytes: u64,
-    /// Heap size in bytes (configuration).
-    pub heap_bytes: u64,
-    /// Segment size in bytes (configuration).
-    pub segment_size: u64,
-    /// Segments in all (gauge).
-    pub segments_total: u64,
-    /// Segments free (gauge).
-    pub segments_free: u64,
-    /// Reads that found the key.
-    pub get_hits: u64,
-    /// Reads that did not.
-    pub get_misses: u64,
-    /// Successful writes of every kind (set, add, replace, cas, append, prepend, incr, decr).
-    pub sets: u64,
-    /// Deletes that removed an item.
-    pub deletes: u64,
-    /// Items removed by eviction.
-    pub evicted_items: u64,
-    /// Segments evicted or merged away.
-    pub evicted_segments: u64,
-    /// Items removed because they expired.
-    pub expired_items: u64,
-    /// Whole segments freed by expiry.
-    pub expired_segments: u64,
-    /// Items kept by merge eviction (copied into the merged segment).
-    pub merged_items: u64,
-    /// `flush` calls that took effect.
-    pub flushes: u64,
-    /// Overflow hash buckets taken from the pool (high-water mark; emptied ones are reused).
-    pub overflow_buckets: u64,
-    /// Number of shards (1 for a single-owner engine).
-    pub shards: u64,
-    /// The eviction policy (configuration).
-    pub policy: Policy,
+/// What kind of number a figure is: how it is summed over shards and how exporters type it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum FigureKind {
+    /// Only grows while the cache is open (Prometheus `counter`); summed over shards.
+    Counter,
+    /// Goes up and down (Prometheus `gauge`); summed over shards.
+    Gauge,
+    /// A setting, the same in every shard (Prometheus `gauge`); not summed.
+    Setting,
 }
 
-impl Stats {
-    /// Adds another shard's figures to these (configuration fields are summed where they are
-    /// sizes and kept where they are settings).
-    pub fn merge(&mut self, o: &Stats) {
-        self.items += o.items;
-        self.bytes += o.bytes;
-        self.heap_bytes += o.heap_bytes;
-        self.segment_size = o.segment_size;
-        self.segments_total += o.segments_total;
-        self.segments_free += o.segments_free;
-        self.get_hits += o.get_hits;
-        self.get_misses += o.get_misses;
-        self.sets += o.sets;
-        self.deletes += o.deletes;
-        self.evicted_items += o.evicted_items;
-        self.evicted_segments += o.evicted_segments;
-        self.expired_items += o.expired_items;
-        self.expired_segments += o.expired_segments;
-        self.merged_items += o.merged_items;
-        self.flushes += o.flushes;
-        self.overflow_buckets += o.overflow_buckets;
-        self.shards += o.shards;
-        self.policy = o.policy;
+/// One figure of a [`Stats`] snapshot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Figure {
+    /// The field's name, `snake_case` (also the key in Python and the C struct's field).
+    pub name: &'static str,
+    /// How it behaves.
+    pub kind: FigureKind,
+    /// One line saying what it counts.
+    pub help: &'static str,
+    /// Its value.
+    pub value: u64,
+}
+
+macro_rules! figures {
+    ($($(#[doc = $help:literal])+ $name:ident: $kind:ident,)+) => {
+        /// A snapshot of the cache's counters (monotonic since start or reopen) and gauges.
+        #[derive(Debug, Clone, Default, PartialEq, Eq)]
+        #[non_exhaustive]
+        pub struct Stats {
+            $($(#[doc = $help])+ pub $name: u64,)+
+            /// The eviction policy (configuration).
+            pub policy: Policy,
+        }
+
+        impl Stats {
+            /// Every figure but the policy, in a fixed order: name, kind, help and value.
+            pub fn figures(&self) -> impl Iterator<Item = Figure> + '_ {
+                [$(Figure {
+                    name: stringify!($name),
+                    kind: FigureKind::$kind,
+                    help: concat!($($help),+).trim_ascii(),
+                    value: self.$name,
+                },)+]
+                .into_iter()
+            }
+
+            /// Adds another shard's figures to these: counters and gauges are summed, settings
+            /// kept.
+            pub fn merge(&mut self, o: &Stats) {
+                $(merge_one(FigureKind::$kind, &mut self.$name, o.$name);)+
+                self.policy = o.policy;
+            }
+        }
+    };
+}
+
+fn merge_one(kind: FigureKind, mine: &mut u64, other: u64) {
+    match kind {
+        FigureKind::Counter | FigureKind::Gauge => *mine += other,
+        FigureKind::Setting => *mine = other,
+    }
+}
+
+figures! {
+    /// Live items.
+    items: Gauge,
+    /// Bytes of live items, headers included.
+    bytes: Gauge,
+    /// Heap size in bytes.
+    heap_bytes: Gauge,
+    /// Segment size in bytes.
+    segment_size: Setting,
+    /// Segments in all.
+    segments_total: Gauge,
+    /// Free segments.
+    segments_free: Gauge,
+    /// Reads that found the key.
+    get_hits: Counter,
+    /// Reads that did not.
+    get_misses: Counter,
+    /// Successful writes of every kind (set, add, replace, cas, append, prepend, incr, decr).
+    sets: Counter,
+    /// Deletes that removed an item.
+    deletes: Counter,
+    /// Items removed by eviction.
+    evicted_items: Counter,
+    /// Segments evicted or merged away.
+    evicted_segments: Counter,
+    /// Items removed because they expired.
+    expired_items: Counter,
+    /// Whole segments freed by expiry.
+    expired_segments: Counter,
+    /// Items kept by merge eviction (copied into the merged segment).
+    merged_items: Counter,
+    /// Flushes that took effect.
+    flushes: Counter,
+    /// Overflow hash buckets taken from the pool (high-water mark; emptied ones are reused).
+    overflow_buckets: Gauge,
+    /// Number of shards (1 for a single-owner engine).
+    shards: Gauge,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn figures_follow_the_fields() {
+        let s = Stats { items: 3, sets: 7, segment_size: 1 << 20, ..Stats::default() };
+        let f: Vec<Figure> = s.figures().collect();
+        assert_eq!(f.len(), 18);
+        assert_eq!((f[0].name, f[0].kind, f[0].value), ("items", FigureKind::Gauge, 3));
+        let sets = f.iter().find(|x| x.name == "sets").unwrap();
+        assert_eq!((sets.kind, sets.value), (FigureKind::Counter, 7));
+        assert!(f.iter().all(|x| !x.help.is_empty() && !x.help.starts_with(' ')));
+    }
+
+    #[test]
+    fn merge_sums_counters_and_keeps_settings() {
+        let a = Stats { items: 2, get_hits: 5, segment_size: 1 << 20, shards: 1, ..Stats::default() };
+        let mut sum = a.clone();
+        sum.merge(&a);
+        assert_eq!((sum.items, sum.get_hits, sum.segment_size, sum.shards), (4, 10, 1 << 20, 2));
     }
 }

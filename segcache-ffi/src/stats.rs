@@ -51,7 +51,8 @@ pub struct segcache_stats_t {
     pub policy: u32,
 }
 
-/// The C struct of core's [`Stats`]: the same fields, the policy as its `segcache_policy_t` value.
+/// The C struct of core's [`Stats`]: the same fields in the order of `Stats::figures` (checked
+/// by tests/header.rs), the policy as its `segcache_policy_t` value.
 #[inline(always)]
 fn c_stats(s: Stats) -> segcache_stats_t {
     segcache_stats_t {

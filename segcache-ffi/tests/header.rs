@@ -73,3 +73,26 @@ fn header_declares_every_exported_function() {
     assert!(fresh.contains("SEGCACHE_BUFFER_TOO_SMALL"));
     assert!(fresh.contains("typedef struct segcache_t segcache_t;"));
 }
+
+/// `segcache_stats_t` is the C face of the engine's one list of figures (`Stats::figures`): the
+/// same names in the same order, then the policy. A figure added to the engine fails here until
+/// C has it too.
+#[test]
+fn stats_struct_follows_the_engine_list() {
+    let header = generate();
+    let body = header
+        .split("typedef struct segcache_stats_t {")
+        .nth(1)
+        .and_then(|rest| rest.split("} segcache_stats_t;").next())
+        .expect("segcache_stats_t in the header");
+    let fields: Vec<&str> = body
+        .lines()
+        .map(str::trim)
+        .filter(|l| l.starts_with("uint"))
+        .filter_map(|l| l.split_whitespace().nth(1))
+        .map(|f| f.trim_end_matches(';'))
+        .collect();
+    let mut figures: Vec<&str> = segcache_core::Stats::default().figures().map(|f| f.name).collect();
+    figures.push("policy");
+    assert_eq!(fields, figures);
+}

@@ -91,6 +91,9 @@ def test_admin_port_serves_prometheus_metrics(fresh_server):
     assert "# TYPE segcache_get_hits counter" in body
     assert "segcache_get_hits 1" in body and "segcache_get_misses 1" in body
     assert "segcache_curr_items 1" in body and "segcache_curr_connections" in body
+    # The engine's figures, typed and described by its own list.
+    assert "# HELP segcache_engine_items Live items.\n# TYPE segcache_engine_items gauge\nsegcache_engine_items 1\n" in body
+    assert "# TYPE segcache_engine_evicted_items counter" in body
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(f"http://127.0.0.1:{admin}/other", timeout=5)
     assert stats(s.port, "settings")["admin_port"] == str(admin)

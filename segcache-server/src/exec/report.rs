@@ -1,7 +1,10 @@
 //! `stats` replies (memcached names and meanings) and the Prometheus text for `/metrics`.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
+
+use segcache_core::{Figure, FigureKind};
 
 use crate::protocol::reply;
 use crate::state::{Ctx, Shared};
@@ -10,18 +13,28 @@ use crate::stats::rusage;
 /// One `name value` pair of a report.
 enum Val {
     U(u64),
+    /// One of the engine's figures (kind and help for exporters).
+    Figure(Figure),
     F(f64),
     S(String),
 }
 
+/// One `STAT name value` line.
+type Row = (Cow<'static, str>, Val);
+
+/// Rows with fixed names.
+fn rows<const N: usize>(fixed: [(&'static str, Val); N]) -> impl Iterator<Item = Row> {
+    fixed.into_iter().map(|(n, v)| (Cow::Borrowed(n), v))
+}
+
 /// The general `stats` figures, in memcached's order where memcached has them.
-fn general(shared: &Shared) -> Vec<(&'static str, Val)> {
+fn general(shared: &Shared) -> Vec<Row> {
     let t = shared.totals();
     let e = shared.cache.stats();
     let c = &shared.conns;
     let (user, sys) = rusage();
     let s = &shared.settings;
-    let mut v: Vec<(&'static str, Val)> = vec![
+    let mut v: Vec<Row> = rows([
         ("pid", Val::U(u64::from(std::process::id()))),
         ("uptime", Val::U(shared.uptime())),
         ("time", Val::U(u64::from(shared.cache.now()))),
@@ -34,33 +47,27 @@ fn general(shared: &Shared) -> Vec<(&'static str, Val)> {
         ("total_connections", Val::U(c.total_connections.load(Ordering::Relaxed))),
         ("rejected_connections", Val::U(c.rejected_connections.load(Ordering::Relaxed))),
         ("connection_structures", Val::U(c.curr_connections.load(Ordering::Relaxed))),
-    ];
-    v.extend(t.named().map(|(n, x)| (n, Val::U(x))));
-    v.extend([
+    ])
+    .collect();
+    v.extend(t.named().map(|(n, x)| (Cow::Borrowed(n), Val::U(x))));
+    v.extend(rows([
         ("limit_maxbytes", Val::U(s.memory_bytes as u64)),
         ("threads", Val::U(s.threads as u64)),
+        // memcached's names for the engine's figures.
         ("bytes", Val::U(e.bytes)),
         ("curr_items", Val::U(e.items)),
         ("total_items", Val::U(e.sets)),
         ("evictions", Val::U(e.evicted_items)),
         ("reclaimed", Val::U(e.expired_items)),
-        // segcache's own figures.
-        ("evicted_segments", Val::U(e.evicted_segments)),
-        ("expired_segments", Val::U(e.expired_segments)),
-        ("merged_items", Val::U(e.merged_items)),
-        ("segments_total", Val::U(e.segments_total)),
-        ("segments_free", Val::U(e.segments_free)),
-        ("segment_size", Val::U(e.segment_size)),
-        ("heap_bytes", Val::U(e.heap_bytes)),
-        ("engine_shards", Val::U(e.shards)),
-        ("engine_flushes", Val::U(e.flushes)),
-    ]);
+    ]));
+    // Every engine figure under its own name (segcache's), typed by the engine's list.
+    v.extend(e.figures().map(|f| (Cow::Owned(format!("engine_{}", f.name)), Val::Figure(f))));
     v
 }
 
-fn settings(shared: &Shared) -> Vec<(&'static str, Val)> {
+fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
     let s = &shared.settings;
-    vec![
+    rows([
         ("maxbytes", Val::U(s.memory_bytes as u64)),
         ("maxconns", Val::U(s.max_connections as u64)),
         ("tcpport", Val::U(u64::from(s.port))),
@@ -78,26 +85,26 @@ fn settings(shared: &Shared) -> Vec<(&'static str, Val)> {
         ("pin_threads", Val::S(if s.pin { "yes" } else { "no" }.into())),
         ("admin_port", Val::U(s.admin_port.map_or(0, u64::from))),
         ("persistence_path", Val::S(s.path.as_ref().map_or("none".into(), |p| p.display().to_string()))),
-    ]
+    ])
 }
 
 /// memcached reports per slab class; segcache has none, so everything is class 1.
-fn items(shared: &Shared) -> Vec<(&'static str, Val)> {
+fn items(shared: &Shared) -> impl Iterator<Item = Row> {
     let e = shared.cache.stats();
-    vec![
+    rows([
         ("items:1:number", Val::U(e.items)),
         ("items:1:evicted", Val::U(e.evicted_items)),
         ("items:1:reclaimed", Val::U(e.expired_items)),
         ("items:1:outofmemory", Val::U(shared.totals().store_no_memory)),
-    ]
+    ])
 }
 
-fn put(out: &mut Vec<u8>, rows: Vec<(&'static str, Val)>) {
+fn put(out: &mut Vec<u8>, rows: impl IntoIterator<Item = Row>) {
     let mut line = String::new();
     for (name, v) in rows {
         line.clear();
         let _ = match v {
-            Val::U(x) => write!(line, "STAT {name} {x}\r\n"),
+            Val::U(x) | Val::Figure(Figure { value: x, .. }) => write!(line, "STAT {name} {x}\r\n"),
             Val::F(x) => write!(line, "STAT {name} {x:.6}\r\n"),
             Val::S(x) => write!(line, "STAT {name} {x}\r\n"),
         };
@@ -113,9 +120,10 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
         None => put(out, general(shared)),
         Some(b"settings") => put(out, settings(shared)),
         Some(b"items") => put(out, items(shared)),
-        Some(b"slabs") => {
-            put(out, vec![("active_slabs", Val::U(1)), ("total_malloced", Val::U(shared.settings.memory_bytes as u64))])
-        }
+        Some(b"slabs") => put(
+            out,
+            rows([("active_slabs", Val::U(1)), ("total_malloced", Val::U(shared.settings.memory_bytes as u64))]),
+        ),
         Some(b"reset") => {
             for w in shared.workers.iter() {
                 w.reset();
@@ -127,31 +135,38 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
     true
 }
 
-/// The Prometheus text exposition of every general figure, as `segcache_<name>`.
+/// The Prometheus text exposition of every general figure, as `segcache_<name>`: the engine's
+/// typed and described by its list, the server's typed by memcached's naming.
 pub fn prometheus(shared: &Shared) -> String {
     let mut s = String::new();
     for (name, v) in general(shared) {
-        let x = match v {
-            Val::U(x) => x as f64,
-            Val::F(x) => x,
+        let (x, kind) = match v {
+            Val::U(x) => (x as f64, server_kind(&name)),
+            Val::F(x) => (x, server_kind(&name)),
+            Val::Figure(f) => {
+                let _ = writeln!(s, "# HELP segcache_{name} {}", f.help);
+                (f.value as f64, if f.kind == FigureKind::Counter { "counter" } else { "gauge" })
+            }
             Val::S(_) => continue,
-        };
-        let kind = if name.starts_with("cmd_")
-            || name.ends_with("_hits")
-            || name.ends_with("_misses")
-            || name.starts_with("bytes_")
-            || name.starts_with("total_")
-            || name.starts_with("rejected_")
-            || name.starts_with("rusage_")
-            || matches!(
-                name,
-                "evictions" | "reclaimed" | "cas_badval" | "evicted_segments" | "expired_segments" | "merged_items"
-            ) {
-            "counter"
-        } else {
-            "gauge"
         };
         let _ = writeln!(s, "# TYPE segcache_{name} {kind}\nsegcache_{name} {x}");
     }
     s
+}
+
+/// The Prometheus type of one of the server's own figures.
+fn server_kind(name: &str) -> &'static str {
+    let counter = name.starts_with("cmd_")
+        || name.ends_with("_hits")
+        || name.ends_with("_misses")
+        || name.starts_with("bytes_")
+        || name.starts_with("total_")
+        || name.starts_with("rejected_")
+        || name.starts_with("rusage_")
+        || matches!(name, "evictions" | "reclaimed" | "cas_badval");
+    if counter {
+        "counter"
+    } else {
+        "gauge"
+    }
 }
