@@ -4,14 +4,8 @@
 //! and a shared cache's stores to existing keys need no exclusive lock.
 //!
 //! - `Segcache::overwrite_in_place` is the engine's own, under `&mut self`.
-//! - `Segcache::rewrite_shared` is `SharedCache::set`'s, under the shard's read lock, which keeps
-//!   out every writer that moves, frees or reuses a record, and under the lock bit of the key's
-//!   chain, which keeps out other rewrites of the chain (see `lock::lock_word`). It writes the
-//!   CAS counter, the client flags and the value only, so that reads under the read lock that
-//!   compare keys are not raced, and only records that lock-free reads copy (`PEEK_BYTES`), so that readers of
-//!   larger items, who are handed references under the read lock, never see one change. Readers
-//!   of small items copy them and keep the copy only if the chain's info word did not change
-//!   meanwhile (`ShardView::peek`); its version is bumped as the rewrite leaves.
+//! - `Segcache::rewrite_shared` (in `shared::rewrite`) is `SharedCache::set`'s, under the shard's
+//!   read lock; it uses `in_place_target` too.
 //!
 //! Both require the old record's *layout*, not only its length: client flags take 4 bytes only
 //! when non-zero, so a record with flags and a value 4 bytes shorter has the length of one
@@ -23,13 +17,9 @@
 //! would leave a mix of both.
 
 use crate::engine::memory::prefetch;
-use crate::engine::write::check_key;
 use crate::hashtable::slot::{self, Loc};
 use crate::record;
 use crate::segments::append::expiry_fits;
-use crate::shared::lock::{lock_word, unlock_word};
-use crate::shared::peek::PEEK_BYTES;
-use crate::ttl_buckets::expire::expiry_of;
 use crate::{ttl, Segcache};
 
 impl Segcache {
@@ -37,7 +27,7 @@ impl Segcache {
     /// key's live record, if it has that layout and its segment's expiry suits `expire_at` (see
     /// `expiry_fits`).
     #[allow(clippy::too_many_arguments)]
-    fn in_place_target(
+    pub(crate) fn in_place_target(
         &self,
         key: &[u8],
         h: u64,
@@ -84,49 +74,6 @@ impl Segcache {
         let at = loc.offset as usize;
         record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, cas);
         self.table().touch_info(h, now);
-        true
-    }
-
-    /// `set` of an existing key with a value of its current length (`ttl` in seconds), for a
-    /// caller that holds the shard's read lock (see the module docs); `false` leaves the store
-    /// to the exclusive path.
-    pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> bool {
-        let len = record::record_len(key.len(), value.len(), flags);
-        if self.durable || len > PEEK_BYTES || check_key(key).is_err() {
-            return false;
-        }
-        let now = self.now();
-        // Stores run the shard's expiry once a second (`prepare_write`): the exclusive path takes
-        // each second's first.
-        if now != self.meta().last_expire {
-            return false;
-        }
-        let info = self.table().info(h);
-        let old = lock_word(info, slot::INFO_LOCKED);
-        let Some(loc) = self.in_place_target(key, h, len, flags, ttl, expiry_of(ttl, now), now) else {
-            unlock_word(info, old);
-            return false;
-        };
-        let record = loc.seg as usize * self.geo.segment_size + loc.offset as usize;
-        let cas = self.next_cas();
-        // SAFETY: `loc` holds the key's live record of `len` bytes and of the layout written
-        // (client flags present iff `flags != 0`), inside its segment (just found
-        // through the chain), so the ranges written lie in the heap. The caller's read lock keeps
-        // out every writer that could move, free or reuse the record, the chain's lock bit every
-        // other rewrite of it (no other chain points at it), and no reference to these bytes
-        // exists: reads under the read lock reference only the header and key of records this
-        // small, and lock-free reads copy through atomics and drop what the info word says
-        // changed. `ptr::copy` allows `value` to overlap (it cannot, but costs nothing).
-        unsafe {
-            let dst = self.mem.heap.add(record);
-            std::ptr::copy(cas.to_le_bytes().as_ptr(), dst.add(record::CAS_AT), 4);
-            if flags != 0 {
-                // Same layout (`in_place_target`): the old record has client flags too.
-                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(record::HEADER_LEN), 4);
-            }
-            std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());
-        }
-        unlock_word(info, slot::touched(old, now));
         true
     }
 }
