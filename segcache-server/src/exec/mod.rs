@@ -4,6 +4,7 @@
 //! Within: `text` (the dispatcher) uses `meta` and `report`; both handlers use `engine`, which
 //! uses `expiry`.
 
+mod admin;
 mod engine;
 mod expiry;
 mod meta;

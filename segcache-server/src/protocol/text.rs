@@ -99,6 +99,8 @@ pub enum Request<'a> {
     Stats {
         arg: Option<&'a [u8]>,
     },
+    /// One of memcached's operator commands.
+    Admin(Admin<'a>),
     /// A meta command (`mg`, `ms`, `md`, `ma`, `me`, `mn`). `key` is as sent (base64 with `b`).
     Meta {
         cmd: MetaCmd,
@@ -107,6 +109,36 @@ pub enum Request<'a> {
         flags: MetaFlags<'a>,
     },
 }
+
+/// memcached's operator commands (parsed; what they do is the executor's business).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admin<'a> {
+    /// `stats cachedump <class> <limit>`: `ITEM` lines for up to `limit` keys (0: all).
+    CacheDump { class: u32, limit: u32 },
+    /// `stats detail on|off|dump`.
+    Detail(Detail),
+    /// `lru_crawler metadump|mgdump <classes>`; `classes` is as sent (`all`, `hash`, `1,2`).
+    Dump { mg: bool, classes: &'a [u8] },
+    /// `lru_crawler crawl <classes>`: reclaim expired items now.
+    Crawl { classes: &'a [u8] },
+    /// `watch [stream...]`: the bit set of [`WATCH_STREAMS`] asked for.
+    Watch { streams: u8 },
+    /// `shutdown [graceful]`; `mode_ok` is false for any other argument.
+    Shutdown { mode_ok: bool },
+    /// `cache_memlimit <megabytes> [noreply]`.
+    MemLimit { mb: u32, noreply: bool },
+}
+
+/// `stats detail`'s argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    On,
+    Off,
+    Dump,
+}
+
+/// The log streams of `watch`, by name; a stream's bit is `1 << index`.
+pub const WATCH_STREAMS: [&str; 4] = ["fetchers", "mutations", "evictions", "connevents"];
 
 /// The keys of a retrieval command, validated, yielded in order.
 #[derive(Debug, Clone, Copy)]
@@ -301,6 +333,9 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
     Parse::Done(Request::Store { kind, key, flags, exptime, data, cas, noreply }, whole)
 }
 
+/// memcached's answer to `stats detail` with a bad argument.
+const DETAIL_USAGE: &[u8] = b"CLIENT_ERROR usage: stats detail on|off|dump\r\n";
+
 fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
     // memcached looks for `noreply` in the last token only, and ignores any other word there.
     let noreply = t.last() == Some(&&b"noreply"[..]);
@@ -383,8 +418,46 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
         b"stats" => match t {
             [] => Request::Stats { arg: None },
             [a] => Request::Stats { arg: Some(a) },
+            [b"cachedump", c, l, ..] => match (parse_u32(c), parse_u32(l)) {
+                (Some(class), Some(limit)) => Request::Admin(Admin::CacheDump { class, limit }),
+                _ => return fail(FailKind::BadFormat, used, false),
+            },
+            [b"detail", d, ..] => match *d {
+                b"on" => Request::Admin(Admin::Detail(Detail::On)),
+                b"off" => Request::Admin(Admin::Detail(Detail::Off)),
+                b"dump" => Request::Admin(Admin::Detail(Detail::Dump)),
+                _ => return fail(FailKind::Msg(DETAIL_USAGE), used, false),
+            },
+            // memcached ignores what follows a `stats` argument it knows.
+            [a, ..] => Request::Stats { arg: Some(a) },
+        },
+        b"lru_crawler" => match t {
+            [b"metadump", c] => Request::Admin(Admin::Dump { mg: false, classes: c }),
+            [b"mgdump", c] => Request::Admin(Admin::Dump { mg: true, classes: c }),
+            [b"crawl", c] => Request::Admin(Admin::Crawl { classes: c }),
             _ => return fail(FailKind::Unknown, used, false),
         },
+        b"watch" => {
+            let mut streams = 0u8;
+            for name in t {
+                match WATCH_STREAMS.iter().position(|s| s.as_bytes() == *name) {
+                    Some(i) => streams |= 1 << i,
+                    None => return fail(FailKind::Unknown, used, false),
+                }
+            }
+            // As memcached: `watch` alone watches the fetchers.
+            Request::Admin(Admin::Watch { streams: if t.is_empty() { 1 } else { streams } })
+        }
+        b"shutdown" => Request::Admin(Admin::Shutdown { mode_ok: matches!(t, [] | [b"graceful"]) }),
+        b"cache_memlimit" => {
+            if !(t.len() == 1 || t.len() == 2) {
+                return fail(FailKind::Unknown, used, false);
+            }
+            match parse_u32(t[0]) {
+                Some(mb) => Request::Admin(Admin::MemLimit { mb, noreply }),
+                None => return fail(FailKind::Unknown, used, noreply),
+            }
+        }
         _ => return fail(FailKind::Unknown, used, false),
     };
     Parse::Done(req, used)
