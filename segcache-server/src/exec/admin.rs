@@ -165,7 +165,7 @@ fn metadump(ours: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
             uriencode(out, item.key());
             let mut line = String::with_capacity(96);
             let exp = item.expire_at().map_or(-1, i64::from);
-            let _ = write!(line, " exp={exp} la={now} cas={} fetch=no cls=1 size={}\n", item.cas(), record_size(item));
+            let _ = writeln!(line, " exp={exp} la={now} cas={} fetch=no cls=1 size={}", item.cas(), record_size(item));
             out.extend_from_slice(line.as_bytes());
             true
         });
@@ -173,9 +173,11 @@ fn metadump(ours: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     out.extend_from_slice(reply::END);
 }
 
-/// `lru_crawler mgdump` (memcached 1.6.21 on): `mg <key>` per item, then `EN`. Keys that are not
-/// printable as they are (which the text protocol cannot store) would be sent base64 with ` b`.
+/// `lru_crawler mgdump` (memcached 1.6.21 on, no such command in 1.6.18): as the newest
+/// memcached, `OK`, then `mg <key>` per item, then `EN`. (Keys are printable: the text protocol
+/// cannot store others, so memcached's base64 form ` b` is never needed.)
 fn mgdump(ours: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    out.extend_from_slice(reply::OK);
     if ours {
         each_item(ctx, |item| {
             out.extend_from_slice(b"mg ");

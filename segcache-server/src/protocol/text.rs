@@ -695,6 +695,36 @@ mod tests {
         assert_eq!(failed(b"GET\r\n").kind, FailKind::Unknown);
     }
 
+    #[test]
+    fn operator_commands() {
+        fn admin(b: &[u8]) -> Admin<'_> {
+            match done(b).0 {
+                Request::Admin(a) => a,
+                r => panic!("{r:?}"),
+            }
+        }
+        assert_eq!(admin(b"stats cachedump 1 0\r\n"), Admin::CacheDump { class: 1, limit: 0 });
+        assert_eq!(admin(b"stats cachedump 1 5 extra\r\n"), Admin::CacheDump { class: 1, limit: 5 });
+        assert_eq!(failed(b"stats cachedump x 0\r\n").kind, FailKind::BadFormat);
+        assert!(matches!(done(b"stats cachedump 1\r\n").0, Request::Stats { arg: Some(b"cachedump") }));
+        assert_eq!(admin(b"stats detail dump\r\n"), Admin::Detail(Detail::Dump));
+        assert_eq!(failed(b"stats detail foo\r\n").kind, FailKind::Msg(DETAIL_USAGE));
+        assert!(matches!(done(b"stats settings x\r\n").0, Request::Stats { arg: Some(b"settings") }));
+        assert_eq!(admin(b"lru_crawler metadump all\r\n"), Admin::Dump { mg: false, classes: b"all" });
+        assert_eq!(admin(b"lru_crawler mgdump 1,2\r\n"), Admin::Dump { mg: true, classes: b"1,2" });
+        assert_eq!(failed(b"lru_crawler metadump\r\n").kind, FailKind::Unknown);
+        assert_eq!(failed(b"lru_crawler metadump all noreply\r\n").kind, FailKind::Unknown);
+        assert_eq!(admin(b"watch\r\n"), Admin::Watch { streams: 1 });
+        assert_eq!(admin(b"watch mutations connevents\r\n"), Admin::Watch { streams: 2 | 8 });
+        assert_eq!(failed(b"watch deletions\r\n").kind, FailKind::Unknown);
+        assert_eq!(admin(b"shutdown\r\n"), Admin::Shutdown { mode_ok: true });
+        assert_eq!(admin(b"shutdown graceful\r\n"), Admin::Shutdown { mode_ok: true });
+        assert_eq!(admin(b"shutdown now\r\n"), Admin::Shutdown { mode_ok: false });
+        assert_eq!(admin(b"cache_memlimit 100 noreply\r\n"), Admin::MemLimit { mb: 100, noreply: true });
+        assert!(matches!(parse(b"cache_memlimit x noreply\r\n", &L), Parse::Fail(Fail { noreply: true, .. })));
+        assert_eq!(failed(b"cache_memlimit\r\n").kind, FailKind::Unknown);
+    }
+
     fn parse_is_fail(b: &[u8]) -> bool {
         matches!(parse(b, &L), Parse::Fail(_))
     }
