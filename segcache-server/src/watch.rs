@@ -35,6 +35,39 @@ pub struct ConnEntry {
     pub last_cmd: AtomicU64,
     /// Set by `watch` (the streams asked for): the worker turns the connection into a watcher.
     pub watch: AtomicU8,
+    /// A key dump that did not fit in one reply buffer: the worker goes on with it as the
+    /// client reads, before it runs the connection's next request.
+    pub dump: Mutex<Option<DumpJob>>,
+    /// Whether `dump` holds a job (read without the lock).
+    pub dumping: AtomicBool,
+}
+
+/// Where a key dump (`lru_crawler metadump|mgdump`) stands: its kind and the engine's cursor.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DumpJob {
+    pub mg: bool,
+    pub cursor: u64,
+}
+
+impl ConnEntry {
+    /// An entry for a connection from `peer` to `local` on descriptor `fd`.
+    pub fn new(fd: i32, peer: SocketAddr, local: SocketAddr) -> ConnEntry {
+        ConnEntry {
+            fd,
+            peer,
+            local,
+            last_cmd: AtomicU64::new(0),
+            watch: AtomicU8::new(0),
+            dump: Mutex::new(None),
+            dumping: AtomicBool::new(false),
+        }
+    }
+
+    /// Leaves a dump to the worker.
+    pub fn park_dump(&self, job: DumpJob) {
+        *self.dump.lock().unwrap_or_else(|e| e.into_inner()) = Some(job);
+        self.dumping.store(true, Relaxed);
+    }
 }
 
 /// A connection that watches log streams: lines are queued here by any thread and written by

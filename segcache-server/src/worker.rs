@@ -289,13 +289,11 @@ struct Conn {
 fn conn_entry(stream: &TcpStream) -> Arc<ConnEntry> {
     use std::os::fd::AsRawFd;
     let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
-    Arc::new(ConnEntry {
-        fd: stream.as_raw_fd(),
-        peer: stream.peer_addr().unwrap_or(unknown),
-        local: stream.local_addr().unwrap_or(unknown),
-        last_cmd: std::sync::atomic::AtomicU64::new(0),
-        watch: std::sync::atomic::AtomicU8::new(0),
-    })
+    Arc::new(ConnEntry::new(
+        stream.as_raw_fd(),
+        stream.peer_addr().unwrap_or(unknown),
+        stream.local_addr().unwrap_or(unknown),
+    ))
 }
 
 /// memcached's `connevents` lines: `conn_new`, or `conn_close` with its reason.
@@ -389,6 +387,16 @@ impl Conn {
             }
             if self.output_full() {
                 return Drive::Wait; // until the client reads: a writable event follows
+            }
+            if self.info.dumping.load(std::sync::atomic::Ordering::Relaxed) {
+                // A key dump goes on, a reply buffer at a time, before any further request.
+                if budget.requests == 0 {
+                    return Drive::Again;
+                }
+                budget.requests -= 1;
+                self.compact_out();
+                crate::exec::dump_more(&self.info, &mut self.out, ctx, OUT_HIGH_WATER);
+                continue;
             }
             if self.start < self.end {
                 if budget.requests == 0 || budget.bytes == 0 {

@@ -13,8 +13,9 @@ use std::sync::atomic::Ordering::Relaxed;
 use segcache_core::{record_size, Item};
 
 use crate::protocol::{put_u64, reply, Admin, Detail};
+use crate::session::OUT_HIGH_WATER;
 use crate::state::Ctx;
-use crate::watch::uriencode;
+use crate::watch::{uriencode, ConnEntry, DumpJob};
 
 /// Items read per engine step of a dump.
 const STEP: usize = 256;
@@ -45,13 +46,7 @@ pub fn execute(cmd: Admin<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> After {
         Admin::Detail(Detail::Dump) => shared.watchers.detail_dump(out),
         Admin::Dump { mg, classes } => match dump_classes(classes) {
             None => out.extend_from_slice(b"BADCLASS invalid class id\r\n"),
-            Some(ours) => {
-                if mg {
-                    mgdump(ours, out, ctx)
-                } else {
-                    metadump(ours, out, ctx)
-                }
-            }
+            Some(ours) => dump(mg, ours, out, ctx),
         },
         Admin::Crawl { classes } => match dump_classes(classes) {
             None => out.extend_from_slice(b"BADCLASS invalid class id\r\n"),
@@ -154,39 +149,88 @@ fn cachedump(class: u32, limit: u32, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     out.extend_from_slice(reply::END);
 }
 
-/// `lru_crawler metadump`: memcached 1.6.18's line per item, then END. `la` and `fetch` are not
-/// tracked by the engine: every item reads as memcached's never-fetched item does (`la` its
-/// store time is not known either: the dump's time is printed).
-fn metadump(ours: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
-    if ours {
-        let now = ctx.shared.cache.now();
-        each_item(ctx, |item| {
-            out.extend_from_slice(b"key=");
-            uriencode(out, item.key());
-            let mut line = String::with_capacity(96);
-            let exp = item.expire_at().map_or(-1, i64::from);
-            let _ = writeln!(line, " exp={exp} la={now} cas={} fetch=no cls=1 size={}", item.cas(), record_size(item));
-            out.extend_from_slice(line.as_bytes());
-            true
-        });
+/// `lru_crawler metadump|mgdump`: the first reply buffer's worth of lines now; on a client
+/// connection, the rest is left to its worker (`dump_more`), which writes it as the client reads,
+/// before it runs the next request. The session takes no further request once the buffer holds
+/// `OUT_HIGH_WATER` bytes, so the dump's lines stay in order.
+fn dump(mg: bool, ours: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    if mg {
+        // As the newest memcached (1.6.18 has no mgdump): `OK` first.
+        out.extend_from_slice(reply::OK);
     }
-    out.extend_from_slice(reply::END);
+    let mut job = DumpJob { mg, cursor: 0 };
+    if !ours {
+        finish_dump(&job, out);
+        return;
+    }
+    match ctx.conn {
+        Some(conn) => {
+            if !dump_step(&mut job, out, ctx, OUT_HIGH_WATER) {
+                conn.park_dump(job);
+            }
+        }
+        None => while !dump_step(&mut job, out, ctx, usize::MAX) {},
+    }
 }
 
-/// `lru_crawler mgdump` (memcached 1.6.21 on, no such command in 1.6.18): as the newest
-/// memcached, `OK`, then `mg <key>` per item, then `EN`. (Keys are printable: the text protocol
-/// cannot store others, so memcached's base64 form ` b` is never needed.)
-fn mgdump(ours: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
-    out.extend_from_slice(reply::OK);
-    if ours {
-        each_item(ctx, |item| {
-            out.extend_from_slice(b"mg ");
-            out.extend_from_slice(item.key());
-            out.extend_from_slice(reply::CRLF);
-            true
-        });
+/// Goes on with the key dump parked on `conn`, until `out` holds `until` bytes or it is done.
+pub fn dump_more(conn: &ConnEntry, out: &mut Vec<u8>, ctx: &Ctx<'_>, until: usize) {
+    let mut slot = conn.dump.lock().unwrap_or_else(|e| e.into_inner());
+    let done = match slot.as_mut() {
+        Some(job) => dump_step(job, out, ctx, until),
+        None => true,
+    };
+    if done {
+        *slot = None;
+        conn.dumping.store(false, Relaxed);
     }
-    out.extend_from_slice(b"EN\r\n");
+}
+
+/// Writes dump lines from `job`'s cursor on, a step of the engine's cursor at a time, until
+/// `out` holds `until` bytes; `true` once the dump is complete (its last line written).
+fn dump_step(job: &mut DumpJob, out: &mut Vec<u8>, ctx: &Ctx<'_>, until: usize) -> bool {
+    let cache = &ctx.shared.cache;
+    let now = cache.now();
+    let mut line = String::with_capacity(96);
+    loop {
+        job.cursor = cache.scan_with(job.cursor, STEP, |item| {
+            if job.mg {
+                mg_line(&item, out);
+            } else {
+                meta_line(&item, now, &mut line, out);
+            }
+        });
+        if job.cursor == 0 {
+            finish_dump(job, out);
+            return true;
+        }
+        if out.len() >= until {
+            return false;
+        }
+    }
+}
+
+fn finish_dump(job: &DumpJob, out: &mut Vec<u8>) {
+    out.extend_from_slice(if job.mg { b"EN\r\n" } else { reply::END });
+}
+
+/// memcached 1.6.18's `metadump` line. `la` and `fetch` are not tracked by the engine: every
+/// item reads as memcached's never-fetched item does, its last access the dump's time.
+fn meta_line(item: &Item<'_>, now: u32, line: &mut String, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"key=");
+    uriencode(out, item.key());
+    line.clear();
+    let exp = item.expire_at().map_or(-1, i64::from);
+    let _ = writeln!(line, " exp={exp} la={now} cas={} fetch=no cls=1 size={}", item.cas(), record_size(item));
+    out.extend_from_slice(line.as_bytes());
+}
+
+/// The newest memcached's `mgdump` line, `mg <key>`. (Keys are printable: the text protocol
+/// cannot store others, so memcached's base64 form ` b` is never needed.)
+fn mg_line(item: &Item<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"mg ");
+    out.extend_from_slice(item.key());
+    out.extend_from_slice(reply::CRLF);
 }
 
 /// `cache_memlimit <mb>`: the engine's heap is laid out once, so the limit cannot move; the

@@ -11,5 +11,6 @@ mod meta;
 mod report;
 mod text;
 
+pub use admin::dump_more;
 pub use report::prometheus;
 pub use text::{execute, Flow};
