@@ -55,6 +55,7 @@ pub fn execute(cmd: Admin<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> After {
                 out.extend_from_slice(reply::OK);
             }
         },
+        Admin::CrawlerTune => out.extend_from_slice(reply::OK),
         Admin::Watch { streams } => match ctx.conn {
             Some(conn) => {
                 conn.watch.store(streams, Relaxed);

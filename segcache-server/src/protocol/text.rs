@@ -121,6 +121,8 @@ pub enum Admin<'a> {
     Dump { mg: bool, classes: &'a [u8] },
     /// `lru_crawler crawl <classes>`: reclaim expired items now.
     Crawl { classes: &'a [u8] },
+    /// `lru_crawler tocrawl|sleep <n>`, `lru_crawler enable|disable`: accepted, nothing to tune.
+    CrawlerTune,
     /// `watch [stream...]`: the bit set of [`WATCH_STREAMS`] asked for.
     Watch { streams: u8 },
     /// `shutdown [graceful]`; `mode_ok` is false for any other argument.
@@ -407,10 +409,11 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             if !(t.len() == 1 || t.len() == 2) {
                 return fail(FailKind::Unknown, used, false);
             }
-            let Some(level) = parse_u32(t[0]) else {
+            // memcached takes any unsigned long (and caps the level).
+            let Some(level) = parse_u64(t[0]) else {
                 return fail(FailKind::BadFormat, used, noreply);
             };
-            Request::Verbosity { level, noreply }
+            Request::Verbosity { level: level.min(u64::from(u32::MAX)) as u32, noreply }
         }
         // memcached 1.6 ignores arguments to these two.
         b"version" => Request::Version,
@@ -435,6 +438,9 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             [b"metadump", c] => Request::Admin(Admin::Dump { mg: false, classes: c }),
             [b"mgdump", c] => Request::Admin(Admin::Dump { mg: true, classes: c }),
             [b"crawl", c] => Request::Admin(Admin::Crawl { classes: c }),
+            // The crawler's knobs: segcache expires whole segments and has no crawler to tune.
+            [b"tocrawl" | b"sleep", n] if parse_u32(n).is_some() => Request::Admin(Admin::CrawlerTune),
+            [b"enable" | b"disable"] => Request::Admin(Admin::CrawlerTune),
             _ => return fail(FailKind::Unknown, used, false),
         },
         b"watch" => {
@@ -453,8 +459,9 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             if !(t.len() == 1 || t.len() == 2) {
                 return fail(FailKind::Unknown, used, false);
             }
-            match parse_u32(t[0]) {
-                Some(mb) => Request::Admin(Admin::MemLimit { mb, noreply }),
+            // memcached reads the number into 32 bits: a larger one wraps.
+            match parse_u64(t[0]) {
+                Some(mb) => Request::Admin(Admin::MemLimit { mb: mb as u32, noreply }),
                 None => return fail(FailKind::Unknown, used, noreply),
             }
         }
@@ -723,6 +730,9 @@ mod tests {
         assert_eq!(admin(b"cache_memlimit 100 noreply\r\n"), Admin::MemLimit { mb: 100, noreply: true });
         assert!(matches!(parse(b"cache_memlimit x noreply\r\n", &L), Parse::Fail(Fail { noreply: true, .. })));
         assert_eq!(failed(b"cache_memlimit\r\n").kind, FailKind::Unknown);
+        assert_eq!(admin(b"cache_memlimit 4294967297\r\n"), Admin::MemLimit { mb: 1, noreply: false });
+        assert_eq!(admin(b"lru_crawler tocrawl 10\r\n"), Admin::CrawlerTune);
+        assert!(matches!(done(b"verbosity 99999999999\r\n").0, Request::Verbosity { level: u32::MAX, .. }));
     }
 
     fn parse_is_fail(b: &[u8]) -> bool {
