@@ -375,7 +375,11 @@ impl Conn {
         let mut drained = false;
         loop {
             if let Some(w) = &self.watcher {
-                w.drain_into(&mut self.out);
+                // Lines wait in the watcher's bounded queue (dropped past it, as memcached
+                // does) while the client has a reply buffer's worth unread.
+                if self.pending() < OUT_HIGH_WATER {
+                    w.drain_into(&mut self.out);
+                }
                 // A watcher's input is not run.
                 self.start = self.end;
             }

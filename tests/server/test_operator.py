@@ -463,3 +463,26 @@ def test_a_large_dump_streams_in_order(pair, mg):
         assert len(keys) == body.count(b"\n") - 1
     assert len(keys) == n
     assert sorted(keys) == [b"big:%06d" % i for i in range(n)]
+
+
+def test_a_watcher_that_does_not_read_costs_bounded_memory(pair):
+    """Log lines for a watcher that stopped reading are dropped (counted in
+    `log_watcher_skipped`) once its queue and a reply buffer are full, as memcached's are."""
+    _, sc = pair
+    w = socket.socket()
+    w.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    w.connect(("127.0.0.1", sc.port))
+    try:
+        w.sendall(b"watch fetchers\r\n")
+        time.sleep(0.2)
+        before = int(stat_map(talk(sc.port, b"stats\r\n"))["log_watcher_skipped"])
+        # About 20 MB of log lines: far more than the watcher's queue (256 KiB), the reply
+        # buffer and the socket buffers together.
+        batch = b"get not-there-with-a-long-key-name\r\n" * 2000
+        for _ in range(100):
+            talk(sc.port, batch)
+        stats = stat_map(talk(sc.port, b"stats\r\n"))
+        assert int(stats["log_watcher_skipped"]) > before
+        assert int(stats["log_watchers"]) == 1
+    finally:
+        w.close()
