@@ -67,7 +67,6 @@ pub fn spawn(
                 log::warn!("worker {index}: could not pin to core {}", core.id);
             }
         }
-        let waker = waker_own;
         let mut w = Worker {
             poll,
             rx,
@@ -76,7 +75,7 @@ pub fn spawn(
             index,
             ready: Vec::new(),
             again: Vec::new(),
-            waker,
+            waker: waker_own,
             watching: Vec::new(),
         };
         if let Err(e) = w.run() {
