@@ -85,6 +85,9 @@ pub struct Cli {
     /// Log level: error, warn, info, debug, trace (overrides -v).
     #[arg(long)]
     pub log_level: Option<String>,
+    /// Enable the `shutdown` command (as memcached's -A): a client may then stop the server.
+    #[arg(short = 'A', long = "enable-shutdown")]
+    pub enable_shutdown: bool,
 }
 
 /// A size given as a number of bytes or as text with a k/m/g suffix.
@@ -119,6 +122,7 @@ pub struct FileConfig {
     pub pin: Option<bool>,
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,
+    pub enable_shutdown: Option<bool>,
     #[serde(default)]
     pub engine: EngineFile,
 }
@@ -158,6 +162,8 @@ pub struct Settings {
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,
     pub log_level: log::LevelFilter,
+    /// `-A`: the `shutdown` command is allowed.
+    pub shutdown_command: bool,
 }
 
 impl Default for Settings {
@@ -285,6 +291,7 @@ impl Settings {
             cores: cores_list,
             admin_port: cli.admin_port.or(file.admin_port),
             log_level,
+            shutdown_command: cli.enable_shutdown || file.enable_shutdown.unwrap_or(false),
         })
     }
 
@@ -326,7 +333,8 @@ mod tests {
         let s = Settings::resolve(cli(&[]), FileConfig::default()).unwrap();
         assert_eq!((s.port, s.listen.as_str(), s.memory_bytes), (11211, "127.0.0.1", 64 << 20));
         assert_eq!((s.max_connections, s.max_item_size, s.eviction), (1024, 1 << 20, Policy::Merge));
-        assert!(s.pin && s.admin_port.is_none() && s.path.is_none());
+        assert!(s.pin && s.admin_port.is_none() && s.path.is_none() && !s.shutdown_command);
+        assert!(Settings::resolve(cli(&["-A"]), FileConfig::default()).unwrap().shutdown_command);
         assert_eq!(s.threads, std::thread::available_parallelism().unwrap().get());
     }
 

@@ -20,6 +20,7 @@ mod server;
 mod session;
 mod state;
 mod stats;
+mod watch;
 mod worker;
 
 pub use config::{Cli, Settings};

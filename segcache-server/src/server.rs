@@ -70,6 +70,11 @@ impl Server {
         let admin_port = settings.admin_port;
         let threads_n = settings.threads;
         let shared = Arc::new(Shared::new(cache, settings));
+        let _ = shared.acceptor.set(waker.clone());
+        {
+            use std::os::fd::AsRawFd;
+            shared.watchers.set_listener(listener.as_raw_fd(), addr);
+        }
         let mut workers = Vec::with_capacity(threads_n);
         let mut threads = Vec::with_capacity(threads_n);
         for i in 0..threads_n {

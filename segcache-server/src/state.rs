@@ -1,7 +1,7 @@
 //! What every thread of the server shares: the engine handle, the settings and the counters.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use segcache_core::SharedCache;
@@ -9,6 +9,7 @@ use segcache_core::SharedCache;
 use crate::config::Settings;
 use crate::protocol::Limits;
 use crate::stats::{ConnStats, Totals, WorkerStats};
+use crate::watch::{ConnEntry, Watchers};
 
 /// Shared by the acceptor, the workers and the admin thread (behind an `Arc`).
 #[derive(Debug)]
@@ -23,6 +24,12 @@ pub struct Shared {
     pub stopping: Arc<AtomicBool>,
     /// memcached's `verbosity` setting (the log level follows it).
     pub verbosity: AtomicU32,
+    /// Open connections, `watch` streams and `stats detail` counters.
+    pub watchers: Watchers,
+    /// `stats sizes_enable` was sent: `stats sizes` answers with the histogram.
+    pub sizes_enabled: AtomicBool,
+    /// Wakes the acceptor (set once the server is bound): `shutdown` stops the server with it.
+    pub acceptor: OnceLock<Arc<mio::Waker>>,
     started: Instant,
     started_unix: u64,
 }
@@ -38,6 +45,9 @@ impl Shared {
             conns: ConnStats::default(),
             stopping: Arc::new(AtomicBool::new(false)),
             verbosity: AtomicU32::new(0),
+            watchers: Watchers::default(),
+            sizes_enabled: AtomicBool::new(false),
+            acceptor: OnceLock::new(),
             started: Instant::now(),
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             settings,
@@ -66,6 +76,14 @@ impl Shared {
     pub fn is_stopping(&self) -> bool {
         self.stopping.load(Ordering::Relaxed)
     }
+
+    /// Stops the server gracefully, as a signal does (`shutdown`).
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::SeqCst);
+        if let Some(w) = self.acceptor.get() {
+            let _ = w.wake();
+        }
+    }
 }
 
 /// What a request needs to run: the shared state and the counters of the worker running it.
@@ -73,11 +91,18 @@ impl Shared {
 pub struct Ctx<'a> {
     pub shared: &'a Shared,
     pub stats: &'a WorkerStats,
+    /// The client connection the request came on, when it came on a socket.
+    pub conn: Option<&'a ConnEntry>,
 }
 
 impl<'a> Ctx<'a> {
     /// The context of worker `i`.
     pub fn new(shared: &'a Shared, i: usize) -> Ctx<'a> {
-        Ctx { shared, stats: &shared.workers[i % shared.workers.len()] }
+        Ctx { shared, stats: &shared.workers[i % shared.workers.len()], conn: None }
+    }
+
+    /// This context for a request that came on connection `conn`.
+    pub fn on(self, conn: &'a ConnEntry) -> Ctx<'a> {
+        Ctx { conn: Some(conn), ..self }
     }
 }

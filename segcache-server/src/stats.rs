@@ -81,6 +81,9 @@ pub struct ConnStats {
     pub curr_connections: AtomicU64,
     pub total_connections: AtomicU64,
     pub rejected_connections: AtomicU64,
+    /// Turns a connection gave up with requests still waiting, so that others had theirs
+    /// (memcached's `conn_yields`).
+    pub conn_yields: AtomicU64,
 }
 
 /// User and system CPU seconds of this process, from `getrusage`.

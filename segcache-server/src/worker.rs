@@ -20,6 +20,7 @@ use crate::protocol::MAX_GET_LINE;
 use crate::session::{Budget, Session, OUT_HIGH_WATER};
 use crate::state::{Ctx, Shared};
 use crate::stats::bump;
+use crate::watch::{ConnEntry, Watcher, CONNEVENTS};
 
 const WAKER: Token = Token(usize::MAX);
 /// Per-connection starting size of each buffer: small, so that many idle connections are cheap.
@@ -57,6 +58,7 @@ pub fn spawn(
     let poll = Poll::new()?;
     let waker = Arc::new(Waker::new(poll.registry(), WAKER)?);
     let (tx, rx) = std::sync::mpsc::channel();
+    let waker_own = waker.clone();
     let thread = std::thread::Builder::new().name(format!("worker-{index}")).spawn(move || {
         if let Some(core) = core {
             if core_affinity::set_for_current(core) {
@@ -65,7 +67,17 @@ pub fn spawn(
                 log::warn!("worker {index}: could not pin to core {}", core.id);
             }
         }
-        let mut w = Worker { poll, rx, conns: Slab::new(), shared, index, ready: Vec::new(), again: Vec::new() };
+        let mut w = Worker {
+            poll,
+            rx,
+            conns: Slab::new(),
+            shared,
+            index,
+            ready: Vec::new(),
+            again: Vec::new(),
+            waker: waker_own,
+            watching: Vec::new(),
+        };
         if let Err(e) = w.run() {
             log::error!("worker {index} stopped: {e}");
         }
@@ -85,6 +97,10 @@ struct Worker {
     ready: Vec<usize>,
     /// The previous round's `ready`, kept to reuse its allocation.
     again: Vec<usize>,
+    /// Wakes this worker: watchers' log lines, queued by any thread, are written on a wake.
+    waker: Arc<Waker>,
+    /// Connections that became `watch` log streams.
+    watching: Vec<usize>,
 }
 
 impl Worker {
@@ -113,7 +129,12 @@ impl Worker {
             self.again = again;
             for ev in events.iter() {
                 match ev.token() {
-                    WAKER => self.adopt(drain_until.is_some()),
+                    WAKER => {
+                        self.adopt(drain_until.is_some());
+                        for key in self.watching.clone() {
+                            self.drive(key, false);
+                        }
+                    }
                     Token(key) => self.drive(key, ev.is_read_closed() || ev.is_error()),
                 }
             }
@@ -148,7 +169,10 @@ impl Worker {
                 self.shared.conns.curr_connections.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
-            entry.insert(Conn::new(stream));
+            let info = conn_entry(&stream);
+            self.shared.watchers.open(info.clone());
+            log_conn(&self.shared, &info, None);
+            entry.insert(Conn::new(stream, info, self.waker.clone()));
             // Data may already be waiting: edge-triggered readiness fires for it anyway.
         }
     }
@@ -159,13 +183,19 @@ impl Worker {
         let outcome = match self.conns.get_mut(key) {
             Some(conn) => {
                 conn.hup |= hup;
-                conn.drive(&ctx)
+                let info = conn.info.clone();
+                let outcome = conn.drive(&ctx.on(&info));
+                if conn.watcher.is_some() && !self.watching.contains(&key) {
+                    self.watching.push(key);
+                }
+                outcome
             }
             None => return,
         };
         match outcome {
             Drive::Wait => {}
             Drive::Again => {
+                bump(&self.shared.conns.conn_yields, 1);
                 if !self.ready.contains(&key) {
                     self.ready.push(key);
                 }
@@ -177,6 +207,12 @@ impl Worker {
     fn remove(&mut self, key: usize) {
         if let Some(mut conn) = self.conns.try_remove(key) {
             self.ready.retain(|&k| k != key);
+            self.watching.retain(|&k| k != key);
+            if let Some(w) = &conn.watcher {
+                self.shared.watchers.remove(w);
+            }
+            self.shared.watchers.close(conn.info.fd);
+            log_conn(&self.shared, &conn.info, Some(if conn.eof || conn.closing { "normal" } else { "error" }));
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.shared.conns.curr_connections.fetch_sub(1, Ordering::Relaxed);
         }
@@ -239,11 +275,45 @@ struct Conn {
     eof: bool,
     /// The poller reported the peer's shutdown: read until 0 rather than trusting a short read.
     hup: bool,
+    /// What `stats conns` shows of this connection.
+    info: Arc<ConnEntry>,
+    /// Set once the client sent `watch`: the connection carries log lines from then on, and
+    /// what the client sends is read and dropped.
+    watcher: Option<Arc<Watcher>>,
+    /// The worker's waker, for a watcher's log lines.
+    waker: Arc<Waker>,
+}
+
+/// The `stats conns` entry of a new connection.
+fn conn_entry(stream: &TcpStream) -> Arc<ConnEntry> {
+    use std::os::fd::AsRawFd;
+    let unknown = std::net::SocketAddr::from(([0, 0, 0, 0], 0));
+    Arc::new(ConnEntry::new(
+        stream.as_raw_fd(),
+        stream.peer_addr().unwrap_or(unknown),
+        stream.local_addr().unwrap_or(unknown),
+    ))
+}
+
+/// memcached's `connevents` lines: `conn_new`, or `conn_close` with its reason.
+fn log_conn(shared: &Shared, info: &ConnEntry, close: Option<&str>) {
+    shared.watchers.log(CONNEVENTS, |line| {
+        use std::fmt::Write as _;
+        let kind = if close.is_some() { "conn_close" } else { "conn_new" };
+        let _ = write!(line, "type={kind} rip={} rport={} transport=tcp", info.peer.ip(), info.peer.port());
+        if let Some(reason) = close {
+            let _ = write!(line, " reason={reason}");
+        }
+        let _ = write!(line, " cfd={}", info.fd);
+    });
 }
 
 impl Conn {
-    fn new(stream: TcpStream) -> Conn {
+    fn new(stream: TcpStream, info: Arc<ConnEntry>, waker: Arc<Waker>) -> Conn {
         Conn {
+            info,
+            watcher: None,
+            waker,
             stream,
             session: Session::new(),
             buf: vec![0; INITIAL_BUF],
@@ -303,6 +373,15 @@ impl Conn {
         // need for one more read(2) just to see EAGAIN (one syscall less per request).
         let mut drained = false;
         loop {
+            if let Some(w) = &self.watcher {
+                // Lines wait in the watcher's bounded queue (dropped past it, as memcached
+                // does) while the client has a reply buffer's worth unread.
+                if self.pending() < OUT_HIGH_WATER {
+                    w.drain_into(&mut self.out);
+                }
+                // A watcher's input is not run.
+                self.start = self.end;
+            }
             if self.flush(ctx).is_err() {
                 return Drive::Close;
             }
@@ -311,6 +390,16 @@ impl Conn {
             }
             if self.output_full() {
                 return Drive::Wait; // until the client reads: a writable event follows
+            }
+            if self.info.dumping.load(std::sync::atomic::Ordering::Relaxed) {
+                // A key dump goes on, a reply buffer at a time, before any further request.
+                if budget.requests == 0 {
+                    return Drive::Again;
+                }
+                budget.requests -= 1;
+                self.compact_out();
+                crate::exec::dump_more(&self.info, &mut self.out, ctx, OUT_HIGH_WATER);
+                continue;
             }
             if self.start < self.end {
                 if budget.requests == 0 || budget.bytes == 0 {
@@ -325,6 +414,13 @@ impl Conn {
                     self.out.shrink_to_fit();
                 }
                 self.start += p.consumed;
+                if p.requests > 0 {
+                    self.info.last_cmd.store(ctx.shared.uptime(), std::sync::atomic::Ordering::Relaxed);
+                    let streams = self.info.watch.load(std::sync::atomic::Ordering::Relaxed);
+                    if streams != 0 && self.watcher.is_none() {
+                        self.watcher = Some(ctx.shared.watchers.add(streams, self.waker.clone()));
+                    }
+                }
                 budget.requests = budget.requests.saturating_sub(p.requests);
                 budget.bytes = budget.bytes.saturating_sub(p.consumed);
                 if self.start == self.end {

@@ -97,7 +97,7 @@ fn noreply_suppresses_replies() {
     // A too-large value under noreply is swallowed silently, as memcached does.
     let mut r = Rig::with_item_max(1024);
     let big = "x".repeat(2000);
-    assert_eq!(r.run(&format!("set a 0 0 2000 noreply\r\n{big}\r\nversion\r\n")), "VERSION 1.6.0-segcache-0.1.0\r\n");
+    assert_eq!(r.run(&format!("set a 0 0 2000 noreply\r\n{big}\r\nversion\r\n")), "VERSION 1.6.18\r\n");
 }
 
 #[test]
@@ -192,7 +192,7 @@ fn limits_and_bad_input() {
     // Keys.
     let long = "k".repeat(251);
     assert!(r.run(&format!("get {long}\r\n")).starts_with("CLIENT_ERROR"));
-    assert!(r.run(&format!("set {long} 0 0 1\r\nx\r\nversion\r\n")).ends_with("\r\nVERSION 1.6.0-segcache-0.1.0\r\n"));
+    assert!(r.run(&format!("set {long} 0 0 1\r\nx\r\nversion\r\n")).ends_with("\r\nVERSION 1.6.18\r\n"));
     assert!(r.run("get a\x7fb\r\n").starts_with("CLIENT_ERROR"));
     // Unknown commands and bad formats.
     assert_eq!(r.run("bogus\r\n"), "ERROR\r\n");
@@ -221,7 +221,7 @@ fn limits_and_bad_input() {
 fn quit_closes_after_earlier_replies() {
     let mut r = Rig::new();
     let (out, close, used) = r.feed(b"version\r\nquit\r\nget a\r\n");
-    assert_eq!((String::from_utf8(out).unwrap().as_str(), close, used), ("VERSION 1.6.0-segcache-0.1.0\r\n", true, 15));
+    assert_eq!((String::from_utf8(out).unwrap().as_str(), close, used), ("VERSION 1.6.18\r\n", true, 15));
 }
 
 #[test]
@@ -399,7 +399,7 @@ fn random_input_never_breaks_a_session() {
         let _ = r.feed(&rest);
     }
     let mut r = Rig::new();
-    assert_eq!(r.run("version\r\n"), "VERSION 1.6.0-segcache-0.1.0\r\n");
+    assert_eq!(r.run("version\r\n"), "VERSION 1.6.18\r\n");
 }
 
 /// Differences from memcached 1.6.18 found by tests/server/test_differential.py; each of these

@@ -2,6 +2,7 @@
 //! and teardown, the clock, and CAS values.
 
 pub(crate) mod flush;
+pub(crate) mod keys;
 pub(crate) mod memory;
 pub(crate) mod meta;
 pub(crate) mod read;

@@ -123,6 +123,16 @@ impl SharedCache {
         self.shards.len()
     }
 
+    /// Shard `i`'s lock (for scans that visit the shards in turn).
+    pub(crate) fn shard_at(&self, i: usize) -> &ShardLock<Segcache> {
+        &self.shards[i]
+    }
+
+    /// Whether this process is a `fork()` child of the one that opened the cache.
+    pub(crate) fn origin_forked(&self) -> bool {
+        self.origin.forked()
+    }
+
     /// The cache clock's current time, Unix seconds.
     pub fn now(&self) -> u32 {
         self.shards[0].read().now()

@@ -38,7 +38,7 @@ fn general(shared: &Shared) -> Vec<Row> {
         ("pid", Val::U(u64::from(std::process::id()))),
         ("uptime", Val::U(shared.uptime())),
         ("time", Val::U(u64::from(shared.cache.now()))),
-        ("version", Val::S(format!("1.6.0-segcache-{}", env!("CARGO_PKG_VERSION")))),
+        ("version", Val::S(super::text::VERSION.into())),
         ("pointer_size", Val::U(usize::BITS as u64)),
         ("rusage_user", Val::F(user)),
         ("rusage_system", Val::F(sys)),
@@ -49,16 +49,40 @@ fn general(shared: &Shared) -> Vec<Row> {
         ("connection_structures", Val::U(c.curr_connections.load(Ordering::Relaxed))),
     ])
     .collect();
-    v.extend(t.named().map(|(n, x)| (Cow::Borrowed(n), Val::U(x))));
+    for (n, x) in t.named() {
+        v.push((Cow::Borrowed(n), Val::U(x)));
+        // memcached's place for these: the engine does not tell an expired or flushed item
+        // from an absent one, so every such read counts as a miss only.
+        if n == "get_misses" {
+            v.extend(rows([("get_expired", Val::U(0)), ("get_flushed", Val::U(0))]));
+        }
+    }
+    let (hash_bytes, hash_power) = shared.cache.table_size();
+    let w = &shared.watchers;
     v.extend(rows([
         ("limit_maxbytes", Val::U(s.memory_bytes as u64)),
+        ("accepting_conns", Val::U(u64::from(!shared.is_stopping()))),
+        ("listen_disabled_num", Val::U(0)),
+        ("time_in_listen_disabled_us", Val::U(0)),
         ("threads", Val::U(s.threads as u64)),
+        ("conn_yields", Val::U(c.conn_yields.load(Ordering::Relaxed))),
+        ("hash_power_level", Val::U(u64::from(hash_power))),
+        ("hash_bytes", Val::U(hash_bytes)),
+        ("hash_is_expanding", Val::U(0)),
+        ("log_watcher_skipped", Val::U(w.skipped.load(Ordering::Relaxed))),
+        ("log_watcher_sent", Val::U(w.sent.load(Ordering::Relaxed))),
+        ("log_watchers", Val::U(w.count() as u64)),
         // memcached's names for the engine's figures.
         ("bytes", Val::U(e.bytes)),
         ("curr_items", Val::U(e.items)),
         ("total_items", Val::U(e.sets)),
+        // The engine does not track whether an item was read (another part of issue #19).
+        ("expired_unfetched", Val::U(0)),
+        ("evicted_unfetched", Val::U(0)),
         ("evictions", Val::U(e.evicted_items)),
         ("reclaimed", Val::U(e.expired_items)),
+        ("implementation", Val::S("segcache".into())),
+        ("segcache_version", Val::S(env!("CARGO_PKG_VERSION").into())),
     ]));
     // Every engine figure under its own name (segcache's), typed by the engine's list.
     v.extend(e.figures().map(|f| (Cow::Owned(format!("engine_{}", f.name)), Val::Figure(f))));
@@ -85,17 +109,29 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
         ("pin_threads", Val::S(if s.pin { "yes" } else { "no" }.into())),
         ("admin_port", Val::U(s.admin_port.map_or(0, u64::from))),
         ("persistence_path", Val::S(s.path.as_ref().map_or("none".into(), |p| p.display().to_string()))),
+        ("shutdown_command", Val::S(if s.shutdown_command { "yes" } else { "no" }.into())),
+        ("detail_enabled", Val::S(if shared.watchers.detail_enabled() { "yes" } else { "no" }.into())),
+        ("dump_enabled", Val::S("yes".into())),
+        ("lru_crawler", Val::S("yes".into())),
+        ("track_sizes", Val::S(if shared.sizes_enabled.load(Ordering::Relaxed) { "yes" } else { "no" }.into())),
     ])
 }
 
-/// memcached reports per slab class; segcache has none, so everything is class 1.
+/// memcached reports per slab class; segcache has none, so everything is class 1 (the class
+/// that `stats cachedump 1` and `lru_crawler metadump 1` dump).
 fn items(shared: &Shared) -> impl Iterator<Item = Row> {
     let e = shared.cache.stats();
     rows([
         ("items:1:number", Val::U(e.items)),
+        ("items:1:number_hot", Val::U(0)),
+        ("items:1:number_warm", Val::U(0)),
+        ("items:1:number_cold", Val::U(e.items)),
+        ("items:1:mem_requested", Val::U(e.bytes)),
         ("items:1:evicted", Val::U(e.evicted_items)),
-        ("items:1:reclaimed", Val::U(e.expired_items)),
         ("items:1:outofmemory", Val::U(shared.totals().store_no_memory)),
+        ("items:1:reclaimed", Val::U(e.expired_items)),
+        ("items:1:expired_unfetched", Val::U(0)),
+        ("items:1:evicted_unfetched", Val::U(0)),
     ])
 }
 
@@ -124,6 +160,19 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
             out,
             rows([("active_slabs", Val::U(1)), ("total_malloced", Val::U(shared.settings.memory_bytes as u64))]),
         ),
+        Some(b"sizes") => super::admin::sizes(out, ctx),
+        Some(b"sizes_enable") => {
+            shared.sizes_enabled.store(true, Ordering::Relaxed);
+            out.extend_from_slice(b"STAT sizes_status enabled\r\n");
+        }
+        Some(b"sizes_disable") => {
+            shared.sizes_enabled.store(false, Ordering::Relaxed);
+            out.extend_from_slice(b"STAT sizes_status disabled\r\n");
+        }
+        Some(b"conns") => super::admin::conns(out, ctx),
+        // memcached's answers to these without their arguments.
+        Some(b"cachedump") => out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n"),
+        Some(b"detail") => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
         Some(b"reset") => {
             for w in shared.workers.iter() {
                 w.reset();

@@ -9,11 +9,17 @@ use std::sync::atomic::Ordering;
 
 use segcache_core::Item;
 
+use super::admin::After;
 use super::engine::{do_arith, do_store, touch, Arith, Stored};
 use super::expiry::Expiry;
 use crate::protocol::{put_u64, reply, Keys, Request, StoreKind};
 use crate::state::Ctx;
 use crate::stats::bump;
+use crate::watch::{uriencode_str, FETCHERS, MUTATIONS};
+
+/// The version line: a memcached 1.6 release number, which clients' version checks accept
+/// (`stats` names segcache and its own version).
+pub const VERSION: &str = "1.6.18";
 
 /// What the connection does after a request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -51,6 +57,7 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
         }
         Request::Delete { key, noreply } => {
             let ok = ctx.shared.cache.delete(key).is_ok();
+            ctx.shared.watchers.detail(key, 3);
             bump(if ok { &ctx.stats.delete_hits } else { &ctx.stats.delete_misses }, 1);
             out.extend_from_slice(if ok { reply::DELETED } else { reply::NOT_FOUND });
             noreply
@@ -86,7 +93,15 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
             noreply
         }
         Request::Version => {
-            out.extend_from_slice(concat!("VERSION 1.6.0-segcache-", env!("CARGO_PKG_VERSION"), "\r\n").as_bytes());
+            out.extend_from_slice(b"VERSION ");
+            out.extend_from_slice(VERSION.as_bytes());
+            out.extend_from_slice(reply::CRLF);
+            false
+        }
+        Request::Admin(cmd) => {
+            if super::admin::execute(cmd, out, ctx) == After::Close {
+                return Flow::Close;
+            }
             false
         }
         Request::Quit => return Flow::Close,
@@ -124,7 +139,12 @@ fn get(keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let (mut hits, mut n) = (0u64, 0u64);
     for key in keys {
         n += 1;
-        if cache.get_with(key, |item| put_value(out, key, &item, cas)).is_some() {
+        let size = cache.get_with(key, |item| {
+            put_value(out, key, &item, cas);
+            item.value().len()
+        });
+        fetched(key, size, ctx);
+        if size.is_some() {
             hits += 1;
             if over_limit(out, mark, ctx) {
                 return;
@@ -144,18 +164,24 @@ fn gat(exptime: i64, keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>
     let (mut hits, mut n) = (0u64, 0u64);
     for key in keys {
         n += 1;
-        let hit = match expiry.ttl() {
-            Some(ttl) => {
-                cache.touch(key, ttl).is_ok() && cache.get_with(key, |item| put_value(out, key, &item, cas)).is_some()
-            }
+        let read = |out: &mut Vec<u8>| {
+            cache.get_with(key, |item| {
+                put_value(out, key, &item, cas);
+                item.value().len()
+            })
+        };
+        let size = match expiry.ttl() {
+            Some(ttl) => cache.touch(key, ttl).ok().and_then(|()| read(out)),
             // Expired on arrival: return the item this once, then it is gone.
             None => {
-                let hit = cache.get_with(key, |item| put_value(out, key, &item, cas)).is_some();
+                let size = read(out);
                 let _ = cache.delete(key);
-                hit
+                size
             }
         };
+        let hit = size.is_some();
         hits += u64::from(hit);
+        fetched(key, size, ctx);
         if hit && over_limit(out, mark, ctx) {
             return;
         }
@@ -180,7 +206,9 @@ fn store(
     out: &mut Vec<u8>,
     ctx: &Ctx<'_>,
 ) {
-    let reply: &[u8] = match do_store(kind, key, flags, exptime, data, cas, ctx) {
+    let outcome = do_store(kind, key, flags, exptime, data, cas, ctx);
+    stored(kind, key, exptime, data.len(), outcome, ctx);
+    let reply: &[u8] = match outcome {
         Stored::Stored => reply::STORED,
         Stored::NotStored => reply::NOT_STORED,
         Stored::Exists => reply::EXISTS,
@@ -202,4 +230,62 @@ fn arith(incr: bool, key: &[u8], delta: u64, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
         Arith::NotNumeric => out.extend_from_slice(reply::NON_NUMERIC),
         Arith::Failed => out.extend_from_slice(reply::OUT_OF_MEMORY),
     }
+}
+
+/// The connection's descriptor, as memcached's logs print it (`cfd=`).
+fn cfd(ctx: &Ctx<'_>) -> i32 {
+    ctx.conn.map_or(-1, |c| c.fd)
+}
+
+/// Logs a key read for the `fetchers` stream and counts it for `stats detail`; `size`: the
+/// value's length on a hit.
+#[inline]
+fn fetched(key: &[u8], size: Option<usize>, ctx: &Ctx<'_>) {
+    let w = &ctx.shared.watchers;
+    w.detail(key, if size.is_some() { 1 } else { 0 });
+    if !w.wants(FETCHERS) {
+        return;
+    }
+    w.log(FETCHERS, |line| {
+        use std::fmt::Write as _;
+        line.push_str("type=item_get key=");
+        uriencode_str(line, key);
+        let (status, cls) = if size.is_some() { ("found", 1) } else { ("not_found", 0) };
+        let _ = write!(line, " status={status} clsid={cls} cfd={} size={}", cfd(ctx), size.unwrap_or(0));
+    });
+}
+
+/// Logs a storage command for the `mutations` stream and counts it for `stats detail`.
+#[inline]
+fn stored(kind: StoreKind, key: &[u8], exptime: i64, size: usize, outcome: Stored, ctx: &Ctx<'_>) {
+    let w = &ctx.shared.watchers;
+    w.detail(key, 2);
+    if !w.wants(MUTATIONS) {
+        return;
+    }
+    let cmd = match kind {
+        StoreKind::Set => "set",
+        StoreKind::Add => "add",
+        StoreKind::Replace => "replace",
+        StoreKind::Append => "append",
+        StoreKind::Prepend => "prepend",
+        StoreKind::Cas => "cas",
+    };
+    let status = match outcome {
+        Stored::Stored => "stored",
+        Stored::NotStored => "not_stored",
+        Stored::Exists => "exists",
+        Stored::NotFound => "not_found",
+        Stored::TooLarge | Stored::NoMemory | Stored::Failed => "too_large",
+    };
+    let ttl = match Expiry::from_exptime(exptime, ctx.shared.cache.now()) {
+        Expiry::After(d) => d.as_secs(),
+        Expiry::Never | Expiry::Expired => 0,
+    };
+    w.log(MUTATIONS, |line| {
+        use std::fmt::Write as _;
+        line.push_str("type=item_store key=");
+        uriencode_str(line, key);
+        let _ = write!(line, " status={status} cmd={cmd} ttl={ttl} clsid=1 cfd={} size={size}", cfd(ctx));
+    });
 }

@@ -99,6 +99,8 @@ pub enum Request<'a> {
     Stats {
         arg: Option<&'a [u8]>,
     },
+    /// One of memcached's operator commands.
+    Admin(Admin<'a>),
     /// A meta command (`mg`, `ms`, `md`, `ma`, `me`, `mn`). `key` is as sent (base64 with `b`).
     Meta {
         cmd: MetaCmd,
@@ -107,6 +109,38 @@ pub enum Request<'a> {
         flags: MetaFlags<'a>,
     },
 }
+
+/// memcached's operator commands (parsed; what they do is the executor's business).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admin<'a> {
+    /// `stats cachedump <class> <limit>`: `ITEM` lines for up to `limit` keys (0: all).
+    CacheDump { class: u32, limit: u32 },
+    /// `stats detail on|off|dump`.
+    Detail(Detail),
+    /// `lru_crawler metadump|mgdump <classes>`; `classes` is as sent (`all`, `hash`, `1,2`).
+    Dump { mg: bool, classes: &'a [u8] },
+    /// `lru_crawler crawl <classes>`: reclaim expired items now.
+    Crawl { classes: &'a [u8] },
+    /// `lru_crawler tocrawl|sleep <n>`, `lru_crawler enable|disable`: accepted, nothing to tune.
+    CrawlerTune,
+    /// `watch [stream...]`: the bit set of [`WATCH_STREAMS`] asked for.
+    Watch { streams: u8 },
+    /// `shutdown [graceful]`; `mode_ok` is false for any other argument.
+    Shutdown { mode_ok: bool },
+    /// `cache_memlimit <megabytes> [noreply]`.
+    MemLimit { mb: u32, noreply: bool },
+}
+
+/// `stats detail`'s argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Detail {
+    On,
+    Off,
+    Dump,
+}
+
+/// The log streams of `watch`, by name; a stream's bit is `1 << index`.
+pub const WATCH_STREAMS: [&str; 4] = ["fetchers", "mutations", "evictions", "connevents"];
 
 /// The keys of a retrieval command, validated, yielded in order.
 #[derive(Debug, Clone, Copy)]
@@ -301,6 +335,9 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
     Parse::Done(Request::Store { kind, key, flags, exptime, data, cas, noreply }, whole)
 }
 
+/// memcached's answer to `stats detail` with a bad argument.
+const DETAIL_USAGE: &[u8] = b"CLIENT_ERROR usage: stats detail on|off|dump\r\n";
+
 fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
     // memcached looks for `noreply` in the last token only, and ignores any other word there.
     let noreply = t.last() == Some(&&b"noreply"[..]);
@@ -372,10 +409,11 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             if !(t.len() == 1 || t.len() == 2) {
                 return fail(FailKind::Unknown, used, false);
             }
-            let Some(level) = parse_u32(t[0]) else {
+            // memcached takes any unsigned long (and caps the level).
+            let Some(level) = parse_u64(t[0]) else {
                 return fail(FailKind::BadFormat, used, noreply);
             };
-            Request::Verbosity { level, noreply }
+            Request::Verbosity { level: level.min(u64::from(u32::MAX)) as u32, noreply }
         }
         // memcached 1.6 ignores arguments to these two.
         b"version" => Request::Version,
@@ -383,8 +421,50 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
         b"stats" => match t {
             [] => Request::Stats { arg: None },
             [a] => Request::Stats { arg: Some(a) },
+            [b"cachedump", c, l, ..] => match (parse_u32(c), parse_u32(l)) {
+                (Some(class), Some(limit)) => Request::Admin(Admin::CacheDump { class, limit }),
+                _ => return fail(FailKind::BadFormat, used, false),
+            },
+            [b"detail", d, ..] => match *d {
+                b"on" => Request::Admin(Admin::Detail(Detail::On)),
+                b"off" => Request::Admin(Admin::Detail(Detail::Off)),
+                b"dump" => Request::Admin(Admin::Detail(Detail::Dump)),
+                _ => return fail(FailKind::Msg(DETAIL_USAGE), used, false),
+            },
+            // memcached ignores what follows a `stats` argument it knows.
+            [a, ..] => Request::Stats { arg: Some(a) },
+        },
+        b"lru_crawler" => match t {
+            [b"metadump", c] => Request::Admin(Admin::Dump { mg: false, classes: c }),
+            [b"mgdump", c] => Request::Admin(Admin::Dump { mg: true, classes: c }),
+            [b"crawl", c] => Request::Admin(Admin::Crawl { classes: c }),
+            // The crawler's knobs: segcache expires whole segments and has no crawler to tune.
+            [b"tocrawl" | b"sleep", n] if parse_u32(n).is_some() => Request::Admin(Admin::CrawlerTune),
+            [b"enable" | b"disable"] => Request::Admin(Admin::CrawlerTune),
             _ => return fail(FailKind::Unknown, used, false),
         },
+        b"watch" => {
+            let mut streams = 0u8;
+            for name in t {
+                match WATCH_STREAMS.iter().position(|s| s.as_bytes() == *name) {
+                    Some(i) => streams |= 1 << i,
+                    None => return fail(FailKind::Unknown, used, false),
+                }
+            }
+            // As memcached: `watch` alone watches the fetchers.
+            Request::Admin(Admin::Watch { streams: if t.is_empty() { 1 } else { streams } })
+        }
+        b"shutdown" => Request::Admin(Admin::Shutdown { mode_ok: matches!(t, [] | [b"graceful"]) }),
+        b"cache_memlimit" => {
+            if !(t.len() == 1 || t.len() == 2) {
+                return fail(FailKind::Unknown, used, false);
+            }
+            // memcached reads the number into 32 bits: a larger one wraps.
+            match parse_u64(t[0]) {
+                Some(mb) => Request::Admin(Admin::MemLimit { mb: mb as u32, noreply }),
+                None => return fail(FailKind::Unknown, used, noreply),
+            }
+        }
         _ => return fail(FailKind::Unknown, used, false),
     };
     Parse::Done(req, used)
@@ -620,6 +700,39 @@ mod tests {
         assert_eq!(failed(b"bogus\r\n").kind, FailKind::Unknown);
         assert_eq!(failed(b"\r\n").kind, FailKind::Unknown);
         assert_eq!(failed(b"GET\r\n").kind, FailKind::Unknown);
+    }
+
+    #[test]
+    fn operator_commands() {
+        fn admin(b: &[u8]) -> Admin<'_> {
+            match done(b).0 {
+                Request::Admin(a) => a,
+                r => panic!("{r:?}"),
+            }
+        }
+        assert_eq!(admin(b"stats cachedump 1 0\r\n"), Admin::CacheDump { class: 1, limit: 0 });
+        assert_eq!(admin(b"stats cachedump 1 5 extra\r\n"), Admin::CacheDump { class: 1, limit: 5 });
+        assert_eq!(failed(b"stats cachedump x 0\r\n").kind, FailKind::BadFormat);
+        assert!(matches!(done(b"stats cachedump 1\r\n").0, Request::Stats { arg: Some(b"cachedump") }));
+        assert_eq!(admin(b"stats detail dump\r\n"), Admin::Detail(Detail::Dump));
+        assert_eq!(failed(b"stats detail foo\r\n").kind, FailKind::Msg(DETAIL_USAGE));
+        assert!(matches!(done(b"stats settings x\r\n").0, Request::Stats { arg: Some(b"settings") }));
+        assert_eq!(admin(b"lru_crawler metadump all\r\n"), Admin::Dump { mg: false, classes: b"all" });
+        assert_eq!(admin(b"lru_crawler mgdump 1,2\r\n"), Admin::Dump { mg: true, classes: b"1,2" });
+        assert_eq!(failed(b"lru_crawler metadump\r\n").kind, FailKind::Unknown);
+        assert_eq!(failed(b"lru_crawler metadump all noreply\r\n").kind, FailKind::Unknown);
+        assert_eq!(admin(b"watch\r\n"), Admin::Watch { streams: 1 });
+        assert_eq!(admin(b"watch mutations connevents\r\n"), Admin::Watch { streams: 2 | 8 });
+        assert_eq!(failed(b"watch deletions\r\n").kind, FailKind::Unknown);
+        assert_eq!(admin(b"shutdown\r\n"), Admin::Shutdown { mode_ok: true });
+        assert_eq!(admin(b"shutdown graceful\r\n"), Admin::Shutdown { mode_ok: true });
+        assert_eq!(admin(b"shutdown now\r\n"), Admin::Shutdown { mode_ok: false });
+        assert_eq!(admin(b"cache_memlimit 100 noreply\r\n"), Admin::MemLimit { mb: 100, noreply: true });
+        assert!(matches!(parse(b"cache_memlimit x noreply\r\n", &L), Parse::Fail(Fail { noreply: true, .. })));
+        assert_eq!(failed(b"cache_memlimit\r\n").kind, FailKind::Unknown);
+        assert_eq!(admin(b"cache_memlimit 4294967297\r\n"), Admin::MemLimit { mb: 1, noreply: false });
+        assert_eq!(admin(b"lru_crawler tocrawl 10\r\n"), Admin::CrawlerTune);
+        assert!(matches!(done(b"verbosity 99999999999\r\n").0, Request::Verbosity { level: u32::MAX, .. }));
     }
 
     fn parse_is_fail(b: &[u8]) -> bool {

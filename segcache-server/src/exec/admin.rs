@@ -1,0 +1,299 @@
+//! memcached's operator commands: `stats cachedump`, `stats detail`, `stats sizes`,
+//! `stats conns`, `lru_crawler metadump|mgdump|crawl`, `watch`, `shutdown` and
+//! `cache_memlimit`, with memcached's replies.
+//!
+//! segcache has no slab classes: every item is in class 1, the one class `stats items` lists
+//! (so that php's `getAllKeys()`, which asks `stats items` for the classes and then
+//! `stats cachedump` for each, finds every key). Key dumps walk the engine's hash table with its
+//! cursor (`SharedCache::scan_with`), a step at a time, so writers are held up only briefly.
+
+use std::fmt::Write as _;
+use std::sync::atomic::Ordering::Relaxed;
+
+use segcache_core::{record_size, Item};
+
+use crate::protocol::{put_u64, reply, Admin, Detail};
+use crate::session::OUT_HIGH_WATER;
+use crate::state::Ctx;
+use crate::watch::{uriencode, ConnEntry, DumpJob};
+
+/// Items read per engine step of a dump.
+const STEP: usize = 256;
+/// memcached stops a cachedump at 2 MB of reply.
+const CACHEDUMP_LIMIT: usize = 2 << 20;
+
+/// What the connection does after an operator command.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum After {
+    Continue,
+    /// Close once the replies are sent (`shutdown`).
+    Close,
+}
+
+/// Runs an operator command, appending its reply to `out`.
+pub fn execute(cmd: Admin<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> After {
+    let shared = ctx.shared;
+    match cmd {
+        Admin::CacheDump { class, limit } => cachedump(class, limit, out, ctx),
+        Admin::Detail(Detail::On) => {
+            shared.watchers.set_detail(true);
+            out.extend_from_slice(reply::OK);
+        }
+        Admin::Detail(Detail::Off) => {
+            shared.watchers.set_detail(false);
+            out.extend_from_slice(reply::OK);
+        }
+        Admin::Detail(Detail::Dump) => shared.watchers.detail_dump(out),
+        Admin::Dump { mg, classes } => match dump_classes(classes) {
+            None => out.extend_from_slice(b"BADCLASS invalid class id\r\n"),
+            Some(ours) => dump(mg, ours, out, ctx),
+        },
+        Admin::Crawl { classes } => match dump_classes(classes) {
+            None => out.extend_from_slice(b"BADCLASS invalid class id\r\n"),
+            Some(_) => {
+                shared.cache.expire();
+                out.extend_from_slice(reply::OK);
+            }
+        },
+        Admin::CrawlerTune => out.extend_from_slice(reply::OK),
+        Admin::Watch { streams } => match ctx.conn {
+            Some(conn) => {
+                conn.watch.store(streams, Relaxed);
+                out.extend_from_slice(reply::OK);
+            }
+            None => out.extend_from_slice(b"ERROR watch needs a client connection\r\n"),
+        },
+        Admin::Shutdown { mode_ok } => {
+            if !shared.settings.shutdown_command {
+                out.extend_from_slice(b"ERROR: shutdown not enabled\r\n");
+            } else if !mode_ok {
+                out.extend_from_slice(b"CLIENT_ERROR invalid shutdown mode\r\n");
+            } else {
+                log::warn!("shutdown command: stopping gracefully");
+                shared.stop();
+                return After::Close;
+            }
+        }
+        Admin::MemLimit { mb, noreply } => {
+            let mark = out.len();
+            memlimit(mb, out, ctx);
+            if noreply {
+                out.truncate(mark);
+            }
+        }
+    }
+    After::Continue
+}
+
+/// The class list of `lru_crawler metadump|mgdump|crawl`: `Some(true)` when it names our one
+/// class (`all`, `hash`, or a list with 1), `Some(false)` for valid classes that are empty,
+/// `None` for a bad list (memcached: ids 1 to 63).
+fn dump_classes(classes: &[u8]) -> Option<bool> {
+    if classes == b"all" || classes == b"hash" {
+        return Some(true);
+    }
+    let mut ours = false;
+    for id in classes.split(|&b| b == b',') {
+        let id = std::str::from_utf8(id).ok()?.parse::<u32>().ok()?;
+        if !(1..64).contains(&id) {
+            return None;
+        }
+        ours |= id == 1;
+    }
+    Some(ours)
+}
+
+/// Calls `f` on every live item, a step of the engine's key cursor at a time, until `f`
+/// returns `false`.
+fn each_item(ctx: &Ctx<'_>, mut f: impl FnMut(&Item<'_>) -> bool) {
+    let cache = &ctx.shared.cache;
+    let mut cursor = 0;
+    let mut more = true;
+    loop {
+        cursor = cache.scan_with(cursor, STEP, |item| {
+            if more {
+                more = f(&item);
+            }
+        });
+        if cursor == 0 || !more {
+            return;
+        }
+    }
+}
+
+/// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <expiry> s]` lines (expiry as a
+/// Unix time, 0 for never), then END; memcached's limits: class ids below 64, 2 MB of reply.
+fn cachedump(class: u32, limit: u32, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    if class >= 64 {
+        out.extend_from_slice(b"CLIENT_ERROR Illegal slab id\r\n");
+        return;
+    }
+    if class == 1 {
+        let (start, mut n) = (out.len(), 0u32);
+        each_item(ctx, |item| {
+            let before = out.len();
+            out.extend_from_slice(b"ITEM ");
+            out.extend_from_slice(item.key());
+            out.extend_from_slice(b" [");
+            put_u64(out, item.value().len() as u64);
+            out.extend_from_slice(b" b; ");
+            put_u64(out, u64::from(item.expire_at().unwrap_or(0)));
+            out.extend_from_slice(b" s]\r\n");
+            if out.len() - start + 6 > CACHEDUMP_LIMIT {
+                out.truncate(before);
+                return false;
+            }
+            n += 1;
+            limit == 0 || n < limit
+        });
+    }
+    out.extend_from_slice(reply::END);
+}
+
+/// `lru_crawler metadump|mgdump`: the first reply buffer's worth of lines now; on a client
+/// connection, the rest is left to its worker (`dump_more`), which writes it as the client reads,
+/// before it runs the next request. The session takes no further request once the buffer holds
+/// `OUT_HIGH_WATER` bytes, so the dump's lines stay in order.
+fn dump(mg: bool, ours: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    if mg {
+        // As the newest memcached (1.6.18 has no mgdump): `OK` first.
+        out.extend_from_slice(reply::OK);
+    }
+    let mut job = DumpJob { mg, cursor: 0 };
+    if !ours {
+        finish_dump(&job, out);
+        return;
+    }
+    match ctx.conn {
+        Some(conn) => {
+            if !dump_step(&mut job, out, ctx, OUT_HIGH_WATER) {
+                conn.park_dump(job);
+            }
+        }
+        None => while !dump_step(&mut job, out, ctx, usize::MAX) {},
+    }
+}
+
+/// Goes on with the key dump parked on `conn`, until `out` holds `until` bytes or it is done.
+pub fn dump_more(conn: &ConnEntry, out: &mut Vec<u8>, ctx: &Ctx<'_>, until: usize) {
+    let mut slot = conn.dump.lock().unwrap_or_else(|e| e.into_inner());
+    let done = match slot.as_mut() {
+        Some(job) => dump_step(job, out, ctx, until),
+        None => true,
+    };
+    if done {
+        *slot = None;
+        conn.dumping.store(false, Relaxed);
+    }
+}
+
+/// Writes dump lines from `job`'s cursor on, a step of the engine's cursor at a time, until
+/// `out` holds `until` bytes; `true` once the dump is complete (its last line written).
+fn dump_step(job: &mut DumpJob, out: &mut Vec<u8>, ctx: &Ctx<'_>, until: usize) -> bool {
+    let cache = &ctx.shared.cache;
+    let now = cache.now();
+    let mut line = String::with_capacity(96);
+    loop {
+        job.cursor = cache.scan_with(job.cursor, STEP, |item| {
+            if job.mg {
+                mg_line(&item, out);
+            } else {
+                meta_line(&item, now, &mut line, out);
+            }
+        });
+        if job.cursor == 0 {
+            finish_dump(job, out);
+            return true;
+        }
+        if out.len() >= until {
+            return false;
+        }
+    }
+}
+
+fn finish_dump(job: &DumpJob, out: &mut Vec<u8>) {
+    out.extend_from_slice(if job.mg { b"EN\r\n" } else { reply::END });
+}
+
+/// memcached 1.6.18's `metadump` line. `la` and `fetch` are not tracked by the engine: every
+/// item reads as memcached's never-fetched item does, its last access the dump's time.
+fn meta_line(item: &Item<'_>, now: u32, line: &mut String, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"key=");
+    uriencode(out, item.key());
+    line.clear();
+    let exp = item.expire_at().map_or(-1, i64::from);
+    let _ = writeln!(line, " exp={exp} la={now} cas={} fetch=no cls=1 size={}", item.cas(), record_size(item));
+    out.extend_from_slice(line.as_bytes());
+}
+
+/// The newest memcached's `mgdump` line, `mg <key>`. (Keys are printable: the text protocol
+/// cannot store others, so memcached's base64 form ` b` is never needed.)
+fn mg_line(item: &Item<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(b"mg ");
+    out.extend_from_slice(item.key());
+    out.extend_from_slice(reply::CRLF);
+}
+
+/// `cache_memlimit <mb>`: the engine's heap is laid out once, so the limit cannot move; the
+/// answers are memcached's, with `OK` for the limit the cache already has.
+fn memlimit(mb: u32, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    let line: &[u8] = if mb < 8 {
+        b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
+    } else if mb > 1_000_000_000 {
+        b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
+    } else if u64::from(mb) << 20 == ctx.shared.settings.memory_bytes as u64 {
+        reply::OK
+    } else {
+        b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
+    };
+    out.extend_from_slice(line);
+}
+
+/// `stats sizes`: with `stats sizes_enable` sent, a histogram of item sizes by 32-byte step
+/// (taken with a key scan, as memcached's is kept as items come and go); otherwise memcached's
+/// answer for a server not tracking sizes.
+pub fn sizes(out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    if !ctx.shared.sizes_enabled.load(Relaxed) {
+        out.extend_from_slice(b"STAT sizes_status disabled\r\nEND\r\n");
+        return;
+    }
+    let mut hist = std::collections::BTreeMap::<usize, u64>::new();
+    each_item(ctx, |item| {
+        *hist.entry(record_size(item).div_ceil(32) * 32).or_default() += 1;
+        true
+    });
+    let mut s = String::new();
+    for (size, n) in hist {
+        let _ = write!(s, "STAT {size} {n}\r\n");
+    }
+    out.extend_from_slice(s.as_bytes());
+    out.extend_from_slice(reply::END);
+}
+
+/// `stats conns`: memcached's lines for the listening socket and each client connection
+/// (the one asking is parsing a command; the others wait for one).
+pub fn conns(out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    let shared = ctx.shared;
+    let up = shared.uptime();
+    let mut s = String::new();
+    if let Some((fd, addr)) = shared.watchers.listener() {
+        let _ = write!(
+            s,
+            "STAT {fd}:addr tcp:{addr}\r\nSTAT {fd}:state conn_listening\r\nSTAT {fd}:secs_since_last_cmd {up}\r\n"
+        );
+    }
+    for c in shared.watchers.conns() {
+        let _ = write!(s, "STAT {0}:addr tcp:{1}\r\nSTAT {0}:listen_addr tcp:{2}\r\n", c.fd, c.peer, c.local);
+        let state = if ctx.conn.is_some_and(|m| m.fd == c.fd) {
+            "conn_parse_cmd"
+        } else if c.watch.load(Relaxed) != 0 {
+            "conn_watch"
+        } else {
+            "conn_waiting"
+        };
+        let idle = up.saturating_sub(c.last_cmd.load(Relaxed));
+        let _ = write!(s, "STAT {0}:state {state}\r\nSTAT {0}:secs_since_last_cmd {idle}\r\n", c.fd);
+    }
+    out.extend_from_slice(s.as_bytes());
+    out.extend_from_slice(reply::END);
+}
