@@ -1,10 +1,12 @@
-//! The memcached wire protocol: the tokenizer, the text-command and meta-flag parsers, and the
-//! reply spellings. Nothing here imports the rest of the crate (no engine, no server state), so
-//! it can be fuzzed and reused alone.
+//! The memcached wire protocol: the tokenizer, the text-command and meta-flag parsers, the
+//! binary protocol's parser and writers ([`binary`]), and the reply spellings. Nothing here
+//! imports the rest of the crate (no engine, no server state), so it can be fuzzed and reused
+//! alone.
 //!
 //! [`parse`] turns the bytes a client sent into one [`Request`] that borrows them, without
 //! allocating or copying.
 
+pub mod binary;
 mod meta;
 pub mod reply;
 mod text;
