@@ -257,6 +257,11 @@ SCRIPT = [
     # An expiry in the past: expired on arrival.
     packet(SET, b"old", set_extras(0, 1_000_000_000), b"v", opaque=78),
     packet(GET, b"old", opaque=79),
+    # An append whose result would be over -I (1m on both): NOT_STORED, the item unchanged.
+    packet(SET, b"half", set_extras(), b"h" * (700 << 10), opaque=83),
+    packet(APPEND, b"half", value=b"h" * (700 << 10), opaque=84),
+    packet(PREPENDQ, b"half", value=b"h" * (700 << 10), opaque=85),
+    packet(DELETE, b"half", opaque=86),
     packet(SET, b"e", set_extras(0, 0), b"v", opaque=80),
     packet(TOUCH, b"e", struct.pack(">I", 1_000_000_000), opaque=81),
     packet(GET, b"e", opaque=82),
@@ -287,6 +292,7 @@ def test_every_opcode_as_memcached(both):
     assert by_opaque[69].status == UNKNOWN  # no SASL, as memcached without -S
     assert by_opaque[75].status == ENOENT
     assert by_opaque[79].status == ENOENT and by_opaque[82].status == ENOENT
+    assert by_opaque[84].status == NOT_STORED and by_opaque[85].status == NOT_STORED
 
 
 def test_cas_semantics(both):
@@ -542,6 +548,38 @@ def test_text_and_binary_connections_at_once(servers):
     finally:
         b.close()
         t.close()
+
+
+def test_a_text_connection_stays_text(servers):
+    # The first byte chose text: a binary request later is refused and the connection closed
+    # (memcached answers `ERROR` and reads on, taking the binary bytes for text).
+    with socket.create_connection(("127.0.0.1", servers["segcache"]), timeout=10) as t:
+        t.sendall(b"version\r\n" + packet(NOOP))
+        buf = b""
+        while True:
+            chunk = t.recv(4096)
+            if not chunk:
+                break
+            buf += chunk
+    lines = buf.split(b"\r\n")
+    assert lines[0].startswith(b"VERSION ")
+    assert lines[1] == b"CLIENT_ERROR binary request on a text connection"
+
+
+def test_pipelined_output_past_the_high_water_mark(servers):
+    """400 gets of a 100 KiB value sent at once (40 MiB of responses, far over the 256 KiB
+    output high-water mark): the server pauses and resumes, every response comes, in order."""
+    c = Bin(servers["segcache"])
+    try:
+        value = bytes(range(256)) * 400
+        assert c.one(SET, b"hw", set_extras(5), value).status == OK
+        n = 400
+        c.send(b"".join(packet(GETQ if i % 2 else GET, b"hw", opaque=i) for i in range(n)) + packet(NOOP, opaque=n))
+        rs = c.until_noop(n)
+        assert [r.opaque for r in rs] == list(range(n + 1))
+        assert all(r.value == value for r in rs[:-1])
+    finally:
+        c.close()
 
 
 def test_requests_split_anywhere(servers):

@@ -7,8 +7,8 @@
 //! response's CAS is the item's after the command (0 for errors, delete, flush and the others
 //! without an item). SET/ADD/REPLACE with a CAS in the header are a compare-and-swap (ADD too,
 //! as in memcached); APPEND/PREPEND compare a non-zero CAS, and so do DELETE and INCR/DECR. The
-//! comparisons other than SET's take two engine calls, as the meta protocol's `C` does (see
-//! docs/server.md).
+//! comparisons other than SET's (and APPEND/PREPEND's size check) take two engine calls, as the
+//! meta protocol's `C` does (see docs/server.md).
 
 use segcache_core::Item;
 
@@ -160,11 +160,19 @@ fn store(
         StoreKind::Set | StoreKind::Add | StoreKind::Replace if h.cas != 0 => {
             do_store(StoreKind::Cas, key, flags, exptime, value, h.cas, ctx)
         }
-        StoreKind::Append | StoreKind::Prepend if h.cas != 0 => match ctx.shared.cache.get_with(key, |i| i.cas()) {
-            None => Stored::NotStored,
-            Some(c) if c != h.cas => Stored::Exists,
-            Some(_) => do_store(kind, key, flags, exptime, value, 0, ctx),
-        },
+        StoreKind::Append | StoreKind::Prepend => {
+            match ctx.shared.cache.get_with(key, |i| (i.cas(), i.value().len())) {
+                None if h.cas != 0 => Stored::NotStored,
+                Some((c, _)) if h.cas != 0 && c != h.cas => Stored::Exists,
+                // As memcached: a result over the item size limit is not stored (the engine's own
+                // limit, a segment, may be larger than `-I`).
+                Some((_, len)) if len + value.len() > ctx.shared.limits.max_item_size => {
+                    bump(&ctx.stats.cmd_set, 1);
+                    Stored::NotStored
+                }
+                _ => do_store(kind, key, flags, exptime, value, 0, ctx),
+            }
+        }
         _ => do_store(kind, key, flags, exptime, value, 0, ctx),
     };
     let status = match r {
