@@ -254,3 +254,58 @@ fn counters_and_stats_are_the_text_protocols() {
     assert_eq!(from_binary, lines[..lines.len() - 1]);
     assert_eq!(r.one(&packet(op::STAT, b"nope", &[], &[], 0, 0)).status, 0x01);
 }
+
+/// A small deterministic generator (xorshift64*), so that a failure replays.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+    fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// A request of a random opcode (known or not) with random extras, key and value lengths,
+/// sometimes with a header byte changed: whatever it is, a session must answer with whole
+/// responses, use no more than it was given, and not panic.
+fn random_request(rng: &mut Rng) -> Vec<u8> {
+    let opcode = rng.below(0x30) as u8;
+    let extras: Vec<u8> = (0..[0, 4, 8, 20, rng.below(30)][rng.below(5)]).map(|_| rng.next() as u8).collect();
+    let key: Vec<u8> = (0..[0, 1, 3, 250, 251][rng.below(5)]).map(|_| b'a' + rng.below(4) as u8).collect();
+    let value: Vec<u8> = (0..[0, 2, 50, 300][rng.below(4)]).map(|_| b'0' + rng.below(10) as u8).collect();
+    let mut p = packet(opcode, &key, &extras, &value, rng.next() as u32, [0, 1, rng.next()][rng.below(3)]);
+    if rng.below(10) == 0 {
+        let i = rng.below(HEADER_LEN);
+        p[i] = rng.next() as u8;
+    }
+    p
+}
+
+#[test]
+fn random_requests_never_break_a_session() {
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for round in 0..3000 {
+        let mut r = Rig::new(200);
+        let n = 1 + rng.below(8);
+        let input: Vec<u8> = (0..n).flat_map(|_| random_request(&mut rng)).collect();
+        let cut = rng.below(input.len() + 1);
+        let (mut out, close, used) = r.feed(&input[..cut]);
+        assert!(used <= cut, "round {round}");
+        if !close {
+            let pending = &input[used..];
+            let (o, _, used) = r.feed(pending);
+            assert!(used <= pending.len(), "round {round}");
+            out.extend(o);
+        }
+        // Whole responses only (`responses` checks each header and length); a first byte
+        // changed away from 0x80 made it a text connection.
+        if r.session.is_binary() {
+            responses(&out);
+        }
+    }
+}
