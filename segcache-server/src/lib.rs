@@ -1,14 +1,15 @@
 //! # segcache-server
 //!
-//! A memcached-compatible server on the segcache engine: the text protocol and the meta
-//! protocol of memcached 1.6, memcached's flags and `stats`, pinned worker threads with their own
+//! A memcached-compatible server on the segcache engine: the text, meta and binary protocols
+//! of memcached 1.6, memcached's flags and `stats`, pinned worker threads with their own
 //! event loops, Prometheus metrics on an optional admin port, and a graceful stop that persists
 //! the cache for a warm restart. See docs/server.md.
 //!
 //! - [`protocol`]: the tokenizer, the request parser and the reply spellings; it imports nothing
 //!   else of this crate (no allocation; used by the fuzz target).
 //! - `exec`: expiry rules, the text and meta handlers that call the engine, `stats` and metrics.
-//! - [`Session`]: one connection's protocol state machine, socket-free.
+//! - [`Session`]: one connection's protocol state machine, socket-free; a connection's first
+//!   byte chooses text or binary, as in memcached.
 //! - [`Server`]: acceptor, workers, lifecycle.
 
 mod admin;

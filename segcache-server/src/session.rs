@@ -1,7 +1,11 @@
 //! One connection's protocol state, independent of sockets: bytes in, replies out. The workers
 //! drive it from their event loops; the tests and the fuzz target drive it directly.
+//!
+//! As memcached, a connection's first byte picks its protocol for good: the binary protocol's
+//! request magic (`0x80`) makes it a binary connection, anything else a text (and meta) one.
 
-use crate::exec::{execute, Flow};
+use crate::exec::{execute, execute_binary, Flow};
+use crate::protocol::binary::{self, REQUEST_MAGIC};
 use crate::protocol::{parse, FailKind, Parse};
 use crate::state::Ctx;
 
@@ -38,11 +42,32 @@ pub struct Progress {
     pub requests: usize,
 }
 
-/// The per-connection state that outlives one read: bytes still to drop from a rejected data
-/// block.
+/// The protocol a connection speaks, decided by its first byte.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Nothing received yet.
+    #[default]
+    Undecided,
+    Text,
+    Binary,
+}
+
+/// What one request did to the loop of [`Session::process_within`].
+enum Step {
+    /// Run the next one.
+    Next,
+    /// The request is not all in: wait for more input.
+    Incomplete,
+    /// Close the connection once the output is sent.
+    Close,
+}
+
+/// The per-connection state that outlives one read: the protocol, and bytes still to drop from
+/// a rejected data block.
 #[derive(Debug, Default)]
 pub struct Session {
     swallow: usize,
+    mode: Mode,
 }
 
 impl Session {
@@ -53,6 +78,11 @@ impl Session {
     /// Whether the session is between requests (no data block still being dropped).
     pub fn at_boundary(&self) -> bool {
         self.swallow == 0
+    }
+
+    /// Whether the connection speaks the binary protocol (known once its first byte came).
+    pub fn is_binary(&self) -> bool {
+        self.mode == Mode::Binary
     }
 
     /// Runs every complete request at the start of `input`, appending replies to `out`, until
@@ -81,43 +111,95 @@ impl Session {
                 break;
             }
             requests += 1;
-            match parse(&input[pos..], &ctx.shared.limits) {
-                Parse::Done(req, n) => {
-                    pos += n;
-                    if execute(req, out, ctx) == Flow::Close {
-                        return Progress { consumed: pos, close: true, requests };
-                    }
-                }
-                Parse::Incomplete => {
+            if self.mode == Mode::Undecided {
+                self.mode = if input[pos] == REQUEST_MAGIC { Mode::Binary } else { Mode::Text };
+            }
+            let step = match self.mode {
+                Mode::Binary => self.binary_step(input, &mut pos, out, ctx),
+                _ => self.text_step(input, &mut pos, out, ctx),
+            };
+            match step {
+                Step::Next => {}
+                Step::Incomplete => {
                     requests -= 1;
                     break;
                 }
-                Parse::Fail(f) => {
-                    if f.kind == FailKind::TooLarge {
-                        crate::stats::bump(&ctx.stats.store_too_large, 1);
-                    }
-                    if let Some(key) = f.unlink {
-                        let _ = ctx.shared.cache.delete(key);
-                    }
-                    if !f.noreply {
-                        if let Some(reply) = f.kind.reply() {
-                            out.extend_from_slice(reply);
-                        }
-                    }
-                    let avail = input.len() - pos;
-                    if f.skip <= avail {
-                        pos += f.skip;
-                    } else {
-                        pos = input.len();
-                        self.swallow = f.skip - avail;
-                    }
-                    if f.kind.closes() {
-                        log::debug!("closing connection: {:?}", f.kind);
-                        return Progress { consumed: pos, close: true, requests };
-                    }
-                }
+                Step::Close => return Progress { consumed: pos, close: true, requests },
             }
         }
         Progress { consumed: pos, close: false, requests }
+    }
+
+    /// Drops `skip` bytes from `*pos` on, remembering those not received yet.
+    fn skip(&mut self, input: &[u8], pos: &mut usize, skip: usize) {
+        let avail = input.len() - *pos;
+        if skip <= avail {
+            *pos += skip;
+        } else {
+            *pos = input.len();
+            self.swallow = skip - avail;
+        }
+    }
+
+    /// Runs (or rejects) the text or meta request at `input[*pos..]`.
+    fn text_step(&mut self, input: &[u8], pos: &mut usize, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Step {
+        match parse(&input[*pos..], &ctx.shared.limits) {
+            Parse::Done(req, n) => {
+                *pos += n;
+                if execute(req, out, ctx) == Flow::Close {
+                    return Step::Close;
+                }
+            }
+            Parse::Incomplete => return Step::Incomplete,
+            Parse::Fail(f) => {
+                if f.kind == FailKind::TooLarge {
+                    crate::stats::bump(&ctx.stats.store_too_large, 1);
+                }
+                if let Some(key) = f.unlink {
+                    let _ = ctx.shared.cache.delete(key);
+                }
+                if !f.noreply {
+                    if let Some(reply) = f.kind.reply() {
+                        out.extend_from_slice(reply);
+                    }
+                }
+                self.skip(input, pos, f.skip);
+                if f.kind.closes() {
+                    log::debug!("closing connection: {:?}", f.kind);
+                    return Step::Close;
+                }
+            }
+        }
+        Step::Next
+    }
+
+    /// Runs (or rejects) the binary request at `input[*pos..]`.
+    fn binary_step(&mut self, input: &[u8], pos: &mut usize, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Step {
+        match binary::parse(&input[*pos..], &ctx.shared.limits) {
+            binary::Parse::Done(req, n) => {
+                self.skip(input, pos, n);
+                if execute_binary(req, out, ctx) == Flow::Close {
+                    return Step::Close;
+                }
+            }
+            binary::Parse::Incomplete => return Step::Incomplete,
+            binary::Parse::Fail(f) => {
+                if f.status == Some(binary::Status::TooLarge) {
+                    crate::stats::bump(&ctx.stats.store_too_large, 1);
+                }
+                if let Some(key) = f.unlink {
+                    let _ = ctx.shared.cache.delete(key);
+                }
+                if let Some(status) = f.status {
+                    binary::put_error(out, &f.header, status);
+                }
+                self.skip(input, pos, f.skip);
+                if f.close {
+                    log::debug!("closing binary connection: {:?} (opcode {:#04x})", f.status, f.header.opcode);
+                    return Step::Close;
+                }
+            }
+        }
+        Step::Next
     }
 }

@@ -189,13 +189,6 @@ def test_garbage_never_hurts_the_server(server):
     assert r.request(b"version\r\n").startswith(b"VERSION")
 
 
-def test_binary_protocol_is_refused_clearly(server):
-    r = Raw(server.connect())
-    r.send(bytes([0x80, 0x0A, 0, 0]) + bytes(20))  # a binary-protocol NOOP header
-    assert r.line().startswith(b"CLIENT_ERROR the binary protocol is not supported")
-    assert r.closed()
-
-
 def test_large_pipelined_output_to_a_slow_reader(raw):
     import time
 

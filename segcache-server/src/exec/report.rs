@@ -102,7 +102,7 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
         ("item_size_max", Val::U(s.max_item_size as u64)),
         ("evictions", Val::S(if s.eviction == segcache_core::Policy::None { "off" } else { "on" }.into())),
         ("cas_enabled", Val::S("yes".into())),
-        ("binding_protocol", Val::S("ascii".into())),
+        ("binding_protocol", Val::S("auto-negotiate".into())),
         ("eviction_policy", Val::S(s.eviction.name().into())),
         ("segment_size", Val::U(s.segment_size as u64)),
         ("shards", Val::U(shared.cache.shard_count() as u64)),

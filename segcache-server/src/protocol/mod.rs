@@ -1,10 +1,12 @@
-//! The memcached wire protocol: the tokenizer, the text-command and meta-flag parsers, and the
-//! reply spellings. Nothing here imports the rest of the crate (no engine, no server state), so
-//! it can be fuzzed and reused alone.
+//! The memcached wire protocol: the tokenizer, the text-command and meta-flag parsers, the
+//! binary protocol's parser and writers ([`binary`]), and the reply spellings. Nothing here
+//! imports the rest of the crate (no engine, no server state), so it can be fuzzed and reused
+//! alone.
 //!
 //! [`parse`] turns the bytes a client sent into one [`Request`] that borrows them, without
 //! allocating or copying.
 
+pub mod binary;
 mod meta;
 pub mod reply;
 mod text;
@@ -12,5 +14,8 @@ mod token;
 
 pub use meta::{parse_meta_flags, MetaCmd, MetaFlags};
 pub use reply::{put_i64, put_u64, FailKind};
-pub use text::{check_key, parse, Admin, Detail, Fail, Keys, Limits, Parse, Request, StoreKind, MAX_GET_LINE, MAX_LINE, MAX_RESPONSE, WATCH_STREAMS};
+pub use text::{
+    check_key, parse, Admin, Detail, Fail, Keys, Limits, Parse, Request, StoreKind, MAX_GET_LINE, MAX_LINE,
+    MAX_RESPONSE, WATCH_STREAMS,
+};
 pub use token::{next_token, parse_i64, parse_u64, MAX_TOKENS};

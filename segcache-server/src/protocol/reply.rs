@@ -66,7 +66,8 @@ pub enum FailKind {
     LineTooLong,
     /// The client speaks HTTP: close without a reply.
     Http,
-    /// The client speaks memcached's binary protocol (first byte 0x80): reply, then close.
+    /// A binary-protocol request (first byte 0x80) on a text connection (a connection's first
+    /// byte chose its protocol): reply, then close.
     Binary,
     /// Meta: a flag letter the command does not know.
     InvalidFlag,
@@ -97,7 +98,7 @@ impl FailKind {
             FailKind::DeleteUsage => b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
             FailKind::LineTooLong => b"CLIENT_ERROR line too long\r\n",
             FailKind::Http => return None,
-            FailKind::Binary => b"CLIENT_ERROR the binary protocol is not supported; use the text or meta protocol\r\n",
+            FailKind::Binary => b"CLIENT_ERROR binary request on a text connection\r\n",
             FailKind::InvalidFlag => b"CLIENT_ERROR invalid flag\r\n",
             FailKind::UnsupportedFlag => b"CLIENT_ERROR flag not supported by this server\r\n",
             FailKind::BadToken => b"CLIENT_ERROR bad token in command line format\r\n",

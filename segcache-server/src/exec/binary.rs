@@ -1,0 +1,279 @@
+//! Runs binary-protocol requests against the engine and writes memcached's responses, through
+//! the engine helpers the text protocol uses (so CAS, expiry, flags, incr on non-numbers and
+//! value limits mean the same on both) and bumping the same counters.
+//!
+//! As memcached 1.6.18 (`proto_bin.c`): a quiet opcode hides its success (a get's hit is still
+//! sent) and a get's miss, never an error; every response echoes the request's opaque; a
+//! response's CAS is the item's after the command (0 for errors, delete, flush and the others
+//! without an item). SET/ADD/REPLACE with a CAS in the header are a compare-and-swap (ADD too,
+//! as in memcached); APPEND/PREPEND compare a non-zero CAS, and so do DELETE and INCR/DECR. The
+//! comparisons other than SET's (and APPEND/PREPEND's size check) take two engine calls, as the
+//! meta protocol's `C` does (see docs/server.md).
+
+use segcache_core::Item;
+
+use super::engine::{do_arith, do_store, touch, Arith, Stored};
+use super::expiry::Expiry;
+use super::report::write_stats;
+use super::text::Flow;
+use crate::protocol::binary::{op, put_error, put_response, Command, Header, Request, Status, NO_CREATE};
+use crate::protocol::StoreKind;
+use crate::state::Ctx;
+use crate::stats::bump;
+
+/// The VERSION response (the text protocol's version, without the `VERSION ` word).
+const VERSION: &[u8] = concat!("1.6.0-segcache-", env!("CARGO_PKG_VERSION")).as_bytes();
+
+/// A response without a body.
+fn put_ok(out: &mut Vec<u8>, h: &Header, cas: u64) {
+    put_response(out, h.opcode, Status::Success, h.opaque, cas, &[], &[], &[]);
+}
+
+/// The CAS of the item now under `key`, for a success response. An item that expired on
+/// arrival was never stored: report a CAS that matches no item (never 0, which a client that
+/// sends it back would find compares nothing).
+fn cas_now(key: &[u8], ctx: &Ctx<'_>) -> u64 {
+    ctx.shared.cache.get_with(key, |i| i.cas()).unwrap_or(u64::MAX)
+}
+
+/// Runs one request, appending its response (unless quiet) to `out`.
+pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
+    let h = &req.header;
+    let quiet = req.quiet;
+    match req.cmd {
+        Command::Get { key, exptime, with_key, with_value } => {
+            get(h, quiet, key, exptime, with_key, with_value, out, ctx)
+        }
+        Command::Store { kind, key, flags, exptime, value } => {
+            store(h, quiet, kind, key, flags, exptime, value, out, ctx)
+        }
+        Command::Delete { key } => delete(h, quiet, key, out, ctx),
+        Command::Arith { incr, key, delta, initial, exptime } => {
+            arith(h, quiet, incr, key, delta, initial, exptime, out, ctx)
+        }
+        Command::Flush { exptime } => {
+            bump(&ctx.stats.cmd_flush, 1);
+            let cache = &ctx.shared.cache;
+            match Expiry::from_exptime(i64::from(exptime), cache.now()) {
+                Expiry::After(d) => cache.flush_after(d),
+                Expiry::Never | Expiry::Expired => cache.flush(),
+            }
+            if !quiet {
+                put_ok(out, h, 0);
+            }
+        }
+        Command::Noop => put_ok(out, h, 0),
+        Command::Version => put_response(out, h.opcode, Status::Success, h.opaque, 0, &[], &[], VERSION),
+        Command::Quit => {
+            if !quiet {
+                put_ok(out, h, 0);
+            }
+            return Flow::Close;
+        }
+        Command::Stat { group } => stat(h, group, out, ctx),
+    }
+    Flow::Continue
+}
+
+/// Writes a hit: flags as extras, the key for the K forms, the value unless TOUCH.
+fn put_hit(out: &mut Vec<u8>, h: &Header, key: &[u8], item: &Item<'_>, with_key: bool, with_value: bool) {
+    let flags = item.flags().to_be_bytes();
+    let key = if with_key { key } else { &[] };
+    let value = if with_value { item.value() } else { &[] };
+    put_response(out, h.opcode, Status::Success, h.opaque, item.cas(), &flags, key, value);
+}
+
+/// GET, GETK, GAT, GATK, TOUCH and their quiet forms.
+#[allow(clippy::too_many_arguments)]
+fn get(
+    h: &Header,
+    quiet: bool,
+    key: &[u8],
+    exptime: Option<u32>,
+    with_key: bool,
+    with_value: bool,
+    out: &mut Vec<u8>,
+    ctx: &Ctx<'_>,
+) {
+    let cache = &ctx.shared.cache;
+    let hit = match exptime {
+        None => cache.get_with(key, |item| put_hit(out, h, key, &item, with_key, with_value)).is_some(),
+        // TOUCH: the engine's touch, with memcached's expiry rules, then the item's flags.
+        Some(exptime) if !with_value => match cache.get_with(key, |i| (i.flags(), i.cas())) {
+            Some((flags, cas)) if touch(key, i64::from(exptime), ctx) => {
+                put_response(out, h.opcode, Status::Success, h.opaque, cas, &flags.to_be_bytes(), &[], &[]);
+                true
+            }
+            _ => false,
+        },
+        // GAT: as the text protocol's gat.
+        Some(exptime) => {
+            let mut put = |item: Item<'_>| put_hit(out, h, key, &item, with_key, with_value);
+            match Expiry::from_exptime(i64::from(exptime), cache.now()).ttl() {
+                Some(ttl) => cache.touch(key, ttl).is_ok() && cache.get_with(key, &mut put).is_some(),
+                // Expired on arrival: return the item this once, then it is gone.
+                None => {
+                    let hit = cache.get_with(key, &mut put).is_some();
+                    let _ = cache.delete(key);
+                    hit
+                }
+            }
+        }
+    };
+    let hit_n = u64::from(hit);
+    if with_value {
+        bump(&ctx.stats.cmd_get, 1);
+        bump(&ctx.stats.get_hits, hit_n);
+        bump(&ctx.stats.get_misses, 1 - hit_n);
+    }
+    if exptime.is_some() {
+        bump(&ctx.stats.cmd_touch, 1);
+        bump(&ctx.stats.touch_hits, hit_n);
+        bump(&ctx.stats.touch_misses, 1 - hit_n);
+    }
+    if !hit && !quiet {
+        if with_key {
+            // The K forms name the key they missed, without a message.
+            put_response(out, h.opcode, Status::KeyNotFound, h.opaque, 0, &[], key, &[]);
+        } else {
+            put_error(out, h, Status::KeyNotFound);
+        }
+    }
+}
+
+/// SET, ADD, REPLACE, APPEND, PREPEND and their quiet forms.
+#[allow(clippy::too_many_arguments)]
+fn store(
+    h: &Header,
+    quiet: bool,
+    kind: StoreKind,
+    key: &[u8],
+    flags: u32,
+    exptime: u32,
+    value: &[u8],
+    out: &mut Vec<u8>,
+    ctx: &Ctx<'_>,
+) {
+    let exptime = i64::from(exptime);
+    let r = match kind {
+        // As memcached: a CAS makes SET, ADD and REPLACE a compare-and-swap.
+        StoreKind::Set | StoreKind::Add | StoreKind::Replace if h.cas != 0 => {
+            do_store(StoreKind::Cas, key, flags, exptime, value, h.cas, ctx)
+        }
+        StoreKind::Append | StoreKind::Prepend => {
+            match ctx.shared.cache.get_with(key, |i| (i.cas(), i.value().len())) {
+                None if h.cas != 0 => Stored::NotStored,
+                Some((c, _)) if h.cas != 0 && c != h.cas => Stored::Exists,
+                // As memcached: a result over the item size limit is not stored (the engine's own
+                // limit, a segment, may be larger than `-I`).
+                Some((_, len)) if len + value.len() > ctx.shared.limits.max_item_size => {
+                    bump(&ctx.stats.cmd_set, 1);
+                    Stored::NotStored
+                }
+                _ => do_store(kind, key, flags, exptime, value, 0, ctx),
+            }
+        }
+        _ => do_store(kind, key, flags, exptime, value, 0, ctx),
+    };
+    let status = match r {
+        Stored::Stored => {
+            if !quiet {
+                put_ok(out, h, cas_now(key, ctx));
+            }
+            return;
+        }
+        Stored::Exists => Status::KeyExists,
+        Stored::NotFound => Status::KeyNotFound,
+        Stored::TooLarge if matches!(kind, StoreKind::Set | StoreKind::Add | StoreKind::Replace) => Status::TooLarge,
+        // memcached's words for a refused store depend on the command.
+        Stored::NotStored | Stored::TooLarge | Stored::NoMemory => match kind {
+            StoreKind::Add => Status::KeyExists,
+            StoreKind::Replace => Status::KeyNotFound,
+            _ => Status::NotStored,
+        },
+        Stored::Failed => Status::NoMemory,
+    };
+    put_error(out, h, status);
+}
+
+fn delete(h: &Header, quiet: bool, key: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    let cache = &ctx.shared.cache;
+    if h.cas != 0 {
+        match cache.get_with(key, |i| i.cas()) {
+            Some(c) if c != h.cas => return put_error(out, h, Status::KeyExists),
+            _ => {}
+        }
+    }
+    let ok = cache.delete(key).is_ok();
+    bump(if ok { &ctx.stats.delete_hits } else { &ctx.stats.delete_misses }, 1);
+    if !ok {
+        put_error(out, h, Status::KeyNotFound);
+    } else if !quiet {
+        put_ok(out, h, 0);
+    }
+}
+
+/// INCREMENT/DECREMENT and their quiet forms: the new value as 8 bytes, or the initial value
+/// of an item created on a miss.
+#[allow(clippy::too_many_arguments)]
+fn arith(
+    h: &Header,
+    quiet: bool,
+    incr: bool,
+    key: &[u8],
+    delta: u64,
+    initial: u64,
+    exptime: u32,
+    out: &mut Vec<u8>,
+    ctx: &Ctx<'_>,
+) {
+    let cache = &ctx.shared.cache;
+    // As memcached: an empty value is refused as non-numeric before the CAS is compared.
+    if h.cas != 0 {
+        match cache.get_with(key, |i| (i.cas(), i.value().is_empty())) {
+            Some((_, true)) => return put_error(out, h, Status::DeltaBadValue),
+            Some((c, false)) if c != h.cas => return put_error(out, h, Status::KeyExists),
+            _ => {}
+        }
+    }
+    let value = match do_arith(incr, key, delta, ctx) {
+        Arith::Value(n) => n,
+        Arith::NotFound if exptime != NO_CREATE => {
+            let mut digits = itoa::Buffer::new();
+            let stored = match Expiry::from_exptime(i64::from(exptime), cache.now()).ttl() {
+                Some(ttl) => cache.add(key, digits.format(initial).as_bytes(), 0, ttl).is_ok(),
+                // Expired on arrival: created and gone at once.
+                None => !cache.contains(key),
+            };
+            if !stored {
+                return put_error(out, h, Status::NotStored);
+            }
+            initial
+        }
+        Arith::NotFound => return put_error(out, h, Status::KeyNotFound),
+        Arith::NotNumeric => return put_error(out, h, Status::DeltaBadValue),
+        Arith::Failed => return put_error(out, h, Status::NoMemory),
+    };
+    if !quiet {
+        put_response(out, h.opcode, Status::Success, h.opaque, cas_now(key, ctx), &[], &[], &value.to_be_bytes());
+    }
+}
+
+/// STAT: one response per figure (its name as the key, its value as the value), the text
+/// protocol's `stats [group]` figures, then an empty response; `reset` answers the empty one
+/// alone; an unknown group is `KEY_ENOENT`.
+fn stat(h: &Header, group: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    let mut lines = Vec::new();
+    let arg = (!group.is_empty()).then_some(group);
+    if !write_stats(&mut lines, ctx, arg) {
+        return put_error(out, h, Status::KeyNotFound);
+    }
+    for line in lines.split(|&b| b == b'\n') {
+        let line = line.strip_suffix(b"\r").unwrap_or(line);
+        let Some(stat) = line.strip_prefix(b"STAT ") else { continue };
+        let space = stat.iter().position(|&b| b == b' ').unwrap_or(stat.len());
+        let (name, value) = (&stat[..space], stat.get(space + 1..).unwrap_or(&[]));
+        put_response(out, op::STAT, Status::Success, h.opaque, 0, &[], name, value);
+    }
+    put_response(out, op::STAT, Status::Success, h.opaque, 0, &[], &[], &[]);
+}
