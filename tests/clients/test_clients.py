@@ -49,6 +49,7 @@ PROBES = {
 }
 
 
+JAVA_CP = f"{CLIENTS_DIR}/java/lib/*:{CLIENTS_DIR}/java/classes"
 # name -> (argv with {addr}, features the whole scenario needs, {section: features it needs})
 META_SECTIONS = {"stale": ["meta flags I W X Z"], "recache": ["meta flags R"], "lease": ["meta flag N"]}
 CLIENTS = {
@@ -58,6 +59,13 @@ CLIENTS = {
     "aiomcache": ([PY, "py_aiomcache.py", "{addr}"], [], {}),
     "emcache": ([PY, "py_emcache.py", "{addr}"], [], {}),
     "meta-memcache": ([PY, "py_meta_memcache.py", "{addr}"], ["meta flags h l"], META_SECTIONS),
+    "dalli": (["ruby", "ruby/scenario.rb", "{addr}"], ["binary protocol"], {}),
+    "php-memcached-text": (["php", "php/scenario.php", "{addr}", "text"], [], {"dump": ["stats cachedump"]}),
+    "php-memcached-binary": (["php", "php/scenario.php", "{addr}", "binary"], ["binary protocol"], {}),
+    "gomemcache": ([str(CLIENTS_DIR / "gomemcache-scenario"), "{addr}"], [], {}),
+    "node-memcached": (["node", "node/scenario.js", "{addr}"], [], {}),
+    "spymemcached-text": (["java", "-cp", JAVA_CP, "Scenario", "{addr}", "text"], [], {}),
+    "spymemcached-binary": (["java", "-cp", JAVA_CP, "Scenario", "{addr}", "binary"], ["binary protocol"], {}),
 }
 
 
@@ -108,7 +116,7 @@ def missing() -> dict[str, str]:
 
 def run_scenario(argv: list[str], port: int) -> list[str]:
     argv = [a.replace("{addr}", f"127.0.0.1:{port}") for a in argv]
-    env = dict(os.environ, CLIENTS_DIR=str(CLIENTS_DIR), PYTHONDONTWRITEBYTECODE="1")
+    env = dict(os.environ, NODE_PATH=str(CLIENTS_DIR / "node" / "node_modules"), PYTHONDONTWRITEBYTECODE="1")
     r = subprocess.run(argv, cwd=HERE, env=env, capture_output=True, text=True, timeout=TIMEOUT)
     lines = r.stdout.replace(str(port), "PORT").splitlines()
     if r.returncode != 0:
