@@ -58,4 +58,16 @@ step("large get", lambda: c.get("big"))
 step("large multi-get", lambda: c.get_multi(["big", "k2"]))
 step("large too-big", lambda: c.set("huge", b"x" * (2 * 1024 * 1024)))
 step("misc stats", lambda: len(c.get_stats()))
+
+# noreply, buffered (text only: libmemcached's binary noreply stores nothing even on memcached):
+# libmemcached pipelines the writes without waiting for replies.
+if binary:
+    sys.exit(0)
+q = pylibmc.Client([f"{host}:{port}"], binary=binary, behaviors={**behaviors, "no_block": True, "buffer_requests": True, "_noreply": True})
+step("noreply set-multi", lambda: q.set_multi({f"q{i}": str(i).encode() for i in range(50)}))
+step("noreply delete", lambda: q.delete("q7"))
+step("noreply incr", lambda: q.incr("q8", 100))
+step("noreply append", lambda: q.append("q9", b"x"))
+q.disconnect_all()
+step("noreply get-multi", lambda: c.get_multi([f"q{i}" for i in range(6, 11)]))
 c.disconnect_all()

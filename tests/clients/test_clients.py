@@ -63,7 +63,7 @@ CLIENTS = {
     "php-memcached-text": (["php", "php/scenario.php", "{addr}", "text"], [], {"dump": ["stats cachedump"]}),
     "php-memcached-binary": (["php", "php/scenario.php", "{addr}", "binary"], ["binary protocol"], {}),
     "gomemcache": ([str(CLIENTS_DIR / "gomemcache-scenario"), "{addr}"], [], {}),
-    "node-memcached": (["node", "node/scenario.js", "{addr}"], [], {}),
+    "node-memcached": (["node", "node/scenario.js", "{addr}"], [], {"dump": ["stats cachedump"]}),
     "spymemcached-text": (["java", "-cp", JAVA_CP, "Scenario", "{addr}", "text"], [], {}),
     "spymemcached-binary": (["java", "-cp", JAVA_CP, "Scenario", "{addr}", "binary"], ["binary protocol"], {}),
 }

@@ -99,6 +99,25 @@ async function main() {
       const r = s && s[0];
       cb(err, r && { curr_items: r.curr_items, get_hits: r.get_hits, get_misses: r.get_misses, cmd_set: r.cmd_set });
     }));
+
+  // Every key, the way the package's docs list them: items() (`stats items`) for the slab
+  // classes, then cachedump() (`stats cachedump`) of each; the user sees the key set.
+  await step('dump all-keys', (cb) =>
+    c.items((err, items) => {
+      if (err) return cb(err);
+      const server = items[0] && items[0].server;
+      const slabs = Object.keys(items[0] || {}).filter((k) => k !== 'server');
+      if (!server || slabs.length === 0) return cb(null, { slabs: slabs.length });
+      const keys = [];
+      let left = slabs.length;
+      for (const slab of slabs) {
+        c.cachedump(server, Number(slab), 0, (e, dump) => {
+          if (e) keys.push(`error ${e.message || e}`);
+          for (const d of [].concat(dump || [])) keys.push(d.key);
+          if (--left === 0) cb(null, keys.sort().join(' '));
+        });
+      }
+    }));
   c.end();
 }
 
