@@ -8,7 +8,7 @@ from common import BIG, address, step
 
 host, port = address()
 binary = sys.argv[2] == "binary"
-behaviors = {"tcp_nodelay": True, "cas": True, "connect_timeout": 2000, "receive_timeout": 2000000, "send_timeout": 2000000}
+behaviors = {"tcp_nodelay": True, "cas": True, "connect_timeout": 2000, "receive_timeout": 5000000, "send_timeout": 5000000}
 c = pylibmc.Client([f"{host}:{port}"], binary=binary, behaviors=behaviors)
 step("basic flush", lambda: c.flush_all())
 step("basic miss", lambda: c.get("miss"))

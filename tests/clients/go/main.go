@@ -140,6 +140,28 @@ func main() {
 	m, err = c.GetMulti([]string{"big", "k2"})
 	step("large multi-get", m, err)
 	step("large too-big", "ok", c.Set(&memcache.Item{Key: "huge", Value: make([]byte, 2*1024*1024)}))
+	// TTLs past 30 days are absolute Unix times: one an hour ahead keeps the item, one
+	// in 1970 (30 days + 1 s) expires it at once.
+	step("expiry absolute-future", "ok", c.Set(&memcache.Item{Key: "abs", Value: []byte("a"), Expiration: int32(time.Now().Unix() + 3600)}))
+	it, err = c.Get("abs")
+	step("expiry absolute-future-get", it, err)
+	step("expiry absolute-past", "ok", c.Set(&memcache.Item{Key: "abs", Value: []byte("a"), Expiration: 30*24*3600 + 1}))
+	it, err = c.Get("abs")
+	step("expiry absolute-past-get", it, err)
+	step("expiry touch-absolute-future", "ok", c.Touch("k2", int32(time.Now().Unix()+3600)))
+	it, err = c.Get("k2")
+	step("expiry touch-absolute-future-get", it, err)
+
+	keys := make([]string, 300)
+	for i := range keys {
+		keys[i] = fmt.Sprintf("many/%03d", i)
+		if i%3 == 0 {
+			c.Set(&memcache.Item{Key: keys[i], Value: []byte(keys[i])})
+		}
+	}
+	m, err = c.GetMulti(keys)
+	step("many get-multi-300", len(m), err)
+
 	step("misc delete-all", "ok", c.DeleteAll())
 	it, err = c.Get("k2")
 	step("misc get-after-delete-all", it, err)

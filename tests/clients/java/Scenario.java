@@ -61,7 +61,7 @@ public class Scenario {
     boolean binary = args[1].equals("binary");
     ConnectionFactoryBuilder f = new ConnectionFactoryBuilder()
         .setProtocol(binary ? Protocol.BINARY : Protocol.TEXT)
-        .setOpTimeout(3000)
+        .setOpTimeout(5000)
         .setFailureMode(FailureMode.Cancel);
     MemcachedClient c = new MemcachedClient(f.build(), AddrUtil.getAddresses(args[0]));
     byte[] big = new byte[500 * 1024];

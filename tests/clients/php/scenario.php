@@ -10,8 +10,8 @@ $m = new Memcached();
 $m->setOption(Memcached::OPT_BINARY_PROTOCOL, $binary);
 $m->setOption(Memcached::OPT_COMPRESSION, false); // append/prepend need uncompressed values
 $m->setOption(Memcached::OPT_CONNECT_TIMEOUT, 2000);
-$m->setOption(Memcached::OPT_RECV_TIMEOUT, 2000000);
-$m->setOption(Memcached::OPT_SEND_TIMEOUT, 2000000);
+$m->setOption(Memcached::OPT_RECV_TIMEOUT, 5000000);
+$m->setOption(Memcached::OPT_SEND_TIMEOUT, 5000000);
 $m->addServer($host, (int) $port);
 
 function show($v): string
@@ -96,6 +96,21 @@ step('delete existing', fn() => $m->delete('k1'));
 step('delete again', fn() => $m->delete('k1'));
 step('delete get', fn() => $m->get('k1'));
 step('delete multi', fn() => $m->deleteMulti(['m1', 'nope']));
+
+step('delayed get-delayed', fn() => $m->getDelayed(['k2', 'int', 'miss'], true));
+step('delayed fetch-all', function () use ($m) {
+    $rows = $m->fetchAll();
+    if (!is_array($rows)) {
+        return $rows;
+    }
+    $out = [];
+    foreach ($rows as $row) {
+        $out[$row['key']] = $row['value'];
+    }
+    return $out;
+});
+step('bykey set', fn() => $m->setByKey('shard', 'bk', 'v'));
+step('bykey get', fn() => $m->getByKey('shard', 'bk'));
 
 step('large set', fn() => $m->set('big', $big));
 step('large get', fn() => $m->get('big'));

@@ -28,7 +28,7 @@ rescue StandardError => e
   nil
 end
 
-c = Dalli::Client.new(ARGV[0], socket_timeout: 2, socket_max_failures: 1, down_retry_delay: 0, compress: false)
+c = Dalli::Client.new(ARGV[0], socket_timeout: 5, socket_max_failures: 1, down_retry_delay: 0, compress: false)
 raw = { raw: true }
 big = (0...500 * 1024).map { |i| ((i * 31 + 7) % 251).chr }.join.b
 
