@@ -89,7 +89,8 @@ step("stale read-after-recache", lambda: b.get("st"))
 # A write with an old cas token after invalidation is kept as stale (I on ms) rather than lost.
 _, st_token = a.get_cas("st")
 step("stale invalidate-2", lambda: a.delete("st", stale_policy=stale))
-step("stale cas-mismatch-write", lambda: a.set("st", "late", ttl=0, cas_token=st_token, stale_policy=StalePolicy(mark_stale_on_cas_mismatch=True)))
+on_mismatch = StalePolicy(mark_stale_on_cas_mismatch=True)
+step("stale cas-mismatch-write", lambda: a.set("st", "late", ttl=0, cas_token=st_token, stale_policy=on_mismatch))
 step("stale read-after-mismatch", lambda: b.get("st"))
 
 # Recache herd control: an item whose remaining TTL is under the policy's recache TTL makes

@@ -8,7 +8,13 @@ from common import BIG, address, step
 
 host, port = address()
 binary = sys.argv[2] == "binary"
-behaviors = {"tcp_nodelay": True, "cas": True, "connect_timeout": 2000, "receive_timeout": 5000000, "send_timeout": 5000000}
+behaviors = {
+    "tcp_nodelay": True,
+    "cas": True,
+    "connect_timeout": 2000,
+    "receive_timeout": 5_000_000,
+    "send_timeout": 5_000_000,
+}
 c = pylibmc.Client([f"{host}:{port}"], binary=binary, behaviors=behaviors)
 step("basic flush", lambda: c.flush_all())
 step("basic miss", lambda: c.get("miss"))
@@ -63,7 +69,8 @@ step("misc stats", lambda: len(c.get_stats()))
 # libmemcached pipelines the writes without waiting for replies.
 if binary:
     sys.exit(0)
-q = pylibmc.Client([f"{host}:{port}"], binary=binary, behaviors={**behaviors, "no_block": True, "buffer_requests": True, "_noreply": True})
+pipelined = {**behaviors, "no_block": True, "buffer_requests": True, "_noreply": True}
+q = pylibmc.Client([f"{host}:{port}"], binary=binary, behaviors=pipelined)
 step("noreply set-multi", lambda: q.set_multi({f"q{i}": str(i).encode() for i in range(50)}))
 step("noreply delete", lambda: q.delete("q7"))
 step("noreply incr", lambda: q.incr("q8", 100))

@@ -7,7 +7,26 @@ from pymemcache.client.base import Client
 
 # Counters whose meaning both servers share. Left out: total_items (memcached does an incr/decr
 # that keeps the value's length in place and does not count it; segcache-server counts every one).
-SHARED_STATS = {b"curr_items", b"get_hits", b"get_misses", b"cmd_get", b"cmd_set", b"cmd_touch", b"touch_hits", b"touch_misses", b"delete_hits", b"delete_misses", b"incr_hits", b"incr_misses", b"decr_hits", b"decr_misses", b"cas_hits", b"cas_misses", b"cas_badval", b"evictions"}
+SHARED_STATS = {
+    b"curr_items",
+    b"get_hits",
+    b"get_misses",
+    b"cmd_get",
+    b"cmd_set",
+    b"cmd_touch",
+    b"touch_hits",
+    b"touch_misses",
+    b"delete_hits",
+    b"delete_misses",
+    b"incr_hits",
+    b"incr_misses",
+    b"decr_hits",
+    b"decr_misses",
+    b"cas_hits",
+    b"cas_misses",
+    b"cas_badval",
+    b"evictions",
+}
 c = Client(address(), timeout=5, connect_timeout=5, default_noreply=False)
 step("basic flush", lambda: c.flush_all())
 step("basic miss", lambda: c.get("miss"))

@@ -37,8 +37,8 @@ PY = sys.executable
 TIMEOUT = 120  # a scenario's whole run (normally a few seconds); each client's own timeouts are 5 s
 
 # Probes for the features in progress: (request, the reply's first bytes that mean "supported",
-# what the feature is). (memcached 1.6.18 rejects E, so the oracle cannot cover it.) A feature is missing from segcache when memcached's reply starts with the
-# marker and segcache's does not.
+# what the feature is). A feature is missing from segcache when memcached's reply starts with the
+# marker and segcache's does not. (memcached 1.6.18 rejects E, so the oracle cannot cover it.)
 PROBES = {
     "binary protocol": (bytes([0x80, 0x0B]) + bytes(22), b"\x81", "a binary VERSION request"),
     "meta flags h l": (b"ms pr/a 1\r\nx\r\nmg pr/a h l v\r\n", b"HD\r\nVA 1 ", "mg with h l"),
