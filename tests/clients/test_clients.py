@@ -44,14 +44,14 @@ PROBES = {
     "meta flags h l": (b"ms pr/a 1\r\nx\r\nmg pr/a h l v\r\n", b"HD\r\nVA 1 ", "mg with h l"),
     "meta flags I W X Z": (b"ms pr/b 1\r\nx\r\nmd pr/b I T30\r\nmg pr/b v\r\n", b"HD\r\nHD\r\nVA 1 X W", "md I then mg"),
     "meta flag R": (b"ms pr/c 1 T10\r\nx\r\nmg pr/c R30 v\r\n", b"HD\r\nVA 1 W", "mg R under the TTL"),
-    "meta flag N": (b"mg pr/d N30 v\r\n", b"VA 0 W", "mg N on a miss"),
+    "meta flags N W Z": (b"mg pr/d N30 v\r\nmg pr/d N30 v\r\n", b"VA 0 W\r\n\r\nVA 0 Z", "mg N on a miss, twice"),
     "stats cachedump": (b"set pr/f 0 0 1\r\nx\r\nstats cachedump 1 0\r\n", b"STORED\r\nITEM ", "stats cachedump 1 0"),
 }
 
 
 JAVA_CP = f"{CLIENTS_DIR}/java/lib/*:{CLIENTS_DIR}/java/classes"
 # name -> (argv with {addr}, features the whole scenario needs, {section: features it needs})
-META_SECTIONS = {"stale": ["meta flags I W X Z"], "recache": ["meta flags R"], "lease": ["meta flag N"]}
+META_SECTIONS = {"stale": ["meta flags I W X Z"], "recache": ["meta flags R"], "lease": ["meta flags N W Z"]}
 CLIENTS = {
     "pymemcache": ([PY, "py_pymemcache.py", "{addr}"], [], {}),
     "pylibmc-text": ([PY, "py_pylibmc.py", "{addr}", "text"], [], {}),
