@@ -63,6 +63,10 @@ step("large set", lambda: c.set("big", BIG))
 step("large get", lambda: c.get("big"))
 step("large multi-get", lambda: c.get_multi(["big", "k2"]))
 step("large too-big", lambda: c.set("huge", b"x" * (2 * 1024 * 1024)))
+# 500 KiB + 600 KiB is past the 1 MiB item limit: not stored, the item unchanged.
+step("large append-past-limit", lambda: c.append("big", b"x" * (600 * 1024)))
+step("large prepend-past-limit", lambda: c.prepend("big", b"x" * (600 * 1024)))
+step("large get-after-append", lambda: c.get("big"))
 step("misc stats", lambda: len(c.get_stats()))
 
 # noreply, buffered (text only: libmemcached's binary noreply stores nothing even on memcached):

@@ -140,6 +140,11 @@ func main() {
 	m, err = c.GetMulti([]string{"big", "k2"})
 	step("large multi-get", m, err)
 	step("large too-big", "ok", c.Set(&memcache.Item{Key: "huge", Value: make([]byte, 2*1024*1024)}))
+	// 500 KiB + 600 KiB is past the 1 MiB item limit: not stored, the item unchanged.
+	step("large append-past-limit", "ok", c.Append(&memcache.Item{Key: "big", Value: make([]byte, 600*1024)}))
+	step("large prepend-past-limit", "ok", c.Prepend(&memcache.Item{Key: "big", Value: make([]byte, 600*1024)}))
+	it, err = c.Get("big")
+	step("large get-after-append", it, err)
 	// TTLs past 30 days are absolute Unix times: one an hour ahead keeps the item, one
 	// in 1970 (30 days + 1 s) expires it at once.
 	step("expiry absolute-future", "ok", c.Set(&memcache.Item{Key: "abs", Value: []byte("a"), Expiration: int32(time.Now().Unix() + 3600)}))
