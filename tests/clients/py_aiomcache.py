@@ -62,6 +62,13 @@ async def main() -> None:
     await astep("large get", lambda: c.get(b"big"))
     await astep("large multi-get", lambda: c.multi_get(b"big", b"k2"))
     await astep("large too-big", lambda: c.set(b"huge", b"x" * (2 * 1024 * 1024)))
+    # 300 requests in flight at once over the pool's two connections.
+    async def burst():
+        await asyncio.gather(*(c.set(f"p{i}".encode(), f"v{i}".encode()) for i in range(300)))
+        got = await asyncio.gather(*(c.get(f"p{i}".encode()) for i in range(310)))
+        return sum(v == f"v{i}".encode() for i, v in enumerate(got))
+
+    await astep("pipeline burst", burst)
     await astep("misc version", lambda: is_version(c.version()))
     await astep("misc stats", lambda: some_stats(c.stats()))
     await c.close()

@@ -128,6 +128,32 @@ public class Scenario {
       }
       return some;
     });
+    // Pipelining: 300 sets then 300 gets in flight at once (spymemcached queues them on one
+    // connection and merges the gets into multi-key requests).
+    step("pipeline sets", () -> {
+      java.util.List<java.util.concurrent.Future<Boolean>> sets = new java.util.ArrayList<>();
+      for (int i = 0; i < 300; i++) {
+        sets.add(c.set("p" + i, 0, "v" + i));
+      }
+      int ok = 0;
+      for (java.util.concurrent.Future<Boolean> done : sets) {
+        ok += done.get() ? 1 : 0;
+      }
+      return ok;
+    });
+    step("pipeline gets", () -> {
+      java.util.List<java.util.concurrent.Future<Object>> gets = new java.util.ArrayList<>();
+      for (int i = 0; i < 310; i++) {
+        gets.add(c.asyncGet("p" + i));
+      }
+      int right = 0;
+      for (int i = 0; i < gets.size(); i++) {
+        right += ("v" + i).equals(gets.get(i).get()) ? 1 : 0;
+      }
+      return right;
+    });
+    step("pipeline bulk", () -> c.asyncGetBulk(java.util.Arrays.asList("p1", "p299", "p300", "k2")).get());
+
     // Last: spymemcached's text connection answers a CLIENT_ERROR by reconnecting, which
     // cancels the operations queued meanwhile.
     step("counter non-numeric", () -> c.incr("k2", 1));
