@@ -8,9 +8,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CARGO ?= cargo
 
-.PHONY: test deps venv lint test-rust test-c test-python test-server test-bench fuzz-build test-restart
+.PHONY: test deps venv lint test-rust test-c test-python test-server test-clients test-bench fuzz-build test-restart
 
-test: deps lint test-rust fuzz-build test-c test-python test-server test-bench test-restart
+test: deps lint test-rust fuzz-build test-c test-python test-server test-clients test-bench test-restart
 	@echo "make test: every suite passed"
 
 # Debian packages the suites use: memcached (peer), libmemcached-tools (memccapable),
@@ -72,6 +72,16 @@ test-python: venv
 test-server: deps venv
 	$(CARGO) build --release -p segcache-server
 	SEGCACHE_SERVER_BIN="$${CARGO_TARGET_DIR:-target}/release/segcache-server" $(PY) -m pytest -q tests/server
+
+# Real memcached client libraries (Python, Ruby, PHP, Go, Node, Java; tests/clients/): each runs a
+# scripted scenario against memcached and against the release server, and what the user sees must
+# match. install.sh installs the clients (apt, pip, Go modules, npm, Maven) and builds the scenarios
+# under target/clients.
+test-clients: deps venv
+	$(CARGO) build --release -p segcache-server
+	PY=$(PY) CLIENTS_DIR="$${CARGO_TARGET_DIR:-$(CURDIR)/target}/clients" bash tests/clients/install.sh
+	SEGCACHE_SERVER_BIN="$${CARGO_TARGET_DIR:-target}/release/segcache-server" CLIENTS_DIR="$${CARGO_TARGET_DIR:-$(CURDIR)/target}/clients" \
+	  $(PY) -m pytest -q -rs -p no:cacheprovider tests/clients
 
 # Load harness (benches/load, docs/load.md): its unit and mock-server tests run in test-rust; here
 # a smoke ramp of a few seconds against segcache-server (against memcached while the server does not serve).
