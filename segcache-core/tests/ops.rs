@@ -456,3 +456,32 @@ fn shorter_numbers_are_padded_only_when_asked() {
         assert_eq!(c.get(b"n").unwrap().value(), b"1000");
     }
 }
+
+/// A lowered memory limit caps the segments in use (the rest stay free, and fills evict within
+/// the limit); lifting it lets the cache use the whole heap again. More than the heap is refused.
+#[test]
+fn memory_limit_caps_segments_in_use() {
+    let clock = ManualClock::new(T0);
+    let seg = 64 << 10;
+    let mut c = Builder::new().heap_size(1 << 20).segment_size(seg).clock(clock.clone()).build().unwrap();
+    let total = c.stats().segments_total;
+    let fill = |c: &mut Segcache, from: u32| {
+        for i in from..from + 20_000 {
+            c.set(format!("key{i}").as_bytes(), &[b'v'; 100], 0, NEVER).unwrap();
+        }
+    };
+    c.set_memory_limit(4 * seg).unwrap();
+    assert_eq!(c.memory_limit(), 4 * seg);
+    fill(&mut c, 0);
+    let s = c.stats();
+    assert_eq!(s.segments_total - s.segments_free, 4, "{s:?}");
+    assert!(s.evicted_items > 0);
+    // The most recent items are still there and correct.
+    assert_eq!(c.get(b"key19999").unwrap().value(), &[b'v'; 100]);
+    c.set_memory_limit(1 << 20).unwrap();
+    fill(&mut c, 20_000);
+    let s = c.stats();
+    assert!(s.segments_total - s.segments_free > 4, "{s:?}");
+    assert!(matches!(c.set_memory_limit((1 << 20) + 1), Err(Error::InvalidConfig(_))));
+    assert_eq!(total, s.segments_total);
+}

@@ -1,6 +1,6 @@
 //! What every thread of the server shares: the engine handle, the settings and the counters.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
@@ -28,6 +28,8 @@ pub struct Shared {
     pub watchers: Watchers,
     /// `stats sizes_enable` was sent: `stats sizes` answers with the histogram.
     pub sizes_enabled: AtomicBool,
+    /// memcached's `maxbytes`: `-m`, or what `cache_memlimit` last set.
+    pub memory_limit: AtomicU64,
     /// Wakes the acceptor (set once the server is bound): `shutdown` stops the server with it.
     pub acceptor: OnceLock<Arc<mio::Waker>>,
     started: Instant,
@@ -47,6 +49,7 @@ impl Shared {
             verbosity: AtomicU32::new(0),
             watchers: Watchers::default(),
             sizes_enabled: AtomicBool::new(false),
+            memory_limit: AtomicU64::new(settings.memory_bytes as u64),
             acceptor: OnceLock::new(),
             started: Instant::now(),
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),

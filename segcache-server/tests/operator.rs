@@ -93,6 +93,12 @@ fn detail_sizes_memlimit_shutdown_watch() {
         "STORED\r\nSTAT sizes_status enabled\r\nSTAT 32 1\r\nEND\r\n"
     );
     assert_eq!(r.run("cache_memlimit 64\r\n"), "OK\r\n");
+    // Below the heap: the engine caps the segments it holds, and `stats` reports the new limit.
+    assert_eq!(r.run("cache_memlimit 8\r\n"), "OK\r\n");
+    assert!(r.run("stats\r\n").contains("STAT limit_maxbytes 8388608\r\n"));
+    // Whole segments per shard, never more than asked.
+    let limit = r.shared.cache.memory_limit();
+    assert!(limit <= 8 << 20 && limit < r.shared.cache.stats().heap_bytes as usize, "{limit}");
     assert_eq!(r.run("cache_memlimit 128\r\n"), "MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n");
     assert_eq!(r.run("cache_memlimit 7\r\n"), "MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n");
     assert_eq!(r.run("cache_memlimit 7 noreply\r\n"), "");

@@ -486,3 +486,33 @@ def test_a_watcher_that_does_not_read_costs_bounded_memory(pair):
         assert int(stats["log_watchers"]) == 1
     finally:
         w.close()
+
+
+def test_item_size_limit_counts_what_memcached_counts(pair):
+    """`-I` bounds memcached's whole item (header, CAS, key, flags, CRLF), not the value alone:
+    the largest value stored depends on the key and on whether flags are set; an append or
+    prepend that would outgrow it is NOT_STORED."""
+    limit = 1 << 20
+    script = b""
+    for key, flags in ((b"k", 0), (b"k", 1), (b"kkkkkkkkkk", 0), (b"kkkkkkkkkk", 7)):
+        largest = limit - (48 + 8 + 1 + 2) - len(key) - (4 if flags else 0)
+        for n in (largest, largest + 1):
+            script += b"set %s %d 0 %d\r\n" % (key, flags, n) + b"v" * n + b"\r\n"
+            script += b"mg %s s f\r\n" % key
+    script += b"set big 0 0 512000\r\n" + b"a" * 512000 + b"\r\n"
+    for cmd in (b"append", b"prepend"):
+        script += b"%s big 0 0 614400\r\n" % cmd + b"b" * 614400 + b"\r\n"
+    script += b"append big 0 0 3\r\nabc\r\nmg big s\r\n"
+    replies = [talk(p, script) for p in (pair[0].port, pair[1].port)]
+    assert replies[0].count(b"STORED\r\n") >= 5 and b"HD s512003" in replies[0]
+    assert replies[1] == replies[0]
+
+
+def test_client_flags_are_kept_modulo_2_32(pair):
+    """memcached reads flags with strtoul into 64 bits and keeps 32: 2^32+1 is stored as 1, and
+    2^64 or a negative number is a bad command line (then the data line is an unknown command)."""
+    script = (b"set fo 4294967297 0 1\r\nx\r\nget fo\r\nset fa 18446744073709551615 0 1\r\nx\r\nget fa\r\n"
+              b"set fb 18446744073709551616 0 1\r\nx\r\nset fc -1 0 1\r\nx\r\n")
+    replies = [talk(p, script) for p in (pair[0].port, pair[1].port)]
+    assert b"VALUE fo 1 1\r\n" in replies[0] and b"VALUE fa 4294967295 1\r\n" in replies[0]
+    assert replies[1] == replies[0]

@@ -56,6 +56,8 @@ pub struct Segcache {
     pub(crate) cas_offset: u64,
     /// `Builder::pad_numbers`.
     pub(crate) pad_numbers: bool,
+    /// Segments the shard may hold at once (`set_memory_limit`); all of them unless lowered.
+    pub(crate) segment_cap: u32,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -123,6 +125,7 @@ impl Segcache {
             clock: builder.clock.clone(),
             policy: builder.policy,
             pad_numbers: builder.pad_numbers,
+            segment_cap: geo.segments as u32,
             buckets,
             summary,
             ghost: vec![0; ghost_len],

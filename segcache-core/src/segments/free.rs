@@ -25,28 +25,59 @@ impl Segcache {
         Some(id)
     }
 
+    /// A free segment for a new item, unless the shard holds its cap (`set_memory_limit`).
+    fn take_free(&mut self) -> Option<u32> {
+        let in_use = self.geo.segments as u32 - self.meta().free_count;
+        if in_use >= self.segment_cap {
+            return None;
+        }
+        self.pop_free()
+    }
+
     /// A free segment: from the free list, else by expiring, else by evicting.
     pub(crate) fn alloc_segment(&mut self) -> Result<u32> {
-        if let Some(id) = self.pop_free() {
+        if let Some(id) = self.take_free() {
             return Ok(id);
         }
         if self.expire() > 0 || self.meta().free_head != NONE {
-            if let Some(id) = self.pop_free() {
+            if let Some(id) = self.take_free() {
                 return Ok(id);
             }
         }
         // Merges and promotions can free nothing when they keep everything; a bounded number of
-        // rounds, then plain FIFO, which always frees a segment.
-        for round in 0..=(2 * self.geo.segments) {
-            if let Some(id) = self.pop_free() {
+        // rounds, then plain FIFO, which always frees a segment. Above a lowered cap, each round
+        // frees one more segment.
+        let over = (self.geo.segments as u32 - self.meta().free_count).saturating_sub(self.segment_cap) as usize;
+        for round in 0..=(2 * self.geo.segments + over) {
+            if let Some(id) = self.take_free() {
                 return Ok(id);
             }
-            if round == 2 * self.geo.segments {
+            if round >= 2 * self.geo.segments {
                 self.evict_simple(Policy::Fifo)?;
             } else {
                 self.evict()?;
             }
         }
-        self.pop_free().ok_or(Error::NoMemory)
+        self.take_free().ok_or(Error::NoMemory)
+    }
+
+    /// Limits the segments this engine holds to `bytes` of heap (at least one segment), or lifts
+    /// the limit up to the whole heap. Segments held above a lowered limit are given up as new
+    /// items need room (by expiry, else by eviction), not at once. `InvalidConfig` when `bytes`
+    /// is more than the heap, which cannot grow.
+    pub fn set_memory_limit(&mut self, bytes: usize) -> Result<()> {
+        if bytes > self.geo.heap_len() {
+            return Err(Error::InvalidConfig(format!(
+                "memory limit {bytes} is more than the heap ({} bytes)",
+                self.geo.heap_len()
+            )));
+        }
+        self.segment_cap = (bytes / self.geo.segment_size).max(1) as u32;
+        Ok(())
+    }
+
+    /// The heap this engine may use now: `set_memory_limit`'s, else the whole heap.
+    pub fn memory_limit(&self) -> usize {
+        self.segment_cap as usize * self.geo.segment_size
     }
 }

@@ -342,6 +342,25 @@ impl SharedCache {
         engine.get(key).map(|i| i.to_owned())
     }
 
+    /// Limits the heap the cache uses to `bytes` (split evenly over the shards; see
+    /// [`Segcache::set_memory_limit`]), or lifts the limit up to the whole heap.
+    pub fn set_memory_limit(&self, bytes: usize) -> Result<()> {
+        self.origin.check()?;
+        let per_shard = bytes / self.shards.len();
+        if per_shard > self.shards[0].read().geo.heap_len() {
+            return Err(crate::Error::InvalidConfig(format!("memory limit {bytes} is more than the heap")));
+        }
+        for s in self.shards.iter() {
+            s.write().set_memory_limit(per_shard)?;
+        }
+        Ok(())
+    }
+
+    /// The heap the cache may use now (see [`SharedCache::set_memory_limit`]).
+    pub fn memory_limit(&self) -> usize {
+        self.shards.iter().map(|s| s.read().memory_limit()).sum()
+    }
+
     /// Removes every item now.
     pub fn flush(&self) {
         if self.origin.forked() {

@@ -241,12 +241,22 @@ fn memlimit(mb: u32, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
         b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
     } else if mb > 1_000_000_000 {
         b"MEMLIMIT_ADJUST_FAILED input value is megabytes not bytes\r\n"
-    } else if u64::from(mb) << 20 == ctx.shared.settings.memory_bytes as u64 {
+    } else if fits_heap((mb as usize) << 20, ctx) {
+        ctx.shared.memory_limit.store(u64::from(mb) << 20, Relaxed);
         reply::OK
     } else {
         b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
     };
     out.extend_from_slice(line);
+}
+
+/// Sets the engine's memory limit to `bytes` if the heap allows. The heap is allocated at start
+/// (`-m` less the hash tables): a limit below it caps the segments in use (evicting as new items
+/// need room); one up to `-m` uses the whole heap; more cannot be had.
+fn fits_heap(bytes: usize, ctx: &Ctx<'_>) -> bool {
+    let cache = &ctx.shared.cache;
+    let heap = cache.stats().heap_bytes as usize;
+    bytes <= ctx.shared.settings.memory_bytes.max(heap) && cache.set_memory_limit(bytes.min(heap)).is_ok()
 }
 
 /// `stats sizes`: with `stats sizes_enable` sent, a histogram of item sizes by 32-byte step

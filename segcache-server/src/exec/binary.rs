@@ -121,7 +121,8 @@ fn get(
         }
     };
     let hit_n = u64::from(hit);
-    if with_value {
+    // memcached counts GAT/GATQ/GATK/GATKQ as touches only.
+    if with_value && exptime.is_none() {
         bump(&ctx.stats.cmd_get, 1);
         bump(&ctx.stats.get_hits, hit_n);
         bump(&ctx.stats.get_misses, 1 - hit_n);
@@ -160,19 +161,11 @@ fn store(
         StoreKind::Set | StoreKind::Add | StoreKind::Replace if h.cas != 0 => {
             do_store(StoreKind::Cas, key, flags, exptime, value, h.cas, ctx)
         }
-        StoreKind::Append | StoreKind::Prepend => {
-            match ctx.shared.cache.get_with(key, |i| (i.cas(), i.value().len())) {
-                None if h.cas != 0 => Stored::NotStored,
-                Some((c, _)) if h.cas != 0 && c != h.cas => Stored::Exists,
-                // As memcached: a result over the item size limit is not stored (the engine's own
-                // limit, a segment, may be larger than `-I`).
-                Some((_, len)) if len + value.len() > ctx.shared.limits.max_item_size => {
-                    bump(&ctx.stats.cmd_set, 1);
-                    Stored::NotStored
-                }
-                _ => do_store(kind, key, flags, exptime, value, 0, ctx),
-            }
-        }
+        StoreKind::Append | StoreKind::Prepend => match ctx.shared.cache.get_with(key, |i| i.cas()) {
+            None if h.cas != 0 => Stored::NotStored,
+            Some(c) if h.cas != 0 && c != h.cas => Stored::Exists,
+            _ => do_store(kind, key, flags, exptime, value, 0, ctx),
+        },
         _ => do_store(kind, key, flags, exptime, value, 0, ctx),
     };
     let status = match r {

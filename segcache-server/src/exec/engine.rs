@@ -41,8 +41,7 @@ pub fn do_store(kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u
             StoreKind::Set => cache.set(key, data, flags, ttl),
             StoreKind::Add => cache.add(key, data, flags, ttl),
             StoreKind::Replace => cache.replace(key, data, flags, ttl),
-            StoreKind::Append => cache.append(key, data),
-            StoreKind::Prepend => cache.prepend(key, data),
+            StoreKind::Append | StoreKind::Prepend => grow(kind, key, data, ctx),
             StoreKind::Cas => cache.cas(key, data, flags, ttl, cas),
         },
         // An item that expires on arrival is never readable: the command's effect is to remove
@@ -60,8 +59,7 @@ pub fn do_store(kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u
                 }
             }
             StoreKind::Replace => cache.delete(key).map_err(|_| Error::NotStored),
-            StoreKind::Append => cache.append(key, data),
-            StoreKind::Prepend => cache.prepend(key, data),
+            StoreKind::Append | StoreKind::Prepend => grow(kind, key, data, ctx),
             StoreKind::Cas => match cache.get_with(key, |i| i.cas()) {
                 None => Err(Error::NotFound),
                 Some(c) if c != cas => Err(Error::Exists),
@@ -100,6 +98,24 @@ pub fn do_store(kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u
             log::warn!("store failed: {e}");
             Stored::Failed
         }
+    }
+}
+
+/// `append`/`prepend`, refused (`NotStored`, as memcached) when the item would outgrow `-I`.
+/// The size check and the write are two engine calls: a concurrent append to the same key may
+/// pass the check too, so an item can outgrow `-I` by at most what such racing appends add (never
+/// past the engine's own limit, a segment).
+fn grow(kind: StoreKind, key: &[u8], data: &[u8], ctx: &Ctx<'_>) -> segcache_core::Result<()> {
+    let cache = &ctx.shared.cache;
+    let limits = &ctx.shared.limits;
+    let fits = cache.get_with(key, |i| limits.item_fits(key.len(), i.flags(), i.value().len() + data.len()));
+    if fits == Some(false) {
+        return Err(Error::NotStored);
+    }
+    if kind == StoreKind::Append {
+        cache.append(key, data)
+    } else {
+        cache.prepend(key, data)
     }
 }
 

@@ -60,7 +60,7 @@ fn general(shared: &Shared) -> Vec<Row> {
     let (hash_bytes, hash_power) = shared.cache.table_size();
     let w = &shared.watchers;
     v.extend(rows([
-        ("limit_maxbytes", Val::U(s.memory_bytes as u64)),
+        ("limit_maxbytes", Val::U(shared.memory_limit.load(Ordering::Relaxed))),
         ("accepting_conns", Val::U(u64::from(!shared.is_stopping()))),
         ("listen_disabled_num", Val::U(0)),
         ("time_in_listen_disabled_us", Val::U(0)),
@@ -92,7 +92,7 @@ fn general(shared: &Shared) -> Vec<Row> {
 fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
     let s = &shared.settings;
     rows([
-        ("maxbytes", Val::U(s.memory_bytes as u64)),
+        ("maxbytes", Val::U(shared.memory_limit.load(Ordering::Relaxed))),
         ("maxconns", Val::U(s.max_connections as u64)),
         ("tcpport", Val::U(u64::from(s.port))),
         ("udpport", Val::U(0)),

@@ -186,11 +186,9 @@ fn gat(exptime: i64, keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>
             return;
         }
     }
-    bump(&ctx.stats.cmd_get, n);
+    // memcached counts gat/gats as touches only.
     bump(&ctx.stats.cmd_touch, n);
-    bump(&ctx.stats.get_hits, hits);
     bump(&ctx.stats.touch_hits, hits);
-    bump(&ctx.stats.get_misses, n - hits);
     bump(&ctx.stats.touch_misses, n - hits);
     out.extend_from_slice(reply::END);
 }

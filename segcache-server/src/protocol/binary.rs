@@ -306,7 +306,8 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
                 op::APPEND => StoreKind::Append,
                 _ => StoreKind::Prepend,
             };
-            if total - head > limits.max_item_size {
+            let flags = if ext_len == 8 { be32(extras) } else { 0 };
+            if !limits.item_fits(key_len, flags, total - head) {
                 let unlink = (kind == StoreKind::Set).then_some(key);
                 return Parse::Fail(Fail {
                     header: h,
@@ -319,7 +320,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
             if buf.len() < total {
                 return Parse::Incomplete;
             }
-            let (flags, exptime) = if ext_len == 8 { (be32(extras), be32(&extras[4..])) } else { (0, 0) };
+            let exptime = if ext_len == 8 { be32(&extras[4..]) } else { 0 };
             Command::Store { kind, key, flags, exptime, value: &buf[head..total] }
         }
         op::GET | op::GETK => Command::Get { key, exptime: None, with_key: cmd == op::GETK, with_value: true },

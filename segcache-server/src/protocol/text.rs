@@ -11,7 +11,7 @@ use segcache_core::MAX_KEY_LEN;
 
 use super::meta::{parse_meta_flags, MetaCmd, MetaFlags};
 use super::reply::FailKind;
-use super::token::{next_token, parse_i64, parse_u32, parse_u64, Tokens};
+use super::token::{next_token, parse_client_flags, parse_i64, parse_u32, parse_u64, Tokens};
 
 /// The longest command line, as in memcached.
 pub const MAX_LINE: usize = 2048;
@@ -29,6 +29,19 @@ pub struct Limits {
     /// times); past this its reply is replaced by memcached's `SERVER_ERROR out of memory
     /// writing get response`, so one request cannot make the server buffer gigabytes.
     pub max_response: usize,
+}
+
+/// What memcached counts toward `-I` beside an item's key and value: its item header (48 bytes
+/// on 64-bit), the CAS (8), the key's closing NUL (1) and the value's CRLF (2); client flags take
+/// 4 more when non-zero (items.c `item_size_ok`). A value of exactly `-I` bytes never fits.
+const ITEM_OVERHEAD: usize = 48 + 8 + 1 + 2;
+
+impl Limits {
+    /// Whether memcached would store an item of this key length, client flags and value length.
+    pub fn item_fits(&self, key_len: usize, client_flags: u32, value_len: usize) -> bool {
+        let flags_len = if client_flags != 0 { 4 } else { 0 };
+        ITEM_OVERHEAD + key_len + flags_len + value_len <= self.max_item_size
+    }
 }
 
 /// The default [`Limits::max_response`].
@@ -307,7 +320,7 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
         return fail(FailKind::Unknown, used, false);
     }
     let noreply = t.len() == base + 1 && t[base] == b"noreply";
-    let (key, flags, exptime, bytes) = (t[0], parse_u32(t[1]), parse_i64(t[2]), parse_i64(t[3]));
+    let (key, flags, exptime, bytes) = (t[0], parse_client_flags(t[1]), parse_i64(t[2]), parse_i64(t[3]));
     let cas = if kind == StoreKind::Cas { parse_u64(t[4]) } else { Some(0) };
     let (Some(flags), Some(exptime), Some(bytes), Some(cas)) = (flags, exptime, bytes, cas) else {
         return fail(FailKind::BadFormat, used, noreply);
@@ -321,7 +334,7 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
     if let Err(kind) = check_key(key) {
         return fail(kind, whole, noreply);
     }
-    if bytes > limits.max_item_size {
+    if !limits.item_fits(key.len(), flags, bytes) {
         let unlink = (kind == StoreKind::Set).then_some(key);
         return Parse::Fail(Fail { kind: FailKind::TooLarge, skip: whole, noreply, unlink });
     }
@@ -519,7 +532,7 @@ fn parse_meta<'a>(buf: &'a [u8], cmd: &[u8], mut rest: &'a [u8], used: usize, li
     }
     let mut data: &[u8] = &[];
     if cmd == MetaCmd::Set {
-        if datalen > limits.max_item_size {
+        if !limits.item_fits(key.len(), flags.client_flags.unwrap_or(0), datalen) {
             // As memcached (and text `set`): a failed `ms` must not leave the old value
             // readable. (A base64 key is not decoded here; it keeps its value.)
             let unlink = (!flags.base64).then_some(key);
@@ -634,7 +647,11 @@ mod tests {
     fn bad_numbers() {
         assert_eq!(failed(b"set k x 0 3\r\nabc\r\n").kind, FailKind::BadFormat);
         assert_eq!(failed(b"set k 0 0 -3\r\n").kind, FailKind::BadFormat);
-        assert_eq!(failed(b"set k 4294967296 0 1\r\n").kind, FailKind::BadFormat);
+        assert_eq!(failed(b"set k 18446744073709551616 0 1\r\n").kind, FailKind::BadFormat);
+        assert_eq!(failed(b"set k -1 0 1\r\n").kind, FailKind::BadFormat);
+        // As memcached: flags are read into 64 bits and kept modulo 2^32.
+        let (r, _) = done(b"set k 4294967297 0 1\r\nx\r\n");
+        assert!(matches!(r, Request::Store { flags: 1, .. }), "{r:?}");
         assert_eq!(failed(b"incr k -1\r\n").kind, FailKind::BadDelta);
         assert_eq!(failed(b"incr k 18446744073709551616\r\n").kind, FailKind::BadDelta);
         let (r, _) = done(b"incr k 18446744073709551615\r\n");

@@ -74,3 +74,10 @@ pub fn parse_i64(s: &[u8]) -> Option<i64> {
 pub fn parse_u32(s: &[u8]) -> Option<u32> {
     u32::try_from(parse_u64(s)?).ok()
 }
+
+/// Client flags as memcached 1.6 reads them (`safe_strtoul` into a 64-bit `long`, stored in 32
+/// bits): any number up to 2^64-1, kept modulo 2^32.
+#[inline]
+pub fn parse_client_flags(s: &[u8]) -> Option<u32> {
+    parse_u64(s).map(|n| n as u32)
+}
