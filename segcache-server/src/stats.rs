@@ -67,6 +67,9 @@ worker_stats! {
     store_no_memory,
     bytes_read,
     bytes_written,
+    /// Items written as new, as memcached counts them: every store, and an incr whose result
+    /// outgrows the old value (one that fits is written in place).
+    total_items,
 }
 
 /// Adds `n` to a counter that only the calling worker writes.

@@ -516,3 +516,28 @@ def test_client_flags_are_kept_modulo_2_32(pair):
     replies = [talk(p, script) for p in (pair[0].port, pair[1].port)]
     assert b"VALUE fo 1 1\r\n" in replies[0] and b"VALUE fa 4294967295 1\r\n" in replies[0]
     assert replies[1] == replies[0]
+
+
+def test_counters_move_as_memcacheds(pair):
+    """gat/gats count as touches only; an incr counts as a new item (`total_items`) only when its
+    result outgrows the old value; stores count whether they land or expire on arrival."""
+    names = ("cmd_get", "get_hits", "get_misses", "cmd_touch", "touch_hits", "touch_misses", "total_items",
+             "cmd_set", "incr_hits", "decr_hits")
+
+    def counters(port):
+        text = talk(port, b"stats\r\n").decode()
+        stats = dict(line.split()[1:3] for line in text.splitlines() if line.startswith("STAT "))
+        return {n: int(stats[n]) for n in names}
+
+    steps = [b"set ctr 0 0 1\r\n9\r\n", b"incr ctr 1\r\n", b"incr ctr 5\r\n", b"decr ctr 10\r\n", b"incr ctr 1\r\n",
+             b"incr ctr 100\r\n", b"append ctr 0 0 1\r\n1\r\n", b"set gone 0 -1 1\r\nx\r\n", b"gat 100 ctr\r\n",
+             b"gats 100 ctr nothere\r\n", b"touch ctr 10\r\n", b"get ctr nothere\r\n", b"mg ctr v\r\n",
+             b"ma ctr\r\n", b"ma ctr MD D100000\r\n"]
+    for step in steps:
+        deltas = []
+        for port in (pair[0].port, pair[1].port):
+            before = counters(port)
+            talk(port, step)
+            after = counters(port)
+            deltas.append({n: after[n] - before[n] for n in names})
+        assert deltas[1] == deltas[0], step

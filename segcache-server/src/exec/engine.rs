@@ -76,7 +76,10 @@ pub fn do_store(kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u
         bump(c, 1);
     }
     match r {
-        Ok(()) => Stored::Stored,
+        Ok(()) => {
+            bump(&ctx.stats.total_items, 1);
+            Stored::Stored
+        }
         Err(Error::NotStored) => Stored::NotStored,
         Err(Error::Exists) => Stored::Exists,
         // `append`/`prepend` on a missing key are NOT_STORED; `cas` on one is NOT_FOUND.
@@ -131,7 +134,15 @@ pub enum Arith {
 /// Runs incr/decr and counts it.
 pub fn do_arith(incr: bool, key: &[u8], delta: u64, ctx: &Ctx<'_>) -> Arith {
     let cache = &ctx.shared.cache;
+    // memcached writes a result that fits the old value's length in place, and counts only a
+    // longer one as a new item (`total_items`); a decrement never grows.
+    let old_len = if incr { cache.get_with(key, |i| i.value().len()) } else { None };
     let r = if incr { cache.incr(key, delta) } else { cache.decr(key, delta) };
+    if let (Ok(n), Some(old_len)) = (&r, old_len) {
+        if decimal_len(*n) > old_len {
+            bump(&ctx.stats.total_items, 1);
+        }
+    }
     let (hit, miss) = if incr {
         (&ctx.stats.incr_hits, &ctx.stats.incr_misses)
     } else {
@@ -152,4 +163,9 @@ pub fn do_arith(incr: bool, key: &[u8], delta: u64, ctx: &Ctx<'_>) -> Arith {
             Arith::Failed
         }
     }
+}
+
+/// Digits of `n` in decimal.
+fn decimal_len(n: u64) -> usize {
+    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }

@@ -75,7 +75,6 @@ fn general(shared: &Shared) -> Vec<Row> {
         // memcached's names for the engine's figures.
         ("bytes", Val::U(e.bytes)),
         ("curr_items", Val::U(e.items)),
-        ("total_items", Val::U(e.sets)),
         // The engine does not track whether an item was read (another part of issue #19).
         ("expired_unfetched", Val::U(0)),
         ("evicted_unfetched", Val::U(0)),
