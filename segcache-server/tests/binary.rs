@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use segcache_core::{Builder, ManualClock};
-use segcache_server::protocol::binary::{op, HEADER_LEN, NO_CREATE};
+use segcache_server::protocol::binary::{op, request as packet, HEADER_LEN, NO_CREATE};
 use segcache_server::{Ctx, Session, Settings, Shared};
 
 const T0: u32 = 1_700_000_000;
@@ -44,20 +44,6 @@ impl Rig {
         assert_eq!(rs.len(), 1, "{rs:?}");
         rs.pop().unwrap()
     }
-}
-
-fn packet(opcode: u8, key: &[u8], extras: &[u8], value: &[u8], opaque: u32, cas: u64) -> Vec<u8> {
-    let mut v = vec![0x80, opcode];
-    v.extend_from_slice(&(key.len() as u16).to_be_bytes());
-    v.push(extras.len() as u8);
-    v.extend_from_slice(&[0, 0, 0]);
-    v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-    v.extend_from_slice(&opaque.to_be_bytes());
-    v.extend_from_slice(&cas.to_be_bytes());
-    v.extend_from_slice(extras);
-    v.extend_from_slice(key);
-    v.extend_from_slice(value);
-    v
 }
 
 fn set(key: &[u8], value: &[u8], flags: u32, exptime: u32) -> Vec<u8> {

@@ -377,6 +377,21 @@ pub fn put_error(out: &mut Vec<u8>, h: &Header, status: Status) {
     put_response(out, h.opcode, status, h.opaque, 0, &[], &[], status.message());
 }
 
+/// Encodes a request as a client sends it (for clients, tests and tools built on this module).
+pub fn request(opcode: u8, key: &[u8], extras: &[u8], value: &[u8], opaque: u32, cas: u64) -> Vec<u8> {
+    let mut v = vec![REQUEST_MAGIC, opcode];
+    v.extend_from_slice(&(key.len() as u16).to_be_bytes());
+    v.push(extras.len() as u8);
+    v.extend_from_slice(&[0, 0, 0]);
+    v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
+    v.extend_from_slice(&opaque.to_be_bytes());
+    v.extend_from_slice(&cas.to_be_bytes());
+    v.extend_from_slice(extras);
+    v.extend_from_slice(key);
+    v.extend_from_slice(value);
+    v
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -384,17 +399,7 @@ mod tests {
     const LIMITS: Limits = Limits { max_item_size: 1024, max_response: 1 << 20 };
 
     fn req(opcode: u8, extras: &[u8], key: &[u8], value: &[u8], opaque: u32, cas: u64) -> Vec<u8> {
-        let mut v = vec![REQUEST_MAGIC, opcode];
-        v.extend_from_slice(&(key.len() as u16).to_be_bytes());
-        v.push(extras.len() as u8);
-        v.extend_from_slice(&[0, 0, 0]);
-        v.extend_from_slice(&((extras.len() + key.len() + value.len()) as u32).to_be_bytes());
-        v.extend_from_slice(&opaque.to_be_bytes());
-        v.extend_from_slice(&cas.to_be_bytes());
-        v.extend_from_slice(extras);
-        v.extend_from_slice(key);
-        v.extend_from_slice(value);
-        v
+        request(opcode, key, extras, value, opaque, cas)
     }
 
     fn done(buf: &[u8]) -> (Request<'_>, usize) {
