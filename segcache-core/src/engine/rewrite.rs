@@ -24,7 +24,10 @@
 
 use crate::engine::memory::prefetch;
 use crate::engine::write::check_key;
+use std::sync::atomic::Ordering::Relaxed;
+
 use crate::hashtable::slot::{self, Loc};
+use crate::hashtable::table::Found;
 use crate::record;
 use crate::segments::append::expiry_fits;
 use crate::shared::lock::{lock_word, unlock_word};
@@ -33,9 +36,10 @@ use crate::ttl_buckets::expire::expiry_of;
 use crate::{ttl, Segcache};
 
 impl Segcache {
-    /// Where a record of `len` bytes for `key` with client flags `flags` may be rewritten: the
-    /// key's live record, if it has that layout and its segment's expiry suits `expire_at` (see
-    /// `expiry_fits`).
+    /// Where a record of `len` bytes for `key` with client flags `flags` (and a client-chosen CAS
+    /// value if `explicit`) may be rewritten: the key's live record, if it has that layout and its
+    /// segment's expiry suits `expire_at` (see `expiry_fits`); with its slot, and whether it is
+    /// stale or its recache token was handed out.
     #[allow(clippy::too_many_arguments)]
     fn in_place_target(
         &self,
@@ -43,10 +47,11 @@ impl Segcache {
         h: u64,
         len: usize,
         flags: u32,
+        explicit: bool,
         ttl: u32,
         expire_at: u32,
         now: u32,
-    ) -> Option<Loc> {
+    ) -> Option<(Loc, Found<'static>, bool)> {
         if self.durable {
             return None;
         }
@@ -60,9 +65,11 @@ impl Segcache {
         })?;
         let (item, found) = self.item_of(found, h, now)?;
         let loc = slot::slot_loc(found.value);
-        let old_len = record::record_len(item.key.len(), item.value.len(), item.flags);
-        let same_layout = record::same_layout(old_len, item.flags, len, flags);
-        (same_layout && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some(loc)
+        let old_explicit = self.record(loc)?.stamp.cas_hi.is_some();
+        let old_len = record::record_len(item.key.len(), item.value.len(), item.flags, old_explicit);
+        let same_layout = record::same_layout(old_len, item.flags, old_explicit, len, flags, explicit);
+        let marked = item.state.stale || item.state.token_sent;
+        (same_layout && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some((loc, found, marked))
     }
 
     /// Rewrites the key's record in place if `in_place_target` allows; `false` leaves the store
@@ -74,15 +81,23 @@ impl Segcache {
         h: u64,
         value: &[&[u8]],
         flags: u32,
-        cas: u32,
+        stamp: record::Stamp,
+        keep_fetched: bool,
         len: usize,
         ttl: u32,
         expire_at: u32,
         now: u32,
     ) -> bool {
-        let Some(loc) = self.in_place_target(key, h, len, flags, ttl, expire_at, now) else { return false };
+        let explicit = stamp.cas_hi.is_some();
+        let Some((loc, found, _)) = self.in_place_target(key, h, len, flags, explicit, ttl, expire_at, now) else {
+            return false;
+        };
+        let access = record::access_code(now.saturating_sub(self.seg(loc.seg).create_at));
         let at = loc.offset as usize;
-        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, cas);
+        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, record::Stamp { access, ..stamp });
+        if !keep_fetched && found.value & slot::FETCHED != 0 {
+            found.slot.store(found.value & !slot::FETCHED, Relaxed);
+        }
         self.table().touch_info(h, now);
         true
     }
@@ -91,7 +106,7 @@ impl Segcache {
     /// caller that holds the shard's read lock (see the module docs); `false` leaves the store
     /// to the exclusive path.
     pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> bool {
-        let len = record::record_len(key.len(), value.len(), flags);
+        let len = record::record_len(key.len(), value.len(), flags, false);
         if self.durable || len > PEEK_BYTES || check_key(key).is_err() {
             return false;
         }
@@ -103,12 +118,25 @@ impl Segcache {
         }
         let info = self.table().info(h);
         let old = lock_word(info, slot::INFO_LOCKED);
-        let Some(loc) = self.in_place_target(key, h, len, flags, ttl, expiry_of(ttl, now), now) else {
+        // A stale item, or one whose recache token is out, takes the exclusive path, which
+        // writes its state afresh.
+        let Some((loc, found, false)) = self.in_place_target(key, h, len, flags, false, ttl, expiry_of(ttl, now), now)
+        else {
             unlock_word(info, old);
             return false;
         };
         let record = loc.seg as usize * self.geo.segment_size + loc.offset as usize;
+        let Some(header) = self.record(loc).map(|r| r.len - r.key.len() - r.value.len()) else {
+            unlock_word(info, old);
+            return false;
+        };
+        let cas_at = header - 4 - if flags != 0 { 4 } else { 0 };
         let cas = self.next_cas();
+        // A new version: not fetched yet, accessed now. (A reader of the old version may still
+        // set the fetched bit, as if it had read this one.)
+        found.slot.fetch_and(!slot::FETCHED, Relaxed);
+        let age = now.saturating_sub(self.seg(loc.seg).create_at);
+        self.record_byte(loc, record::ACCESS_AT).store(record::access_code(age), Relaxed);
         // SAFETY: `loc` holds the key's live record of `len` bytes and of the layout written
         // (client flags present iff `flags != 0`), inside its segment (just found
         // through the chain), so the ranges written lie in the heap. The caller's read lock keeps
@@ -119,10 +147,10 @@ impl Segcache {
         // changed. `ptr::copy` allows `value` to overlap (it cannot, but costs nothing).
         unsafe {
             let dst = self.mem.heap.add(record);
-            std::ptr::copy(cas.to_le_bytes().as_ptr(), dst.add(record::CAS_AT), 4);
+            std::ptr::copy(cas.to_le_bytes().as_ptr(), dst.add(cas_at), 4);
             if flags != 0 {
                 // Same layout (`in_place_target`): the old record has client flags too.
-                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(record::HEADER_LEN), 4);
+                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(cas_at + 4), 4);
             }
             std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());
         }

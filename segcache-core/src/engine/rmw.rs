@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::engine::write::check_key;
-use crate::engine::write::Mode;
+use crate::engine::write::{Mode, NewState};
 use crate::hash::hash;
 use crate::hashtable::slot::{self};
 use crate::hashtable::table::Table;
@@ -130,7 +130,9 @@ impl Segcache {
         let Some((item, found)) = self.lookup(key, h, now) else {
             return Err(Error::NotFound);
         };
-        let len = record::record_len(item.key.len(), item.value.len(), item.flags);
+        let old_loc = slot::slot_loc(found.value);
+        let explicit = self.record(old_loc).is_some_and(|r| r.stamp.cas_hi.is_some());
+        let len = record::record_len(item.key.len(), item.value.len(), item.flags, explicit);
         let (expire_at, width) = (expiry_of(ttl, now), ttl::width_of(ttl));
         let seg = slot::slot_loc(found.value).seg;
         if expiry_fits(self.seg(seg), expire_at, width) {
@@ -151,7 +153,9 @@ impl Segcache {
         // for `len`). The record lies below its own segment's write offset, so the ranges do not
         // overlap (`copy` would allow it anyway); no reference to either is alive.
         unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
+        let old_create = self.seg(old.seg).create_at;
         let new = self.write_record(dest, |_| {}, len);
+        self.rebase_access(new, old_create);
         // Published as `store_at` publishes a replacement, so a crash keeps one of the copies.
         if self.durable {
             let meta = self.meta_mut();
@@ -227,8 +231,8 @@ impl Segcache {
             None if expire_at == 0 => 0,
             None => expire_at.saturating_sub(now).max(1),
         };
-        let res = self.store_at(key, h, &[&scratch], flags, ttl, Mode::Set, now);
+        let res = self.store_at(key, h, &[&scratch], flags, ttl, Mode::Set, now, NewState::default(), false);
         self.scratch = scratch;
-        res
+        res.map(drop)
     }
 }
