@@ -360,6 +360,11 @@ impl SharedCache {
         self.origin.check()?;
         self.shard(key).write().touch(key, ttl)
     }
+    /// Sets a new TTL without counting as an access (see [`Segcache::set_ttl`]).
+    pub fn set_ttl(&self, key: &[u8], ttl: Duration) -> Result<()> {
+        self.origin.check()?;
+        self.shard(key).write().set_ttl(key, ttl)
+    }
     /// Reads the item and sets its TTL in one step (memcached `gat`).
     pub fn get_and_touch(&self, key: &[u8], ttl: Duration) -> Option<OwnedItem> {
         if self.origin.forked() {

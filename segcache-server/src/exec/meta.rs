@@ -16,7 +16,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use segcache_core::{Error, ReadOptions, StoreMode, StoreOptions, MAX_KEY_LEN};
 
-use super::engine::{do_arith, do_store, touch, Arith, Stored};
+use super::engine::{do_arith, do_store, Arith, Stored};
 use super::expiry::Expiry;
 use crate::protocol::{next_token, put_i64, put_u64, reply, FailKind, MetaCmd, MetaFlags, StoreKind};
 use crate::state::Ctx;
@@ -74,6 +74,12 @@ struct TtlOrder {
     created: bool,
     /// The cache clock, to read `T`/`N` tokens that come before others.
     now: u32,
+    /// `h` and `l` as they were before `T` touched the item (a touch is an access).
+    before_touch: Option<(bool, u64)>,
+    /// `T` expired the item (returned this once) and `R` asks for a window: the item is in it.
+    expired_in_window: bool,
+    /// This request won the token by `R` before `T` changed the TTL.
+    won_before_ttl: bool,
 }
 
 /// The TTL a `t` reports for the exptime token `exptime` (`-1`: never).
@@ -230,10 +236,17 @@ fn put_hit(
 ) {
     let mut info = Info::of(item);
     // The request that created the item reports it as new, with the token it holds.
-    let (token_sent, won) = if created { (false, true) } else { (item.token_sent(), item.won()) };
+    let (token_sent, won) = if created {
+        (false, true)
+    } else {
+        let won_before = order.won_before_ttl;
+        (item.token_sent() && !won_before, won_before || item.won() || (order.expired_in_window && !item.token_sent()))
+    };
     if created {
         info.fetched = false;
         info.idle = 0;
+    } else if let Some((fetched, idle)) = order.before_touch {
+        (info.fetched, info.idle) = (fetched, idle);
     }
     if f.value {
         out.extend_from_slice(reply::VA);
@@ -259,6 +272,20 @@ fn put_hit(
     }
 }
 
+/// Whether the flag `first` comes before `second` among the request's flags (or without it).
+fn token_before(f: &MetaFlags<'_>, first: u8, second: u8) -> bool {
+    let mut rest = f.raw;
+    while let Some(tok) = next_token(&mut rest) {
+        if tok[0] == first {
+            return true;
+        }
+        if tok[0] == second {
+            return false;
+        }
+    }
+    false
+}
+
 /// Whether the request asks for `t` before it gives `T`/`N`.
 fn t_before_ttl(f: &MetaFlags<'_>) -> bool {
     let mut rest = f.raw;
@@ -282,23 +309,36 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
     bump(&ctx.stats.cmd_get, 1);
     let mut expire_after_read = false;
     let mut order = TtlOrder { now: cache.now(), ..TtlOrder::default() };
+    // memcached's R window, an exptime as T's.
+    let window = f.recache.and_then(|r| Expiry::from_exptime(r, cache.now()).ttl());
+    let r_first = f.ttl.is_some() && window.is_some() && token_before(f, b'R', b'T');
+    if r_first {
+        // R before T sees the TTL from before T.
+        let opts = ReadOptions { claim_token: true, recache_below: window, no_update: true };
+        order.won_before_ttl = cache.get_with_options(key, opts, |i| i.won()).unwrap_or(false);
+    }
     if let Some(t) = f.ttl {
         if t_before_ttl(f) {
             order.before = look(ctx, key, |item| ttl_secs(&item));
         }
+        order.before_touch = look(ctx, key, |item| (item.fetched(), item.last_access().as_secs()));
         bump(&ctx.stats.cmd_touch, 1);
         match Expiry::from_exptime(t, cache.now()).ttl() {
             Some(ttl) => {
-                let hit = cache.touch(key, ttl).is_ok();
+                let hit = cache.set_ttl(key, ttl).is_ok();
                 bump(if hit { &ctx.stats.touch_hits } else { &ctx.stats.touch_misses }, 1);
             }
-            None => expire_after_read = true,
+            None => {
+                expire_after_read = true;
+                // memcached applies the tokens in order: R sees T's expiry only after it.
+                order.expired_in_window = f.recache.is_some_and(|r| r > 0) && !token_before(f, b'R', b'T');
+            }
         }
     }
     let opts = ReadOptions {
         claim_token: true,
-        // memcached's R: a win once the TTL left is below the token (an exptime, as T's).
-        recache_below: f.recache.and_then(|r| Expiry::from_exptime(r, cache.now()).ttl()),
+        // memcached's R: a win once the TTL left is below the token.
+        recache_below: if r_first { None } else { window },
         no_update: f.no_update,
     };
     let mut hit = cache.get_with_options(key, opts, |item| put_hit(out, f, key_token, &item, false, order)).is_some();
@@ -309,7 +349,7 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
         // The first client to miss creates an empty placeholder and wins (W) the right to fill
         // it. memcached creates it with no TTL, then applies T and N in their order: its TTL is
         // the last of them.
-        let order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
+        let order = TtlOrder { before: Some(-1), created: true, now: cache.now(), ..TtlOrder::default() };
         let expiry = last_ttl_token(f, true).map(|n| Expiry::from_exptime(n, cache.now()));
         if let Some(expiry) = expiry {
             // One that expires on arrival is still returned this once, as memcached does.
@@ -317,7 +357,8 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
             let how = StoreOptions { cas: f.explicit_cas, won: true, invalidate: false };
             let won = cache.store_with(key, b"", 0, ttl, StoreMode::Add, how).is_ok();
             // The others see the creator's token (Z), as any later `mg` does.
-            let opts = ReadOptions { claim_token: true, ..QUIET_READ };
+            // (memcached counts the creator's read as a fetch.)
+            let opts = ReadOptions { claim_token: true, recache_below: None, no_update: f.no_update };
             hit = cache.get_with_options(key, opts, |item| put_hit(out, f, key_token, &item, won, order)).is_some();
             if expiry == Expiry::Expired && won {
                 let _ = cache.delete(key);
@@ -346,7 +387,9 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     let flags = f.client_flags.unwrap_or(0);
     let exptime = f.ttl.unwrap_or(0);
     let expires = Expiry::from_exptime(exptime, cache.now()) == Expiry::Expired;
-    let state = f.explicit_cas.is_some() || (f.invalidate && f.compare_cas.is_some() && kind == StoreKind::Set);
+    // (memcached: set and replace with C are a cas, the only stores that I changes.)
+    let cas_store = f.compare_cas.is_some() && matches!(kind, StoreKind::Set | StoreKind::Replace);
+    let state = f.explicit_cas.is_some() || (f.invalidate && cas_store);
     let r = match (f.compare_cas, kind) {
         // E (and I): through the engine's store with options. An item that expires on
         // arrival keeps no state: the plain paths below handle it.
@@ -408,8 +451,10 @@ fn store_with_state(
     let cache = &ctx.shared.cache;
     bump(&ctx.stats.cmd_set, 1);
     let ttl = Expiry::from_exptime(exptime, cache.now()).ttl().unwrap_or(Duration::ZERO);
-    let opts = StoreOptions { cas: f.explicit_cas, won: false, invalidate: f.invalidate };
     let compare = f.compare_cas;
+    // C0 compares nothing: memcached's cas with it fails, I or not.
+    let invalidate = f.invalidate && compare.is_some_and(|c| c != 0);
+    let opts = StoreOptions { cas: f.explicit_cas, won: false, invalidate };
     let r = match (kind, compare) {
         (StoreKind::Set, Some(c)) => {
             let r = cache.store_with(key, data, flags, ttl, StoreMode::Cas(c), opts);
@@ -539,7 +584,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     let mut created = false;
     if r == Arith::NotFound && f.vivify.is_some() {
         // memcached creates the item with no TTL, then applies N and T in their order.
-        order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
+        order = TtlOrder { before: Some(-1), created: true, now: cache.now(), ..TtlOrder::default() };
         ttl_token = last_ttl_token(f, true);
         let initial = f.initial.unwrap_or(0);
         let mut digits = itoa::Buffer::new();
@@ -560,7 +605,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     match r {
         Arith::Value(n) => {
             if let Some(t) = ttl_token {
-                touch(key, t, ctx);
+                set_ttl(key, t, ctx);
             }
             // As memcached: `q` hides a success, with or without its value (not the reply
             // to a request that created the item).
@@ -586,6 +631,16 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
         Arith::NotFound => put_code(out, reply::NF, f, key_token, KEY_ONLY, None),
         Arith::NotNumeric => out.extend_from_slice(reply::NON_NUMERIC),
         Arith::Failed => out.extend_from_slice(reply::OUT_OF_MEMORY),
+    }
+}
+
+/// Sets a key's expiry as `touch` does, without counting as an access (memcached's meta
+/// commands set `exptime` directly).
+fn set_ttl(key: &[u8], exptime: i64, ctx: &Ctx<'_>) -> bool {
+    let cache = &ctx.shared.cache;
+    match Expiry::from_exptime(exptime, cache.now()).ttl() {
+        Some(ttl) => cache.set_ttl(key, ttl).is_ok(),
+        None => cache.delete(key).is_ok(),
     }
 }
 
