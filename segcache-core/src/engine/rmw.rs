@@ -199,7 +199,8 @@ impl Segcache {
                 // spaces (memcached writes it in place; here too the record keeps its size).
                 out.resize(old.len().max(digits.len()), b' ');
             }
-            // memcached's write in place keeps the item's fetched bit.
+            // memcached writes a number that does not grow in place, so the item keeps its
+            // state (fetched, stale, token); here too when it pads.
             Ok(pad && digits.len() <= old.len())
         })?;
         Ok(result)
@@ -215,8 +216,8 @@ impl Segcache {
     }
 
     /// Reads the item, builds its new value in `scratch`, and stores it with the same flags and
-    /// expiry (or a new TTL); keeping its fetched bit when `build` says the value was changed
-    /// in place (as memcached changes a number that does not grow).
+    /// expiry (or a new TTL): a new version (not fetched yet, not stale), unless `build` says it
+    /// changed the value in place as memcached would (then the item keeps its state).
     pub(crate) fn rewrite_with_ttl(
         &mut self,
         key: &[u8],
@@ -230,7 +231,7 @@ impl Segcache {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let h = hash(key);
-        let (flags, expire_at, in_place) = match self.lookup(key, h, now) {
+        let (flags, expire_at, st) = match self.lookup(key, h, now) {
             None => {
                 self.scratch = scratch;
                 return Err(missing);
@@ -240,7 +241,12 @@ impl Segcache {
                     self.scratch = scratch;
                     return Err(e);
                 }
-                Ok(in_place) => (item.flags, item.expire_at, in_place),
+                Ok(false) => (item.flags, item.expire_at, NewState::default()),
+                Ok(true) => {
+                    let s = &item.state;
+                    let st = NewState { explicit: None, stale: s.stale, won: s.token_sent, keep_fetched: true };
+                    (item.flags, item.expire_at, st)
+                }
             },
         };
         let ttl = match new_ttl {
@@ -248,7 +254,6 @@ impl Segcache {
             None if expire_at == 0 => 0,
             None => expire_at.saturating_sub(now).max(1),
         };
-        let st = NewState { keep_fetched: in_place, ..NewState::default() };
         let res = self.store_at(key, h, &[&scratch], flags, ttl, Mode::Set, now, st, false);
         self.scratch = scratch;
         res.map(drop)
