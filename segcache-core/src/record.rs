@@ -58,11 +58,7 @@ pub fn width_of(value_len: usize) -> usize {
 /// Bytes an item takes in a segment (`explicit`: with a client-chosen CAS value).
 #[inline]
 pub fn record_len(key_len: usize, value_len: usize, client_flags: u32, explicit: bool) -> usize {
-    7 + width_of(value_len)
-        + if client_flags != 0 { 4 } else { 0 }
-        + if explicit { 4 } else { 0 }
-        + key_len
-        + value_len
+    7 + width_of(value_len) + if client_flags != 0 { 4 } else { 0 } + if explicit { 4 } else { 0 } + key_len + value_len
 }
 
 /// Whether two records of one key have the same layout: the same length, client flags present
@@ -71,7 +67,14 @@ pub fn record_len(key_len: usize, value_len: usize, client_flags: u32, explicit:
 /// length's width follows: with the same key, the same length and the same words, the values
 /// have the same length).
 #[inline]
-pub fn same_layout(len: usize, client_flags: u32, explicit: bool, other_len: usize, other_flags: u32, other_explicit: bool) -> bool {
+pub fn same_layout(
+    len: usize,
+    client_flags: u32,
+    explicit: bool,
+    other_len: usize,
+    other_flags: u32,
+    other_explicit: bool,
+) -> bool {
     len == other_len && (client_flags != 0) == (other_flags != 0) && explicit == other_explicit
 }
 

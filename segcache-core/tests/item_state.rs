@@ -6,9 +6,7 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use segcache_core::{
-    Builder, Error, ManualClock, Policy, ReadOptions, Segcache, SharedCache, StoreMode, StoreOptions,
-};
+use segcache_core::{Builder, Error, ManualClock, Policy, ReadOptions, Segcache, SharedCache, StoreMode, StoreOptions};
 
 const T0: u32 = 1_700_000_000;
 const NEVER: Duration = Duration::ZERO;

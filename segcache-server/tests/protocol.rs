@@ -329,7 +329,10 @@ fn meta_vivify_delete_arith_debug() {
     r.run("ms hl 1\r\nx\r\n");
     assert_eq!(r.run("mg hl h l\r\n"), "HD h0 l0\r\n");
     assert_eq!(r.run("mg hl h u\r\n"), "HD h1\r\n");
-    assert_eq!(r.run("md hl I T30\r\nmg hl t v\r\nmg hl t\r\nmn\r\n"), "HD\r\nVA 1 t30 X W\r\nx\r\nHD t30 Z X\r\nMN\r\n");
+    assert_eq!(
+        r.run("md hl I T30\r\nmg hl t v\r\nmg hl t\r\nmn\r\n"),
+        "HD\r\nVA 1 t30 X W\r\nx\r\nHD t30 Z X\r\nMN\r\n"
+    );
     assert!(r.run("me hl\r\n").starts_with("ME hl exp=-30 la=0 cas="));
     assert_eq!(r.run("ms e 2 E5\r\nhi\r\nmg e c\r\nmn\r\n"), "HD\r\nHD c5\r\nMN\r\n");
     assert_eq!(r.run("ma e E9\r\n"), "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");

@@ -63,9 +63,9 @@ pub(crate) fn token_due(opts: &ReadOptions, state: &ItemState, expire_at: u32, n
     opts.claim_token
         && !state.token_sent
         && (state.stale
-            || opts.recache_below.is_some_and(|r| {
-                expire_at != 0 && u64::from(expire_at) < u64::from(now) + r.as_secs()
-            }))
+            || opts
+                .recache_below
+                .is_some_and(|r| expire_at != 0 && u64::from(expire_at) < u64::from(now) + r.as_secs()))
 }
 
 impl Segcache {

@@ -42,12 +42,12 @@ use crate::engine::read::state_of;
 use crate::engine::write::check_key;
 use crate::hashtable::slot::{self};
 use crate::hashtable::table::{Found, Table};
+use crate::item::ItemState;
 use crate::record::{self, Header};
 use crate::segments::header::SegHeader;
 use crate::shared::lock::{relax, word_snapshot, word_unchanged};
 use crate::ttl_buckets::bucket::TtlBucket;
 use crate::ttl_buckets::expire::{flushed_by, live_until};
-use crate::item::ItemState;
 use crate::{Item, Segcache};
 
 /// Bytes of a record a lock-free read copies; larger items are read under the lock.
