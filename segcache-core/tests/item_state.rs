@@ -165,6 +165,11 @@ fn client_chosen_cas_values() {
     assert_ne!(i.cas(), 7);
     c.cas(b"k", b"abcd", 5, NEVER, i.cas()).unwrap();
     assert_eq!(c.get(b"k").unwrap().value(), b"abcd");
+    // A delete that compares (memcached's `md C`), in one step.
+    let cas = c.get(b"k").unwrap().cas();
+    assert!(matches!(c.delete_cas(b"k", cas + 1), Err(Error::Exists)));
+    c.delete_cas(b"k", cas).unwrap();
+    assert!(matches!(c.delete_cas(b"k", cas), Err(Error::NotFound)));
 }
 
 #[test]

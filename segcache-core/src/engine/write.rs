@@ -145,13 +145,26 @@ impl Segcache {
 
     /// Removes the key ([`Error::NotFound`] if absent).
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.delete_if(key, None)
+    }
+
+    /// Removes the key if its CAS value is `cas` ([`Error::Exists`] if it changed,
+    /// [`Error::NotFound`] if absent): memcached's `md key C<cas>`.
+    pub fn delete_cas(&mut self, key: &[u8], cas: u64) -> Result<()> {
+        self.delete_if(key, Some(cas))
+    }
+
+    fn delete_if(&mut self, key: &[u8], compare: Option<u64>) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;
         let now = self.prepare_write();
         let h = hash(key);
-        let Some((_, found)) = self.lookup(key, h, now) else {
+        let Some((item, found)) = self.lookup(key, h, now) else {
             return Err(Error::NotFound);
         };
+        if compare.is_some_and(|c| c != item.cas) {
+            return Err(Error::Exists);
+        }
         let loc = slot::slot_loc(found.value);
         self.kill(loc);
         self.remove_slot(h, found.slot);

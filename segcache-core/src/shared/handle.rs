@@ -303,6 +303,11 @@ impl SharedCache {
         self.origin.check()?;
         self.shard(key).write().store_with(key, value, flags, ttl, mode, opts)
     }
+    /// Removes the key if its CAS value is `cas` (see [`Segcache::delete_cas`]).
+    pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<()> {
+        self.origin.check()?;
+        self.shard(key).write().delete_cas(key, cas)
+    }
     /// Marks the item stale (see [`Segcache::invalidate`]); returns its new CAS value.
     pub fn invalidate(&self, key: &[u8], ttl: Option<Duration>, compare: Option<u64>, cas: Option<u64>) -> Result<u64> {
         self.origin.check()?;

@@ -389,7 +389,9 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     let expires = Expiry::from_exptime(exptime, cache.now()) == Expiry::Expired;
     // (memcached: set and replace with C are a cas, the only stores that I changes.)
     let cas_store = f.compare_cas.is_some() && matches!(kind, StoreKind::Set | StoreKind::Replace);
-    let state = f.explicit_cas.is_some() || (f.invalidate && cas_store);
+    // E, I, and a C on replace, append or prepend: through the engine's compare-and-swap.
+    let compared = f.compare_cas.is_some_and(|c| c != 0 || kind == StoreKind::Replace) && kind != StoreKind::Set;
+    let state = f.explicit_cas.is_some() || (f.invalidate && cas_store) || (compared && kind != StoreKind::Add);
     let r = match (f.compare_cas, kind) {
         // E (and I): through the engine's store with options. An item that expires on
         // arrival keeps no state: the plain paths below handle it.
@@ -540,7 +542,12 @@ fn meta_delete(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8
                 Err(_) => reply::NF,
             }
         }
-        (Some(_), _) => match cache.delete(key) {
+        (Some(_), Some(c)) => match cache.delete_cas(key, c) {
+            Ok(()) => reply::HD,
+            Err(Error::Exists) => reply::EX,
+            Err(_) => reply::NF,
+        },
+        (Some(_), None) => match cache.delete(key) {
             Ok(()) => reply::HD,
             Err(_) => reply::NF,
         },
