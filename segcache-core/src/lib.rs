@@ -42,6 +42,8 @@ mod ttl_buckets;
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_KEY_LEN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
 pub use engine::keys::record_size;
+pub use engine::read::ReadOptions;
+pub use engine::write::{Mode as StoreMode, StoreOptions};
 pub use engine::Segcache;
 pub use error::{Error, Result};
 pub use eviction::policy::Policy;

@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use proptest::prelude::*;
-use segcache_core::{ttl, Builder, Error, ManualClock, OwnedItem, Policy, Segcache, SharedCache};
+use segcache_core::{
+    ttl, Builder, Error, ManualClock, OwnedItem, Policy, Segcache, SharedCache, StoreMode, StoreOptions,
+};
 
 const T0: u32 = 1_700_000_000;
 
@@ -37,6 +39,9 @@ trait Api {
     fn get_and_touch(&mut self, k: &[u8], t: Duration) -> Option<OwnedItem>;
     fn flush(&mut self);
     fn expire(&mut self);
+    /// A set with a client-chosen CAS value: another layout of the same length (4 bytes more).
+    fn set_cas(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration, cas: u64) -> Result<u64, Error>;
+    fn invalidate(&mut self, k: &[u8]) -> Result<u64, Error>;
 }
 
 macro_rules! forward {
@@ -92,6 +97,13 @@ macro_rules! forward {
             fn expire(&mut self) {
                 <$t>::expire(self);
             }
+            fn set_cas(&mut self, k: &[u8], v: &[u8], f: u32, t: Duration, cas: u64) -> Result<u64, Error> {
+                let opts = StoreOptions { cas: Some(cas), ..StoreOptions::default() };
+                <$t>::store_with(self, k, v, f, t, StoreMode::Set, opts)
+            }
+            fn invalidate(&mut self, k: &[u8]) -> Result<u64, Error> {
+                <$t>::invalidate(self, k, None, None, None)
+            }
         }
     };
 }
@@ -129,6 +141,8 @@ enum Op {
     Flush,
     Expire,
     Advance(u32),
+    SetCas(u8, Vec<u8>, u32, u32),
+    Invalidate(u8),
 }
 
 fn key(k: u8) -> Vec<u8> {
@@ -180,7 +194,9 @@ fn op(keys: u8) -> impl Strategy<Value = Op> {
         1 => (k.clone(), 0u64..100).prop_map(|(k, d)| Op::Decr(k, d)),
         1 => k.clone().prop_map(Op::Delete),
         1 => (k.clone(), ttl_secs()).prop_map(|(k, t)| Op::Touch(k, t)),
-        1 => (k, ttl_secs()).prop_map(|(k, t)| Op::GetAndTouch(k, t)),
+        1 => (k.clone(), ttl_secs()).prop_map(|(k, t)| Op::GetAndTouch(k, t)),
+        2 => (k.clone(), value_flags(), ttl_secs()).prop_map(|(k, (v, f), t)| Op::SetCas(k, v, f, t)),
+        1 => k.prop_map(Op::Invalidate),
         1 => Just(Op::Flush),
         1 => Just(Op::Expire),
         2 => prop_oneof![4 => 1u32..3, 2 => 5u32..40, 2 => 300u32..700, 1 => 100_000u32..10_000_000].prop_map(Op::Advance),
@@ -310,6 +326,29 @@ fn run(c: &mut impl Api, clock: Arc<ManualClock>, evicts: bool, ops: Vec<Op>) {
                 c.set(&k, &v, f, Duration::from_secs(t.into())).unwrap();
                 let e = m.entry(v, f, t, now);
                 m.map.insert(k, e);
+            }
+            Op::SetCas(k, v, f, t) => {
+                let k = key(k);
+                m.sync(c, &k);
+                // Unique per version, above every counter value the engine hands out.
+                let cas = (1 << 62) + m.versions + 1;
+                assert_eq!(c.set_cas(&k, &v, f, Duration::from_secs(t.into()), cas).unwrap(), cas);
+                let e = m.entry(v, f, t, now);
+                m.map.insert(k, e);
+            }
+            Op::Invalidate(k) => {
+                let k = key(k);
+                m.sync(c, &k);
+                let r = c.invalidate(&k);
+                match m.map.get(&k).cloned() {
+                    None => assert!(matches!(r, Err(Error::NotFound)), "{r:?}"),
+                    Some(old) => {
+                        r.unwrap();
+                        m.versions += 1;
+                        let e = Entry { version: m.versions, ..old };
+                        m.map.insert(k, e);
+                    }
+                }
             }
             Op::Add(k, v, f, t) => {
                 let k = key(k);

@@ -178,6 +178,12 @@ fn foreign_truncated_and_other_version_files_are_named() {
     bytes[8..12].copy_from_slice(&0u32.to_le_bytes());
     std::fs::write(&path, &bytes).unwrap();
     expect_bad(&path, builder(&path, &clock), "format version 0");
+
+    // Version 4: records without the control and access bytes (before the meta item state).
+    assert_eq!(segcache_core::FORMAT_VERSION, 5);
+    bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    expect_bad(&path, builder(&path, &clock), "format version 4");
 }
 
 #[test]

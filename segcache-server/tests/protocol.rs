@@ -304,7 +304,8 @@ fn meta_vivify_delete_arith_debug() {
     let mut r = Rig::new();
     // N: the first miss wins the right to fill, the item then exists (empty).
     assert_eq!(r.run("mg v1 v N30\r\n"), "VA 0 W\r\n\r\n");
-    assert_eq!(r.run("mg v1 s\r\n"), "HD s0\r\n");
+    // The others see that a client holds the token (memcached's Z).
+    assert_eq!(r.run("mg v1 s\r\n"), "HD s0 Z\r\n");
     // md.
     // q hides HD only: NF is still sent (memcached).
     assert_eq!(r.run("md v1 q\r\nmd v1\r\nmd v1 q\r\nmn\r\n"), "NF\r\nNF\r\nMN\r\n");
@@ -322,15 +323,23 @@ fn meta_vivify_delete_arith_debug() {
     r.run("ms s 3\r\nabc\r\n");
     assert!(r.run("ma s\r\n").starts_with("CLIENT_ERROR cannot increment"));
     // me.
-    assert!(r.run("me cnt\r\n").starts_with("ME cnt exp=-1 cas="));
+    assert!(r.run("me cnt\r\n").starts_with("ME cnt exp=-1 la=0 cas="));
     assert_eq!(r.run("me nothing\r\n"), "EN\r\n");
-    // Unsupported and invalid flags are refused, never answered wrongly.
-    assert_eq!(r.run("mg cnt h\r\n"), "CLIENT_ERROR flag not supported by this server\r\n");
-    assert_eq!(r.run("mg cnt E5\r\n"), "CLIENT_ERROR flag not supported by this server\r\n");
-    assert_eq!(r.run("md cnt I\r\n"), "CLIENT_ERROR flag not supported by this server\r\n");
+    // h, l, I and E, as memcached answers them (E as memcached after 1.6.18).
+    r.run("ms hl 1\r\nx\r\n");
+    assert_eq!(r.run("mg hl h l\r\n"), "HD h0 l0\r\n");
+    assert_eq!(r.run("mg hl h u\r\n"), "HD h1\r\n");
+    assert_eq!(
+        r.run("md hl I T30\r\nmg hl t v\r\nmg hl t\r\nmn\r\n"),
+        "HD\r\nVA 1 t30 X W\r\nx\r\nHD t30 Z X\r\nMN\r\n"
+    );
+    assert!(r.run("me hl\r\n").starts_with("ME hl exp=-30 la=0 cas="));
+    assert_eq!(r.run("ms e 2 E5\r\nhi\r\nmg e c\r\nmn\r\n"), "HD\r\nHD c5\r\nMN\r\n");
+    assert_eq!(r.run("ma e E9\r\n"), "CLIENT_ERROR cannot increment or decrement non-numeric value\r\n");
+    assert_eq!(r.run("ms n 1\r\n7\r\nma n E9 c v\r\nmn\r\n"), "HD\r\nVA 1 c9\r\n8\r\nMN\r\n");
     assert_eq!(r.run("mg cnt !\r\n"), "CLIENT_ERROR invalid flag\r\n");
     // An ms with a bad flag still drops its data block.
-    assert_eq!(r.run("ms k 2 I\r\nab\r\nmn\r\n"), "CLIENT_ERROR flag not supported by this server\r\nMN\r\n");
+    assert_eq!(r.run("ms k 2 !\r\nab\r\nmn\r\n"), "CLIENT_ERROR invalid flag\r\nMN\r\n");
 }
 
 /// Random bytes and random mixes of real command fragments, cut at random points: the session

@@ -131,7 +131,7 @@ def test_meta_commands(raw):
     assert raw.request(b"md cnt\r\n") == b"NF"
     assert raw.request(b"mg bWs= b v k\r\n") == b"VA 8 kbWs= b"  # base64 of "mk"; b follows k, as memcached
     assert raw.line() == b"hello!!!"
-    assert raw.request(b"mg mk l\r\n").startswith(b"CLIENT_ERROR")
+    assert raw.request(b"mg mk h l\r\n").startswith(b"HD h1 l")  # read before; seconds since
     assert raw.request(b"mn\r\n") == b"MN"
 
 

@@ -67,9 +67,10 @@ impl Segcache {
         self.scan(0, usize::MAX).0
     }
 
-    /// The stored length of the record of a live item: key, value, flags and header, in bytes.
+    /// The stored length of the record of a live item: key, value, flags and header, in bytes
+    /// (less the 4 bytes a client-chosen CAS value takes, which a read does not report).
     pub(crate) fn record_len_of(item: &Item<'_>) -> usize {
-        crate::record::record_len(item.key().len(), item.value().len(), item.flags())
+        crate::record::record_len(item.key().len(), item.value().len(), item.flags(), false)
     }
 }
 

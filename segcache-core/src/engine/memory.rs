@@ -101,6 +101,18 @@ impl Segcache {
         record::parse(self.seg_data(loc.seg).get(loc.offset as usize..)?)
     }
 
+    /// Byte `at` of the record at `loc`, as an atomic: the control and access bytes, which
+    /// readers change (the won bit, the access time) while others read.
+    #[inline]
+    pub(crate) fn record_byte(&self, loc: Loc, at: usize) -> &std::sync::atomic::AtomicU8 {
+        let pos = loc.seg as usize * self.geo.segment_size + loc.offset as usize + at;
+        assert!(pos < self.geo.segments * self.geo.segment_size);
+        // SAFETY: in bounds of the heap (checked), which the region keeps alive as long as the
+        // engine; `AtomicU8` has `u8`'s layout. Concurrent readers change these bytes only
+        // through atomics; writers that write them plainly hold the engine exclusively.
+        unsafe { std::sync::atomic::AtomicU8::from_ptr(self.mem.heap.add(pos)) }
+    }
+
     #[inline]
     pub(crate) fn key_at(&self, loc: Loc, key: &[u8]) -> bool {
         self.record(loc).is_some_and(|r| r.key == key)

@@ -180,7 +180,7 @@ impl Segcache {
 
     /// Largest item (key + value, without client flags) that fits in a segment.
     pub fn max_item_size(&self) -> usize {
-        (self.geo.segment_size - record::HEADER_LEN - 4).min(record::MAX_VALUE_LEN)
+        (self.geo.segment_size - record::MAX_HEADER_LEN - 4).min(record::MAX_VALUE_LEN)
     }
 
     /// Graceful stop: with a persistence path, writes what a warm restart needs and marks the

@@ -1,4 +1,7 @@
-//! Reads: single and batched lookups.
+//! Reads: single and batched lookups, and the item state they report and change.
+
+use std::sync::atomic::Ordering::Relaxed;
+use std::time::Duration;
 
 use crate::engine::memory::prefetch;
 use crate::engine::meta::{bump, ReadCounters};
@@ -7,10 +10,63 @@ use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self};
 use crate::hashtable::table::{self, Table};
+use crate::item::ItemState;
+use crate::record::{self, Stamp};
 use crate::ttl_buckets::expire::flushed_by;
 use crate::ttl_buckets::expire::live_until;
 use crate::Item;
 use crate::Segcache;
+
+/// How a read treats the item's state (memcached's meta get flags). The default is a plain
+/// read: it marks the item fetched and refreshes its access time, and takes no token.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ReadOptions {
+    /// Take the item's recache token if it is up for grabs (memcached's `mg`): the item is stale
+    /// (see [`Segcache::invalidate`]) or its TTL left is below `recache_below`, and no read took
+    /// the token since the item was stored or invalidated. Exactly one such read wins
+    /// ([`Item::won`]); the others see [`Item::token_sent`].
+    pub claim_token: bool,
+    /// With `claim_token`: an item with less than this TTL left is up for grabs too (`R`).
+    pub recache_below: Option<Duration>,
+    /// Leave the fetched bit and the access time as they are (memcached's `u`).
+    pub no_update: bool,
+}
+
+/// Seconds between refreshes of an item's access time, as memcached's `ITEM_UPDATE_INTERVAL`:
+/// a read writes the access byte at most this often, so that hot items are not written on
+/// every read (and lock-free reads rarely need the lock for it).
+pub(crate) const ACCESS_REFRESH: u32 = 60;
+
+/// Whether a read at `now` refreshes an access time of `last_access`.
+#[inline]
+pub(crate) fn access_due(last_access: u32, now: u32) -> bool {
+    now.saturating_sub(last_access) >= ACCESS_REFRESH
+}
+
+/// The state a record stamped `stamp` in a segment created at `create_at`, in a slot holding
+/// `slot_value`, has at `now`.
+#[inline]
+pub(crate) fn state_of(stamp: &Stamp, create_at: u32, slot_value: u64, now: u32) -> ItemState {
+    ItemState {
+        fetched: slot_value & slot::FETCHED != 0,
+        stale: stamp.stale,
+        token_sent: stamp.won,
+        won: false,
+        last_access: create_at.saturating_add(record::access_age(stamp.access)).min(now),
+    }
+}
+
+/// Whether a read with `opts` of an item found in `state`, expiring at `expire_at`, takes its
+/// recache token (when no read has).
+#[inline]
+pub(crate) fn token_due(opts: &ReadOptions, state: &ItemState, expire_at: u32, now: u32) -> bool {
+    opts.claim_token
+        && !state.token_sent
+        && (state.stale
+            || opts
+                .recache_below
+                .is_some_and(|r| expire_at != 0 && u64::from(expire_at) < u64::from(now) + r.as_secs()))
+}
 
 impl Segcache {
     #[inline]
@@ -34,15 +90,66 @@ impl Segcache {
     /// (`SharedCache` counts in each reader's own slot, so a read writes no line another core uses).
     #[inline]
     pub(crate) fn get_counted_in(&self, key: &[u8], h: u64, counters: &ReadCounters) -> Option<Item<'_>> {
+        self.get_with_options_in(key, h, counters, &ReadOptions::default())
+    }
+
+    /// Looks the key up as `get` does, with `opts` for the item's state: the item reports its
+    /// state as found ([`Item::fetched`], [`Item::last_access`], [`Item::is_stale`]) and whether
+    /// this read won its recache token ([`Item::won`]).
+    pub fn get_with_options(&self, key: &[u8], opts: ReadOptions) -> Option<Item<'_>> {
+        self.get_with_options_in(key, hash(key), &self.meta().reads, &opts)
+    }
+
+    #[inline]
+    pub(crate) fn get_with_options_in(
+        &self,
+        key: &[u8],
+        h: u64,
+        counters: &ReadCounters,
+        opts: &ReadOptions,
+    ) -> Option<Item<'_>> {
         match self.lookup_lazily(key, h) {
-            Some((item, found)) => {
+            Some((mut item, found)) => {
                 let coin = bump(&counters.hits);
-                Table::bump_freq(found.slot, found.value, coin ^ h);
+                self.note_read(found, &mut item.state, item.expire_at, item.now, opts, coin ^ h);
                 Some(item)
             }
             None => {
                 bump(&counters.misses);
                 None
+            }
+        }
+    }
+
+    /// What a read with `opts` changes of the item found in `found` (as `state` describes it):
+    /// its fetched bit and frequency counter (in the slot), its access time when due, and its
+    /// recache token when due, which sets `state.won` (or `state.token_sent` when another read
+    /// took it first). For a reader that holds the engine shared: the record bytes it changes
+    /// are changed atomically, and only when they change.
+    #[inline]
+    pub(crate) fn note_read(
+        &self,
+        found: table::Found<'static>,
+        state: &mut ItemState,
+        expire_at: u32,
+        now: u32,
+        opts: &ReadOptions,
+        coin: u64,
+    ) {
+        let loc = slot::slot_loc(found.value);
+        if !opts.no_update {
+            Table::bump_freq(found.slot, found.value, coin);
+            if access_due(state.last_access, now) {
+                let age = now.saturating_sub(self.seg(loc.seg).create_at);
+                self.record_byte(loc, record::ACCESS_AT).store(record::access_code(age), Relaxed);
+            }
+        }
+        if token_due(opts, state, expire_at, now) {
+            let before = self.record_byte(loc, record::FLAGS_BYTE).fetch_or(record::WON, Relaxed);
+            if before & record::WON == 0 {
+                state.won = true;
+            } else {
+                state.token_sent = true;
             }
         }
     }
@@ -80,8 +187,9 @@ impl Segcache {
         let loc = slot::slot_loc(found.value);
         let expire_at = self.live_expiry(loc.seg, now)?;
         let r = self.record(loc)?;
-        let cas = self.cas_of(r.cas);
-        Some((Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at, now }, found))
+        let cas = r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas));
+        let state = state_of(&r.stamp, self.seg(loc.seg).create_at, found.value, now);
+        Some((Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at, now, state }, found))
     }
 
     /// Whether the key is present; does not count as a read.
@@ -145,9 +253,9 @@ impl Segcache {
                     _ => self.lookup(k, h, now),
                 };
                 match hit {
-                    Some((item, found)) => {
+                    Some((mut item, found)) => {
                         let coin = bump(&counters.hits);
-                        Table::bump_freq(found.slot, found.value, coin ^ h);
+                        self.note_read(found, &mut item.state, item.expire_at, now, &ReadOptions::default(), coin ^ h);
                         f(chunk_no * BATCH + i, item)
                     }
                     None => {

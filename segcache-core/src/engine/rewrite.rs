@@ -16,16 +16,20 @@
 //! so a crash leaves the old value or the new one, where a crash in the middle of a rewrite
 //! would leave a mix of both.
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use crate::engine::memory::prefetch;
 use crate::hashtable::slot::{self, Loc};
+use crate::hashtable::table::Found;
 use crate::record;
 use crate::segments::append::expiry_fits;
 use crate::{ttl, Segcache};
 
 impl Segcache {
-    /// Where a record of `len` bytes for `key` with client flags `flags` may be rewritten: the
-    /// key's live record, if it has that layout and its segment's expiry suits `expire_at` (see
-    /// `expiry_fits`).
+    /// Where a record of `len` bytes for `key` with client flags `flags` (and a client-chosen CAS
+    /// value if `explicit`) may be rewritten: the key's live record, if it has that layout and its
+    /// segment's expiry suits `expire_at` (see `expiry_fits`); with its slot, and whether it is
+    /// stale or its recache token was handed out.
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn in_place_target(
         &self,
@@ -33,10 +37,11 @@ impl Segcache {
         h: u64,
         len: usize,
         flags: u32,
+        explicit: bool,
         ttl: u32,
         expire_at: u32,
         now: u32,
-    ) -> Option<Loc> {
+    ) -> Option<(Loc, Found<'static>, bool)> {
         if self.durable {
             return None;
         }
@@ -50,9 +55,11 @@ impl Segcache {
         })?;
         let (item, found) = self.item_of(found, h, now)?;
         let loc = slot::slot_loc(found.value);
-        let old_len = record::record_len(item.key.len(), item.value.len(), item.flags);
-        let same_layout = record::same_layout(old_len, item.flags, len, flags);
-        (same_layout && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some(loc)
+        let old_explicit = self.record(loc)?.stamp.cas_hi.is_some();
+        let old_len = record::record_len(item.key.len(), item.value.len(), item.flags, old_explicit);
+        let same_layout = record::same_layout(old_len, item.flags, old_explicit, len, flags, explicit);
+        let marked = item.state.stale || item.state.token_sent;
+        (same_layout && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some((loc, found, marked))
     }
 
     /// Rewrites the key's record in place if `in_place_target` allows; `false` leaves the store
@@ -64,16 +71,25 @@ impl Segcache {
         h: u64,
         value: &[&[u8]],
         flags: u32,
-        cas: u32,
+        stamp: record::Stamp,
+        keep_fetched: bool,
         len: usize,
         ttl: u32,
         expire_at: u32,
         now: u32,
     ) -> bool {
-        let Some(loc) = self.in_place_target(key, h, len, flags, ttl, expire_at, now) else { return false };
+        let explicit = stamp.cas_hi.is_some();
+        let Some((loc, found, _)) = self.in_place_target(key, h, len, flags, explicit, ttl, expire_at, now) else {
+            return false;
+        };
+        let access = record::access_code(now.saturating_sub(self.seg(loc.seg).create_at));
         let at = loc.offset as usize;
-        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, cas);
+        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, record::Stamp { access, ..stamp });
+        if !keep_fetched && found.value & slot::FETCHED != 0 {
+            found.slot.store(found.value & !slot::FETCHED, Relaxed);
+        }
         self.table().touch_info(h, now);
         true
     }
+
 }

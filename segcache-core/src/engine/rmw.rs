@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use crate::engine::write::check_key;
-use crate::engine::write::Mode;
+use crate::engine::write::{Mode, NewState};
 use crate::hash::hash;
 use crate::hashtable::slot::{self};
 use crate::hashtable::table::Table;
@@ -77,7 +77,7 @@ impl Segcache {
             fits_joined(key, old, value, max)?;
             out.extend_from_slice(old);
             out.extend_from_slice(value);
-            Ok(())
+            Ok(false)
         })
         .map(drop)
     }
@@ -89,7 +89,7 @@ impl Segcache {
             fits_joined(key, old, value, max)?;
             out.extend_from_slice(value);
             out.extend_from_slice(old);
-            Ok(())
+            Ok(false)
         })
         .map(drop)
     }
@@ -123,16 +123,33 @@ impl Segcache {
         check_key(key)?;
         self.origin.check()?;
         let now = self.prepare_write();
-        self.touch_at(key, hash(key), ttl_secs(ttl), now)
+        self.touch_at(key, hash(key), ttl_secs(ttl), now, true)
     }
 
-    pub(crate) fn touch_at(&mut self, key: &[u8], h: u64, ttl: u32, now: u32) -> Result<()> {
+    /// `touch` that does not count as an access: the item's fetched bit stays as it is
+    /// (memcached's meta commands set TTLs so: `ma T`, `ma N`).
+    pub fn set_ttl(&mut self, key: &[u8], ttl: Duration) -> Result<()> {
+        check_key(key)?;
+        self.origin.check()?;
+        let now = self.prepare_write();
+        self.touch_at(key, hash(key), ttl_secs(ttl), now, false)
+    }
+
+    /// `touch` (`access`: marking the item fetched, as memcached's touch does) or `set_ttl`.
+    pub(crate) fn touch_at(&mut self, key: &[u8], h: u64, ttl: u32, now: u32, access: bool) -> Result<()> {
         let Some((item, found)) = self.lookup(key, h, now) else {
             return Err(Error::NotFound);
         };
-        let len = record::record_len(item.key.len(), item.value.len(), item.flags);
+        let old_loc = slot::slot_loc(found.value);
+        let explicit = self.record(old_loc).is_some_and(|r| r.stamp.cas_hi.is_some());
+        let len = record::record_len(item.key.len(), item.value.len(), item.flags, explicit);
         let (expire_at, width) = (expiry_of(ttl, now), ttl::width_of(ttl));
         let seg = slot::slot_loc(found.value).seg;
+        // A touch is an access, as memcached's (it marks the item fetched).
+        let fetched = if access { slot::FETCHED } else { 0 };
+        if found.value | fetched != found.value {
+            found.slot.store(found.value | fetched, std::sync::atomic::Ordering::Relaxed);
+        }
         if expiry_fits(self.seg(seg), expire_at, width) {
             return Ok(());
         }
@@ -151,7 +168,9 @@ impl Segcache {
         // for `len`). The record lies below its own segment's write offset, so the ranges do not
         // overlap (`copy` would allow it anyway); no reference to either is alive.
         unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
+        let old_create = self.seg(old.seg).create_at;
         let new = self.write_record(dest, |_| {}, len);
+        self.rebase_access(new, old_create);
         // Published as `store_at` publishes a replacement, so a crash keeps one of the copies.
         if self.durable {
             let meta = self.meta_mut();
@@ -159,7 +178,7 @@ impl Segcache {
             meta.intent_offset = new.offset;
         }
         self.kill(old);
-        Table::relocate(found.slot, found.value, slot::slot_freq(found.value), new);
+        Table::relocate(found.slot, found.value | fetched, slot::slot_freq(found.value), new);
         self.table().touch_info(h, now);
         if self.durable {
             self.meta_mut().intent_seg = NONE;
@@ -180,7 +199,9 @@ impl Segcache {
                 // spaces (memcached writes it in place; here too the record keeps its size).
                 out.resize(old.len().max(digits.len()), b' ');
             }
-            Ok(())
+            // memcached writes a number that does not grow in place, so the item keeps its
+            // state (fetched, stale, token); here too when it pads.
+            Ok(pad && digits.len() <= old.len())
         })?;
         Ok(result)
     }
@@ -189,19 +210,20 @@ impl Segcache {
         &mut self,
         key: &[u8],
         missing: Error,
-        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<()>,
+        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<bool>,
     ) -> Result<()> {
         self.rewrite_with_ttl(key, missing, None, build)
     }
 
     /// Reads the item, builds its new value in `scratch`, and stores it with the same flags and
-    /// expiry (or a new TTL).
+    /// expiry (or a new TTL): a new version (not fetched yet, not stale), unless `build` says it
+    /// changed the value in place as memcached would (then the item keeps its state).
     pub(crate) fn rewrite_with_ttl(
         &mut self,
         key: &[u8],
         missing: Error,
         new_ttl: Option<u32>,
-        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<()>,
+        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<bool>,
     ) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;
@@ -209,26 +231,31 @@ impl Segcache {
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let h = hash(key);
-        let (flags, expire_at) = match self.lookup(key, h, now) {
+        let (flags, expire_at, st) = match self.lookup(key, h, now) {
             None => {
                 self.scratch = scratch;
                 return Err(missing);
             }
-            Some((item, _)) => {
-                if let Err(e) = build(item.value, &mut scratch) {
+            Some((item, _)) => match build(item.value, &mut scratch) {
+                Err(e) => {
                     self.scratch = scratch;
                     return Err(e);
                 }
-                (item.flags, item.expire_at)
-            }
+                Ok(false) => (item.flags, item.expire_at, NewState::default()),
+                Ok(true) => {
+                    let s = &item.state;
+                    let st = NewState { explicit: None, stale: s.stale, won: s.token_sent, keep_fetched: true };
+                    (item.flags, item.expire_at, st)
+                }
+            },
         };
         let ttl = match new_ttl {
             Some(t) => t,
             None if expire_at == 0 => 0,
             None => expire_at.saturating_sub(now).max(1),
         };
-        let res = self.store_at(key, h, &[&scratch], flags, ttl, Mode::Set, now);
+        let res = self.store_at(key, h, &[&scratch], flags, ttl, Mode::Set, now, st, false);
         self.scratch = scratch;
-        res
+        res.map(drop)
     }
 }

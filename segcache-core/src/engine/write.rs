@@ -7,20 +7,50 @@ use crate::engine::memory::prefetch;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self};
-use crate::record::{self};
+use crate::record::{self, Stamp};
 use crate::segments::header::{NONE, POOL_MAIN, POOL_SMALL};
 use crate::ttl_buckets::expire::expiry_of;
 use crate::ttl_buckets::expire::ttl_secs;
 use crate::Segcache;
 use crate::{Error, Policy, Result};
 
-/// What a store requires of the key's current state.
+/// What a store requires of the key's current item ([`Segcache::store_with`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Mode {
+pub enum Mode {
+    /// Store whatever is there.
     Set,
+    /// Store only if the key is absent.
     Add,
+    /// Store only if the key is present.
     Replace,
+    /// Store only if the item's CAS value is this one.
     Cas(u64),
+}
+
+/// How a store sets the new item's state and CAS value (memcached's meta flags).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreOptions {
+    /// The CAS value the item takes (memcached's `E`), instead of a new one from the shard's
+    /// counter. The caller then answers for its uniqueness.
+    pub cas: Option<u64>,
+    /// The writer holds the new item's recache token (memcached's `mg N`, which creates an item
+    /// on a miss): reads that claim the token see [`crate::Item::token_sent`] until the item is
+    /// stored again or invalidated.
+    pub won: bool,
+    /// With [`Mode::Cas`]: when the item's CAS value is newer than the one given, store anyway,
+    /// as a stale item that keeps the current item's TTL and recache token (memcached's `ms I`,
+    /// for a client whose recache lost the race to a newer invalidation).
+    pub invalidate: bool,
+}
+
+/// What a store writes besides the value: the record's state and the slot's fetched bit.
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct NewState {
+    pub(crate) explicit: Option<u64>,
+    pub(crate) stale: bool,
+    pub(crate) won: bool,
+    /// Keep the current item's fetched bit (an invalidation).
+    pub(crate) keep_fetched: bool,
 }
 
 pub(crate) fn check_key(key: &[u8]) -> Result<()> {
@@ -36,34 +66,105 @@ pub(crate) fn check_key(key: &[u8]) -> Result<()> {
 impl Segcache {
     /// Stores the item, replacing any other under `key` (`ttl` of zero: never expires).
     pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Set)
+        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Set).map(drop)
     }
 
     /// Stores only if the key is absent (else [`Error::NotStored`]).
     pub fn add(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Add)
+        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Add).map(drop)
     }
 
     /// Stores only if the key is present (else [`Error::NotStored`]).
     pub fn replace(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Replace)
+        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Replace).map(drop)
     }
 
     /// Stores only if the item's CAS value is still `cas` ([`Error::Exists`] if it changed,
     /// [`Error::NotFound`] if it is gone).
     pub fn cas(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
-        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Cas(cas))
+        self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Cas(cas)).map(drop)
     }
 
-    /// Removes the key ([`Error::NotFound`] if absent).
-    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+    /// Stores the item as `mode` requires, with `opts` for its state and CAS value; returns the
+    /// CAS value it got.
+    pub fn store_with(
+        &mut self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Duration,
+        mode: Mode,
+        opts: StoreOptions,
+    ) -> Result<u64> {
+        check_key(key)?;
+        self.origin.check()?;
+        let now = self.prepare_write();
+        let st = NewState { explicit: opts.cas, won: opts.won, ..NewState::default() };
+        self.store_at(key, hash(key), &[value], flags, ttl_secs(ttl), mode, now, st, opts.invalidate)
+    }
+
+    /// Marks the item stale (memcached's `md I`): reads that claim the recache token see
+    /// [`crate::Item::is_stale`] and exactly one wins it ([`crate::Item::won`]). The item takes a
+    /// new CAS value (`cas`, or the shard's next), keeps its value and flags, and takes `ttl` if
+    /// given (else keeps its TTL); any token handed out before is forgotten. `compare`: only if
+    /// the item's CAS value is that ([`Error::Exists`] otherwise). [`Error::NotFound`] if
+    /// absent. Returns the new CAS value.
+    pub fn invalidate(
+        &mut self,
+        key: &[u8],
+        ttl: Option<Duration>,
+        compare: Option<u64>,
+        cas: Option<u64>,
+    ) -> Result<u64> {
         check_key(key)?;
         self.origin.check()?;
         let now = self.prepare_write();
         let h = hash(key);
-        let Some((_, found)) = self.lookup(key, h, now) else {
+        let mut scratch = std::mem::take(&mut self.scratch);
+        scratch.clear();
+        let current = self.lookup(key, h, now).map(|(item, _)| {
+            scratch.extend_from_slice(item.value);
+            (item.cas, item.flags, item.expire_at)
+        });
+        let res = match current {
+            None => Err(Error::NotFound),
+            Some((c, _, _)) if compare.is_some_and(|x| x != c) => Err(Error::Exists),
+            Some((_, flags, expire_at)) => {
+                let secs = match ttl {
+                    Some(t) => ttl_secs(t),
+                    None if expire_at == 0 => 0,
+                    None => expire_at.saturating_sub(now).max(1),
+                };
+                let st = NewState { explicit: cas, stale: true, won: false, keep_fetched: true };
+                self.store_at(key, h, &[&scratch], flags, secs, Mode::Set, now, st, false)
+            }
+        };
+        self.scratch = scratch;
+        res
+    }
+
+    /// Removes the key ([`Error::NotFound`] if absent).
+    pub fn delete(&mut self, key: &[u8]) -> Result<()> {
+        self.delete_if(key, None)
+    }
+
+    /// Removes the key if its CAS value is `cas` ([`Error::Exists`] if it changed,
+    /// [`Error::NotFound`] if absent): memcached's `md key C<cas>`.
+    pub fn delete_cas(&mut self, key: &[u8], cas: u64) -> Result<()> {
+        self.delete_if(key, Some(cas))
+    }
+
+    fn delete_if(&mut self, key: &[u8], compare: Option<u64>) -> Result<()> {
+        check_key(key)?;
+        self.origin.check()?;
+        let now = self.prepare_write();
+        let h = hash(key);
+        let Some((item, found)) = self.lookup(key, h, now) else {
             return Err(Error::NotFound);
         };
+        if compare.is_some_and(|c| c != item.cas) {
+            return Err(Error::Exists);
+        }
         let loc = slot::slot_loc(found.value);
         self.kill(loc);
         self.remove_slot(h, found.slot);
@@ -84,7 +185,7 @@ impl Segcache {
         ttl: Duration,
         mode: Mode,
     ) -> Result<()> {
-        self.store(key, h, &[value], flags, ttl_secs(ttl), mode)
+        self.store(key, h, &[value], flags, ttl_secs(ttl), mode).map(drop)
     }
 
     pub(crate) fn store(
@@ -95,11 +196,11 @@ impl Segcache {
         flags: u32,
         ttl: u32,
         mode: Mode,
-    ) -> Result<()> {
+    ) -> Result<u64> {
         check_key(key)?;
         self.origin.check()?;
         let now = self.prepare_write();
-        self.store_at(key, h, value, flags, ttl, mode, now)
+        self.store_at(key, h, value, flags, ttl, mode, now, NewState::default(), false)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -112,9 +213,11 @@ impl Segcache {
         ttl: u32,
         mode: Mode,
         now: u32,
-    ) -> Result<()> {
+        mut st: NewState,
+        invalidate: bool,
+    ) -> Result<u64> {
         let value_len: usize = value.iter().map(|v| v.len()).sum();
-        let len = record::record_len(key.len(), value_len, flags);
+        let len = record::record_len(key.len(), value_len, flags, st.explicit.is_some());
         if len > self.geo.segment_size || value_len > record::MAX_VALUE_LEN {
             return Err(Error::TooLarge { size: key.len() + value_len, max: self.max_item_size() });
         }
@@ -125,28 +228,38 @@ impl Segcache {
         let existing = if mode == Mode::Set && self.policy != Policy::S3Fifo {
             None
         } else {
-            self.lookup(key, h, now).map(|(item, found)| (item.cas, found.value))
+            self.lookup(key, h, now).map(|(item, found)| (item.cas, found.value, item.expire_at, item.state.token_sent))
         };
+        let mut ttl = ttl;
         match (mode, existing) {
             (Mode::Add, Some(_)) | (Mode::Replace, None) => return Err(Error::NotStored),
             (Mode::Cas(_), None) => return Err(Error::NotFound),
-            (Mode::Cas(c), Some((cas, _))) if c != cas => return Err(Error::Exists),
+            // memcached's `ms I`: a recache that lost to a newer invalidation is kept, stale,
+            // with the current item's TTL and token.
+            (Mode::Cas(c), Some((cas, _, expire_at, won))) if invalidate && c < cas => {
+                ttl = if expire_at == 0 { 0 } else { expire_at.saturating_sub(now).max(1) };
+                st.stale = true;
+                st.won = won;
+            }
+            (Mode::Cas(c), Some((cas, ..))) if c != cas => return Err(Error::Exists),
             _ => {}
         }
         // New keys go to S3-FIFO's small pool unless the ghost remembers them; rewrites stay put.
         let pool = match existing {
             _ if self.policy != Policy::S3Fifo => POOL_MAIN,
-            Some((_, v)) => self.seg(slot::slot_loc(v).seg).pool,
+            Some((_, v, ..)) => self.seg(slot::slot_loc(v).seg).pool,
             None if self.ghost_hit(h) => POOL_MAIN,
             None => POOL_SMALL,
         };
         let expire_at = expiry_of(ttl, now);
-        let cas = self.next_cas_mut();
-        if self.overwrite_in_place(key, h, value, flags, cas, len, ttl, expire_at, now) {
+        let counter = if st.explicit.is_some() { 0 } else { self.next_cas_mut() };
+        let stamp = Stamp { stale: st.stale, won: st.won, ..Stamp::new(counter, st.explicit, 0) };
+        let cas = st.explicit.unwrap_or_else(|| self.cas_of(counter));
+        if self.overwrite_in_place(key, h, value, flags, stamp, st.keep_fetched, len, ttl, expire_at, now) {
             self.meta_mut().sets += 1;
-            return Ok(());
+            return Ok(cas);
         }
-        let loc = self.append_record(key, value, flags, cas, len, ttl, expire_at, pool, now)?;
+        let loc = self.append_record(key, value, flags, stamp, len, ttl, expire_at, pool, now)?;
         // Appending may have evicted or moved the old copy: look it up again.
         let t = self.table();
         let old = t.find(h, |l| l != loc && self.key_at(l, key));
@@ -158,7 +271,11 @@ impl Segcache {
             meta.intent_offset = loc.offset;
         }
         let freq = old.as_ref().map_or(0, |f| slot::slot_freq(f.value));
-        let new = slot::pack(slot::tag_of(h), freq, loc);
+        let fetched = match old {
+            Some(f) if st.keep_fetched => f.value & slot::FETCHED,
+            _ => 0,
+        };
+        let new = slot::pack(slot::tag_of(h), freq, loc) | fetched;
         match old {
             Some(f) => {
                 self.kill(slot::slot_loc(f.value));
@@ -183,6 +300,6 @@ impl Segcache {
             meta.intent_seg = NONE;
         }
         meta.sets += 1;
-        Ok(())
+        Ok(cas)
     }
 }

@@ -59,6 +59,8 @@ impl Segcache {
         let order: Vec<u32> = sources.iter().rev().copied().collect();
         // Read before a source becomes a destination (and takes `pool`).
         let from_small: Vec<bool> = order.iter().map(|&s| self.seg(s).pool == POOL_SMALL).collect();
+        // Likewise their creation times, from which their records' access bytes count.
+        let created: Vec<u32> = order.iter().map(|&s| self.seg(s).create_at).collect();
         // Gather live items and their frequencies.
         let mut moves = MOVES.take();
         moves.clear();
@@ -166,6 +168,7 @@ impl Segcache {
                 // either is alive.
                 unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
                 let new = self.write_record(dest, |_| {}, len);
+                self.rebase_access(new, created[current]);
                 Table::relocate(slot.slot, slot.value, m.freq / 2, new);
                 copied += 1;
             } else {

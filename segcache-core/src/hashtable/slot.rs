@@ -1,11 +1,21 @@
-//! Slot packing: a slot (64 bits) packs `tag: 12 | freq: 8 | segment: 22 | offset: 22` (high to
-//! low); the first slot of a chain's head bucket is the bucket info (see `table`).
+//! Slot packing: a slot (64 bits) packs `tag: 12 | fetched: 1 | freq: 7 | segment: 22 | offset: 22`
+//! (high to low); the first slot of a chain's head bucket is the bucket info (see `table`).
+//!
+//! `fetched` (the item was read since it was stored: memcached's `h`) is item state that every
+//! read may change. In the slot it costs no record space, and readers that hold no lock set it
+//! as they raise the frequency counter: by a compare-exchange of the whole slot, which fails if
+//! a writer reused it meanwhile (a record byte could not be written safely without the lock). A
+//! store clears it (a new item version); moves (merges, touch) keep it.
 
 pub const OFFSET_BITS: u32 = 22;
 pub const SEG_BITS: u32 = 22;
 pub const FREQ_SHIFT: u32 = OFFSET_BITS + SEG_BITS;
 pub const TAG_SHIFT: u32 = FREQ_SHIFT + 8;
 pub const LOC_MASK: u64 = (1 << FREQ_SHIFT) - 1;
+/// The slot's fetched bit (see the module docs).
+pub const FETCHED: u64 = 1 << (FREQ_SHIFT + 7);
+/// The largest frequency count.
+pub const MAX_FREQ: u8 = 127;
 /// Largest segment id a slot can hold.
 pub const MAX_SEGMENTS: usize = 1 << SEG_BITS;
 
@@ -28,7 +38,7 @@ impl Loc {
 #[inline]
 pub fn freq_due(value: u64, coin: u64) -> bool {
     let f = slot_freq(value);
-    f != u8::MAX && (f < 16 || coin & ((f as u64).next_power_of_two() - 1) == 0)
+    f != MAX_FREQ && (f < 16 || coin & ((f as u64).next_power_of_two() - 1) == 0)
 }
 
 /// The 12-bit tag of a hash, never 0 (0 marks an empty slot).
@@ -44,7 +54,7 @@ pub fn tag_of(hash: u64) -> u64 {
 
 #[inline]
 pub fn pack(tag: u64, freq: u8, loc: Loc) -> u64 {
-    (tag << TAG_SHIFT) | (u64::from(freq) << FREQ_SHIFT) | loc.bits()
+    (tag << TAG_SHIFT) | (u64::from(freq.min(MAX_FREQ)) << FREQ_SHIFT) | loc.bits()
 }
 #[inline]
 pub fn slot_tag(v: u64) -> u64 {
@@ -52,7 +62,7 @@ pub fn slot_tag(v: u64) -> u64 {
 }
 #[inline]
 pub fn slot_freq(v: u64) -> u8 {
-    (v >> FREQ_SHIFT) as u8
+    (v >> FREQ_SHIFT) as u8 & MAX_FREQ
 }
 #[inline]
 pub fn slot_loc(v: u64) -> Loc {
@@ -92,8 +102,11 @@ mod tests {
     #[test]
     fn slot_packing_round_trips() {
         let loc = Loc { seg: (1 << 22) - 1, offset: (1 << 22) - 3 };
-        let v = pack(0xabc, 200, loc);
-        assert_eq!((slot_tag(v), slot_freq(v), slot_loc(v)), (0xabc, 200, loc));
+        let v = pack(0xabc, 60, loc);
+        assert_eq!((slot_tag(v), slot_freq(v), slot_loc(v)), (0xabc, 60, loc));
+        let v = v | FETCHED;
+        assert_eq!((slot_tag(v), slot_freq(v), slot_loc(v)), (0xabc, 60, loc));
+        assert_eq!(slot_freq(pack(1, 200, loc)), MAX_FREQ);
         assert_eq!(tag_of(0), 1);
         assert_eq!(tag_of(u64::MAX), 0xfff);
     }

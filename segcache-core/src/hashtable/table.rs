@@ -25,8 +25,8 @@ use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{
-    freq_due, info_chain_len, pack, slot_freq, slot_loc, slot_tag, summary_bit, tag_of, touched, Loc, FREQ_SHIFT,
-    LOC_MASK,
+    freq_due, info_chain_len, pack, slot_freq, slot_loc, slot_tag, summary_bit, tag_of, touched, Loc, FETCHED,
+    FREQ_SHIFT, LOC_MASK,
 };
 
 /// Item slots in a bucket that does not chain on (slot 7 is a link when it does).
@@ -280,7 +280,7 @@ impl<'a> Table<'a> {
     }
 
     /// Raises a slot's frequency counter: always while small, then with falling probability, so
-    /// that 8 bits tell apart warm from hot. `coin` is a cheap random number.
+    /// that 7 bits tell apart warm from hot (and marks the item fetched). `coin` is a cheap random number.
     ///
     /// A plain store, not a locked read-modify-write: only readers race here (writers hold the
     /// engine exclusively), they change nothing but the counter, and a lost increment is
@@ -288,8 +288,20 @@ impl<'a> Table<'a> {
     /// memory misses of consecutive reads.
     #[inline]
     pub fn bump_freq(slot: &AtomicU64, value: u64, coin: u64) {
+        let new = Self::bumped(value, coin);
+        if new != value {
+            slot.store(new, Relaxed);
+        }
+    }
+
+    /// `value` read once more: fetched, and its counter raised when due.
+    #[inline]
+    fn bumped(value: u64, coin: u64) -> u64 {
+        let value = value | FETCHED;
         if freq_due(value, coin) {
-            slot.store(value + (1 << FREQ_SHIFT), Relaxed);
+            value + (1 << FREQ_SHIFT)
+        } else {
+            value
         }
     }
 
@@ -297,15 +309,16 @@ impl<'a> Table<'a> {
     /// since `value` was read, so the counter is raised only if the slot still holds `value`.
     #[inline]
     pub fn bump_freq_unlocked(slot: &AtomicU64, value: u64, coin: u64) {
-        if freq_due(value, coin) {
-            let _ = slot.compare_exchange(value, value + (1 << FREQ_SHIFT), Relaxed, Relaxed);
+        let new = Self::bumped(value, coin);
+        if new != value {
+            let _ = slot.compare_exchange(value, new, Relaxed, Relaxed);
         }
     }
 
-    /// Replaces a slot's location and frequency, keeping its tag.
+    /// Replaces a slot's location and frequency, keeping its tag and fetched bit.
     #[inline]
     pub fn relocate(slot: &AtomicU64, value: u64, freq: u8, loc: Loc) {
-        slot.store(pack(slot_tag(value), freq, loc), Relaxed);
+        slot.store(pack(slot_tag(value), freq, loc) | (value & FETCHED), Relaxed);
     }
 
     /// Clears the primary buckets (items, chains, versions). Overflow buckets are zeroed when

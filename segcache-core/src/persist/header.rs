@@ -5,7 +5,9 @@ use crate::layout::Layout;
 const MAGIC: [u8; 8] = *b"SEGCACHE";
 /// Bumped whenever the meaning of any persisted byte changes.
 /// 4: records carry a 32-bit CAS counter (`record`), shards a CAS counter (`ShardMeta::next_cas`).
-pub const FORMAT_VERSION: u32 = 4;
+/// 5: records carry a control byte (1-3 byte value lengths, stale and won bits, client-chosen CAS)
+/// and an access byte; slots a fetched bit.
+pub const FORMAT_VERSION: u32 = 5;
 
 /// The header's fields, in file order (little-endian, fixed offsets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

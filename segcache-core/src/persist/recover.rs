@@ -223,7 +223,9 @@ impl Segcache {
         let t = self.table();
         let (len, cas, existing) = {
             let Some(r) = self.record_at(loc).filter(|r| !r.dead) else { return false };
-            (r.len as u32, r.cas, t.find(h, |l| self.record_at(l).is_some_and(|o| o.key == r.key)))
+            // A client-chosen CAS value is no counter value.
+            let cas = if r.stamp.cas_hi.is_some() { 0 } else { r.stamp.cas };
+            (r.len as u32, cas, t.find(h, |l| self.record_at(l).is_some_and(|o| o.key == r.key)))
         };
         // The shard's counter lies in the mapped file and survives a process crash; after a
         // system crash it may lag the records written: it must stay above every counter found.

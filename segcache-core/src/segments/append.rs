@@ -26,7 +26,7 @@ impl Segcache {
         key: &[u8],
         value: &[&[u8]],
         flags: u32,
-        cas: u32,
+        stamp: record::Stamp,
         len: usize,
         ttl: u32,
         expire_at: u32,
@@ -34,7 +34,9 @@ impl Segcache {
         now: u32,
     ) -> Result<Loc> {
         let seg = self.segment_for(len, ttl, expire_at, pool, now)?;
-        Ok(self.write_record(seg, |dst| record::write(dst, key, value, flags, cas), len))
+        let access = record::access_code(now.saturating_sub(self.seg(seg).create_at));
+        let stamp = record::Stamp { access, ..stamp };
+        Ok(self.write_record(seg, |dst| record::write(dst, key, value, flags, stamp), len))
     }
 
     /// The segment a record of `len` bytes expiring at `expire_at` goes to: the open segment of
@@ -104,6 +106,19 @@ impl Segcache {
         m.items += 1;
         m.bytes += len as u64;
         Loc { seg, offset: offset as u32 }
+    }
+
+    /// Re-expresses the access byte of the record just copied to `new` from a segment created at
+    /// `old_create` (access bytes count from their segment's creation; a copy is not an access).
+    pub(crate) fn rebase_access(&mut self, new: Loc, old_create: u32) {
+        let new_create = self.seg(new.seg).create_at;
+        if new_create == old_create {
+            return;
+        }
+        let at = new.offset as usize + record::ACCESS_AT;
+        let space = self.seg_space(new.seg);
+        let access = old_create.saturating_add(record::access_age(space[at]));
+        space[at] = record::access_code(access.saturating_sub(new_create));
     }
 
     pub(crate) fn next_seq(&mut self) -> u64 {

@@ -54,7 +54,8 @@ use std::time::Duration;
 
 use crate::engine::memory::prefetch;
 use crate::engine::meta::{bump, ReadCounters};
-use crate::engine::write::Mode;
+use crate::engine::read::{access_due, token_due, ReadOptions};
+use crate::engine::write::{Mode, StoreOptions};
 use crate::fork::Origin;
 use crate::hash::{hash, shard_of};
 use crate::hashtable::bucket::Bucket;
@@ -149,6 +150,14 @@ impl SharedCache {
     /// then, as writers to this shard wait for it.
     #[inline]
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
+        self.get_with_options(key, ReadOptions::default(), f)
+    }
+
+    /// `get_with`, with `opts` for the item's state (see [`Segcache::get_with_options`]). A read
+    /// that changes a record (takes a recache token, or refreshes an access time, at most once a
+    /// minute per item) takes the shard's read lock; the fetched bit is set without it.
+    #[inline]
+    pub fn get_with_options<R>(&self, key: &[u8], opts: ReadOptions, f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
         if self.origin.forked() {
             return None;
         }
@@ -159,10 +168,13 @@ impl SharedCache {
             let counters = &shard.own_slot().counters.reads;
             match shard.read_optimistic(PEEK_TRIES, || view.peek(key, h, &mut buf)) {
                 Some(Peeked::Locked | Peeked::Busy) | None => {}
-                Some(p) => return deliver(p, &buf, counters, h, f),
+                Some(Peeked::Hit { expire_at, now, state, .. })
+                    if token_due(&opts, &state, expire_at, now)
+                        || (!opts.no_update && access_due(state.last_access, now)) => {}
+                Some(p) => return deliver(p, &buf, counters, h, &opts, f),
             }
         }
-        self.get_locked(i, key, h, &mut buf, f)
+        self.get_locked(i, key, h, &mut buf, &opts, f)
     }
 
     /// `get_with` under the shard's read lock: for large items, and after lock-free tries that
@@ -175,6 +187,7 @@ impl SharedCache {
         key: &[u8],
         h: u64,
         buf: &mut PeekBuf,
+        opts: &ReadOptions,
         f: impl FnOnce(Item<'_>) -> R,
     ) -> Option<R> {
         let (shard, view) = (&self.shards[i], &self.views[i]);
@@ -185,10 +198,16 @@ impl SharedCache {
         if view.rewrites() {
             match view.peek_settled(key, h, buf) {
                 Peeked::Locked => {}
-                p => return deliver(p, buf, counters, h, f),
+                Peeked::Hit { found, at, header, cas, expire_at, now, mut state } => {
+                    // Under the read lock the record stays where it is: its state may change.
+                    let coin = bump(&counters.hits);
+                    engine.note_read(found, &mut state, expire_at, now, opts, coin ^ h);
+                    return Some(f(peek::item_in(buf, at, header, cas, expire_at, now, state)));
+                }
+                p => return deliver(p, buf, counters, h, opts, f),
             }
         }
-        engine.get_counted_in(key, h, counters).map(f)
+        engine.get_with_options_in(key, h, counters, opts).map(f)
     }
 
     /// Copies the value into `buf` (cleared first); returns the item's metadata with an empty
@@ -280,6 +299,30 @@ impl SharedCache {
     pub fn cas(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
         self.store(key, value, flags, ttl, Mode::Cas(cas))
     }
+    /// Stores as `mode` requires, with `opts` for the item's state and CAS value; returns the
+    /// CAS value it got (see [`Segcache::store_with`]).
+    pub fn store_with(
+        &self,
+        key: &[u8],
+        value: &[u8],
+        flags: u32,
+        ttl: Duration,
+        mode: Mode,
+        opts: StoreOptions,
+    ) -> Result<u64> {
+        self.origin.check()?;
+        self.shard(key).write().store_with(key, value, flags, ttl, mode, opts)
+    }
+    /// Removes the key if its CAS value is `cas` (see [`Segcache::delete_cas`]).
+    pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<()> {
+        self.origin.check()?;
+        self.shard(key).write().delete_cas(key, cas)
+    }
+    /// Marks the item stale (see [`Segcache::invalidate`]); returns its new CAS value.
+    pub fn invalidate(&self, key: &[u8], ttl: Option<Duration>, compare: Option<u64>, cas: Option<u64>) -> Result<u64> {
+        self.origin.check()?;
+        self.shard(key).write().invalidate(key, ttl, compare, cas)
+    }
     /// The key is hashed once, for its shard and its bucket. A `set` of an existing key whose
     /// record keeps its length is first tried in place under the shared lock
     /// (`Segcache::rewrite_shared`), which leaves the shard's lock line alone.
@@ -331,6 +374,11 @@ impl SharedCache {
     pub fn touch(&self, key: &[u8], ttl: Duration) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().touch(key, ttl)
+    }
+    /// Sets a new TTL without counting as an access (see [`Segcache::set_ttl`]).
+    pub fn set_ttl(&self, key: &[u8], ttl: Duration) -> Result<()> {
+        self.origin.check()?;
+        self.shard(key).write().set_ttl(key, ttl)
     }
     /// Reads the item and sets its TTL in one step (memcached `gat`).
     pub fn get_and_touch(&self, key: &[u8], ttl: Duration) -> Option<OwnedItem> {
@@ -439,12 +487,21 @@ fn slot_counts(shard: &ShardLock<Segcache>) -> (u64, u64, u64) {
 
 /// Hands a lock-free read's result (a hit or a miss) to `f`, counting it in `counters`.
 #[inline(always)]
-fn deliver<R>(p: Peeked, buf: &PeekBuf, counters: &ReadCounters, h: u64, f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
+fn deliver<R>(
+    p: Peeked,
+    buf: &PeekBuf,
+    counters: &ReadCounters,
+    h: u64,
+    opts: &ReadOptions,
+    f: impl FnOnce(Item<'_>) -> R,
+) -> Option<R> {
     match p {
-        Peeked::Hit { found, at, header, cas, expire_at, now } => {
+        Peeked::Hit { found, at, header, cas, expire_at, now, state } => {
             let coin = bump(&counters.hits);
-            Table::bump_freq_unlocked(found.slot, found.value, coin ^ h);
-            Some(f(peek::item_in(buf, at, header, cas, expire_at, now)))
+            if !opts.no_update {
+                Table::bump_freq_unlocked(found.slot, found.value, coin ^ h);
+            }
+            Some(f(peek::item_in(buf, at, header, cas, expire_at, now, state)))
         }
         _ => {
             bump(&counters.misses);

@@ -38,9 +38,11 @@ use crate::clock::Clock;
 use crate::engine::cas_token;
 use crate::engine::memory::prefetch;
 use crate::engine::meta::ShardMeta;
+use crate::engine::read::state_of;
 use crate::engine::write::check_key;
 use crate::hashtable::slot::{self};
 use crate::hashtable::table::{Found, Table};
+use crate::item::ItemState;
 use crate::record::{self, Header};
 use crate::segments::header::SegHeader;
 use crate::shared::lock::{relax, word_snapshot, word_unchanged};
@@ -68,6 +70,7 @@ pub(crate) enum Peeked {
         cas: u64,
         expire_at: u32,
         now: u32,
+        state: ItemState,
     },
     /// The item needs the lock: too large for the buffer.
     Locked,
@@ -249,9 +252,15 @@ impl ShardView {
             return Peeked::Busy;
         }
         // SAFETY: `copy_record` initialised the record's bytes, the header among them.
-        let cas =
-            cas_token(self.cas_stride, self.cas_offset, record::cas_of(unsafe { init(buf, at, record::HEADER_LEN) }));
-        Peeked::Hit { found, at, header, cas, expire_at, now }
+        let stamp = header.stamp(unsafe { init(buf, at, header.key_at()) });
+        let cas = match stamp.cas_hi {
+            Some(hi) => u64::from(hi) << 32 | u64::from(stamp.cas),
+            None => cas_token(self.cas_stride, self.cas_offset, stamp.cas),
+        };
+        // SAFETY: as `expire_at` above.
+        let create_at = unsafe { read(&raw const (*self.segs.add(seg)).create_at) };
+        let state = state_of(&stamp, create_at, found.value, now);
+        Peeked::Hit { found, at, header, cas, expire_at, now, state }
     }
 
     /// Copies the record at `loc` into `buf` (unless it is longer than `PEEK_BYTES`) and returns
@@ -279,10 +288,12 @@ impl ShardView {
                 *b = MaybeUninit::new(word.load(Relaxed));
             }
         };
-        let head = (at + record::HEADER_LEN).div_ceil(8);
+        // The longest header, or what the segment has left of it (`header` checks the length).
+        let head_len = record::MAX_HEADER_LEN.min(self.segment_size - offset);
+        let head = (at + head_len).div_ceil(8);
         copy(buf, 0, head);
         // SAFETY: the first `head` words were just written.
-        let header = record::header(unsafe { init(buf, at, record::HEADER_LEN) })?;
+        let header = record::header(unsafe { init(buf, at, head_len) })?;
         let len = header.total_len();
         if len > self.segment_size - offset {
             return None;
@@ -296,15 +307,23 @@ impl ShardView {
 
 /// The item a validated `Peeked::Hit` describes, borrowing `buf`.
 #[inline]
-pub(crate) fn item_in(buf: &PeekBuf, at: usize, header: Header, cas: u64, expire_at: u32, now: u32) -> Item<'_> {
+pub(crate) fn item_in(
+    buf: &PeekBuf,
+    at: usize,
+    header: Header,
+    cas: u64,
+    expire_at: u32,
+    now: u32,
+    state: ItemState,
+) -> Item<'_> {
     // SAFETY: a hit's bytes were copied into `buf` by `copy_record`.
     let bytes = unsafe { init(buf, at, header.total_len()) };
     let (key, value) = bytes[header.key_at()..].split_at(header.key_len);
-    let flags = match header.flags_len {
-        0 => 0,
-        _ => u32::from_le_bytes(bytes[record::HEADER_LEN..][..4].try_into().expect("four bytes")),
+    let flags = match header.has_flags() {
+        false => 0,
+        true => u32::from_le_bytes(bytes[header.flags_at()..][..4].try_into().expect("four bytes")),
     };
-    Item { key, value, flags, cas, expire_at, now }
+    Item { key, value, flags, cas, expire_at, now, state }
 }
 
 /// Bytes `at..at + len` of `buf`.

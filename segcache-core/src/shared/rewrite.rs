@@ -9,6 +9,8 @@
 //! rewrite leaves. Where a rewrite may go, and why it needs the old record's layout, is
 //! `engine::rewrite`'s.
 
+use std::sync::atomic::Ordering::Relaxed;
+
 use crate::engine::write::check_key;
 use crate::hashtable::slot;
 use crate::record;
@@ -22,7 +24,7 @@ impl Segcache {
     /// caller that holds the shard's read lock (see the module docs); `false` leaves the store
     /// to the exclusive path.
     pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> bool {
-        let len = record::record_len(key.len(), value.len(), flags);
+        let len = record::record_len(key.len(), value.len(), flags, false);
         if self.durable || len > PEEK_BYTES || check_key(key).is_err() {
             return false;
         }
@@ -34,12 +36,25 @@ impl Segcache {
         }
         let info = self.table().info(h);
         let old = lock_word(info, slot::INFO_LOCKED);
-        let Some(loc) = self.in_place_target(key, h, len, flags, ttl, expiry_of(ttl, now), now) else {
+        // A stale item, or one whose recache token is out, takes the exclusive path, which
+        // writes its state afresh.
+        let Some((loc, found, false)) = self.in_place_target(key, h, len, flags, false, ttl, expiry_of(ttl, now), now)
+        else {
             unlock_word(info, old);
             return false;
         };
         let record = loc.seg as usize * self.geo.segment_size + loc.offset as usize;
+        let Some(header) = self.record(loc).map(|r| r.len - r.key.len() - r.value.len()) else {
+            unlock_word(info, old);
+            return false;
+        };
+        let cas_at = header - 4 - if flags != 0 { 4 } else { 0 };
         let cas = self.next_cas();
+        // A new version: not fetched yet, accessed now. (A reader of the old version may still
+        // set the fetched bit, as if it had read this one.)
+        found.slot.fetch_and(!slot::FETCHED, Relaxed);
+        let age = now.saturating_sub(self.seg(loc.seg).create_at);
+        self.record_byte(loc, record::ACCESS_AT).store(record::access_code(age), Relaxed);
         // SAFETY: `loc` holds the key's live record of `len` bytes and of the layout written
         // (client flags present iff `flags != 0`), inside its segment (just found
         // through the chain), so the ranges written lie in the heap. The caller's read lock keeps
@@ -50,10 +65,10 @@ impl Segcache {
         // changed. `ptr::copy` allows `value` to overlap (it cannot, but costs nothing).
         unsafe {
             let dst = self.mem.heap.add(record);
-            std::ptr::copy(cas.to_le_bytes().as_ptr(), dst.add(record::CAS_AT), 4);
+            std::ptr::copy(cas.to_le_bytes().as_ptr(), dst.add(cas_at), 4);
             if flags != 0 {
                 // Same layout (`in_place_target`): the old record has client flags too.
-                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(record::HEADER_LEN), 4);
+                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(cas_at + 4), 4);
             }
             std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());
         }

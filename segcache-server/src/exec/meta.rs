@@ -1,19 +1,22 @@
 //! The meta protocol (`mg`, `ms`, `md`, `ma`, `me`, `mn`) of memcached 1.6: execution (the flags
 //! are parsed in `protocol::meta`).
 //!
-//! Deviations forced by the engine (documented in docs/server.md): `E` (caller-chosen CAS),
-//! `I` (invalidate / stale items), `h` (hit before), `l` (last access) and `R` (recache window)
-//! need item state the engine does not keep, so they are refused with a `CLIENT_ERROR` rather
-//! than answered wrongly. `C` (compare CAS) on `md`, `ma` and non-set `ms` modes, and `c` on
-//! `ms`/`ma`, take two engine calls, so they are not atomic against a concurrent writer. `N` on
-//! `mg` vivifies with `W`, but no other client sees `Z`.
+//! The item state the flags report and change lives in the engine: the stale bit (`md I`,
+//! `ms I`), the recache token (`W` to one client, `Z` to the others: `mg` of a stale item, `mg R`,
+//! `mg N`), the fetched bit (`h`), the access time (`l`, `me`'s `la`) and client-chosen CAS
+//! values (`E`). Reads made only to answer a request (CAS checks, return flags) leave the fetched
+//! bit and access time alone (`ReadOptions::no_update`).
+//!
+//! Deviations (docs/server.md): `C` (compare CAS) on `ma` and on `ms` append/prepend/replace,
+//! and `c` on `ms`/`ma`, take two engine calls, so they are not atomic against a concurrent
+//! writer.
 
 use std::time::Duration;
 
 use base64::Engine as _;
-use segcache_core::MAX_KEY_LEN;
+use segcache_core::{Error, ReadOptions, StoreMode, StoreOptions, MAX_KEY_LEN};
 
-use super::engine::{do_arith, do_store, touch, Arith, Stored};
+use super::engine::{do_arith, do_store, Arith, Stored};
 use super::expiry::Expiry;
 use crate::protocol::{next_token, put_i64, put_u64, reply, FailKind, MetaCmd, MetaFlags, StoreKind};
 use crate::state::Ctx;
@@ -27,6 +30,10 @@ struct Info {
     size: usize,
     /// Seconds left, -1 for never.
     ttl: i64,
+    /// Fetched before this request (`h`).
+    fetched: bool,
+    /// Seconds since the last access before this request (`l`).
+    idle: u64,
 }
 
 impl Info {
@@ -36,12 +43,22 @@ impl Info {
             cas: item.cas(),
             size: item.value().len(),
             ttl: item.ttl().map_or(-1, |d| d.as_secs() as i64),
+            fetched: item.fetched(),
+            idle: item.last_access().as_secs(),
         }
     }
 }
 
+/// Reads made to answer a request, not by the client: they leave the item's state alone.
+const QUIET_READ: ReadOptions = ReadOptions { claim_token: false, recache_below: None, no_update: true };
+
+/// Runs `f` on the item without counting as an access (see `QUIET_READ`).
+fn look<R>(ctx: &Ctx<'_>, key: &[u8], f: impl FnOnce(segcache_core::Item<'_>) -> R) -> Option<R> {
+    ctx.shared.cache.get_with_options(key, QUIET_READ, f)
+}
+
 /// The return flags memcached writes for each kind of reply (others asked for are left out).
-const MG_HIT: &[u8] = b"stcfOk";
+const MG_HIT: &[u8] = b"stcfOkhl";
 const MA_HIT: &[u8] = b"ctOk";
 const MS_REPLY: &[u8] = b"Okc";
 /// Misses and failures, and every `md` reply: the opaque and the key only.
@@ -57,6 +74,12 @@ struct TtlOrder {
     created: bool,
     /// The cache clock, to read `T`/`N` tokens that come before others.
     now: u32,
+    /// `h` and `l` as they were before `T` touched the item (a touch is an access).
+    before_touch: Option<(bool, u64)>,
+    /// `T` expired the item (returned this once) and `R` asks for a window: the item is in it.
+    expired_in_window: bool,
+    /// This request won the token by `R` before `T` changed the TTL.
+    won_before_ttl: bool,
 }
 
 /// The TTL a `t` reports for the exptime token `exptime` (`-1`: never).
@@ -121,6 +144,11 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8],
             (b's', Some(i)) => {
                 out.extend_from_slice(b" s");
                 put_u64(out, i.size as u64);
+            }
+            (b'h', Some(i)) => out.extend_from_slice(if i.fetched { b" h1" } else { b" h0" }),
+            (b'l', Some(i)) => {
+                out.extend_from_slice(b" l");
+                put_u64(out, i.idle);
             }
             (b't', Some(i)) => {
                 out.extend_from_slice(b" t");
@@ -203,10 +231,23 @@ fn put_hit(
     f: &MetaFlags<'_>,
     key_token: &[u8],
     item: &segcache_core::Item<'_>,
-    won: bool,
+    created: bool,
     order: TtlOrder,
 ) {
-    let info = Info::of(item);
+    let mut info = Info::of(item);
+    // The request that created the item reports it as new, with the token it holds.
+    let (token_sent, won) = if created {
+        (false, true)
+    } else {
+        let won_before = order.won_before_ttl;
+        (item.token_sent() && !won_before, won_before || item.won() || (order.expired_in_window && !item.token_sent()))
+    };
+    if created {
+        info.fetched = false;
+        info.idle = 0;
+    } else if let Some((fetched, idle)) = order.before_touch {
+        (info.fetched, info.idle) = (fetched, idle);
+    }
     if f.value {
         out.extend_from_slice(reply::VA);
         put_u64(out, info.size as u64);
@@ -214,6 +255,13 @@ fn put_hit(
         out.extend_from_slice(reply::HD);
     }
     put_ret_flags(out, f, key_token, MG_HIT, Some(&info), order);
+    // memcached's order: Z (a token is out), X (stale), W (this client won it).
+    if token_sent {
+        out.extend_from_slice(b" Z");
+    }
+    if item.is_stale() {
+        out.extend_from_slice(b" X");
+    }
     if won {
         out.extend_from_slice(reply::WON);
     }
@@ -222,6 +270,20 @@ fn put_hit(
         out.extend_from_slice(item.value());
         out.extend_from_slice(reply::CRLF);
     }
+}
+
+/// Whether the flag `first` comes before `second` among the request's flags (or without it).
+fn token_before(f: &MetaFlags<'_>, first: u8, second: u8) -> bool {
+    let mut rest = f.raw;
+    while let Some(tok) = next_token(&mut rest) {
+        if tok[0] == first {
+            return true;
+        }
+        if tok[0] == second {
+            return false;
+        }
+    }
+    false
 }
 
 /// Whether the request asks for `t` before it gives `T`/`N`.
@@ -247,20 +309,39 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
     bump(&ctx.stats.cmd_get, 1);
     let mut expire_after_read = false;
     let mut order = TtlOrder { now: cache.now(), ..TtlOrder::default() };
+    // memcached's R window, an exptime as T's.
+    let window = f.recache.and_then(|r| Expiry::from_exptime(r, cache.now()).ttl());
+    let r_first = f.ttl.is_some() && window.is_some() && token_before(f, b'R', b'T');
+    if r_first {
+        // R before T sees the TTL from before T.
+        let opts = ReadOptions { claim_token: true, recache_below: window, no_update: true };
+        order.won_before_ttl = cache.get_with_options(key, opts, |i| i.won()).unwrap_or(false);
+    }
     if let Some(t) = f.ttl {
         if t_before_ttl(f) {
-            order.before = cache.get_with(key, |item| ttl_secs(&item));
+            order.before = look(ctx, key, |item| ttl_secs(&item));
         }
+        order.before_touch = look(ctx, key, |item| (item.fetched(), item.last_access().as_secs()));
         bump(&ctx.stats.cmd_touch, 1);
         match Expiry::from_exptime(t, cache.now()).ttl() {
             Some(ttl) => {
-                let hit = cache.touch(key, ttl).is_ok();
+                let hit = cache.set_ttl(key, ttl).is_ok();
                 bump(if hit { &ctx.stats.touch_hits } else { &ctx.stats.touch_misses }, 1);
             }
-            None => expire_after_read = true,
+            None => {
+                expire_after_read = true;
+                // memcached applies the tokens in order: R sees T's expiry only after it.
+                order.expired_in_window = f.recache.is_some_and(|r| r > 0) && !token_before(f, b'R', b'T');
+            }
         }
     }
-    let mut hit = cache.get_with(key, |item| put_hit(out, f, key_token, &item, false, order)).is_some();
+    let opts = ReadOptions {
+        claim_token: true,
+        // memcached's R: a win once the TTL left is below the token.
+        recache_below: if r_first { None } else { window },
+        no_update: f.no_update,
+    };
+    let mut hit = cache.get_with_options(key, opts, |item| put_hit(out, f, key_token, &item, false, order)).is_some();
     if expire_after_read {
         let _ = cache.delete(key);
     }
@@ -268,12 +349,17 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
         // The first client to miss creates an empty placeholder and wins (W) the right to fill
         // it. memcached creates it with no TTL, then applies T and N in their order: its TTL is
         // the last of them.
-        let order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
+        let order = TtlOrder { before: Some(-1), created: true, now: cache.now(), ..TtlOrder::default() };
         let expiry = last_ttl_token(f, true).map(|n| Expiry::from_exptime(n, cache.now()));
         if let Some(expiry) = expiry {
             // One that expires on arrival is still returned this once, as memcached does.
-            let won = cache.add(key, b"", 0, expiry.ttl().unwrap_or(Duration::ZERO)).is_ok();
-            hit = cache.get_with(key, |item| put_hit(out, f, key_token, &item, won, order)).is_some();
+            let ttl = expiry.ttl().unwrap_or(Duration::ZERO);
+            let how = StoreOptions { cas: f.explicit_cas, won: true, invalidate: false };
+            let won = cache.store_with(key, b"", 0, ttl, StoreMode::Add, how).is_ok();
+            // The others see the creator's token (Z), as any later `mg` does.
+            // (memcached counts the creator's read as a fetch.)
+            let opts = ReadOptions { claim_token: true, recache_below: None, no_update: f.no_update };
+            hit = cache.get_with_options(key, opts, |item| put_hit(out, f, key_token, &item, won, order)).is_some();
             if expiry == Expiry::Expired && won {
                 let _ = cache.delete(key);
             }
@@ -300,16 +386,25 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     };
     let flags = f.client_flags.unwrap_or(0);
     let exptime = f.ttl.unwrap_or(0);
+    let expires = Expiry::from_exptime(exptime, cache.now()) == Expiry::Expired;
+    // (memcached: set and replace with C are a cas, the only stores that I changes.)
+    let cas_store = f.compare_cas.is_some() && matches!(kind, StoreKind::Set | StoreKind::Replace);
+    // E, I, and a C on replace, append or prepend: through the engine's compare-and-swap.
+    let compared = f.compare_cas.is_some_and(|c| c != 0 || kind == StoreKind::Replace) && kind != StoreKind::Set;
+    let state = f.explicit_cas.is_some() || (f.invalidate && cas_store) || (compared && kind != StoreKind::Add);
     let r = match (f.compare_cas, kind) {
+        // E (and I): through the engine's store with options. An item that expires on
+        // arrival keeps no state: the plain paths below handle it.
+        _ if state && !expires => store_with_state(kind, key, flags, exptime, data, f, ctx),
         // As memcached: set and replace with C are a cas; add ignores C; append and prepend
         // compare it only when it is not 0, and on a missing item they do not store.
         (Some(c), StoreKind::Set) => do_store(StoreKind::Cas, key, flags, exptime, data, c, ctx),
-        (Some(c), StoreKind::Replace) => match cache.get_with(key, |i| i.cas()) {
+        (Some(c), StoreKind::Replace) => match look(ctx, key, |i| i.cas()) {
             None => Stored::NotFound,
             Some(x) if x != c => Stored::Exists,
             Some(_) => do_store(kind, key, flags, exptime, data, 0, ctx),
         },
-        (Some(c), StoreKind::Append | StoreKind::Prepend) if c != 0 => match cache.get_with(key, |i| i.cas()) {
+        (Some(c), StoreKind::Append | StoreKind::Prepend) if c != 0 => match look(ctx, key, |i| i.cas()) {
             None => Stored::NotStored,
             Some(x) if x != c => Stored::Exists,
             Some(_) => do_store(kind, key, flags, exptime, data, 0, ctx),
@@ -330,7 +425,7 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
                 // the CAS it gave it. Report one that matches no item, never `c0`, which a
                 // client that sends it back as `C0` would find compares nothing.
                 let gone = Info { cas: u64::MAX, ..Info::default() };
-                let info = cache.get_with(key, |i| Info::of(&i)).unwrap_or(gone);
+                let info = look(ctx, key, |i| Info::of(&i)).unwrap_or(gone);
                 put_code(out, reply::HD, f, key_token, MS_REPLY, Some(&info));
             }
         }
@@ -343,21 +438,116 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     }
 }
 
+/// `ms` with `E` (the CAS value the item takes) or, for a set with `C`, `I` (a recache that
+/// lost to a newer invalidation is stored stale): set, add and replace are one engine call;
+/// append and prepend retry a compare-and-swap of the joined value until no writer came between.
+fn store_with_state(
+    kind: StoreKind,
+    key: &[u8],
+    flags: u32,
+    exptime: i64,
+    data: &[u8],
+    f: &MetaFlags<'_>,
+    ctx: &Ctx<'_>,
+) -> Stored {
+    let cache = &ctx.shared.cache;
+    bump(&ctx.stats.cmd_set, 1);
+    let ttl = Expiry::from_exptime(exptime, cache.now()).ttl().unwrap_or(Duration::ZERO);
+    let compare = f.compare_cas;
+    // C0 compares nothing: memcached's cas with it fails, I or not.
+    let invalidate = f.invalidate && compare.is_some_and(|c| c != 0);
+    let opts = StoreOptions { cas: f.explicit_cas, won: false, invalidate };
+    let r = match (kind, compare) {
+        (StoreKind::Set, Some(c)) => {
+            let r = cache.store_with(key, data, flags, ttl, StoreMode::Cas(c), opts);
+            let counter = match r {
+                Ok(_) => &ctx.stats.cas_hits,
+                Err(Error::Exists) => &ctx.stats.cas_badval,
+                Err(_) => &ctx.stats.cas_misses,
+            };
+            bump(counter, 1);
+            r
+        }
+        (StoreKind::Set, None) => cache.store_with(key, data, flags, ttl, StoreMode::Set, opts),
+        (StoreKind::Add, _) => cache.store_with(key, data, flags, ttl, StoreMode::Add, opts),
+        (StoreKind::Replace, Some(c)) => cache.store_with(key, data, flags, ttl, StoreMode::Cas(c), opts),
+        (StoreKind::Replace, None) => cache.store_with(key, data, flags, ttl, StoreMode::Replace, opts),
+        _ => loop {
+            // Append or prepend: memcached keeps the item's flags and TTL.
+            let current = look(ctx, key, |i| {
+                let mut v = Vec::with_capacity(i.value().len() + data.len());
+                if kind == StoreKind::Prepend {
+                    v.extend_from_slice(data);
+                }
+                v.extend_from_slice(i.value());
+                if kind == StoreKind::Append {
+                    v.extend_from_slice(data);
+                }
+                (i.cas(), i.flags(), i.ttl().map(|d| d.max(Duration::from_secs(1))), v)
+            });
+            let Some((cas, flags, left, value)) = current else { break Err(Error::NotStored) };
+            if compare.is_some_and(|c| c != 0 && c != cas) {
+                break Err(Error::Exists);
+            }
+            match cache.store_with(key, &value, flags, left.unwrap_or(Duration::ZERO), StoreMode::Cas(cas), opts) {
+                Err(Error::Exists | Error::NotFound) => continue,
+                r => break r,
+            }
+        },
+    };
+    match r {
+        Ok(_) => Stored::Stored,
+        Err(Error::NotStored) => Stored::NotStored,
+        Err(Error::Exists) => Stored::Exists,
+        Err(Error::NotFound) => Stored::NotFound,
+        Err(Error::TooLarge { .. }) => {
+            bump(&ctx.stats.store_too_large, 1);
+            Stored::TooLarge
+        }
+        Err(Error::NoMemory) => {
+            bump(&ctx.stats.store_no_memory, 1);
+            Stored::NoMemory
+        }
+        Err(_) => Stored::Failed,
+    }
+}
+
 fn meta_delete(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let cache = &ctx.shared.cache;
-    let current = cache.get_with(key, |i| (i.cas(), i.flags(), i.ttl()));
+    let current = look(ctx, key, |i| (i.cas(), i.flags(), i.ttl()));
     let code: &[u8] = match (current, f.compare_cas) {
         (None, _) => reply::NF,
         (Some((cas, _, _)), Some(c)) if cas != c => reply::EX,
-        (Some((_, flags, ttl)), _) if f.remove_value => {
+        // Mark stale, with a new CAS value (E's, or the next) and T's TTL if given.
+        (Some(_), _) if f.invalidate => {
+            let ttl = f.ttl.map(|t| Expiry::from_exptime(t, cache.now()));
+            match ttl {
+                Some(Expiry::Expired) => match cache.delete(key) {
+                    Ok(()) => reply::HD,
+                    Err(_) => reply::NF,
+                },
+                _ => match cache.invalidate(key, ttl.and_then(Expiry::ttl), f.compare_cas, f.explicit_cas) {
+                    Ok(_) => reply::HD,
+                    Err(Error::Exists) => reply::EX,
+                    Err(_) => reply::NF,
+                },
+            }
+        }
+        (Some((cas, flags, ttl)), _) if f.remove_value => {
             // A TTL of zero means "never" to the engine: keep at least one second left.
             let ttl = ttl.map_or(std::time::Duration::ZERO, |d| d.max(std::time::Duration::from_secs(1)));
-            match cache.replace(key, b"", flags, ttl) {
-                Ok(()) => reply::HD,
+            let opts = StoreOptions { cas: f.explicit_cas, ..StoreOptions::default() };
+            match cache.store_with(key, b"", flags, ttl, StoreMode::Cas(cas), opts) {
+                Ok(_) => reply::HD,
                 Err(_) => reply::NF,
             }
         }
-        (Some(_), _) => match cache.delete(key) {
+        (Some(_), Some(c)) => match cache.delete_cas(key, c) {
+            Ok(()) => reply::HD,
+            Err(Error::Exists) => reply::EX,
+            Err(_) => reply::NF,
+        },
+        (Some(_), None) => match cache.delete(key) {
             Ok(()) => reply::HD,
             Err(_) => reply::NF,
         },
@@ -380,7 +570,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     // As memcached: C0 compares nothing; a missing item is a miss (so `N` still creates it);
     // an empty value is refused as non-numeric before the CAS is compared.
     if let Some(c) = f.compare_cas.filter(|&c| c != 0) {
-        match cache.get_with(key, |i| (i.cas(), i.value().is_empty())) {
+        match look(ctx, key, |i| (i.cas(), i.value().is_empty())) {
             Some((_, true)) => {
                 out.extend_from_slice(reply::NON_NUMERIC);
                 return;
@@ -391,19 +581,23 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     }
     let mut order = TtlOrder { now: cache.now(), ..TtlOrder::default() };
     if f.ttl.is_some() && t_before_ttl(f) {
-        order.before = cache.get_with(key, |item| ttl_secs(&item));
+        order.before = look(ctx, key, |item| ttl_secs(&item));
     }
-    let mut r = do_arith(incr, key, delta, ctx);
+    let mut r = match f.explicit_cas {
+        Some(e) => arith_with_cas(incr, key, delta, e, ctx),
+        None => do_arith(incr, key, delta, ctx),
+    };
     let mut ttl_token = f.ttl;
     let mut created = false;
     if r == Arith::NotFound && f.vivify.is_some() {
         // memcached creates the item with no TTL, then applies N and T in their order.
-        order = TtlOrder { before: Some(-1), created: true, now: cache.now() };
+        order = TtlOrder { before: Some(-1), created: true, now: cache.now(), ..TtlOrder::default() };
         ttl_token = last_ttl_token(f, true);
         let initial = f.initial.unwrap_or(0);
         let mut digits = itoa::Buffer::new();
-        r = match cache.add(key, digits.format(initial).as_bytes(), 0, Duration::ZERO) {
-            Ok(()) => {
+        let opts = StoreOptions { cas: f.explicit_cas, ..StoreOptions::default() };
+        r = match cache.store_with(key, digits.format(initial).as_bytes(), 0, Duration::ZERO, StoreMode::Add, opts) {
+            Ok(_) => {
                 created = true;
                 Arith::Value(initial)
             }
@@ -418,14 +612,14 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     match r {
         Arith::Value(n) => {
             if let Some(t) = ttl_token {
-                touch(key, t, ctx);
+                set_ttl(key, t, ctx);
             }
             // As memcached: `q` hides a success, with or without its value (not the reply
             // to a request that created the item).
             if f.quiet && !created {
                 return;
             }
-            let info = cache.get_with(key, |i| Info::of(&i));
+            let info = look(ctx, key, |i| Info::of(&i));
             let mut digits = itoa::Buffer::new();
             let digits = digits.format(n).as_bytes();
             if f.value {
@@ -447,22 +641,71 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     }
 }
 
+/// Sets a key's expiry as `touch` does, without counting as an access (memcached's meta
+/// commands set `exptime` directly).
+fn set_ttl(key: &[u8], exptime: i64, ctx: &Ctx<'_>) -> bool {
+    let cache = &ctx.shared.cache;
+    match Expiry::from_exptime(exptime, cache.now()).ttl() {
+        Some(ttl) => cache.set_ttl(key, ttl).is_ok(),
+        None => cache.delete(key).is_ok(),
+    }
+}
+
+/// `ma` with `E`: incr/decr that gives the item the CAS value `cas`, as a compare-and-swap of the
+/// new number retried until no writer came between.
+fn arith_with_cas(incr: bool, key: &[u8], delta: u64, cas: u64, ctx: &Ctx<'_>) -> Arith {
+    let cache = &ctx.shared.cache;
+    let (hit, miss) = if incr {
+        (&ctx.stats.incr_hits, &ctx.stats.incr_misses)
+    } else {
+        (&ctx.stats.decr_hits, &ctx.stats.decr_misses)
+    };
+    loop {
+        let current = look(ctx, key, |i| {
+            let n = std::str::from_utf8(i.value()).ok().and_then(|v| v.trim_end().parse::<u64>().ok());
+            (i.cas(), i.flags(), i.ttl().map(|d| d.max(Duration::from_secs(1))), n)
+        });
+        let Some((old, flags, ttl, n)) = current else {
+            bump(miss, 1);
+            return Arith::NotFound;
+        };
+        let Some(n) = n else { return Arith::NotNumeric };
+        let n = if incr { n.wrapping_add(delta) } else { n.saturating_sub(delta) };
+        let mut digits = itoa::Buffer::new();
+        let opts = StoreOptions { cas: Some(cas), ..StoreOptions::default() };
+        let ttl = ttl.unwrap_or(Duration::ZERO);
+        match cache.store_with(key, digits.format(n).as_bytes(), flags, ttl, StoreMode::Cas(old), opts) {
+            Ok(_) => {
+                bump(hit, 1);
+                return Arith::Value(n);
+            }
+            Err(Error::Exists | Error::NotFound) => continue,
+            Err(_) => return Arith::Failed,
+        }
+    }
+}
+
 fn meta_debug(key: &[u8], key_token: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
-    let found = ctx.shared.cache.get_with(key, |item| {
+    let found = look(ctx, key, |item| {
         let info = Info::of(&item);
         out.extend_from_slice(reply::ME);
         // memcached names the key itself, decoded from base64; a key that would break the line
         // stays encoded.
         let printable = key.iter().all(|b| b.is_ascii_graphic());
         out.extend_from_slice(if printable { key } else { key_token });
+        // memcached 1.6's fields: `exp` is its clock less the expiry (minus the TTL left), `la`
+        // the seconds since the last access; `cls` (the slab class) and `size` (its item
+        // header included) have no counterpart here: the class is 1, the size the record's.
         out.extend_from_slice(b" exp=");
-        put_i64(out, info.ttl);
+        put_i64(out, if info.ttl < 0 { -1 } else { -info.ttl });
+        out.extend_from_slice(b" la=");
+        put_u64(out, info.idle);
         out.extend_from_slice(b" cas=");
         put_u64(out, info.cas);
-        out.extend_from_slice(b" flags=");
-        put_u64(out, u64::from(info.flags));
-        out.extend_from_slice(b" size=");
-        put_u64(out, info.size as u64);
+        out.extend_from_slice(if info.fetched { b" fetch=yes" } else { b" fetch=no" });
+        out.extend_from_slice(b" cls=1 size=");
+        let record = 8 + key.len() + info.size + if info.flags != 0 { 4 } else { 0 };
+        put_u64(out, record as u64);
         out.extend_from_slice(reply::CRLF);
     });
     if found.is_none() {

@@ -1,8 +1,8 @@
 //! Meta-command flag parsing (`mg`, `ms`, `md`, `ma`, `me`, `mn`), with memcached 1.6's checks
-//! and error words. Flags this server cannot honour are refused here (see docs/server.md).
+//! and error words.
 
 use super::reply::FailKind;
-use super::token::{next_token, parse_i64, parse_u64};
+use super::token::{next_token, parse_client_flags, parse_i64, parse_u64};
 
 /// Which meta command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -44,12 +44,21 @@ pub struct MetaFlags<'a> {
     pub delta: Option<u64>,
     /// `J`: initial value on vivify (ma).
     pub initial: Option<u64>,
+    /// `E`: the CAS value the item takes (ms, md, ma; mg with `N`).
+    pub explicit_cas: Option<u64>,
+    /// `I`: invalidate (md: mark stale; ms with `C`: store a lost recache as stale).
+    pub invalidate: bool,
+    /// `R`: win the recache token when the TTL left is below this (mg).
+    pub recache: Option<i64>,
+    /// `u`: leave the item's fetched bit and access time alone (mg).
+    pub no_update: bool,
 }
 
 /// Every flag letter memcached 1.6 knows (it accepts each on every meta command, and ignores
-/// those that mean nothing to that command). `x` (md: keep the item, drop its value) is from
-/// later memcached versions.
-const KNOWN_FLAGS: &[u8] = b"bNTRlOPLkstcfvhuqFCMJDIx";
+/// those that mean nothing to that command). `x` (md: keep the item, drop its value) and `E`
+/// (the client sets the CAS value) are from later memcached versions; `P` and `L` are proxy
+/// hints, accepted and ignored.
+const KNOWN_FLAGS: &[u8] = b"bNTRlOPLkstcfvhuqFCMJDIxE";
 
 /// memcached's longest opaque token, counting its `O`.
 const MAX_OPAQUE_TOKEN: usize = 32;
@@ -57,12 +66,6 @@ const MAX_OPAQUE_TOKEN: usize = 32;
 /// Parses the flags of `cmd` from the rest of its line, with memcached's checks and words:
 /// `mg`/`ms` name the problem, `md`/`ma` answer `invalid or duplicate flag` for any of them.
 pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailKind> {
-    // Flags this server cannot honour with the engine it has (docs/server.md).
-    let unsupported: &[u8] = match cmd {
-        MetaCmd::Get => b"hlRE",
-        MetaCmd::Set | MetaCmd::Delete => b"IE",
-        _ => b"E",
-    };
     let lumped = matches!(cmd, MetaCmd::Delete | MetaCmd::Arith);
     let err = |line: &'static [u8]| {
         if lumped {
@@ -82,9 +85,6 @@ pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailK
             return Err(err(b"CLIENT_ERROR duplicate flag\r\n"));
         }
         seen[usize::from(c)] = true;
-        if unsupported.contains(&c) {
-            return Err(FailKind::UnsupportedFlag);
-        }
         if !KNOWN_FLAGS.contains(&c) || (c == b'x' && cmd != MetaCmd::Delete) {
             return Err(err(b"CLIENT_ERROR invalid flag\r\n"));
         }
@@ -104,12 +104,21 @@ pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailK
                 Some(t) => f.vivify = Some(t),
                 None => bad_number = Some(BAD_TOKEN),
             },
-            b'R' => {}
+            b'R' => match parse_i64(val) {
+                Some(t) => f.recache = Some(t),
+                None => bad_number = Some(BAD_TOKEN),
+            },
+            b'E' => match parse_u64(val) {
+                Some(c) => f.explicit_cas = Some(c),
+                None => bad_number = Some(BAD_TOKEN),
+            },
+            b'I' => f.invalidate = true,
+            b'u' => f.no_update = true,
             b'C' => match parse_u64(val) {
                 Some(c) => f.compare_cas = Some(c),
                 None => bad_number = Some(BAD_TOKEN),
             },
-            b'F' => match parse_u64(val).and_then(|n| u32::try_from(n).ok()) {
+            b'F' => match parse_client_flags(val) {
                 Some(n) => f.client_flags = Some(n),
                 // memcached sets no message of its own for a bad F.
                 None => {
@@ -133,7 +142,7 @@ pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailK
             b'q' => f.quiet = true,
             b'v' => f.value = true,
             b'x' => f.remove_value = true,
-            _ => {} // return flags (c f k s t) are read from `raw`; P L u have no effect here
+            _ => {} // return flags (c f h k l s t) are read from `raw`; P L have no effect
         }
     }
     if let Some(line) = bad_number {
@@ -166,7 +175,10 @@ mod tests {
         let bad_token = FailKind::Msg(b"CLIENT_ERROR bad token in command line format\r\n");
         assert_eq!(parse_meta_flags(MetaCmd::Get, b"z").unwrap_err(), invalid);
         assert_eq!(parse_meta_flags(MetaCmd::Delete, b"z").unwrap_err(), lumped);
-        assert_eq!(parse_meta_flags(MetaCmd::Get, b"h").unwrap_err(), FailKind::UnsupportedFlag);
+        let f = parse_meta_flags(MetaCmd::Get, b"h l R30 u E9 I").unwrap();
+        assert_eq!((f.recache, f.no_update, f.explicit_cas, f.invalidate), (Some(30), true, Some(9), true));
+        assert_eq!(parse_meta_flags(MetaCmd::Set, b"Ex").unwrap_err(), bad_token);
+        assert_eq!(parse_meta_flags(MetaCmd::Delete, b"Rx").unwrap_err(), lumped);
         assert_eq!(parse_meta_flags(MetaCmd::Get, b"Tx").unwrap_err(), bad_token);
         assert_eq!(
             parse_meta_flags(MetaCmd::Get, b"v v").unwrap_err(),
@@ -184,9 +196,11 @@ mod tests {
         assert_eq!(parse_meta_flags(MetaCmd::Arith, b"M- D5 J7").unwrap().mode, Some(b'-'));
         assert!(parse_meta_flags(MetaCmd::Arith, b"MA").is_err());
         assert_eq!(
-            parse_meta_flags(MetaCmd::Set, b"F4294967296").unwrap_err(),
+            parse_meta_flags(MetaCmd::Set, b"F18446744073709551616").unwrap_err(),
             FailKind::Msg(b"CLIENT_ERROR bad command line format\r\n")
         );
+        // As memcached: flags are read into 64 bits and kept modulo 2^32.
+        assert_eq!(parse_meta_flags(MetaCmd::Set, b"F4294967297").unwrap().client_flags, Some(1));
         let ok = format!("O{}", "x".repeat(31));
         assert!(parse_meta_flags(MetaCmd::Get, ok.as_bytes()).is_ok());
         let long = format!("O{}", "x".repeat(32));

@@ -71,8 +71,6 @@ pub enum FailKind {
     Binary,
     /// Meta: a flag letter the command does not know.
     InvalidFlag,
-    /// Meta: a flag this server cannot honour with the engine it has (see docs/server.md).
-    UnsupportedFlag,
     /// Meta: a flag's token is not a valid number (or is too long).
     BadToken,
     /// Meta: an `M` mode the command does not know.
@@ -100,7 +98,6 @@ impl FailKind {
             FailKind::Http => return None,
             FailKind::Binary => b"CLIENT_ERROR binary request on a text connection\r\n",
             FailKind::InvalidFlag => b"CLIENT_ERROR invalid flag\r\n",
-            FailKind::UnsupportedFlag => b"CLIENT_ERROR flag not supported by this server\r\n",
             FailKind::BadToken => b"CLIENT_ERROR bad token in command line format\r\n",
             FailKind::InvalidMode => b"CLIENT_ERROR invalid mode\r\n",
             FailKind::BadExptime => b"CLIENT_ERROR invalid exptime argument\r\n",
