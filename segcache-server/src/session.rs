@@ -8,11 +8,7 @@ use crate::exec::{execute, execute_binary, Flow};
 use crate::protocol::binary::{self, REQUEST_MAGIC};
 use crate::protocol::{parse, FailKind, Parse};
 use crate::state::Ctx;
-
-/// Stop taking requests from a pipeline once this much output waits to be sent, so that a
-/// client that writes without reading cannot grow the buffer without bound: the output buffer
-/// then holds less than this plus one request's reply.
-pub const OUT_HIGH_WATER: usize = 256 << 10;
+pub use crate::state::OUT_HIGH_WATER;
 
 /// How much one [`Session::process_within`] call may do before it returns, so that the caller
 /// can give other connections a turn. At least one request runs whatever the budget.

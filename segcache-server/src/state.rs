@@ -11,6 +11,11 @@ use crate::protocol::Limits;
 use crate::stats::{ConnStats, Totals, WorkerStats};
 use crate::watch::{ConnEntry, Watchers};
 
+/// Stop taking requests from a pipeline once this much output waits to be sent, so that a
+/// client that writes without reading cannot grow the buffer without bound: the output buffer
+/// then holds less than this plus one request's reply.
+pub const OUT_HIGH_WATER: usize = 256 << 10;
+
 /// Shared by the acceptor, the workers and the admin thread (behind an `Arc`).
 #[derive(Debug)]
 pub struct Shared {

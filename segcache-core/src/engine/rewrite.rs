@@ -91,5 +91,4 @@ impl Segcache {
         self.table().touch_info(h, now);
         true
     }
-
 }

@@ -13,8 +13,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use segcache_core::{record_size, Item};
 
 use crate::protocol::{put_u64, reply, Admin, Detail};
-use crate::session::OUT_HIGH_WATER;
-use crate::state::Ctx;
+use crate::state::{Ctx, OUT_HIGH_WATER};
 use crate::watch::{uriencode, ConnEntry, DumpJob};
 
 /// Items read per engine step of a dump.
