@@ -57,6 +57,20 @@ def test_iterating_and_deleting_in_the_same_loop(cache):
     assert len(cache) == 0
 
 
+def test_iteration_after_close_raises_closed(cache):
+    cache[b"a"] = b"1"
+    it = iter(cache)
+    cache.close()
+    with pytest.raises(segcache.Closed):
+        next(it)
+    with pytest.raises(segcache.Closed):
+        iter(cache)
+    for call in (lambda: list(cache.items()), lambda: cache.pop(b"a"), cache.popitem, cache.clear,
+                 lambda: cache.setdefault(b"a", b"1"), lambda: cache.update()):
+        with pytest.raises(segcache.Closed):
+            call()
+
+
 def test_views(cache):
     cache.update({b"a": b"1", "b": b"2"})
     keys, values, items = cache.keys(), cache.values(), cache.items()
