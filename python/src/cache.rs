@@ -798,22 +798,26 @@ impl Cache {
         default: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
-        loop {
+        let none = py.None().into_bound(py);
+        let d = default.unwrap_or(&none);
+        for _ in 0..8 {
             if let Some(v) = self.lookup(py, &k)? {
                 return Ok(v.into_any());
             }
-            let none = py.None().into_bound(py);
-            let d = default.unwrap_or(&none);
             if self.store(py, Store::Add, key, d, None, None)? {
                 return Ok(d.clone());
             }
             // Another thread stored it between our read and our add: read theirs.
         }
+        // Other threads keep storing and removing it: store ours so that it is there, as a dict
+        // guarantees.
+        self.store(py, Store::Set, key, d, None, None)?;
+        Ok(d.clone())
     }
 
     /// Stores every pair of `other` (a mapping, or an iterable of `(key, value)` pairs) and of
     /// the keyword arguments, as `dict.update`, with the cache's default TTL.
-    #[pyo3(signature = (other=None, **kwargs))]
+    #[pyo3(signature = (other=None, /, **kwargs))]
     fn update(
         &self,
         py: Python<'_>,

@@ -108,6 +108,10 @@ def test_dict_methods(cache):
     assert dict(cache.items()) == {b"x": b"1", b"y": b"2", b"z": b"3"}
     cache.update(x=b"9")
     assert cache[b"x"] == b"9"
+    cache.update(other=b"o")  # as dict.update: a keyword is a key, whatever its name
+    assert cache.pop(b"other") == b"o"
+    with pytest.raises(TypeError):
+        cache.pop(b"x", default=b"")  # as dict.pop: no keywords
     with pytest.raises(ValueError):
         cache.update([(b"k",)])
     with pytest.raises(TypeError):

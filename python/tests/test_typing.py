@@ -75,6 +75,7 @@ BAD = """
     c.update({b"a": "str"})  # E
     c.setdefault(b"k")  # E
     c.pop(1)  # E
+    c.pop(b"k", default=b"")  # E
 
     @segcache.memoize(c)
     def profile(user_id: int) -> int:
