@@ -770,7 +770,9 @@ impl Cache {
             let (keys, next) = self.scan_step(py, cursor, 1)?;
             for k in keys {
                 if let Some(v) = self.take(py, &k)? {
-                    self.pop_hint.store(cursor, Ordering::Relaxed);
+                    // A step of count 1 ends with the chain of the first key it finds: the next
+                    // popitem starts at that chain (the step's start when it ran to the end).
+                    self.pop_hint.store(if next == 0 { cursor } else { next - 1 }, Ordering::Relaxed);
                     return PyTuple::new(py, [PyBytes::new(py, &k), v]);
                 }
             }
