@@ -720,8 +720,18 @@ impl Cache {
     /// time. Other threads may write meanwhile: a key present for the whole iteration comes back
     /// exactly once, keys stored or removed meanwhile at most once; never a key that was not there.
     fn __iter__(slf: &Bound<'_, Self>) -> PyResult<KeyIterator> {
-        slf.get().usable()?;
-        Ok(KeyIterator { cache: slf.clone().unbind(), cursor: 0, batch: VecDeque::new(), done: false })
+        KeyIterator::new(slf, Yield::Keys)
+    }
+
+    /// An iterator over the values (for `values()`): keys from the scan, each read as reached;
+    /// a key gone by then is skipped.
+    fn _iter_values(slf: &Bound<'_, Self>) -> PyResult<KeyIterator> {
+        KeyIterator::new(slf, Yield::Values)
+    }
+
+    /// An iterator over `(key, value)` pairs (for `items()`), as `_iter_values`.
+    fn _iter_items(slf: &Bound<'_, Self>) -> PyResult<KeyIterator> {
+        KeyIterator::new(slf, Yield::Items)
     }
 
     /// A view of the keys (`bytes`), as `dict.keys()`; it reads the cache as it is iterated.
@@ -890,10 +900,20 @@ fn view<'py>(cache: &Bound<'py, Cache>, name: &str) -> PyResult<Bound<'py, PyAny
     m.bind(py).getattr(name)?.call1((cache,))
 }
 
-/// The iterator of `iter(cache)`: the keys, as `bytes`, from one key scan of the engine.
+/// What a [`KeyIterator`] yields for each key of the scan.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Yield {
+    Keys,
+    Values,
+    Items,
+}
+
+/// The iterator of `iter(cache)`: the keys, as `bytes`, from one key scan of the engine (or
+/// their values, or `(key, value)` pairs, for the views).
 #[pyclass(module = "segcache")]
 pub struct KeyIterator {
     cache: Py<Cache>,
+    what: Yield,
     /// The scan's next cursor.
     cursor: u64,
     /// Keys read by the last step and not yet handed out.
@@ -902,16 +922,31 @@ pub struct KeyIterator {
     done: bool,
 }
 
+impl KeyIterator {
+    fn new(cache: &Bound<'_, Cache>, what: Yield) -> PyResult<Self> {
+        cache.get().usable()?;
+        Ok(KeyIterator { cache: cache.clone().unbind(), what, cursor: 0, batch: VecDeque::new(), done: false })
+    }
+}
+
 #[pymethods]
 impl KeyIterator {
     fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
         slf
     }
 
-    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         loop {
             if let Some(k) = self.batch.pop_front() {
-                return Ok(Some(PyBytes::new(py, &k)));
+                if self.what == Yield::Keys {
+                    return Ok(Some(PyBytes::new(py, &k).into_any()));
+                }
+                // Values and items: a key removed since the scan listed it is skipped.
+                let Some(v) = self.cache.get().lookup(py, &k)? else { continue };
+                return Ok(Some(match self.what {
+                    Yield::Items => PyTuple::new(py, [PyBytes::new(py, &k), v])?.into_any(),
+                    _ => v.into_any(),
+                }));
             }
             if self.done {
                 return Ok(None);

@@ -71,6 +71,19 @@ def test_iteration_after_close_raises_closed(cache):
             call()
 
 
+@pytest.mark.parametrize("view", ["items", "values"])
+def test_values_and_items_skip_keys_removed_while_iterating(cache, view):
+    for i in range(500):
+        cache[b"k%d" % i] = b"v%d" % i
+    got = []
+    for x in getattr(cache, view)():
+        if not got:
+            for i in range(500):
+                cache.delete(b"k%d" % i)  # the keys listed with it in the same batch included
+        got.append(x)
+    assert len(got) == 1  # a plain ItemsView would raise KeyError on the next listed key
+
+
 def test_views(cache):
     cache.update({b"a": b"1", "b": b"2"})
     keys, values, items = cache.keys(), cache.values(), cache.items()

@@ -32,11 +32,7 @@ class CacheValuesView(ValuesView):  # type: ignore[type-arg]
     _mapping: Cache
 
     def __iter__(self) -> Iterator[bytes]:
-        cache = self._mapping
-        for key in cache:
-            value = cache.get(key)
-            if value is not None:
-                yield value
+        return self._mapping._iter_values()
 
     def __contains__(self, value: object) -> bool:
         return any(v is value or v == value for v in self)
@@ -52,11 +48,7 @@ class CacheItemsView(ItemsView):  # type: ignore[type-arg]
     _mapping: Cache
 
     def __iter__(self) -> Iterator[Tuple[bytes, bytes]]:
-        cache = self._mapping
-        for key in cache:
-            value = cache.get(key)
-            if value is not None:
-                yield (key, value)
+        return self._mapping._iter_items()
 
     def __contains__(self, item: object) -> bool:
         if not isinstance(item, tuple) or len(item) != 2:
