@@ -19,13 +19,15 @@
 //! check is one relaxed load, made in [`Cache::with`]. `close()` there lets the child's copy go
 //! (the engine's drop leaves the parent's file alone) and raises it too.
 
+use std::collections::VecDeque;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use parking_lot::RwLock;
-use pyo3::exceptions::{PyKeyError, PyTypeError};
+use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use segcache_core::{Error, OwnedItem, Policy, SharedCache};
 
@@ -47,7 +49,13 @@ pub struct Cache {
     heap_size: usize,
     segment_size: usize,
     policy: Policy,
+    /// Where the last `popitem()` found a key: the next one starts its scan there.
+    pop_hint: AtomicU64,
 }
+
+/// Keys an iterator step asks the engine's scan for (it reads whole hash chains, so a few more
+/// may come back).
+const SCAN_BATCH: usize = 64;
 
 /// Which write a store call makes.
 #[derive(Clone, Copy)]
@@ -150,6 +158,21 @@ impl Cache {
             // the part we add is big.
             stored(detach_if_big(py, v.len(), || if front { c.prepend(k, v) } else { c.append(k, v) }))
         })
+    }
+
+    /// One step of a key scan from `cursor` with the GIL released: the keys and the next cursor
+    /// (0 when done).
+    fn scan_step(&self, py: Python<'_>, cursor: u64, count: usize) -> PyResult<(Vec<Vec<u8>>, u64)> {
+        self.with(|c| Ok(py.detach(|| c.scan(cursor, count))))
+    }
+
+    /// Reads then deletes `k`: its value if this call removed it, `None` if it was absent (or
+    /// another thread removed it between the read and the delete, so that of two threads
+    /// popping one key at most one gets its value).
+    fn take<'py>(&self, py: Python<'py>, k: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        let Some(v) = self.lookup(py, k)? else { return Ok(None) };
+        let removed = self.with(|c| stored(c.delete(k)))?;
+        Ok(removed.then_some(v))
     }
 
     /// `incr` (`up`) or `decr` by `delta` (1 when not given).
@@ -325,6 +348,7 @@ impl Cache {
             heap_size,
             segment_size,
             policy,
+            pop_hint: AtomicU64::new(0),
         })
     }
 
@@ -679,8 +703,12 @@ impl Cache {
         }
     }
 
+    /// Whether `key` is present. As with a dict, an object that cannot be a key (an int, an
+    /// empty or over-long key) is simply not in the cache: False, not an exception.
     fn __contains__(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
-        let k = self::key(key)?;
+        let Ok(k) = self::key(key) else {
+            return self.usable().map(|()| false);
+        };
         self.with(|c| Ok(c.contains(&k)))
     }
 
@@ -688,9 +716,164 @@ impl Cache {
         self.with(|c| Ok(c.len()))
     }
 
-    /// The engine keeps no list of keys: iteration is refused rather than guessed at.
-    fn __iter__(&self) -> PyResult<()> {
-        Err(PyTypeError::new_err("segcache.Cache is not iterable: the engine keeps no list of keys"))
+    /// An iterator over the keys (as `bytes`), fetched from the engine's key scan a batch at a
+    /// time. Other threads may write meanwhile: a key present for the whole iteration comes back
+    /// exactly once, keys stored or removed meanwhile at most once; never a key that was not there.
+    fn __iter__(slf: &Bound<'_, Self>) -> PyResult<KeyIterator> {
+        KeyIterator::new(slf, Yield::Keys)
+    }
+
+    /// An iterator over the values (for `values()`): keys from the scan, each read as reached;
+    /// a key gone by then is skipped.
+    fn _iter_values(slf: &Bound<'_, Self>) -> PyResult<KeyIterator> {
+        KeyIterator::new(slf, Yield::Values)
+    }
+
+    /// An iterator over `(key, value)` pairs (for `items()`), as `_iter_values`.
+    fn _iter_items(slf: &Bound<'_, Self>) -> PyResult<KeyIterator> {
+        KeyIterator::new(slf, Yield::Items)
+    }
+
+    /// A view of the keys (`bytes`), as `dict.keys()`; it reads the cache as it is iterated.
+    fn keys<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        view(slf, "CacheKeysView")
+    }
+
+    /// A view of the values, as `dict.values()`; a key removed while it is iterated is skipped.
+    fn values<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        view(slf, "CacheValuesView")
+    }
+
+    /// A view of the `(key, value)` pairs, as `dict.items()`; keys as `bytes`.
+    fn items<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        view(slf, "CacheItemsView")
+    }
+
+    /// Removes `key` and returns its value; `default` when absent, or `KeyError` if no default
+    /// was given. A read then a delete: of threads popping one key, at most one gets the value.
+    #[pyo3(signature = (key, *default))]
+    fn pop<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: &Bound<'py, PyTuple>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if default.len() > 1 {
+            return Err(PyTypeError::new_err(format!("pop expected at most 2 arguments, got {}", default.len() + 1)));
+        }
+        let k = self::key(key)?;
+        match self.take(py, &k)? {
+            Some(v) => Ok(v.into_any()),
+            None if default.len() == 1 => default.get_item(0),
+            None => Err(PyKeyError::new_err(key.clone().unbind())),
+        }
+    }
+
+    /// Removes some `(key, value)` pair and returns it (key as `bytes`); `KeyError` when empty.
+    fn popitem<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        // Start where the last popitem found a key, so that emptying a cache one popitem at a time
+        // does not rescan the emptied part of the table each time; then wrap around once.
+        let start = self.pop_hint.load(Ordering::Relaxed);
+        let mut cursor = start;
+        let mut wrapped = start == 0;
+        loop {
+            let (keys, next) = self.scan_step(py, cursor, 1)?;
+            for k in keys {
+                if let Some(v) = self.take(py, &k)? {
+                    // A step of count 1 ends with the chain of the first key it finds: the next
+                    // popitem starts at that chain (the step's start when it ran to the end).
+                    self.pop_hint.store(if next == 0 { cursor } else { next - 1 }, Ordering::Relaxed);
+                    return PyTuple::new(py, [PyBytes::new(py, &k), v]);
+                }
+            }
+            if next == 0 {
+                if wrapped {
+                    break;
+                }
+                wrapped = true;
+            } else if wrapped && next >= start && start != 0 {
+                break;
+            }
+            cursor = next;
+        }
+        self.pop_hint.store(0, Ordering::Relaxed);
+        Err(PyKeyError::new_err("popitem(): cache is empty"))
+    }
+
+    /// The value of `key` if present; else stores `default` (which must be bytes-like) and
+    /// returns it, as `dict.setdefault`. Store-if-absent is one engine `add`.
+    #[pyo3(signature = (key, default=None))]
+    fn setdefault<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        default: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let k = self::key(key)?;
+        let none = py.None().into_bound(py);
+        let d = default.unwrap_or(&none);
+        for _ in 0..8 {
+            if let Some(v) = self.lookup(py, &k)? {
+                return Ok(v.into_any());
+            }
+            if self.store(py, Store::Add, key, d, None, None)? {
+                return Ok(d.clone());
+            }
+            // Another thread stored it between our read and our add: read theirs.
+        }
+        // Other threads keep storing and removing it: store ours so that it is there, as a dict
+        // guarantees.
+        self.store(py, Store::Set, key, d, None, None)?;
+        Ok(d.clone())
+    }
+
+    /// Stores every pair of `other` (a mapping, or an iterable of `(key, value)` pairs) and of
+    /// the keyword arguments, as `dict.update`, with the cache's default TTL.
+    #[pyo3(signature = (other=None, /, **kwargs))]
+    fn update(
+        &self,
+        py: Python<'_>,
+        other: Option<&Bound<'_, PyAny>>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<()> {
+        self.usable()?;
+        if let Some(other) = other {
+            if other.hasattr("keys")? {
+                for k in other.call_method0("keys")?.try_iter()? {
+                    let k = k?;
+                    let v = other.get_item(&k)?;
+                    self.store(py, Store::Set, &k, &v, None, None)?;
+                }
+            } else {
+                for (i, pair) in other.try_iter()?.enumerate() {
+                    let pair = pair?;
+                    let items: Vec<Bound<'_, PyAny>> = pair
+                        .try_iter()
+                        .map_err(|_| {
+                            PyTypeError::new_err(format!("cannot convert update sequence element #{i} to a sequence"))
+                        })?
+                        .collect::<PyResult<_>>()?;
+                    if items.len() != 2 {
+                        return Err(PyValueError::new_err(format!(
+                            "update sequence element #{i} has length {}; 2 is required",
+                            items.len()
+                        )));
+                    }
+                    self.store(py, Store::Set, &items[0], &items[1], None, None)?;
+                }
+            }
+        }
+        if let Some(kwargs) = kwargs {
+            for (k, v) in kwargs.iter() {
+                self.store(py, Store::Set, &k, &v, None, None)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Removes every item, as `dict.clear` (the same as `flush()`).
+    fn clear(&self, py: Python<'_>) -> PyResult<()> {
+        self.flush(py, None)
     }
 
     fn __repr__(&self) -> String {
@@ -706,5 +889,72 @@ impl Cache {
             self.policy.name(),
             state
         )
+    }
+}
+
+/// A view class of `segcache._views` over `cache`.
+fn view<'py>(cache: &Bound<'py, Cache>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    static VIEWS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let py = cache.py();
+    let m = VIEWS.get_or_try_init(py, || py.import("segcache._views").map(Bound::unbind))?;
+    m.bind(py).getattr(name)?.call1((cache,))
+}
+
+/// What a [`KeyIterator`] yields for each key of the scan.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Yield {
+    Keys,
+    Values,
+    Items,
+}
+
+/// The iterator of `iter(cache)`: the keys, as `bytes`, from one key scan of the engine (or
+/// their values, or `(key, value)` pairs, for the views).
+#[pyclass(module = "segcache")]
+pub struct KeyIterator {
+    cache: Py<Cache>,
+    what: Yield,
+    /// The scan's next cursor.
+    cursor: u64,
+    /// Keys read by the last step and not yet handed out.
+    batch: VecDeque<Vec<u8>>,
+    /// The scan returned cursor 0: once `batch` is empty, iteration ends.
+    done: bool,
+}
+
+impl KeyIterator {
+    fn new(cache: &Bound<'_, Cache>, what: Yield) -> PyResult<Self> {
+        cache.get().usable()?;
+        Ok(KeyIterator { cache: cache.clone().unbind(), what, cursor: 0, batch: VecDeque::new(), done: false })
+    }
+}
+
+#[pymethods]
+impl KeyIterator {
+    fn __iter__(slf: PyRef<'_, Self>) -> PyRef<'_, Self> {
+        slf
+    }
+
+    fn __next__<'py>(&mut self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+        loop {
+            if let Some(k) = self.batch.pop_front() {
+                if self.what == Yield::Keys {
+                    return Ok(Some(PyBytes::new(py, &k).into_any()));
+                }
+                // Values and items: a key removed since the scan listed it is skipped.
+                let Some(v) = self.cache.get().lookup(py, &k)? else { continue };
+                return Ok(Some(match self.what {
+                    Yield::Items => PyTuple::new(py, [PyBytes::new(py, &k), v])?.into_any(),
+                    _ => v.into_any(),
+                }));
+            }
+            if self.done {
+                return Ok(None);
+            }
+            let (keys, next) = self.cache.get().scan_step(py, self.cursor, SCAN_BATCH)?;
+            self.batch.extend(keys);
+            self.cursor = next;
+            self.done = next == 0;
+        }
     }
 }

@@ -81,6 +81,18 @@ def every_method(c):
         ("flush later", lambda: c.flush(delay=5)),
         ("expire", lambda: c.expire()),
         ("enter", lambda: c.__enter__()),
+        ("contains non-key", lambda: 1 in c),
+        ("iter", lambda: iter(c)),
+        ("keys", lambda: list(c.keys())),
+        ("values", lambda: list(c.values())),
+        ("items", lambda: list(c.items())),
+        ("pop", lambda: c.pop("k")),
+        ("pop default", lambda: c.pop("absent", None)),
+        ("popitem", lambda: c.popitem()),
+        ("setdefault", lambda: c.setdefault("k", b"child")),
+        ("update", lambda: c.update({"k": b"child"})),
+        ("update empty", lambda: c.update()),
+        ("clear", lambda: c.clear()),
     ]
 
 

@@ -26,6 +26,7 @@ mod guard;
 mod handle;
 mod open;
 mod read;
+mod scan;
 mod stats;
 mod status;
 mod write;
@@ -41,6 +42,7 @@ pub use read::{
     segcache_contains, segcache_get, segcache_get_and_touch, segcache_get_cb, segcache_get_many, segcache_get_many_cb,
     segcache_get_with, segcache_item_t, segcache_meta_t,
 };
+pub use scan::{segcache_scan, segcache_scan_cb};
 pub use stats::{segcache_len, segcache_now, segcache_stats, segcache_stats_t};
 pub use status::segcache_status_t;
 pub use write::{

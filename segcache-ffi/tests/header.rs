@@ -49,6 +49,7 @@ fn header_declares_every_exported_function() {
         "segcache_get",
         "segcache_get_with",
         "segcache_get_many",
+        "segcache_scan",
         "segcache_set",
         "segcache_add",
         "segcache_replace",

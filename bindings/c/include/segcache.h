@@ -284,6 +284,14 @@ typedef void (*segcache_get_cb)(void *user_data, const struct segcache_item_t *i
 typedef void (*segcache_get_many_cb)(void *user_data, size_t index, const struct segcache_item_t *item);
 
 /**
+ * Callback of `segcache_scan`: called once per key with the key's bytes, which point into the
+ * cache and are valid only until the callback returns (copy what you keep). It runs while the
+ * key's shard is locked exclusively: keep it short, do not call into the same cache from it
+ * (that deadlocks), and do not unwind out of it (no C++ exception, no longjmp).
+ */
+typedef void (*segcache_scan_cb)(void *user_data, const uint8_t *key, size_t key_len);
+
+/**
  * A snapshot of the cache's counters (monotonic since open) and gauges, summed over shards.
  */
 typedef struct segcache_stats_t {
@@ -544,6 +552,32 @@ enum segcache_status_t segcache_contains(const struct segcache_t *cache, const u
  * As for `segcache_get`.
  */
 enum segcache_status_t segcache_get_and_touch(const struct segcache_t *cache, const uint8_t *key, size_t key_len, uint32_t ttl, uint8_t *buf, size_t buf_len, size_t *value_len, struct segcache_meta_t *meta);
+
+/**
+ * One step of a key scan: calls `callback(user_data, key, key_len)` for the live keys of the
+ * next stretch of the hash table from `cursor`, and writes the cursor of the next step to
+ * `*next_cursor`. Start with `cursor` 0; the scan is complete when `*next_cursor` is 0.
+ *
+ * A step reads whole hash chains of one shard until it has seen at least `count` keys (0 counts
+ * as 1) or that shard ends, so it may call back more than `count` times, or not at all (an empty
+ * stretch) while `*next_cursor` is not yet 0: keep calling until it is.
+ *
+ * Across the steps of one scan, while other threads write: a key present for the whole scan is
+ * called back exactly once; no key is invented; a key stored, deleted or expiring during the
+ * scan may or may not be, at most once. No lock is held between steps, so writing to the cache
+ * between steps (deleting the keys seen, say) is allowed.
+ *
+ * Returns `SEGCACHE_OK`; `SEGCACHE_INVALID_ARGUMENT` when `callback` or `next_cursor` is NULL
+ * (then nothing is called or written).
+ *
+ * Thread safety: any thread; the callback runs on the calling thread.
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `callback` does not unwind; `user_data` is passed through
+ * untouched; `next_cursor` is NULL or writable.
+ */
+enum segcache_status_t segcache_scan(const struct segcache_t *cache, uint64_t cursor, segcache_scan_cb callback, void *user_data, size_t count, uint64_t *next_cursor);
 
 /**
  * Writes a snapshot of the counters to `*out`. Each shard is read under its own read lock in

@@ -185,6 +185,38 @@ public:
         return std::move(ctx.out);
     }
 
+    /// One step of a key scan (`segcache_scan`): calls `f(std::string_view key)` for the keys of
+    /// the next stretch from `cursor` (0 to start) and returns the next cursor, 0 when done. The
+    /// key is valid only during the call, which runs under the shard's lock (do not call into
+    /// this cache from `f`). An exception from `f` skips the step's remaining keys and is
+    /// rethrown here.
+    template <class F>
+    uint64_t scan(uint64_t cursor, size_t count, F &&f) const {
+        struct Ctx { F *f; std::exception_ptr err; } ctx{&f, nullptr};
+        uint64_t next = 0;
+        auto st = segcache_scan(live(), cursor,
+            [](void *ud, const uint8_t *key, size_t len) {
+                auto *c = static_cast<Ctx *>(ud);
+                if (c->err) return;
+                try { (*c->f)(std::string_view(reinterpret_cast<const char *>(key), len)); }
+                catch (...) { c->err = std::current_exception(); }
+            }, &ctx, count, &next);
+        if (ctx.err) std::rethrow_exception(ctx.err);
+        detail::check(st, "segcache_scan");
+        return next;
+    }
+
+    /// Every key, by a whole scan: a key present throughout is listed exactly once, even while
+    /// other threads write.
+    std::vector<std::string> keys() const {
+        std::vector<std::string> out;
+        uint64_t cursor = 0;
+        do {
+            cursor = scan(cursor, 256, [&](std::string_view k) { out.emplace_back(k); });
+        } while (cursor != 0);
+        return out;
+    }
+
     bool contains(std::string_view key) const {
         auto st = segcache_contains(live(), detail::bytes(key), key.size());
         if (st == SEGCACHE_NOT_FOUND) return false;

@@ -1215,6 +1215,117 @@ static void test_fork(void) {
     rmdir(dir);
 }
 
+/* segcache_scan: what one scan saw, by key number ("scan-<n>"); anything else is counted. */
+#define SCAN_N 3000
+struct scan_seen {
+    int count[SCAN_N];
+    int foreign;
+    size_t calls;
+};
+
+static void scan_cb(void *user_data, const uint8_t *key, size_t key_len) {
+    struct scan_seen *s = user_data;
+    s->calls++;
+    char buf[64];
+    int n = -1;
+    if (key != NULL && key_len > 5 && key_len < sizeof buf && memcmp(key, "scan-", 5) == 0) {
+        memcpy(buf, key, key_len);
+        buf[key_len] = '\0';
+        n = atoi(buf + 5);
+    }
+    if (n >= 0 && n < SCAN_N) {
+        s->count[n]++;
+    } else {
+        s->foreign++;
+    }
+}
+
+/* Runs a whole scan in steps of `count`; with `delete_seen`, deletes what each step returned
+ * before the next step (writes between steps are allowed). Returns the number of steps. */
+static int scan_all(segcache_t *c, size_t count, struct scan_seen *s, int delete_seen) {
+    uint64_t cursor = 0;
+    int steps = 0;
+    do {
+        struct scan_seen before = *s;
+        uint64_t next = 12345;
+        CHECK_ST(segcache_scan(c, cursor, scan_cb, s, count, &next), SEGCACHE_OK);
+        if (delete_seen) {
+            char key[32];
+            for (int i = 0; i < SCAN_N; i++) {
+                if (s->count[i] != before.count[i]) {
+                    snprintf(key, sizeof key, "scan-%d", i);
+                    CHECK_ST(segcache_delete(c, K(key)), SEGCACHE_OK);
+                }
+            }
+        }
+        CHECK(next == 0 || next > cursor);
+        cursor = next;
+        steps++;
+    } while (cursor != 0 && steps < 1000000);
+    return steps;
+}
+
+static void test_scan(void) {
+    segcache_t *c = open_small(0);
+    char key[32];
+    for (int i = 0; i < SCAN_N; i++) {
+        snprintf(key, sizeof key, "scan-%d", i);
+        CHECK_ST(segcache_set(c, K(key), K("v"), 0, 0), SEGCACHE_OK);
+    }
+    CHECK_ST(segcache_delete(c, K("scan-7")), SEGCACHE_OK);
+    size_t items = 0;
+    CHECK_ST(segcache_len(c, &items), SEGCACHE_OK);
+    CHECK(items == SCAN_N - 1);
+
+    /* Every key of the filled cache exactly once, in small steps and in one big one. */
+    static struct scan_seen s;
+    size_t counts[] = {0, 1, 16, (size_t)-1};
+    for (size_t k = 0; k < sizeof counts / sizeof counts[0]; k++) {
+        memset(&s, 0, sizeof s);
+        int steps = scan_all(c, counts[k], &s, 0);
+        int once = 0, other = 0;
+        for (int i = 0; i < SCAN_N; i++) {
+            if (s.count[i] == 1 && i != 7) once++;
+            else if (!(s.count[i] == 0 && i == 7)) other++;
+        }
+        CHECK(once == SCAN_N - 1);
+        CHECK(other == 0);
+        CHECK(s.foreign == 0);
+        CHECK(s.calls == SCAN_N - 1);
+        if (counts[k] == 16) CHECK(steps > 10);
+    }
+
+    /* Deleting what was seen between steps still visits every key once, and empties the cache. */
+    memset(&s, 0, sizeof s);
+    scan_all(c, 10, &s, 1);
+    int once = 0;
+    for (int i = 0; i < SCAN_N; i++) once += s.count[i] == 1;
+    CHECK(once == SCAN_N - 1);
+    CHECK(s.calls == SCAN_N - 1);
+    CHECK_ST(segcache_len(c, &items), SEGCACHE_OK);
+    CHECK(items == 0);
+
+    /* An empty cache: no call, and the scan ends. A cursor past the end ends it at once. */
+    memset(&s, 0, sizeof s);
+    scan_all(c, 5, &s, 0);
+    CHECK(s.calls == 0);
+    uint64_t next = 99;
+    CHECK_ST(segcache_scan(c, UINT64_MAX, scan_cb, &s, 5, &next), SEGCACHE_OK);
+    CHECK(next == 0 && s.calls == 0);
+
+    /* Bad arguments: nothing called, nothing written. */
+    next = 99;
+    CHECK_ST(segcache_set(c, K("scan-1"), K("v"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_scan(c, 0, NULL, &s, 5, &next), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "callback") != NULL);
+    CHECK(next == 99);
+    CHECK_ST(segcache_scan(c, 0, scan_cb, &s, 5, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "next_cursor") != NULL);
+    CHECK_ST(segcache_scan(NULL, 0, scan_cb, &s, 5, &next), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(next == 99 && s.calls == 0);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
 int main(void) {
     test_version_and_strerror();
     test_config_default();
@@ -1229,6 +1340,7 @@ int main(void) {
     test_delete_touch_ttl();
     test_flush_expire();
     test_get_with_and_many();
+    test_scan();
     test_stats();
     test_panic();
     test_threads();

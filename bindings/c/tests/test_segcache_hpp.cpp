@@ -1,5 +1,6 @@
 // Tests of the C++17 wrapper (segcache.hpp): RAII, string_view keys, optional results,
 // exceptions carrying the status, and exceptions from callbacks crossing back safely.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -88,6 +89,24 @@ int main() {
         }
         CHECK(caught);
         CHECK(c.contains("long"));  // the cache still works (the read lock was released)
+        // key scan: every key once; an exception from the callback comes back after the step
+        {
+            auto ks = c.keys();
+            std::sort(ks.begin(), ks.end());
+            CHECK(std::adjacent_find(ks.begin(), ks.end()) == ks.end());
+            CHECK(ks.size() == c.size() && std::binary_search(ks.begin(), ks.end(), "long"));
+            CHECK(std::binary_search(ks.begin(), ks.end(), "new") && std::binary_search(ks.begin(), ks.end(), "n"));
+            bool threw = false;
+            try {
+                uint64_t cur = 0;
+                do cur = c.scan(cur, 1, [](std::string_view) { throw std::runtime_error("scan cb"); });
+                while (cur != 0);
+            } catch (const std::runtime_error &e) {
+                threw = std::string(e.what()) == "scan cb";
+            }
+            CHECK(threw);
+            CHECK(c.contains("long"));  // the shard lock was released
+        }
         c.set("long", "short");
         // errors become exceptions with the status and message
         CHECK(thrown([&] { c.set("", "v"); }) == SEGCACHE_INVALID_ARGUMENT);

@@ -13,6 +13,8 @@ back after a restart. `Cache` is safe to share between threads.
 
 from __future__ import annotations
 
+from collections.abc import MutableMapping
+
 from ._errors import (
     BadFile,
     Closed,
@@ -41,6 +43,9 @@ from ._segcache import (
     ManualClock,
     __version__,
 )
+
+# `Cache` implements every method of a MutableMapping natively (keys come back as bytes).
+MutableMapping.register(Cache)
 
 __all__ = [
     "Cache", "ManualClock", "memoize", "make_key",

@@ -15,12 +15,25 @@ import functools
 import hashlib
 import inspect
 import pickle
-from typing import Any, Callable, Optional, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, Optional, Protocol, TypeVar, Union
 
 from ._errors import NoMemory, TooLarge
 from ._segcache import Cache
 
-F = TypeVar("F", bound=Callable[..., Any])
+if TYPE_CHECKING:
+    from typing_extensions import ParamSpec
+
+    P = ParamSpec("P")
+    R = TypeVar("R")
+
+    class Memoized(Generic[P, R]):
+        """What `memoize` returns: the function (same signature) plus its cache helpers."""
+
+        cache: Cache
+
+        def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
+        def cache_key(self, *args: P.args, **kwargs: P.kwargs) -> bytes: ...
+        def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> bool: ...
 
 _MISS = object()
 
@@ -30,7 +43,7 @@ class Serializer(Protocol):
     def loads(self, data: bytes) -> Any: ...
 
 
-def _encode(obj: Any, typed: bool, out: list) -> None:
+def _encode(obj: Any, typed: bool, out: list[bytes]) -> None:
     """Appends a canonical, process-independent encoding of `obj` to `out`."""
     hash(obj)  # lru_cache semantics: unhashable arguments raise TypeError
     t = type(obj)
@@ -58,7 +71,7 @@ def _encode(obj: Any, typed: bool, out: list) -> None:
     elif t is frozenset:
         parts = []
         for x in obj:
-            sub: list = []
+            sub: list[bytes] = []
             _encode(x, typed, sub)
             parts.append(b"".join(sub))
         parts.sort()
@@ -77,9 +90,9 @@ def _encode(obj: Any, typed: bool, out: list) -> None:
         out.append(b"@" + name + b";")
 
 
-def make_key(prefix: bytes, args: tuple, kwargs: dict, typed: bool = False) -> bytes:
+def make_key(prefix: bytes, args: tuple[Any, ...], kwargs: dict[str, Any], typed: bool = False) -> bytes:
     """The cache key of one call: `prefix` + ':' + 32 hex digits."""
-    out: list = []
+    out: list[bytes] = []
     _encode(args, typed, out)
     out.append(b"|")
     for name in sorted(kwargs):
@@ -93,10 +106,10 @@ def memoize(
     cache: Cache,
     ttl: Any = None,
     *,
-    serializer: Serializer = pickle,  # type: ignore[assignment]
+    serializer: Serializer = pickle,
     typed: bool = False,
     key_prefix: Optional[str] = None,
-) -> Callable[[F], F]:
+) -> Callable[[Callable[P, R]], Memoized[P, R]]:
     """Decorator: keep results of the decorated function (or coroutine function) in `cache`.
 
     - `ttl`: as for `Cache.set` (seconds, timedelta, 0 for never, None for the cache default).
@@ -115,7 +128,7 @@ def memoize(
     if not (callable(getattr(serializer, "dumps", None)) and callable(getattr(serializer, "loads", None))):
         raise TypeError("memoize: serializer must have dumps() and loads()")
 
-    def decorate(fn: F) -> F:
+    def decorate(fn: Callable[P, R]) -> Memoized[P, R]:
         name = key_prefix if key_prefix is not None else f"{fn.__module__}.{fn.__qualname__}"
         prefix = name.encode("utf-8", "surrogatepass")
         if len(prefix) > 200:

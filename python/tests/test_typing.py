@@ -1,0 +1,118 @@
+"""The stub under `mypy --strict`: documented uses pass, wrong key and value types fail.
+
+mypy checks the installed package (its `_segcache.pyi` and `py.typed`), as a user's project would."""
+
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+pytest.importorskip("mypy", reason="mypy is in python/tests/requirements.txt")
+
+GOOD = """
+    from collections.abc import Mapping, MutableMapping
+    from datetime import timedelta
+    from typing import Optional, Tuple, Union
+
+    from typing_extensions import Buffer
+
+    import segcache
+
+    c = segcache.Cache(heap_size="64MiB", ttl=timedelta(minutes=5))
+    c.set("user:1", b"alice")
+    c.set(b"user:2", bytearray(b"bob"), ttl=60, flags=3)
+    c.set(memoryview(b"k"), memoryview(b"v"))
+    c["x"] = b"1"
+    v: bytes = c["x"]
+    g: Optional[bytes] = c.get("x")
+    d: Union[bytes, int] = c.get("x", 0)
+    p: bytes = c.pop("x", b"")
+    q: Optional[bytes] = c.pop("x", None)
+    kv: Tuple[bytes, bytes] = c.popitem()
+    s: bytes = c.setdefault("y", b"2")
+    c.update({b"a": b"1"})
+    c.update({"a": b"1"})
+    c.update([("a", b"1"), (b"b", bytearray(b"2"))], c=b"3")
+    c.update(z=b"4")
+    for k in c:
+        kb: bytes = k
+    for k2, v2 in c.items():
+        both: Tuple[bytes, bytes] = (k2, v2)
+    keys = set(c.keys()) | {b"other"}
+    values = list(c.values())
+    present: bool = b"zz" in c
+    many = c.get_many(["a", "b"])
+    first: Optional[bytes] = many.get("a")
+    c.set_many({"a": b"1", "b": b"2"}, ttl=10)
+    n: int = len(c)
+    c.clear()
+    m: MutableMapping[Union[str, Buffer], bytes] = c
+    ro: Mapping[Union[str, Buffer], bytes] = c
+
+    @segcache.memoize(c, ttl=60)
+    def profile(user_id: int) -> dict[str, int]:
+        return {"id": user_id}
+
+    r: dict[str, int] = profile(1)
+    gone: bool = profile.invalidate(1)
+    ck: bytes = profile.cache_key(1)
+    cache_of: segcache.Cache = profile.cache
+"""
+
+# Every line marked `# E` must be an error, and no other line.
+BAD = """
+    import segcache
+
+    c = segcache.Cache()
+    c.set(5, b"v")  # E
+    c.set("x", "a str")  # E
+    c["k"] = "str"  # E
+    c[1] = b"v"  # E
+    n: int = c["k"]  # E
+    k: str = next(iter(c))  # E
+    c.update({b"a": "str"})  # E
+    c.setdefault(b"k")  # E
+    c.pop(1)  # E
+    c.pop(b"k", default=b"")  # E
+
+    @segcache.memoize(c)
+    def profile(user_id: int) -> int:
+        return user_id
+
+    profile.invalidate("not an int")  # E
+    s: str = profile(1)  # E
+"""
+
+
+def mypy(tmp_path, name, source):
+    f = tmp_path / name
+    f.write_text(textwrap.dedent(source))
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--show-error-codes",
+         "--no-error-summary", str(f)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    return r, f.read_text().splitlines()
+
+
+def test_documented_uses_pass_mypy_strict(tmp_path):
+    r, _ = mypy(tmp_path, "good.py", GOOD)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_wrong_types_fail_mypy_strict(tmp_path):
+    r, lines = mypy(tmp_path, "bad.py", BAD)
+    assert r.returncode == 1, r.stdout + r.stderr
+    want = {i + 1 for i, line in enumerate(lines) if line.endswith("# E")}
+    got = {int(m.group(1)) for m in re.finditer(r"^bad\.py:(\d+): error", r.stdout, re.M)}
+    assert got == want, r.stdout
+
+
+def test_the_package_passes_mypy_strict(tmp_path):
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--show-error-codes", "-p", "segcache"],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
