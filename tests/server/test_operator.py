@@ -541,3 +541,13 @@ def test_counters_move_as_memcacheds(pair):
             after = counters(port)
             deltas.append({n: after[n] - before[n] for n in names})
         assert deltas[1] == deltas[0], step
+
+
+def test_keys_with_control_characters_and_nul(pair):
+    """memcached splits a command line on spaces only, so tabs and other control characters are
+    key bytes; it reads the line as a C string, so a NUL ends it early."""
+    script = (b"set a\tb 0 0 1\r\nx\r\nget a\tb\r\nset c\x01d 0 0 1\r\ny\r\nget c\x01d\r\n"
+              b"set e\x7ff 0 0 1\r\nz\r\nmg e\x7ff v\r\nset g\x00h 0 0 1\r\nq\r\nget g\x00h\r\nget  a\tb   c\x01d\r\n")
+    replies = [talk(p, script) for p in (pair[0].port, pair[1].port)]
+    assert replies[0].count(b"STORED\r\n") == 3 and b"VALUE a\tb 0 1\r\n" in replies[0]
+    assert replies[1] == replies[0]

@@ -57,7 +57,6 @@ pub enum FailKind {
     Unknown,
     BadFormat,
     KeyTooLong,
-    BadKey,
     TooLarge,
     BadDataChunk,
     BadDelta,
@@ -66,9 +65,6 @@ pub enum FailKind {
     LineTooLong,
     /// The client speaks HTTP: close without a reply.
     Http,
-    /// A binary-protocol request (first byte 0x80) on a text connection (a connection's first
-    /// byte chose its protocol): reply, then close.
-    Binary,
     /// Meta: a flag letter the command does not know.
     InvalidFlag,
     /// Meta: a flag's token is not a valid number (or is too long).
@@ -89,14 +85,12 @@ impl FailKind {
             FailKind::BadFormat => b"CLIENT_ERROR bad command line format\r\n",
             // memcached's words for a key over 250 bytes.
             FailKind::KeyTooLong => b"CLIENT_ERROR bad command line format\r\n",
-            FailKind::BadKey => b"CLIENT_ERROR key contains control characters\r\n",
             FailKind::TooLarge => TOO_LARGE,
             FailKind::BadDataChunk => b"CLIENT_ERROR bad data chunk\r\n",
             FailKind::BadDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
             FailKind::DeleteUsage => b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
             FailKind::LineTooLong => b"CLIENT_ERROR line too long\r\n",
             FailKind::Http => return None,
-            FailKind::Binary => b"CLIENT_ERROR binary request on a text connection\r\n",
             FailKind::InvalidFlag => b"CLIENT_ERROR invalid flag\r\n",
             FailKind::BadToken => b"CLIENT_ERROR bad token in command line format\r\n",
             FailKind::InvalidMode => b"CLIENT_ERROR invalid mode\r\n",
@@ -107,7 +101,7 @@ impl FailKind {
 
     /// Whether the connection is closed after this failure.
     pub fn closes(self) -> bool {
-        matches!(self, FailKind::LineTooLong | FailKind::Http | FailKind::Binary)
+        matches!(self, FailKind::LineTooLong | FailKind::Http)
     }
 }
 

@@ -196,7 +196,8 @@ fn fail<'a>(kind: FailKind, skip: usize, noreply: bool) -> Parse<'a> {
     Parse::Fail(Fail { kind, skip, noreply, unlink: None })
 }
 
-/// Checks a key: 1 to 250 bytes, no spaces or control characters.
+/// Checks a key: 1 to 250 bytes. As memcached's, a key is any bytes but a space (which the
+/// tokenizer splits on): control characters included.
 #[inline]
 pub fn check_key(key: &[u8]) -> Result<(), FailKind> {
     if key.is_empty() {
@@ -204,9 +205,6 @@ pub fn check_key(key: &[u8]) -> Result<(), FailKind> {
     }
     if key.len() > MAX_KEY_LEN {
         return Err(FailKind::KeyTooLong);
-    }
-    if key.iter().any(|&b| b <= b' ' || b == 0x7f) {
-        return Err(FailKind::BadKey);
     }
     Ok(())
 }
@@ -230,9 +228,6 @@ fn line_limit(buf: &[u8]) -> usize {
 
 /// Parses the request at the start of `buf`.
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
-    if buf.first() == Some(&0x80) {
-        return fail(FailKind::Binary, buf.len(), false);
-    }
     let limit = line_limit(buf);
     let window = &buf[..buf.len().min(limit + 1)];
     let Some(nl) = memchr(b'\n', window) else {
@@ -245,7 +240,8 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
         return Parse::Incomplete;
     };
     let line_end = if nl > 0 && buf[nl - 1] == b'\r' { nl - 1 } else { nl };
-    let line = &buf[..line_end];
+    // memcached reads the line as a C string: it ends at a NUL.
+    let line = &buf[..memchr(0, &buf[..line_end]).unwrap_or(line_end)];
     let used = nl + 1;
     if looks_like_http(line) {
         return fail(FailKind::Http, used, false);
@@ -631,8 +627,10 @@ mod tests {
         let long = format!("set {} 0 0 3\r\nabc\r\n", "k".repeat(251));
         let f = failed(long.as_bytes());
         assert_eq!((f.kind, f.skip), (FailKind::KeyTooLong, long.len()));
-        assert_eq!(failed(b"get a\x01b\r\n").kind, FailKind::BadKey);
-        assert_eq!(failed(b"delete a\tb\r\n").kind, FailKind::BadKey);
+        // As memcached: control characters belong to the key; a NUL ends the line.
+        assert!(matches!(done(b"get a\x01b\r\n").0, Request::Get { .. }));
+        assert!(matches!(done(b"delete a\tb\r\n").0, Request::Delete { key: b"a\tb", .. }));
+        assert_eq!(failed(b"set g\0h 0 0 1\r\n").kind, FailKind::Unknown);
         let ok = format!("get {}\r\n", "k".repeat(250));
         done(ok.as_bytes());
     }
@@ -684,10 +682,11 @@ mod tests {
     }
 
     #[test]
-    fn binary_protocol_is_refused() {
-        let f = failed(&[0x80, 0x0a, 0, 0]);
-        assert_eq!(f.kind, FailKind::Binary);
-        assert!(f.kind.closes() && f.kind.reply().unwrap().starts_with(b"CLIENT_ERROR"));
+    fn binary_request_on_a_text_connection_is_read_as_text() {
+        // As memcached: once a connection's first byte chose text, a binary header is just
+        // bytes of a command line.
+        assert!(matches!(parse(&[0x80, 0x01, 0, 0], &L), Parse::Incomplete));
+        assert_eq!(failed(&[0x80, 0x0a, 0, 0]).kind, FailKind::Unknown);
     }
 
     #[test]
