@@ -62,7 +62,7 @@ pub enum FailKind {
     BadDataChunk,
     BadDelta,
     DeleteUsage,
-    /// A line over the limit without a newline: reply, then close.
+    /// A line over the limit without a newline: close without a reply, as memcached does.
     LineTooLong,
     /// The client speaks HTTP: close without a reply.
     Http,
@@ -96,8 +96,7 @@ impl FailKind {
             FailKind::BadDataChunk => b"CLIENT_ERROR bad data chunk\r\n",
             FailKind::BadDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
             FailKind::DeleteUsage => b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
-            FailKind::LineTooLong => b"CLIENT_ERROR line too long\r\n",
-            FailKind::Http => return None,
+            FailKind::LineTooLong | FailKind::Http => return None,
             FailKind::Binary => b"CLIENT_ERROR binary request on a text connection\r\n",
             FailKind::InvalidFlag => b"CLIENT_ERROR invalid flag\r\n",
             FailKind::UnsupportedFlag => b"CLIENT_ERROR flag not supported by this server\r\n",
