@@ -4,9 +4,12 @@
 //! As memcached, a connection's first byte picks its protocol for good: the binary protocol's
 //! request magic (`0x80`) makes it a binary connection, anything else a text (and meta) one.
 
-use crate::exec::{execute, execute_binary, Flow};
+use memchr::{memchr, memrchr};
+use segcache_core::MAX_KEY_LEN;
+
+use crate::exec::{execute, execute_binary, Flow, GetStream};
 use crate::protocol::binary::{self, REQUEST_MAGIC};
-use crate::protocol::{parse, FailKind, Parse};
+use crate::protocol::{get_head, parse, FailKind, Parse, MAX_GET_LINE};
 use crate::state::Ctx;
 pub use crate::state::OUT_HIGH_WATER;
 
@@ -58,12 +61,14 @@ enum Step {
     Close,
 }
 
-/// The per-connection state that outlives one read: the protocol, and bytes still to drop from
-/// a rejected data block.
+/// The per-connection state that outlives one read: the protocol, bytes still to drop from a
+/// rejected data block, and a retrieval line too long to parse whole that is being run as it
+/// arrives (as memcached, `get`/`gets`/`gat`/`gats` take any number of keys).
 #[derive(Debug, Default)]
 pub struct Session {
     swallow: usize,
     mode: Mode,
+    get: Option<GetStream>,
 }
 
 impl Session {
@@ -71,9 +76,10 @@ impl Session {
         Session::default()
     }
 
-    /// Whether the session is between requests (no data block still being dropped).
+    /// Whether the session is between requests (no data block still being dropped, no
+    /// retrieval line still arriving).
     pub fn at_boundary(&self) -> bool {
-        self.swallow == 0
+        self.swallow == 0 && self.get.is_none()
     }
 
     /// Whether the connection speaks the binary protocol (known once its first byte came).
@@ -139,6 +145,9 @@ impl Session {
 
     /// Runs (or rejects) the text or meta request at `input[*pos..]`.
     fn text_step(&mut self, input: &[u8], pos: &mut usize, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Step {
+        if self.get.is_some() {
+            return self.get_more(input, pos, out, ctx);
+        }
         match parse(&input[*pos..], &ctx.shared.limits) {
             Parse::Done(req, n) => {
                 *pos += n;
@@ -146,7 +155,19 @@ impl Session {
                     return Step::Close;
                 }
             }
-            Parse::Incomplete => return Step::Incomplete,
+            Parse::Incomplete => {
+                let buf = &input[*pos..];
+                if buf.len() > MAX_GET_LINE {
+                    // A retrieval line longer than the input buffer may hold: run its keys as
+                    // they arrive.
+                    if let Some(head) = get_head(buf) {
+                        *pos += head.keys_at;
+                        self.get = Some(GetStream::new(&head, ctx));
+                        return self.get_more(input, pos, out, ctx);
+                    }
+                }
+                return Step::Incomplete;
+            }
             Parse::Fail(f) => {
                 if f.kind == FailKind::TooLarge {
                     crate::stats::bump(&ctx.stats.store_too_large, 1);
@@ -167,6 +188,37 @@ impl Session {
             }
         }
         Step::Next
+    }
+
+    /// Goes on with the long retrieval line being streamed: runs the complete keys at
+    /// `input[*pos..]` and keeps a partial one for the next call; at the line's end, sends its
+    /// reply and leaves the streaming state.
+    fn get_more(&mut self, input: &[u8], pos: &mut usize, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Step {
+        let Some(get) = self.get.as_mut() else {
+            return Step::Next;
+        };
+        let buf = &input[*pos..];
+        if let Some(nl) = memchr(b'\n', buf) {
+            let line = &buf[..nl];
+            get.run(line.strip_suffix(b"\r").unwrap_or(line), ctx);
+            *pos += nl + 1;
+            if let Some(get) = self.get.take() {
+                get.finish(out);
+            }
+            return Step::Next;
+        }
+        // Everything up to the last space is complete keys; what follows may be the start of one
+        // (with the line's `\r`).
+        let cut = memrchr(b' ', buf).map_or(0, |i| i + 1);
+        get.run(&buf[..cut], ctx);
+        if get.failed() || buf.len() - cut > MAX_KEY_LEN + 1 {
+            // As memcached (which reads the whole line first): a key too long fails the line.
+            get.reject(FailKind::KeyTooLong);
+            *pos = input.len();
+        } else {
+            *pos += cut;
+        }
+        Step::Incomplete
     }
 
     /// Runs (or rejects) the binary request at `input[*pos..]`.

@@ -240,7 +240,8 @@ const READ_BUDGET: usize = 16;
 const OUT_LOW_WATER: usize = 64 << 10;
 
 /// The largest input buffer a connection may need: one request the parser has not yet rejected
-/// (a retrieval line, or a storage line with its value of at most `-I`), with room to spare.
+/// (the first [`MAX_GET_LINE`] bytes of a retrieval line, whose rest is run as it streams in, or
+/// a storage line with its value of at most `-I`), with room to spare.
 pub fn input_cap(max_item_size: usize) -> usize {
     MAX_GET_LINE + max_item_size + 4096
 }

@@ -16,4 +16,4 @@ mod text;
 pub use admin::dump_more;
 pub use binary::execute as execute_binary;
 pub use report::prometheus;
-pub use text::{execute, Flow};
+pub use text::{execute, Flow, GetStream};

@@ -12,7 +12,7 @@ use segcache_core::Item;
 use super::admin::After;
 use super::engine::{do_arith, do_store, touch, Arith, Stored};
 use super::expiry::Expiry;
-use crate::protocol::{put_u64, reply, Keys, Request, StoreKind};
+use crate::protocol::{check_key, next_token, put_u64, reply, FailKind, GetHead, Keys, Request, StoreKind};
 use crate::state::Ctx;
 use crate::stats::bump;
 use crate::watch::{uriencode_str, FETCHERS, MUTATIONS};
@@ -133,64 +133,157 @@ fn over_limit(out: &mut Vec<u8>, mark: usize, ctx: &Ctx<'_>) -> bool {
     true
 }
 
-fn get(keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+/// Fetches one key of a retrieval command into `out`, touching it first for `gat` (`touch`:
+/// its expiry); the value's length on a hit.
+#[inline]
+fn fetch_one(key: &[u8], cas: bool, touch: Option<Expiry>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Option<usize> {
     let cache = &ctx.shared.cache;
+    let read = |out: &mut Vec<u8>| {
+        cache.get_with(key, |item| {
+            put_value(out, key, &item, cas);
+            item.value().len()
+        })
+    };
+    let size = match touch.map(Expiry::ttl) {
+        None => read(out),
+        Some(Some(ttl)) => cache.touch(key, ttl).ok().and_then(|()| read(out)),
+        // Expired on arrival: return the item this once, then it is gone.
+        Some(None) => {
+            let size = read(out);
+            let _ = cache.delete(key);
+            size
+        }
+    };
+    fetched(key, size, ctx);
+    size
+}
+
+/// Counts `n` keys read (`hits` found) by a `get` or (`gat`) a `gat`.
+fn count_reads(gat: bool, n: u64, hits: u64, ctx: &Ctx<'_>) {
+    if gat {
+        // memcached counts gat/gats as touches only.
+        bump(&ctx.stats.cmd_touch, n);
+        bump(&ctx.stats.touch_hits, hits);
+        bump(&ctx.stats.touch_misses, n - hits);
+    } else {
+        bump(&ctx.stats.cmd_get, n);
+        bump(&ctx.stats.get_hits, hits);
+        bump(&ctx.stats.get_misses, n - hits);
+    }
+}
+
+fn get(keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let mark = out.len();
     let (mut hits, mut n) = (0u64, 0u64);
     for key in keys {
         n += 1;
-        let size = cache.get_with(key, |item| {
-            put_value(out, key, &item, cas);
-            item.value().len()
-        });
-        fetched(key, size, ctx);
-        if size.is_some() {
+        if fetch_one(key, cas, None, out, ctx).is_some() {
             hits += 1;
             if over_limit(out, mark, ctx) {
                 return;
             }
         }
     }
-    bump(&ctx.stats.cmd_get, n);
-    bump(&ctx.stats.get_hits, hits);
-    bump(&ctx.stats.get_misses, n - hits);
+    count_reads(false, n, hits, ctx);
     out.extend_from_slice(reply::END);
 }
 
 fn gat(exptime: i64, keys: Keys<'_>, cas: bool, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
-    let cache = &ctx.shared.cache;
-    let expiry = Expiry::from_exptime(exptime, cache.now());
+    let expiry = Expiry::from_exptime(exptime, ctx.shared.cache.now());
     let mark = out.len();
     let (mut hits, mut n) = (0u64, 0u64);
     for key in keys {
         n += 1;
-        let read = |out: &mut Vec<u8>| {
-            cache.get_with(key, |item| {
-                put_value(out, key, &item, cas);
-                item.value().len()
-            })
-        };
-        let size = match expiry.ttl() {
-            Some(ttl) => cache.touch(key, ttl).ok().and_then(|()| read(out)),
-            // Expired on arrival: return the item this once, then it is gone.
-            None => {
-                let size = read(out);
-                let _ = cache.delete(key);
-                size
+        if fetch_one(key, cas, Some(expiry), out, ctx).is_some() {
+            hits += 1;
+            if over_limit(out, mark, ctx) {
+                return;
             }
-        };
-        let hit = size.is_some();
-        hits += u64::from(hit);
-        fetched(key, size, ctx);
-        if hit && over_limit(out, mark, ctx) {
-            return;
         }
     }
-    // memcached counts gat/gats as touches only.
-    bump(&ctx.stats.cmd_touch, n);
-    bump(&ctx.stats.touch_hits, hits);
-    bump(&ctx.stats.touch_misses, n - hits);
+    count_reads(true, n, hits, ctx);
     out.extend_from_slice(reply::END);
+}
+
+/// A retrieval line too long to parse whole ([`crate::protocol::get_head`]), run as it
+/// arrives: the session feeds it the complete keys as they come and finishes it at the line's
+/// end. The reply is held here until then, so that it is what the whole line would have got:
+/// the hits in order then `END`, or (as memcached, which reads the whole line first) only the
+/// error for a bad key anywhere in the line, or `SERVER_ERROR out of memory writing get
+/// response` once the reply passes `max_response`. Memory: the reply, at most `max_response`.
+#[derive(Debug)]
+pub struct GetStream {
+    cas: bool,
+    /// `gat`: the expiry to set.
+    touch: Option<Expiry>,
+    reply: Vec<u8>,
+    /// Keys run so far.
+    keys: u64,
+    /// The line failed: the reply to send at its end; the rest of its keys are dropped.
+    fail: Option<&'static [u8]>,
+}
+
+impl GetStream {
+    pub fn new(head: &GetHead, ctx: &Ctx<'_>) -> GetStream {
+        let mut s = GetStream { cas: head.cas, touch: None, reply: Vec::new(), keys: 0, fail: None };
+        match head.gat {
+            None => {}
+            Some(Ok(exptime)) => s.touch = Some(Expiry::from_exptime(exptime, ctx.shared.cache.now())),
+            Some(Err(kind)) => s.fail = kind.reply(),
+        }
+        s
+    }
+
+    /// Whether the line has failed (what remains of it is only to be dropped).
+    pub fn failed(&self) -> bool {
+        self.fail.is_some()
+    }
+
+    /// Fails the line with `kind`'s reply (a key too long that is still arriving).
+    pub fn reject(&mut self, kind: FailKind) {
+        if self.fail.is_none() {
+            self.fail = Some(kind.reply().unwrap_or(reply::ERROR));
+            self.reply = Vec::new();
+        }
+    }
+
+    /// Runs the space-separated keys of `keys` (all complete).
+    pub fn run(&mut self, mut keys: &[u8], ctx: &Ctx<'_>) {
+        let (mut hits, mut n) = (0u64, 0u64);
+        while self.fail.is_none() {
+            let Some(key) = next_token(&mut keys) else { break };
+            if let Err(kind) = check_key(key) {
+                self.reject(kind);
+                break;
+            }
+            n += 1;
+            if fetch_one(key, self.cas, self.touch, &mut self.reply, ctx).is_some() {
+                hits += 1;
+                if self.reply.len() > ctx.shared.limits.max_response {
+                    self.fail = Some(reply::GET_TOO_LARGE);
+                    self.reply = Vec::new();
+                }
+            }
+        }
+        self.keys += n;
+        count_reads(self.touch.is_some(), n, hits, ctx);
+    }
+
+    /// The line ended: appends its reply to `out`.
+    pub fn finish(mut self, out: &mut Vec<u8>) {
+        if let Some(fail) = self.fail {
+            out.extend_from_slice(fail);
+        } else if self.keys == 0 && self.touch.is_none() {
+            // A `get` without keys, as `parse` answers it (`gat` without keys: a bare END).
+            out.extend_from_slice(reply::ERROR);
+        } else if out.is_empty() {
+            self.reply.extend_from_slice(reply::END);
+            *out = self.reply;
+        } else {
+            out.extend_from_slice(&self.reply);
+            out.extend_from_slice(reply::END);
+        }
+    }
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -61,7 +61,7 @@ pub enum FailKind {
     BadDataChunk,
     BadDelta,
     DeleteUsage,
-    /// A line over the limit without a newline: reply, then close.
+    /// A line over the limit without a newline: close without a reply, as memcached does.
     LineTooLong,
     /// The client speaks HTTP: close without a reply.
     Http,
@@ -89,8 +89,7 @@ impl FailKind {
             FailKind::BadDataChunk => b"CLIENT_ERROR bad data chunk\r\n",
             FailKind::BadDelta => b"CLIENT_ERROR invalid numeric delta argument\r\n",
             FailKind::DeleteUsage => b"CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n",
-            FailKind::LineTooLong => b"CLIENT_ERROR line too long\r\n",
-            FailKind::Http => return None,
+            FailKind::LineTooLong | FailKind::Http => return None,
             FailKind::InvalidFlag => b"CLIENT_ERROR invalid flag\r\n",
             FailKind::BadToken => b"CLIENT_ERROR bad token in command line format\r\n",
             FailKind::InvalidMode => b"CLIENT_ERROR invalid mode\r\n",

@@ -15,7 +15,9 @@ use super::token::{next_token, parse_client_flags, parse_i64, parse_u32, parse_u
 
 /// The longest command line, as in memcached.
 pub const MAX_LINE: usize = 2048;
-/// Retrieval lines (`get`, `gets`, `gat`, `gats`) may carry many keys: they may be this long.
+/// Retrieval lines (`get`, `gets`, `gat`, `gats`) may carry any number of keys: one whose end is
+/// within this many bytes is parsed whole; a longer one is run as it streams in (see [`get_head`]),
+/// so that the input buffer never holds more of it than this.
 pub const MAX_GET_LINE: usize = 256 * 1024;
 /// The longest data block a request may declare, whatever the item size limit.
 const MAX_DATA_LEN: i64 = i32::MAX as i64;
@@ -217,13 +219,57 @@ fn looks_like_http(buf: &[u8]) -> bool {
     METHODS.iter().any(|m| buf.starts_with(m))
 }
 
+/// Whether `buf` starts with a retrieval command (after at most 100 spaces, as memcached allows).
+fn is_get_line(buf: &[u8]) -> bool {
+    let spaces = buf.iter().take(101).take_while(|&&b| b == b' ').count();
+    let buf = &buf[spaces..];
+    spaces <= 100
+        && (buf.starts_with(b"get ")
+            || buf.starts_with(b"gets ")
+            || buf.starts_with(b"gat ")
+            || buf.starts_with(b"gats "))
+}
+
 /// The longest line allowed for the command that `buf` starts with.
 fn line_limit(buf: &[u8]) -> usize {
-    if buf.starts_with(b"get ") || buf.starts_with(b"gets ") || buf.starts_with(b"gat ") || buf.starts_with(b"gats ") {
+    if is_get_line(buf) {
         MAX_GET_LINE
     } else {
         MAX_LINE
     }
+}
+
+/// The start of a retrieval line too long to parse whole ([`parse`] said [`Parse::Incomplete`]
+/// for more than [`MAX_GET_LINE`] bytes): the caller runs its keys as they arrive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GetHead {
+    /// `gets`/`gats`.
+    pub cas: bool,
+    /// `gat`/`gats`: the exptime, or the error for a bad one (the line is then dropped).
+    pub gat: Option<Result<i64, FailKind>>,
+    /// Where the keys start, from the start of the line.
+    pub keys_at: usize,
+}
+
+/// The command (and `gat`'s exptime) of a long retrieval line; `None` if `buf` does not start
+/// with one followed by a space.
+pub fn get_head(buf: &[u8]) -> Option<GetHead> {
+    if !is_get_line(buf) {
+        return None;
+    }
+    let mut rest = buf;
+    let cmd = next_token(&mut rest)?;
+    let cas = cmd == b"gets" || cmd == b"gats";
+    let gat = if cmd == b"gat" || cmd == b"gats" {
+        let t = next_token(&mut rest)?;
+        if rest.is_empty() {
+            return None; // the exptime may not be all in
+        }
+        Some(parse_i64(t).ok_or(FailKind::BadExptime))
+    } else {
+        None
+    };
+    Some(GetHead { cas, gat, keys_at: buf.len() - rest.len() })
 }
 
 /// Parses the request at the start of `buf`.
@@ -234,7 +280,8 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
         if looks_like_http(buf) {
             return fail(FailKind::Http, buf.len(), false);
         }
-        if buf.len() > limit {
+        // A retrieval line may be longer: the caller streams it (`get_head`).
+        if buf.len() > limit && limit == MAX_LINE {
             return fail(FailKind::LineTooLong, buf.len(), false);
         }
         return Parse::Incomplete;
@@ -671,6 +718,18 @@ mod tests {
         assert!(matches!(parse(&get, &L), Parse::Incomplete));
         get.extend_from_slice(b"\r\n");
         done(&get);
+        // Past MAX_GET_LINE, still incomplete (the session streams it from `get_head`).
+        let mut get = b"  gat -1 ".to_vec();
+        get.resize(MAX_GET_LINE + 10, b'k');
+        assert!(matches!(parse(&get, &L), Parse::Incomplete));
+        assert_eq!(get_head(&get), Some(GetHead { cas: false, gat: Some(Ok(-1)), keys_at: 8 }));
+        assert_eq!(get_head(b"gets "), Some(GetHead { cas: true, gat: None, keys_at: 4 }));
+        assert_eq!(
+            get_head(b"gats x y"),
+            Some(GetHead { cas: true, gat: Some(Err(FailKind::BadExptime)), keys_at: 6 })
+        );
+        assert_eq!(get_head(b"gat 10"), None);
+        assert_eq!(get_head(b"set a"), None);
     }
 
     #[test]
