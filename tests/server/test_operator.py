@@ -551,3 +551,22 @@ def test_keys_with_control_characters_and_nul(pair):
     replies = [talk(p, script) for p in (pair[0].port, pair[1].port)]
     assert replies[0].count(b"STORED\r\n") == 3 and b"VALUE a\tb 0 1\r\n" in replies[0]
     assert replies[1] == replies[0]
+
+
+def test_metadump_reports_fetch_and_last_access(pair):
+    """`fetch` is yes for an item read since it was stored and no otherwise (a store resets it);
+    `la` is the Unix time of the last store or read, within the server's clock."""
+    seen = []
+    for proc in pair:
+        talk(proc.port, b"flush_all\r\nset fa 0 0 1\r\na\r\nset fb 0 0 1\r\nb\r\nset fc 0 0 1\r\nc\r\n"
+                        b"get fa\r\nget fc\r\nset fc 0 0 1\r\nC\r\n")
+        now = int(stat_map(talk(proc.port, b"stats\r\n"))["time"])
+        out = dump(proc.port, b"lru_crawler metadump all\r\n", b"END\r\n")
+        fields = {}
+        for line in out.split(b"\n")[:-2]:
+            parts = dict(p.split(b"=", 1) for p in line.strip().split(b" "))
+            fields[parts[b"key"]] = parts
+        assert all(abs(int(f[b"la"]) - now) <= 2 for f in fields.values()), (proc.name, out)
+        seen.append({k: f[b"fetch"] for k, f in fields.items()})
+    assert seen[0] == {b"fa": b"yes", b"fb": b"no", b"fc": b"no"}
+    assert seen[1] == seen[0]

@@ -30,7 +30,7 @@ pub(crate) fn fits_joined(key: &[u8], old: &[u8], added: &[u8], max: usize) -> R
 /// allowed, at least one digit, no overflow, then white space, a NUL or the end; a minus sign
 /// only when the result is below 2^63 read as signed (so "-0" is 0, "-1" is refused). memcached's
 /// `incr` leaves a shrunk number padded with spaces ("5 "), which reads back as 5.
-pub(crate) fn parse_decimal(v: &[u8]) -> Option<u64> {
+pub fn parse_decimal(v: &[u8]) -> Option<u64> {
     // C's isspace in the "C" locale.
     let space = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
     let i = v.iter().position(|&c| !space(c))?;

@@ -214,19 +214,21 @@ fn finish_dump(job: &DumpJob, out: &mut Vec<u8>) {
     out.extend_from_slice(if job.mg { b"EN\r\n" } else { reply::END });
 }
 
-/// memcached 1.6.18's `metadump` line. `la` and `fetch` are not tracked by the engine: every
-/// item reads as memcached's never-fetched item does, its last access the dump's time.
+/// memcached 1.6.18's `metadump` line: `la` is the Unix time of the last store or read (as the
+/// engine keeps it: see `Item::last_access`), `fetch` whether a read came since the store.
 fn meta_line(item: &Item<'_>, now: u32, line: &mut String, out: &mut Vec<u8>) {
     out.extend_from_slice(b"key=");
     uriencode(out, item.key());
     line.clear();
     let exp = item.expire_at().map_or(-1, i64::from);
-    let _ = writeln!(line, " exp={exp} la={now} cas={} fetch=no cls=1 size={}", item.cas(), record_size(item));
+    let la = u64::from(now).saturating_sub(item.last_access().as_secs());
+    let fetch = if item.fetched() { "yes" } else { "no" };
+    let _ = writeln!(line, " exp={exp} la={la} cas={} fetch={fetch} cls=1 size={}", item.cas(), record_size(item));
     out.extend_from_slice(line.as_bytes());
 }
 
-/// The newest memcached's `mgdump` line, `mg <key>`. (Keys are printable: the text protocol
-/// cannot store others, so memcached's base64 form ` b` is never needed.)
+/// The newest memcached's `mgdump` line, `mg <key>`, the key as stored (memcached base64-encodes
+/// only keys stored through a base64 key, a bit this engine does not keep).
 fn mg_line(item: &Item<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(b"mg ");
     out.extend_from_slice(item.key());

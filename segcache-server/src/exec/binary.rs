@@ -12,7 +12,7 @@
 
 use segcache_core::Item;
 
-use super::engine::{do_arith, do_store, touch, Arith, Stored};
+use super::engine::{arith_swap, do_arith, do_store, grow_swap, look, touch, Arith, Stored};
 use super::expiry::Expiry;
 use super::report::write_stats;
 use super::text::Flow;
@@ -161,11 +161,18 @@ fn store(
         StoreKind::Set | StoreKind::Add | StoreKind::Replace if h.cas != 0 => {
             do_store(StoreKind::Cas, key, flags, exptime, value, h.cas, ctx)
         }
-        StoreKind::Append | StoreKind::Prepend => match ctx.shared.cache.get_with(key, |i| i.cas()) {
-            None if h.cas != 0 => Stored::NotStored,
-            Some(c) if h.cas != 0 && c != h.cas => Stored::Exists,
-            _ => do_store(kind, key, flags, exptime, value, 0, ctx),
-        },
+        // With a CAS: one compare-and-swap of the joined value.
+        StoreKind::Append | StoreKind::Prepend if h.cas != 0 => {
+            bump(&ctx.stats.cmd_set, 1);
+            match grow_swap(kind, key, value, Some(h.cas), None, ctx) {
+                Ok(()) => {
+                    bump(&ctx.stats.total_items, 1);
+                    Stored::Stored
+                }
+                Err(segcache_core::Error::Exists) => Stored::Exists,
+                Err(_) => Stored::NotStored,
+            }
+        }
         _ => do_store(kind, key, flags, exptime, value, 0, ctx),
     };
     let status = match r {
@@ -191,13 +198,11 @@ fn store(
 
 fn delete(h: &Header, quiet: bool, key: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let cache = &ctx.shared.cache;
-    if h.cas != 0 {
-        match cache.get_with(key, |i| i.cas()) {
-            Some(c) if c != h.cas => return put_error(out, h, Status::KeyExists),
-            _ => {}
-        }
+    let r = if h.cas != 0 { cache.delete_cas(key, h.cas) } else { cache.delete(key) };
+    if matches!(r, Err(segcache_core::Error::Exists)) {
+        return put_error(out, h, Status::KeyExists);
     }
-    let ok = cache.delete(key).is_ok();
+    let ok = r.is_ok();
     bump(if ok { &ctx.stats.delete_hits } else { &ctx.stats.delete_misses }, 1);
     if !ok {
         put_error(out, h, Status::KeyNotFound);
@@ -222,14 +227,22 @@ fn arith(
 ) {
     let cache = &ctx.shared.cache;
     // As memcached: an empty value is refused as non-numeric before the CAS is compared.
-    if h.cas != 0 {
-        match cache.get_with(key, |i| (i.cas(), i.value().is_empty())) {
-            Some((_, true)) => return put_error(out, h, Status::DeltaBadValue),
-            Some((c, false)) if c != h.cas => return put_error(out, h, Status::KeyExists),
-            _ => {}
-        }
+    if h.cas != 0 && look(ctx, key, |i| i.value().is_empty()) == Some(true) {
+        return put_error(out, h, Status::DeltaBadValue);
     }
-    let value = match do_arith(incr, key, delta, ctx) {
+    // With a CAS: one compare-and-swap of the new number.
+    let r = if h.cas == 0 {
+        do_arith(incr, key, delta, ctx)
+    } else {
+        match arith_swap(incr, key, delta, Some(h.cas), None, ctx) {
+            Ok(n) => Arith::Value(n),
+            Err(segcache_core::Error::Exists) => return put_error(out, h, Status::KeyExists),
+            Err(segcache_core::Error::NotFound) => Arith::NotFound,
+            Err(segcache_core::Error::NotNumeric) => Arith::NotNumeric,
+            Err(_) => Arith::Failed,
+        }
+    };
+    let value = match r {
         Arith::Value(n) => n,
         Arith::NotFound if exptime != NO_CREATE => {
             let mut digits = itoa::Buffer::new();

@@ -1,12 +1,121 @@
 //! The engine calls the text and the meta handlers share (store, touch, incr/decr), with
 //! memcached's expiry rules and counters; their outcomes are spelled by each protocol.
 
-use segcache_core::Error;
+use std::time::Duration;
+
+use segcache_core::{parse_decimal, Error, Item, ReadOptions, StoreMode, StoreOptions};
 
 use super::expiry::Expiry;
 use crate::protocol::StoreKind;
 use crate::state::Ctx;
 use crate::stats::bump;
+
+/// Reads made to answer a request, not by the client: they leave the item's state alone.
+const QUIET_READ: ReadOptions = ReadOptions { claim_token: false, recache_below: None, no_update: true };
+
+/// Runs `f` on the item without counting as an access (see `QUIET_READ`).
+pub fn look<R>(ctx: &Ctx<'_>, key: &[u8], f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
+    ctx.shared.cache.get_with_options(key, QUIET_READ, f)
+}
+
+/// The TTL an item has left, for a rewrite that keeps it (at least a second: zero means never).
+fn ttl_left(item: &Item<'_>) -> Duration {
+    item.ttl().map_or(Duration::ZERO, |d| d.max(Duration::from_secs(1)))
+}
+
+/// A read-modify-write as one compare-and-swap: `change` makes the new value from the item
+/// (`Err` refuses); the store succeeds only if the item's CAS value is still the one read, else
+/// it starts again. With `compare`, the item must have that CAS value (`Exists` otherwise, and
+/// also when another writer changed it between). `explicit`: the CAS value the item takes
+/// (meta `E`). The item keeps its client flags and TTL. Returns the new value's CAS and what
+/// `change` returned beside the value.
+fn swap<T>(
+    key: &[u8],
+    compare: Option<u64>,
+    explicit: Option<u64>,
+    ctx: &Ctx<'_>,
+    change: impl Fn(&Item<'_>) -> Result<(Vec<u8>, T), Error>,
+) -> Result<T, Error> {
+    let cache = &ctx.shared.cache;
+    loop {
+        let current = look(ctx, key, |i| (i.cas(), i.flags(), ttl_left(&i), change(&i)));
+        let Some((cas, flags, ttl, changed)) = current else { return Err(Error::NotFound) };
+        if compare.is_some_and(|c| c != cas) {
+            return Err(Error::Exists);
+        }
+        let (value, extra) = changed?;
+        let opts = StoreOptions { cas: explicit, ..StoreOptions::default() };
+        match cache.store_with(key, &value, flags, ttl, StoreMode::Cas(cas), opts) {
+            Ok(_) => return Ok(extra),
+            // Changed (or gone) since the read: with a compare, that is a mismatch.
+            Err(Error::Exists | Error::NotFound) if compare.is_none() => continue,
+            Err(Error::NotFound) => return Err(Error::NotFound),
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+/// append/prepend as one compare-and-swap (see `swap`), for a request that compares a CAS
+/// value or sets one; refused (`NotStored`) past `-I` as memcached does.
+pub fn grow_swap(
+    kind: StoreKind,
+    key: &[u8],
+    data: &[u8],
+    compare: Option<u64>,
+    explicit: Option<u64>,
+    ctx: &Ctx<'_>,
+) -> Result<(), Error> {
+    let limits = &ctx.shared.limits;
+    swap(key, compare, explicit, ctx, |i| {
+        if !limits.item_fits(key.len(), i.flags(), i.value().len() + data.len()) {
+            return Err(Error::NotStored);
+        }
+        let parts: [&[u8]; 2] = if kind == StoreKind::Prepend { [data, i.value()] } else { [i.value(), data] };
+        Ok((parts.concat(), ()))
+    })
+}
+
+/// incr/decr as one compare-and-swap (see `swap`), for a request that compares a CAS value or
+/// sets one. As the engine's own: a result shorter than the old value is space padded to its
+/// length (memcached writes it in place); counted as `do_arith` counts.
+pub fn arith_swap(
+    incr: bool,
+    key: &[u8],
+    delta: u64,
+    compare: Option<u64>,
+    explicit: Option<u64>,
+    ctx: &Ctx<'_>,
+) -> Result<u64, Error> {
+    let r = swap(key, compare, explicit, ctx, |i| {
+        let old = i.value();
+        let n = parse_decimal(old).ok_or(Error::NotNumeric)?;
+        let n = if incr { n.wrapping_add(delta) } else { n.saturating_sub(delta) };
+        let mut digits = itoa::Buffer::new();
+        let mut value = digits.format(n).as_bytes().to_vec();
+        let grew = value.len() > old.len();
+        value.resize(value.len().max(old.len()), b' ');
+        Ok((value, (n, grew)))
+    });
+    let (hit, miss) = if incr {
+        (&ctx.stats.incr_hits, &ctx.stats.incr_misses)
+    } else {
+        (&ctx.stats.decr_hits, &ctx.stats.decr_misses)
+    };
+    match r {
+        Ok((n, grew)) => {
+            bump(hit, 1);
+            if grew {
+                bump(&ctx.stats.total_items, 1);
+            }
+            Ok(n)
+        }
+        Err(Error::NotFound) => {
+            bump(miss, 1);
+            Err(Error::NotFound)
+        }
+        Err(e) => Err(e),
+    }
+}
 
 /// Sets a key's expiry; `true` when the key was there.
 pub fn touch(key: &[u8], exptime: i64, ctx: &Ctx<'_>) -> bool {
@@ -60,11 +169,7 @@ pub fn do_store(kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u
             }
             StoreKind::Replace => cache.delete(key).map_err(|_| Error::NotStored),
             StoreKind::Append | StoreKind::Prepend => grow(kind, key, data, ctx),
-            StoreKind::Cas => match cache.get_with(key, |i| i.cas()) {
-                None => Err(Error::NotFound),
-                Some(c) if c != cas => Err(Error::Exists),
-                Some(_) => cache.delete(key).or(Ok(())),
-            },
+            StoreKind::Cas => cache.delete_cas(key, cas),
         },
     };
     if kind == StoreKind::Cas {

@@ -16,7 +16,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use segcache_core::{Error, ReadOptions, StoreMode, StoreOptions, MAX_KEY_LEN};
 
-use super::engine::{do_arith, do_store, Arith, Stored};
+use super::engine::{arith_swap, do_arith, do_store, grow_swap, look, Arith, Stored};
 use super::expiry::Expiry;
 use crate::protocol::{next_token, put_i64, put_u64, reply, FailKind, MetaCmd, MetaFlags, StoreKind};
 use crate::state::Ctx;
@@ -47,14 +47,6 @@ impl Info {
             idle: item.last_access().as_secs(),
         }
     }
-}
-
-/// Reads made to answer a request, not by the client: they leave the item's state alone.
-const QUIET_READ: ReadOptions = ReadOptions { claim_token: false, recache_below: None, no_update: true };
-
-/// Runs `f` on the item without counting as an access (see `QUIET_READ`).
-fn look<R>(ctx: &Ctx<'_>, key: &[u8], f: impl FnOnce(segcache_core::Item<'_>) -> R) -> Option<R> {
-    ctx.shared.cache.get_with_options(key, QUIET_READ, f)
 }
 
 /// The return flags memcached writes for each kind of reply (others asked for are left out).
@@ -404,11 +396,9 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
             Some(x) if x != c => Stored::Exists,
             Some(_) => do_store(kind, key, flags, exptime, data, 0, ctx),
         },
-        (Some(c), StoreKind::Append | StoreKind::Prepend) if c != 0 => match look(ctx, key, |i| i.cas()) {
-            None => Stored::NotStored,
-            Some(x) if x != c => Stored::Exists,
-            Some(_) => do_store(kind, key, flags, exptime, data, 0, ctx),
-        },
+        (Some(c), StoreKind::Append | StoreKind::Prepend) if c != 0 => {
+            store_with_state(kind, key, flags, exptime, data, f, ctx)
+        }
         (_, StoreKind::Append | StoreKind::Prepend) => {
             let r = do_store(kind, key, flags, exptime, data, 0, ctx);
             match (r, f.vivify) {
@@ -472,31 +462,19 @@ fn store_with_state(
         (StoreKind::Add, _) => cache.store_with(key, data, flags, ttl, StoreMode::Add, opts),
         (StoreKind::Replace, Some(c)) => cache.store_with(key, data, flags, ttl, StoreMode::Cas(c), opts),
         (StoreKind::Replace, None) => cache.store_with(key, data, flags, ttl, StoreMode::Replace, opts),
-        _ => loop {
-            // Append or prepend: memcached keeps the item's flags and TTL.
-            let current = look(ctx, key, |i| {
-                let mut v = Vec::with_capacity(i.value().len() + data.len());
-                if kind == StoreKind::Prepend {
-                    v.extend_from_slice(data);
-                }
-                v.extend_from_slice(i.value());
-                if kind == StoreKind::Append {
-                    v.extend_from_slice(data);
-                }
-                (i.cas(), i.flags(), i.ttl().map(|d| d.max(Duration::from_secs(1))), v)
-            });
-            let Some((cas, flags, left, value)) = current else { break Err(Error::NotStored) };
-            if compare.is_some_and(|c| c != 0 && c != cas) {
-                break Err(Error::Exists);
-            }
-            match cache.store_with(key, &value, flags, left.unwrap_or(Duration::ZERO), StoreMode::Cas(cas), opts) {
-                Err(Error::Exists | Error::NotFound) => continue,
-                r => break r,
-            }
+        // Append or prepend: one compare-and-swap of the joined value (memcached keeps the
+        // item's flags and TTL); a miss is not stored.
+        _ => match grow_swap(kind, key, data, compare.filter(|&c| c != 0), f.explicit_cas, ctx) {
+            Ok(()) => Ok(0),
+            Err(Error::NotFound) => Err(Error::NotStored),
+            Err(e) => Err(e),
         },
     };
     match r {
-        Ok(_) => Stored::Stored,
+        Ok(_) => {
+            bump(&ctx.stats.total_items, 1);
+            Stored::Stored
+        }
         Err(Error::NotStored) => Stored::NotStored,
         Err(Error::Exists) => Stored::Exists,
         Err(Error::NotFound) => Stored::NotFound,
@@ -569,23 +547,26 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     let delta = f.delta.unwrap_or(1);
     // As memcached: C0 compares nothing; a missing item is a miss (so `N` still creates it);
     // an empty value is refused as non-numeric before the CAS is compared.
-    if let Some(c) = f.compare_cas.filter(|&c| c != 0) {
-        match look(ctx, key, |i| (i.cas(), i.value().is_empty())) {
-            Some((_, true)) => {
-                out.extend_from_slice(reply::NON_NUMERIC);
-                return;
-            }
-            Some((x, false)) if x != c => return put_code(out, reply::EX, f, key_token, KEY_ONLY, None),
-            _ => {}
-        }
+    let compare = f.compare_cas.filter(|&c| c != 0);
+    if compare.is_some() && look(ctx, key, |i| i.value().is_empty()) == Some(true) {
+        out.extend_from_slice(reply::NON_NUMERIC);
+        return;
     }
     let mut order = TtlOrder { now: cache.now(), ..TtlOrder::default() };
     if f.ttl.is_some() && t_before_ttl(f) {
         order.before = look(ctx, key, |item| ttl_secs(&item));
     }
-    let mut r = match f.explicit_cas {
-        Some(e) => arith_with_cas(incr, key, delta, e, ctx),
-        None => do_arith(incr, key, delta, ctx),
+    // C and E: one compare-and-swap of the new number.
+    let mut r = if compare.is_some() || f.explicit_cas.is_some() {
+        match arith_swap(incr, key, delta, compare, f.explicit_cas, ctx) {
+            Ok(n) => Arith::Value(n),
+            Err(Error::Exists) => return put_code(out, reply::EX, f, key_token, KEY_ONLY, None),
+            Err(Error::NotFound) => Arith::NotFound,
+            Err(Error::NotNumeric) => Arith::NotNumeric,
+            Err(_) => Arith::Failed,
+        }
+    } else {
+        do_arith(incr, key, delta, ctx)
     };
     let mut ttl_token = f.ttl;
     let mut created = false;
@@ -648,40 +629,6 @@ fn set_ttl(key: &[u8], exptime: i64, ctx: &Ctx<'_>) -> bool {
     match Expiry::from_exptime(exptime, cache.now()).ttl() {
         Some(ttl) => cache.set_ttl(key, ttl).is_ok(),
         None => cache.delete(key).is_ok(),
-    }
-}
-
-/// `ma` with `E`: incr/decr that gives the item the CAS value `cas`, as a compare-and-swap of the
-/// new number retried until no writer came between.
-fn arith_with_cas(incr: bool, key: &[u8], delta: u64, cas: u64, ctx: &Ctx<'_>) -> Arith {
-    let cache = &ctx.shared.cache;
-    let (hit, miss) = if incr {
-        (&ctx.stats.incr_hits, &ctx.stats.incr_misses)
-    } else {
-        (&ctx.stats.decr_hits, &ctx.stats.decr_misses)
-    };
-    loop {
-        let current = look(ctx, key, |i| {
-            let n = std::str::from_utf8(i.value()).ok().and_then(|v| v.trim_end().parse::<u64>().ok());
-            (i.cas(), i.flags(), i.ttl().map(|d| d.max(Duration::from_secs(1))), n)
-        });
-        let Some((old, flags, ttl, n)) = current else {
-            bump(miss, 1);
-            return Arith::NotFound;
-        };
-        let Some(n) = n else { return Arith::NotNumeric };
-        let n = if incr { n.wrapping_add(delta) } else { n.saturating_sub(delta) };
-        let mut digits = itoa::Buffer::new();
-        let opts = StoreOptions { cas: Some(cas), ..StoreOptions::default() };
-        let ttl = ttl.unwrap_or(Duration::ZERO);
-        match cache.store_with(key, digits.format(n).as_bytes(), flags, ttl, StoreMode::Cas(old), opts) {
-            Ok(_) => {
-                bump(hit, 1);
-                return Arith::Value(n);
-            }
-            Err(Error::Exists | Error::NotFound) => continue,
-            Err(_) => return Arith::Failed,
-        }
     }
 }
 
