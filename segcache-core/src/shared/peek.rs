@@ -298,8 +298,9 @@ impl ShardView {
         if len > self.segment_size - offset {
             return None;
         }
+        // A record shorter than the longest header is already whole in the words copied.
         if len <= PEEK_BYTES {
-            copy(buf, head, (at + len).div_ceil(8));
+            copy(buf, head, (at + len).div_ceil(8).max(head));
         }
         Some((at, header))
     }
