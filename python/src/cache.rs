@@ -29,11 +29,12 @@ use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use segcache_core::{Error, OwnedItem, Policy, SharedCache};
+use segcache_core::{Error, OwnedItem, Policy, ReadOptions, SharedCache, StoreMode, StoreOptions};
 
 use crate::clock::ManualClock;
 use crate::convert::{self, key, value};
 use crate::errors::{closed, engine_error};
+use crate::item::Item;
 
 /// Values at least this long are copied with the GIL released (about 10 us of copying).
 const BIG: usize = 64 << 10;
@@ -126,6 +127,7 @@ impl Cache {
         self.with(|c| Ok(py.detach(|| op(c))))
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn store(
         &self,
         py: Python<'_>,
@@ -134,17 +136,27 @@ impl Cache {
         v: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
         flags: Option<&Bound<'_, PyAny>>,
+        new_cas: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let k = key(k)?;
         let v = value(v, self.segment_size)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
+        let new_cas = cas_arg(new_cas, "new_cas")?;
         self.with(|c| {
             let (k, v) = (&*k, v.as_slice());
-            stored(detach_if_big(py, v.len(), || match op {
-                Store::Set => c.set(k, v, flags, ttl),
-                Store::Add => c.add(k, v, flags, ttl),
-                Store::Replace => c.replace(k, v, flags, ttl),
+            stored(detach_if_big(py, v.len(), || match (op, new_cas) {
+                (Store::Set, None) => c.set(k, v, flags, ttl),
+                (Store::Add, None) => c.add(k, v, flags, ttl),
+                (Store::Replace, None) => c.replace(k, v, flags, ttl),
+                (op, cas) => {
+                    let mode = match op {
+                        Store::Set => StoreMode::Set,
+                        Store::Add => StoreMode::Add,
+                        Store::Replace => StoreMode::Replace,
+                    };
+                    c.store_with(k, v, flags, ttl, mode, StoreOptions { cas, ..StoreOptions::default() }).map(drop)
+                }
             }))
         })
     }
@@ -204,6 +216,15 @@ fn present<T>(r: segcache_core::Result<T>) -> PyResult<Option<T>> {
         Ok(v) => Ok(Some(v)),
         Err(Error::NotStored) | Err(Error::NotFound) => Ok(None),
         Err(e) => Err(engine_error(e)),
+    }
+}
+
+/// An optional CAS value argument (`cas=`, `new_cas=`): None, or an int from 0 to 2**64 - 1.
+#[inline]
+fn cas_arg(v: Option<&Bound<'_, PyAny>>, name: &str) -> PyResult<Option<u64>> {
+    match v {
+        Some(v) if !v.is_none() => convert::int_in_range(v, name, 0, u64::MAX).map(Some),
+        _ => Ok(None),
     }
 }
 
@@ -411,7 +432,10 @@ impl Cache {
 
     /// Stores `value` under `key`. `ttl`: seconds (int/float), a timedelta, 0 for never, or
     /// None for the cache's default. Raises TooLarge, KeyTooLong, EmptyKey or NoMemory.
-    #[pyo3(signature = (key, value, ttl=None, flags=None))]
+    ///
+    /// `new_cas`: the CAS value the item takes (memcached's `E`), instead of the cache's next;
+    /// the caller then answers for its uniqueness (say, a version shared by several caches).
+    #[pyo3(signature = (key, value, ttl=None, flags=None, *, new_cas=None))]
     fn set(
         &self,
         py: Python<'_>,
@@ -419,12 +443,13 @@ impl Cache {
         value: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
         flags: Option<&Bound<'_, PyAny>>,
+        new_cas: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        self.store(py, Store::Set, key, value, ttl, flags).map(|_| ())
+        self.store(py, Store::Set, key, value, ttl, flags, new_cas).map(|_| ())
     }
 
-    /// Stores only if `key` is absent; True if stored.
-    #[pyo3(signature = (key, value, ttl=None, flags=None))]
+    /// Stores only if `key` is absent; True if stored. `new_cas` as in `set`.
+    #[pyo3(signature = (key, value, ttl=None, flags=None, *, new_cas=None))]
     fn add(
         &self,
         py: Python<'_>,
@@ -432,12 +457,13 @@ impl Cache {
         value: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
         flags: Option<&Bound<'_, PyAny>>,
+        new_cas: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        self.store(py, Store::Add, key, value, ttl, flags)
+        self.store(py, Store::Add, key, value, ttl, flags, new_cas)
     }
 
-    /// Stores only if `key` is present; True if stored.
-    #[pyo3(signature = (key, value, ttl=None, flags=None))]
+    /// Stores only if `key` is present; True if stored. `new_cas` as in `set`.
+    #[pyo3(signature = (key, value, ttl=None, flags=None, *, new_cas=None))]
     fn replace(
         &self,
         py: Python<'_>,
@@ -445,13 +471,14 @@ impl Cache {
         value: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
         flags: Option<&Bound<'_, PyAny>>,
+        new_cas: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        self.store(py, Store::Replace, key, value, ttl, flags)
+        self.store(py, Store::Replace, key, value, ttl, flags, new_cas)
     }
 
     /// Stores only if the item's CAS value is still `cas` (from `gets`): True if stored, False
-    /// if the item changed since, None if it is absent.
-    #[pyo3(signature = (key, value, cas, ttl=None, flags=None))]
+    /// if the item changed since, None if it is absent. `new_cas` as in `set`.
+    #[pyo3(signature = (key, value, cas, ttl=None, flags=None, *, new_cas=None))]
     #[allow(clippy::too_many_arguments)]
     fn cas(
         &self,
@@ -461,15 +488,22 @@ impl Cache {
         cas: &Bound<'_, PyAny>,
         ttl: Option<&Bound<'_, PyAny>>,
         flags: Option<&Bound<'_, PyAny>>,
+        new_cas: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<bool>> {
         let k = self::key(key)?;
         let v = self::value(value, self.segment_size)?;
         let cas = convert::int_in_range(cas, "cas", 0, u64::MAX)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
+        let new_cas = cas_arg(new_cas, "new_cas")?;
         self.with(|c| {
             let (k, v) = (&*k, v.as_slice());
-            match detach_if_big(py, v.len(), || c.cas(k, v, flags, ttl, cas)) {
+            let opts = StoreOptions { cas: new_cas, ..StoreOptions::default() };
+            let op = || match new_cas {
+                None => c.cas(k, v, flags, ttl, cas),
+                Some(_) => c.store_with(k, v, flags, ttl, StoreMode::Cas(cas), opts).map(drop),
+            };
+            match detach_if_big(py, v.len(), op) {
                 Err(Error::Exists) => Ok(Some(false)),
                 r => Ok(present(r)?.map(|()| true)),
             }
@@ -499,10 +533,78 @@ impl Cache {
         self.arith(key, delta, false)
     }
 
-    /// Removes `key`; True if it was there.
-    fn delete(&self, key: &Bound<'_, PyAny>) -> PyResult<bool> {
+    /// Removes `key`; True if it was there. With `cas`: only if its CAS value is that one
+    /// (memcached's `md key C`); False if it differs (nothing removed) or `key` is absent.
+    #[pyo3(signature = (key, *, cas=None))]
+    fn delete(&self, key: &Bound<'_, PyAny>, cas: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
         let k = self::key(key)?;
-        self.with(|c| stored(c.delete(&k)))
+        let cas = cas_arg(cas, "cas")?;
+        self.with(|c| match cas {
+            None => stored(c.delete(&k)),
+            Some(cas) => match c.delete_cas(&k, cas) {
+                Err(Error::Exists) => Ok(false),
+                r => stored(r),
+            },
+        })
+    }
+
+    /// Marks the item stale (memcached's `md key I`), for stale-while-revalidate: it keeps its
+    /// value and flags and takes a new CAS value (`new_cas`, or the cache's next). Reads by
+    /// `get_state(key, claim=True)` then see it `stale`, and exactly one of them `won`: that one
+    /// recomputes and stores the value, which makes the item fresh again; the others see
+    /// `token_sent` and may serve the stale value meanwhile.
+    ///
+    /// `ttl`: a new TTL (seconds, timedelta, 0 for never); None keeps the item's (unlike `set`,
+    /// where None is the cache's default). `cas`: only if the item's CAS value is that one.
+    /// Returns the new CAS value; None if `key` is absent or (with `cas`) its CAS value differs.
+    #[pyo3(signature = (key, *, ttl=None, cas=None, new_cas=None))]
+    fn invalidate(
+        &self,
+        key: &Bound<'_, PyAny>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        cas: Option<&Bound<'_, PyAny>>,
+        new_cas: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<Option<u64>> {
+        let k = self::key(key)?;
+        let ttl = match ttl {
+            Some(t) if !t.is_none() => Some(convert::ttl_value(t, "ttl")?),
+            _ => None,
+        };
+        let cas = cas_arg(cas, "cas")?;
+        let new_cas = cas_arg(new_cas, "new_cas")?;
+        self.with(|c| match c.invalidate(&k, ttl, cas, new_cas) {
+            Err(Error::Exists) => Ok(None),
+            r => present(r),
+        })
+    }
+
+    /// Reads `key` with its state: an `Item` (value, flags, cas, ttl, fetched, last_access,
+    /// stale, won, token_sent), or None when absent.
+    ///
+    /// `claim`: take the item's recache token if it is up for grabs: the item is stale (see
+    /// `invalidate`) or has less than `recache_below` (seconds or timedelta) left to live, and no
+    /// read took the token since it was stored or invalidated. Exactly one such read gets
+    /// `won=True`; the others `token_sent=True`. `update=False` leaves the fetched bit and the
+    /// access time alone (memcached's `u`).
+    #[pyo3(signature = (key, *, claim=false, recache_below=None, update=true))]
+    fn get_state(
+        &self,
+        py: Python<'_>,
+        key: &Bound<'_, PyAny>,
+        claim: bool,
+        recache_below: Option<&Bound<'_, PyAny>>,
+        update: bool,
+    ) -> PyResult<Option<Item>> {
+        let k = self::key(key)?;
+        let recache_below = match recache_below {
+            Some(t) if !t.is_none() => Some(convert::ttl_value(t, "recache_below")?),
+            _ => None,
+        };
+        let opts = ReadOptions { claim_token: claim, recache_below, no_update: !update };
+        // One read, the `bytes` built inside it with the GIL held (a read that takes the token
+        // cannot be done again for a large value, as `get` does with the GIL released).
+        let read = |item: segcache_core::Item<'_>| Item::new(PyBytes::new(py, item.value()).unbind(), &item);
+        self.with(|c| Ok(c.get_with_options(&k, opts, read)))
     }
 
     /// Sets a new TTL on `key` (None: the cache's default); True if it was there.
@@ -593,7 +695,7 @@ impl Cache {
         self.usable()?;
         let mut n = 0;
         for k in keys.try_iter()? {
-            if self.delete(&k?)? {
+            if self.delete(&k?, None)? {
                 n += 1;
             }
         }
@@ -692,11 +794,11 @@ impl Cache {
     }
 
     fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
-        self.store(py, Store::Set, key, value, None, None).map(|_| ())
+        self.store(py, Store::Set, key, value, None, None, None).map(|_| ())
     }
 
     fn __delitem__(&self, key: &Bound<'_, PyAny>) -> PyResult<()> {
-        if self.delete(key)? {
+        if self.delete(key, None)? {
             Ok(())
         } else {
             Err(PyKeyError::new_err(key.clone().unbind()))
@@ -816,14 +918,14 @@ impl Cache {
             if let Some(v) = self.lookup(py, &k)? {
                 return Ok(v.into_any());
             }
-            if self.store(py, Store::Add, key, d, None, None)? {
+            if self.store(py, Store::Add, key, d, None, None, None)? {
                 return Ok(d.clone());
             }
             // Another thread stored it between our read and our add: read theirs.
         }
         // Other threads keep storing and removing it: store ours so that it is there, as a dict
         // guarantees.
-        self.store(py, Store::Set, key, d, None, None)?;
+        self.store(py, Store::Set, key, d, None, None, None)?;
         Ok(d.clone())
     }
 
@@ -842,7 +944,7 @@ impl Cache {
                 for k in other.call_method0("keys")?.try_iter()? {
                     let k = k?;
                     let v = other.get_item(&k)?;
-                    self.store(py, Store::Set, &k, &v, None, None)?;
+                    self.store(py, Store::Set, &k, &v, None, None, None)?;
                 }
             } else {
                 for (i, pair) in other.try_iter()?.enumerate() {
@@ -859,13 +961,13 @@ impl Cache {
                             items.len()
                         )));
                     }
-                    self.store(py, Store::Set, &items[0], &items[1], None, None)?;
+                    self.store(py, Store::Set, &items[0], &items[1], None, None, None)?;
                 }
             }
         }
         if let Some(kwargs) = kwargs {
             for (k, v) in kwargs.iter() {
-                self.store(py, Store::Set, &k, &v, None, None)?;
+                self.store(py, Store::Set, &k, &v, None, None, None)?;
             }
         }
         Ok(())

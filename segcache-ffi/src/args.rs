@@ -133,3 +133,19 @@ pub(crate) unsafe fn put_opt<T>(ptr: Option<*mut T>, v: T) {
         unsafe { put(p, v) }
     }
 }
+
+/// An optional in-pointer to a struct, copied: NULL gives `None`; misaligned is refused.
+///
+/// # Safety
+/// When non-NULL, `ptr` points to a readable, initialised `T`.
+#[inline(always)]
+pub(crate) unsafe fn opt_in<T: Copy>(ptr: *const T, what: &'static CStr) -> Result<Option<T>, Fail> {
+    if ptr.is_null() {
+        return Ok(None);
+    }
+    if !ptr.is_aligned() {
+        return Err(Fail::invalid(what));
+    }
+    // SAFETY: non-NULL and aligned; readable and initialised per the caller's contract.
+    Ok(Some(unsafe { ptr.read() }))
+}

@@ -27,6 +27,7 @@ mod handle;
 mod open;
 mod read;
 mod scan;
+mod state;
 mod stats;
 mod status;
 mod write;
@@ -43,6 +44,10 @@ pub use read::{
     segcache_get_with, segcache_item_t, segcache_meta_t,
 };
 pub use scan::{segcache_scan, segcache_scan_cb};
+pub use state::{
+    segcache_delete_cas, segcache_get_ex, segcache_invalidate, segcache_item_info_t, segcache_read_options_t,
+    segcache_store, segcache_store_mode_t, segcache_store_options_t,
+};
 pub use stats::{segcache_len, segcache_now, segcache_stats, segcache_stats_t};
 pub use status::segcache_status_t;
 pub use write::{

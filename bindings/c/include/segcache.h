@@ -159,6 +159,29 @@ typedef enum segcache_policy_t {
 } segcache_policy_t;
 
 /**
+ * The condition a `segcache_store` puts on the key's current item, for
+ * `segcache_store_options_t.mode`.
+ */
+typedef enum segcache_store_mode_t {
+  /**
+   * Store whatever is there (as `segcache_set`).
+   */
+  SEGCACHE_STORE_SET = 0,
+  /**
+   * Store only if the key is absent (as `segcache_add`).
+   */
+  SEGCACHE_STORE_ADD = 1,
+  /**
+   * Store only if the key is present (as `segcache_replace`).
+   */
+  SEGCACHE_STORE_REPLACE = 2,
+  /**
+   * Store only if the item's CAS value is `compare_cas` (as `segcache_cas`).
+   */
+  SEGCACHE_STORE_CAS = 3,
+} segcache_store_mode_t;
+
+/**
  * A cache: an opaque handle from `segcache_open`, released by `segcache_close`.
  *
  * Thread safety: every function except `segcache_close` may be called on the same handle from
@@ -290,6 +313,101 @@ typedef void (*segcache_get_many_cb)(void *user_data, size_t index, const struct
  * (that deadlocks), and do not unwind out of it (no C++ exception, no longjmp).
  */
 typedef void (*segcache_scan_cb)(void *user_data, const uint8_t *key, size_t key_len);
+
+/**
+ * How `segcache_get_ex` treats the item's state. All zero (or a NULL pointer) is a plain read.
+ */
+typedef struct segcache_read_options_t {
+  /**
+   * Claim the item's recache token if it is up for grabs (memcached's `mg` with its `W`/`Z`
+   * answers): the item is stale (see `segcache_invalidate`) or has less than `recache_below`
+   * seconds left, and no read took the token since it was stored or invalidated. Exactly one
+   * such read gets `won`; the others see `token_sent`.
+   */
+  bool claim_token;
+  /**
+   * Leave the fetched bit and the access time as they are (memcached's `u`).
+   */
+  bool no_update;
+  /**
+   * With `claim_token`: an item with less than this many seconds left to live is up for
+   * grabs too (memcached's `R`). 0: only stale items are.
+   */
+  uint32_t recache_below;
+} segcache_read_options_t;
+
+/**
+ * What `segcache_get_ex` found of an item: its metadata and its state before this read.
+ */
+typedef struct segcache_item_info_t {
+  /**
+   * The CAS value, unique per item version (or the one given to `segcache_store`).
+   */
+  uint64_t cas;
+  /**
+   * The 32-bit client flags given when it was stored.
+   */
+  uint32_t flags;
+  /**
+   * Seconds left to live (at least 1); 0 when the item never expires.
+   */
+  uint32_t ttl;
+  /**
+   * Absolute expiry, Unix seconds of the cache's clock; 0 when the item never expires.
+   */
+  uint32_t expire_at;
+  /**
+   * Seconds since the item was last stored or read, before this read (memcached's `l`):
+   * refreshed at most once a minute, and coarse.
+   */
+  uint32_t last_access_secs;
+  /**
+   * The item was read before, since it was stored (memcached's `h`).
+   */
+  bool fetched;
+  /**
+   * The item was marked stale by `segcache_invalidate` and not stored since (memcached's `X`).
+   */
+  bool stale;
+  /**
+   * This read won the recache token: the caller should recompute the value and store it
+   * (memcached's `W`).
+   */
+  bool won;
+  /**
+   * Another read already holds the recache token (memcached's `Z`).
+   */
+  bool token_sent;
+} segcache_item_info_t;
+
+/**
+ * How `segcache_store` stores. All zero (or a NULL pointer) is a plain `segcache_set`.
+ */
+typedef struct segcache_store_options_t {
+  /**
+   * A `segcache_store_mode_t` value (0: `SEGCACHE_STORE_SET`).
+   */
+  uint32_t mode;
+  /**
+   * With `SEGCACHE_STORE_CAS`: the CAS value the item must have.
+   */
+  uint64_t compare_cas;
+  /**
+   * The CAS value the new item takes (memcached's `E`), instead of the next one of the
+   * cache's counter; 0: the counter's. The caller then answers for its uniqueness.
+   */
+  uint64_t new_cas;
+  /**
+   * The writer holds the new item's recache token: reads that claim it see `token_sent` until
+   * the item is stored again or invalidated.
+   */
+  bool won;
+  /**
+   * With `SEGCACHE_STORE_CAS`: when the item's CAS value is newer than `compare_cas`, store
+   * anyway, as a stale item that keeps the current TTL and token (memcached's `ms I`).
+   */
+  bool invalidate;
+} segcache_store_options_t;
 
 /**
  * A snapshot of the cache's counters (monotonic since open) and gauges, summed over shards.
@@ -578,6 +696,79 @@ enum segcache_status_t segcache_get_and_touch(const struct segcache_t *cache, co
  * untouched; `next_cursor` is NULL or writable.
  */
 enum segcache_status_t segcache_scan(const struct segcache_t *cache, uint64_t cursor, segcache_scan_cb callback, void *user_data, size_t count, uint64_t *next_cursor);
+
+/**
+ * Looks `key` up as `segcache_get` does, with `opts` for the item's state, and reports the
+ * state in `*info`: whether the item is stale, was fetched before, when it was last accessed,
+ * and whether this read won its recache token (stale-while-revalidate: after
+ * `segcache_invalidate`, the first read with `opts->claim_token` gets `won` and should
+ * recompute the value and store it; the others get `stale` and `token_sent` and may serve the
+ * stale value meanwhile).
+ *
+ * - Hit and `buf_len` large enough: `SEGCACHE_OK`, the value is in `buf[0..*value_len]`.
+ * - Hit but `buf_len` too small: `SEGCACHE_BUFFER_TOO_SMALL`, the needed length in
+ *   `*value_len`, `buf` untouched. The read still happened: `*info` is written, and a token
+ *   this read won is taken (`info->won`) even so; retry without `claim_token` if needed.
+ * - Miss: `SEGCACHE_NOT_FOUND`, nothing written.
+ *
+ * `opts` may be NULL (a plain read); `info` may be NULL (not wanted); `buf` may be NULL with
+ * `buf_len` 0 to ask the length.
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `key` points to `key_len` readable bytes; `opts` is NULL or
+ * readable; `buf` points to `buf_len` writable bytes (or is NULL with 0); `value_len` and `info`
+ * are NULL or writable.
+ */
+enum segcache_status_t segcache_get_ex(const struct segcache_t *cache, const uint8_t *key, size_t key_len, const struct segcache_read_options_t *opts, uint8_t *buf, size_t buf_len, size_t *value_len, struct segcache_item_info_t *info);
+
+/**
+ * Stores `value` under `key` with client `flags` and a TTL of `ttl` seconds (0: never
+ * expires), as `opts` says: the condition on the current item (`mode`), a caller-chosen CAS
+ * value (`new_cas`), the recache token (`won`), and `invalidate`. Writes the CAS value the item
+ * got to `*cas_out` (optional).
+ *
+ * Returns `SEGCACHE_OK`; `SEGCACHE_NOT_STORED` (`ADD` on a present key, `REPLACE` on an absent
+ * one), `SEGCACHE_EXISTS` / `SEGCACHE_NOT_FOUND` (`CAS`: changed / absent), or as `segcache_set`.
+ * An unknown `mode` is `SEGCACHE_INVALID_ARGUMENT`. `opts` may be NULL: a plain set.
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `key`/`value` point to `key_len`/`value_len` readable bytes
+ * (`value` may be NULL with 0); `opts` is NULL or readable; `cas_out` is NULL or writable.
+ */
+enum segcache_status_t segcache_store(const struct segcache_t *cache, const uint8_t *key, size_t key_len, const uint8_t *value, size_t value_len, uint32_t flags, uint32_t ttl, const struct segcache_store_options_t *opts, uint64_t *cas_out);
+
+/**
+ * Marks the item stale (memcached's `md key I`): its value and flags stay, it takes a new CAS
+ * value (`new_cas`, or the cache's next when 0), and `ttl` seconds to live when `ttl >= 0`
+ * (0: never expires; -1 keeps its TTL). The next read with `claim_token` wins the recache
+ * token (see `segcache_get_ex`); a store makes it fresh again. With `compare_cas` non-zero,
+ * only if the item's CAS value is that one. Writes the new CAS value to `*cas_out` (optional).
+ *
+ * Returns `SEGCACHE_OK`, `SEGCACHE_NOT_FOUND` (absent), `SEGCACHE_EXISTS` (`compare_cas`
+ * differs), or `SEGCACHE_INVALID_ARGUMENT` (`ttl` below -1, or a bad pointer).
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `key` points to `key_len` readable bytes; `cas_out` is NULL
+ * or writable.
+ */
+enum segcache_status_t segcache_invalidate(const struct segcache_t *cache, const uint8_t *key, size_t key_len, int64_t ttl, uint64_t compare_cas, uint64_t new_cas, uint64_t *cas_out);
+
+/**
+ * Removes `key` only if its CAS value is `cas` (memcached's `md key C<cas>`):
+ * `SEGCACHE_EXISTS` when it differs (nothing removed), `SEGCACHE_NOT_FOUND` when absent.
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ * Thread safety: any thread.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `key` points to `key_len` readable bytes.
+ */
+enum segcache_status_t segcache_delete_cas(const struct segcache_t *cache, const uint8_t *key, size_t key_len, uint64_t cas);
 
 /**
  * Writes a snapshot of the counters to `*out`. Each shard is read under its own read lock in

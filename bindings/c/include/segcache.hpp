@@ -86,6 +86,12 @@ struct Item {
     uint32_t expire_at = 0;  // Unix seconds; 0: never expires
 };
 
+/// An item with its state, as `Cache::get_state` read it (see segcache_get_ex).
+struct ItemState {
+    std::string value;
+    segcache_item_info_t info{};  // flags, cas, ttl, expire_at, last_access_secs, fetched, stale, won, token_sent
+};
+
 enum class CasResult { Stored, Exists, NotFound };
 
 class Cache {
@@ -264,6 +270,67 @@ public:
         if (st == SEGCACHE_NOT_FOUND) return std::nullopt;
         detail::check(st, "segcache_decr");
         return v;
+    }
+    /// Reads `key` with `opts` (claim the recache token, recache_below, no_update) and reports its
+    /// state; nullopt on a miss. A value longer than the first buffer is read again without
+    /// claiming or updating: `info`'s state bits (won, token_sent, stale, fetched, last access)
+    /// are the first read's, the value and the rest the second's.
+    std::optional<ItemState> get_state(std::string_view key, segcache_read_options_t opts = {}) const {
+        ItemState out;
+        out.value.resize(256);
+        size_t len = 0;
+        bool retried = false;
+        segcache_item_info_t first{};
+        for (;;) {
+            auto st = segcache_get_ex(live(), detail::bytes(key), key.size(), &opts,
+                                      reinterpret_cast<uint8_t *>(out.value.data()), out.value.size(), &len, &out.info);
+            if (st == SEGCACHE_NOT_FOUND) return std::nullopt;
+            if (st == SEGCACHE_OK) break;
+            if (st != SEGCACHE_BUFFER_TOO_SMALL) detail::fail(st, "segcache_get_ex");
+            if (!retried) first = out.info;
+            retried = true;
+            opts.claim_token = false;
+            opts.no_update = true;
+            out.value.resize(len);
+        }
+        out.value.resize(len);
+        if (retried) {
+            out.info.won = first.won;
+            out.info.token_sent = first.token_sent;
+            out.info.stale = first.stale;
+            out.info.fetched = first.fetched;
+            out.info.last_access_secs = first.last_access_secs;
+        }
+        return out;
+    }
+    /// Marks the item stale (segcache_invalidate): `ttl` -1 keeps its TTL; `compare_cas` and
+    /// `new_cas` 0 mean none. The new CAS value; nullopt if absent or `compare_cas` differs.
+    std::optional<uint64_t> invalidate(std::string_view key, int64_t ttl = -1, uint64_t compare_cas = 0,
+                                       uint64_t new_cas = 0) {
+        uint64_t cas = 0;
+        auto st = segcache_invalidate(live(), detail::bytes(key), key.size(), ttl, compare_cas, new_cas, &cas);
+        if (st == SEGCACHE_NOT_FOUND || st == SEGCACHE_EXISTS) return std::nullopt;
+        detail::check(st, "segcache_invalidate");
+        return cas;
+    }
+    /// Stores as `opts` says (segcache_store: mode, a caller-chosen CAS value, the token); the CAS
+    /// value stored, or nullopt when the mode's condition failed (NOT_STORED, EXISTS, NOT_FOUND).
+    std::optional<uint64_t> store(std::string_view key, std::string_view value, uint32_t flags, uint32_t ttl,
+                                  const segcache_store_options_t &opts) {
+        uint64_t cas = 0;
+        auto st = segcache_store(live(), detail::bytes(key), key.size(), detail::bytes(value), value.size(), flags, ttl,
+                                 &opts, &cas);
+        if (st == SEGCACHE_NOT_STORED || st == SEGCACHE_EXISTS || st == SEGCACHE_NOT_FOUND) return std::nullopt;
+        detail::check(st, "segcache_store");
+        return cas;
+    }
+    /// Removes `key` only if its CAS value is `cas` (segcache_delete_cas).
+    CasResult del_cas(std::string_view key, uint64_t cas) {
+        auto st = segcache_delete_cas(live(), detail::bytes(key), key.size(), cas);
+        if (st == SEGCACHE_EXISTS) return CasResult::Exists;
+        if (st == SEGCACHE_NOT_FOUND) return CasResult::NotFound;
+        detail::check(st, "segcache_delete_cas");
+        return CasResult::Stored;
     }
     /// `delete` is a C++ keyword.
     bool del(std::string_view key) { return found(segcache_delete(live(), detail::bytes(key), key.size()), "segcache_delete"); }

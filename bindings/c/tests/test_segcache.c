@@ -1326,6 +1326,224 @@ static void test_scan(void) {
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
 }
 
+/* Stale-while-revalidate (memcached's mg/md I): invalidate marks the item stale, exactly one
+ * claiming read wins the recache token, the others see it sent, and a store makes it fresh. */
+static void test_state_stale_while_revalidate(void) {
+    segcache_t *c = open_small(1000000);
+    uint8_t buf[64];
+    size_t len = 0;
+    segcache_item_info_t info;
+    segcache_read_options_t claim = {.claim_token = true};
+    uint64_t cas = 0, cas2 = 0;
+
+    CHECK_ST(segcache_set(c, K("swr"), K("old"), 7, 100), SEGCACHE_OK);
+    /* A plain read of a fresh item: nothing stale, no token, not fetched before; NULL opts. */
+    memset(&info, 0xff, sizeof info);
+    CHECK_ST(segcache_get_ex(c, K("swr"), NULL, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(len == 3 && memcmp(buf, "old", 3) == 0);
+    CHECK(info.flags == 7 && info.ttl == 100 && info.expire_at == 1000100 && info.cas != 0);
+    CHECK(!info.stale && !info.won && !info.token_sent && !info.fetched);
+    cas = info.cas;
+    /* A claiming read of a fresh item takes no token; the item was fetched before now. */
+    CHECK_ST(segcache_get_ex(c, K("swr"), &claim, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(!info.stale && !info.won && !info.token_sent && info.fetched);
+
+    CHECK_ST(segcache_invalidate(c, K("swr"), -1, 0, 0, &cas2), SEGCACHE_OK);
+    CHECK(cas2 != 0 && cas2 != cas);
+    /* A plain read sees it stale but takes nothing. */
+    CHECK_ST(segcache_get_ex(c, K("swr"), NULL, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(info.stale && !info.won && !info.token_sent && info.cas == cas2 && info.ttl == 100);
+    CHECK(len == 3 && memcmp(buf, "old", 3) == 0 && info.flags == 7);
+    /* The first claiming read wins, the second sees the token sent. */
+    CHECK_ST(segcache_get_ex(c, K("swr"), &claim, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(info.stale && info.won && !info.token_sent);
+    CHECK_ST(segcache_get_ex(c, K("swr"), &claim, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(info.stale && !info.won && info.token_sent);
+    CHECK(len == 3 && memcmp(buf, "old", 3) == 0);
+    /* The winner stores the new value: fresh again, the token free again. */
+    CHECK_ST(segcache_set(c, K("swr"), K("new"), 7, 100), SEGCACHE_OK);
+    CHECK_ST(segcache_get_ex(c, K("swr"), &claim, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(!info.stale && !info.won && !info.token_sent && len == 3 && memcmp(buf, "new", 3) == 0);
+
+    /* Invalidate with a TTL, compared and with a caller-chosen CAS value. */
+    CHECK_ST(segcache_get_ex(c, K("swr"), NULL, NULL, 0, &len, &info), SEGCACHE_BUFFER_TOO_SMALL);
+    cas = info.cas;
+    CHECK_ST(segcache_invalidate(c, K("swr"), 30, cas + 1, 0, &cas2), SEGCACHE_EXISTS);
+    CHECK_ST(segcache_invalidate(c, K("swr"), 30, cas, 4242, &cas2), SEGCACHE_OK);
+    CHECK(cas2 == 4242);
+    CHECK_ST(segcache_get_ex(c, K("swr"), NULL, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(info.stale && info.cas == 4242 && info.ttl == 30);
+    CHECK_ST(segcache_invalidate(c, K("absent"), -1, 0, 0, NULL), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_invalidate(c, K("swr"), -2, 0, 0, NULL), SEGCACHE_INVALID_ARGUMENT);
+
+    /* A too-small buffer still reads: the info is written and the token taken. */
+    CHECK_ST(segcache_invalidate(c, K("swr"), -1, 0, 0, NULL), SEGCACHE_OK);
+    memset(&info, 0, sizeof info);
+    CHECK_ST(segcache_get_ex(c, K("swr"), &claim, buf, 1, &len, &info), SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(len == 3 && info.won && info.stale);
+
+    /* recache_below: an item about to expire is up for grabs too, once. */
+    CHECK_ST(segcache_set(c, K("soon"), K("v"), 0, 10), SEGCACHE_OK);
+    segcache_read_options_t early = {.claim_token = true, .recache_below = 5};
+    CHECK_ST(segcache_get_ex(c, K("soon"), &early, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(!info.won && !info.token_sent && !info.stale);
+    CHECK_ST(segcache_advance_clock(c, 6), SEGCACHE_OK);
+    CHECK_ST(segcache_get_ex(c, K("soon"), &early, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(info.won && !info.stale && info.ttl == 4);
+    CHECK_ST(segcache_get_ex(c, K("soon"), &early, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(!info.won && info.token_sent);
+
+    /* no_update leaves the fetched bit alone; last access is coarse but moves with the clock. */
+    CHECK_ST(segcache_set(c, K("quiet"), K("v"), 0, 0), SEGCACHE_OK);
+    segcache_read_options_t quiet = {.no_update = true};
+    CHECK_ST(segcache_get_ex(c, K("quiet"), &quiet, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(!info.fetched && info.ttl == 0 && info.expire_at == 0);
+    CHECK_ST(segcache_get_ex(c, K("quiet"), &quiet, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(!info.fetched);
+    CHECK_ST(segcache_advance_clock(c, 600), SEGCACHE_OK);
+    CHECK_ST(segcache_get_ex(c, K("quiet"), NULL, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(!info.fetched && info.last_access_secs > 0 && info.last_access_secs <= 600);
+    CHECK_ST(segcache_get_ex(c, K("quiet"), NULL, buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(info.fetched && info.last_access_secs < 60);
+    CHECK_ST(segcache_get_ex(c, K("missing"), NULL, buf, sizeof buf, &len, &info), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+/* Stores with a caller-chosen CAS value (memcached's E), every mode, and delete_cas. */
+static void test_state_store_and_delete_cas(void) {
+    segcache_t *c = open_small(0);
+    char buf[64];
+    segcache_meta_t meta;
+    uint64_t cas = 0;
+    segcache_store_options_t o = {.new_cas = 0x123456789abcULL};
+
+    CHECK_ST(segcache_store(c, K("e"), K("v1"), 3, 0, &o, &cas), SEGCACHE_OK);
+    CHECK(cas == 0x123456789abcULL);
+    CHECK_ST(get_str(c, "e", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "v1") == 0 && meta.cas == 0x123456789abcULL && meta.flags == 3);
+    /* A plain store (NULL options) takes the counter's next value and reports it. */
+    CHECK_ST(segcache_store(c, K("e"), K("v2"), 0, 0, NULL, &cas), SEGCACHE_OK);
+    CHECK(cas != 0 && cas != 0x123456789abcULL);
+    CHECK_ST(get_str(c, "e", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "v2") == 0 && meta.cas == cas);
+    /* CAS mode compares, then the caller's value is stored. */
+    segcache_store_options_t swap = {.mode = SEGCACHE_STORE_CAS, .compare_cas = cas + 1, .new_cas = UINT64_MAX};
+    CHECK_ST(segcache_store(c, K("e"), K("v3"), 0, 0, &swap, NULL), SEGCACHE_EXISTS);
+    swap.compare_cas = cas;
+    CHECK_ST(segcache_store(c, K("e"), K("v3"), 0, 0, &swap, NULL), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "e", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "v3") == 0 && meta.cas == UINT64_MAX);
+    CHECK_ST(segcache_cas(c, K("e"), K("v4"), 0, 0, UINT64_MAX), SEGCACHE_OK);
+    swap.compare_cas = 1;
+    CHECK_ST(segcache_store(c, K("nope"), K("v"), 0, 0, &swap, NULL), SEGCACHE_NOT_FOUND);
+    segcache_store_options_t add = {.mode = SEGCACHE_STORE_ADD}, rep = {.mode = SEGCACHE_STORE_REPLACE};
+    CHECK_ST(segcache_store(c, K("e"), K("x"), 0, 0, &add, NULL), SEGCACHE_NOT_STORED);
+    CHECK_ST(segcache_store(c, K("nope"), K("x"), 0, 0, &rep, NULL), SEGCACHE_NOT_STORED);
+    CHECK_ST(segcache_store(c, K("nope"), K("x"), 0, 0, &add, NULL), SEGCACHE_OK);
+    segcache_store_options_t bad = {.mode = 4};
+    CHECK_ST(segcache_store(c, K("e"), K("x"), 0, 0, &bad, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "mode") != NULL);
+
+    /* The writer holding the token: claiming readers see it sent. */
+    segcache_store_options_t won = {.won = true};
+    CHECK_ST(segcache_store(c, K("w"), K("v"), 0, 0, &won, NULL), SEGCACHE_OK);
+    segcache_read_options_t claim = {.claim_token = true};
+    segcache_item_info_t info;
+    size_t len = 0;
+    CHECK_ST(segcache_invalidate(c, K("w"), -1, 0, 0, NULL), SEGCACHE_OK);
+    CHECK_ST(segcache_get_ex(c, K("w"), &claim, (uint8_t *)buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(info.won); /* invalidation forgets the token handed out before */
+    CHECK_ST(segcache_store(c, K("w"), K("v"), 0, 0, &won, NULL), SEGCACHE_OK);
+    CHECK_ST(segcache_get_ex(c, K("w"), &claim, (uint8_t *)buf, sizeof buf, &len, &info), SEGCACHE_OK);
+    CHECK(!info.won && info.token_sent && !info.stale);
+
+    /* delete_cas: a mismatch removes nothing. */
+    CHECK_ST(get_str(c, "e", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK_ST(segcache_delete_cas(c, K("e"), meta.cas + 1), SEGCACHE_EXISTS);
+    CHECK_ST(get_str(c, "e", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK_ST(segcache_delete_cas(c, K("e"), meta.cas), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "e", buf, sizeof buf, &meta), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_delete_cas(c, K("e"), meta.cas), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static void test_state_bad_arguments(void) {
+    segcache_t *c = open_small(0);
+    uint8_t buf[8];
+    size_t len = 77;
+    uint64_t cas = 77;
+    segcache_item_info_t info = {.cas = 77};
+    CHECK_ST(segcache_set(c, K("k"), K("v"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_get_ex(NULL, K("k"), NULL, buf, sizeof buf, &len, &info), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_ex(c, NULL, 1, NULL, buf, sizeof buf, &len, &info), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_ex(c, K(""), NULL, buf, sizeof buf, &len, &info), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_ex(c, K("k"), NULL, NULL, 8, &len, &info), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_ex(c, K("k"), NULL, buf, sizeof buf, NULL, &info), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "value_len") != NULL);
+    CHECK(len == 77 && info.cas == 77);
+    CHECK_ST(segcache_get_ex(c, K("k"), NULL, buf, sizeof buf, &len, NULL), SEGCACHE_OK);
+    CHECK(len == 1 && buf[0] == 'v');
+    CHECK_ST(segcache_store(NULL, K("k"), K("v"), 0, 0, NULL, &cas), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_store(c, NULL, 1, K("v"), 0, 0, NULL, &cas), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_store(c, K("k"), NULL, 1, 0, 0, NULL, &cas), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(cas == 77);
+    CHECK_ST(segcache_store(c, K("k"), NULL, 0, 0, 0, NULL, NULL), SEGCACHE_OK);
+    CHECK_ST(segcache_invalidate(NULL, K("k"), -1, 0, 0, &cas), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_invalidate(c, NULL, 1, -1, 0, 0, &cas), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(cas == 77);
+    CHECK_ST(segcache_delete_cas(NULL, K("k"), 1), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_delete_cas(c, NULL, 1, 1), SEGCACHE_INVALID_ARGUMENT);
+    char long_key[300];
+    memset(long_key, 'x', sizeof long_key - 1);
+    long_key[sizeof long_key - 1] = '\0';
+    CHECK_ST(segcache_get_ex(c, K(long_key), NULL, buf, sizeof buf, &len, NULL), SEGCACHE_KEY_TOO_LONG);
+    CHECK_ST(segcache_invalidate(c, K(long_key), -1, 0, 0, NULL), SEGCACHE_KEY_TOO_LONG);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+#define CLAIM_THREADS 8
+struct claim_arg {
+    segcache_t *c;
+    int won, sent, errors;
+};
+
+static void *claim_thread(void *p) {
+    struct claim_arg *a = p;
+    segcache_read_options_t claim = {.claim_token = true};
+    segcache_item_info_t info;
+    uint8_t buf[16];
+    size_t len = 0;
+    if (segcache_get_ex(a->c, K("hot"), &claim, buf, sizeof buf, &len, &info) != SEGCACHE_OK || !info.stale)
+        a->errors++;
+    a->won += info.won;
+    a->sent += info.token_sent;
+    return NULL;
+}
+
+/* Many threads claim the token of one invalidated item at once: exactly one wins, every round. */
+static void test_state_one_winner(void) {
+    segcache_t *c = open_small(0);
+    for (int round = 0; round < 50; round++) {
+        CHECK_ST(segcache_set(c, K("hot"), K("v"), 0, 0), SEGCACHE_OK);
+        CHECK_ST(segcache_invalidate(c, K("hot"), -1, 0, 0, NULL), SEGCACHE_OK);
+        pthread_t t[CLAIM_THREADS];
+        struct claim_arg a[CLAIM_THREADS];
+        for (int i = 0; i < CLAIM_THREADS; i++) {
+            a[i] = (struct claim_arg){.c = c};
+            pthread_create(&t[i], NULL, claim_thread, &a[i]);
+        }
+        int won = 0, sent = 0, errors = 0;
+        for (int i = 0; i < CLAIM_THREADS; i++) {
+            pthread_join(t[i], NULL);
+            won += a[i].won;
+            sent += a[i].sent;
+            errors += a[i].errors;
+        }
+        CHECK(won == 1 && sent == CLAIM_THREADS - 1 && errors == 0);
+    }
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
 int main(void) {
     test_version_and_strerror();
     test_config_default();
@@ -1341,6 +1559,10 @@ int main(void) {
     test_flush_expire();
     test_get_with_and_many();
     test_scan();
+    test_state_stale_while_revalidate();
+    test_state_store_and_delete_cas();
+    test_state_bad_arguments();
+    test_state_one_winner();
     test_stats();
     test_panic();
     test_threads();

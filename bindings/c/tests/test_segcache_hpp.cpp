@@ -57,6 +57,31 @@ int main() {
         CHECK(c.cas("new", "z", cas) == segcache::CasResult::Stored);
         CHECK(c.cas("absent", "z", 1) == segcache::CasResult::NotFound);
         CHECK(c.get("new")->value == "z");
+        // item state: stale-while-revalidate, caller-chosen CAS, delete with CAS
+        CHECK(!c.get_state("absent"));
+        CHECK(c.invalidate("new").has_value());
+        segcache_read_options_t claim{};
+        claim.claim_token = true;
+        auto s1 = c.get_state("new", claim);
+        CHECK(s1 && s1->value == "z" && s1->info.stale && s1->info.won && !s1->info.token_sent);
+        auto s2 = c.get_state("new", claim);
+        CHECK(s2 && s2->info.stale && !s2->info.won && s2->info.token_sent);
+        c.set("big", std::string(1000, 'b'));
+        CHECK(c.invalidate("big", 30, 0, 77) == 77u);
+        auto s3 = c.get_state("big", claim);  // longer than the first buffer: read twice, claimed once
+        CHECK(s3 && s3->value == std::string(1000, 'b') && s3->info.won && s3->info.cas == 77 && s3->info.ttl == 30);
+        CHECK(c.get_state("big", claim)->info.token_sent);
+        CHECK(!c.invalidate("big", -1, 1));
+        segcache_store_options_t e{};
+        e.new_cas = 1234;
+        CHECK(c.store("e", "v", 0, 0, e) == 1234u);
+        CHECK(c.get("e")->cas == 1234);
+        segcache_store_options_t add{};
+        add.mode = SEGCACHE_STORE_ADD;
+        CHECK(!c.store("e", "v", 0, 0, add));
+        CHECK(c.del_cas("e", 1235) == segcache::CasResult::Exists);
+        CHECK(c.del_cas("e", 1234) == segcache::CasResult::Stored);
+        CHECK(c.del_cas("e", 1234) == segcache::CasResult::NotFound);
         // append / prepend
         CHECK(!c.append("absent", "x"));
         CHECK(c.append("new", "!") && c.prepend("new", "<"));

@@ -40,6 +40,7 @@ from ._segcache import (
     MAX_TTL,
     MIN_SEGMENT_SIZE,
     Cache,
+    Item,
     ManualClock,
     __version__,
 )
@@ -48,7 +49,7 @@ from ._segcache import (
 MutableMapping.register(Cache)
 
 __all__ = [
-    "Cache", "ManualClock", "memoize", "make_key",
+    "Cache", "Item", "ManualClock", "memoize", "make_key",
     "MAX_KEY_LEN", "MAX_SEGMENT_SIZE", "MIN_SEGMENT_SIZE", "MAX_TTL", "__version__",
     "Error", "Closed", "NotFound", "Exists", "NotStored", "TooLarge", "KeyTooLong", "EmptyKey",
     "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "MapError",
