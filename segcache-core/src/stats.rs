@@ -98,6 +98,10 @@ figures! {
     evicted_segments: Counter,
     /// Items removed because they expired.
     expired_items: Counter,
+    /// Items expired that no read had fetched since they were stored.
+    expired_unfetched: Counter,
+    /// Items evicted that no read had fetched since they were stored.
+    evicted_unfetched: Counter,
     /// Whole segments freed by expiry.
     expired_segments: Counter,
     /// Items kept by merge eviction (copied into the merged segment).
@@ -118,7 +122,7 @@ mod tests {
     fn figures_follow_the_fields() {
         let s = Stats { items: 3, sets: 7, segment_size: 1 << 20, ..Stats::default() };
         let f: Vec<Figure> = s.figures().collect();
-        assert_eq!(f.len(), 18);
+        assert_eq!(f.len(), 20);
         assert_eq!((f[0].name, f[0].kind, f[0].value), ("items", FigureKind::Gauge, 3));
         let sets = f.iter().find(|x| x.name == "sets").unwrap();
         assert_eq!((sets.kind, sets.value), (FigureKind::Counter, 7));

@@ -485,3 +485,61 @@ fn memory_limit_caps_segments_in_use() {
     assert!(matches!(c.set_memory_limit((1 << 20) + 1), Err(Error::InvalidConfig(_))));
     assert_eq!(total, s.segments_total);
 }
+
+/// Items that expire or are evicted without a read since their store are counted apart
+/// (memcached's `expired_unfetched`, `evicted_unfetched`); a store after a read makes the item
+/// unfetched again.
+#[test]
+fn unfetched_items_are_counted_when_they_go() {
+    let clock = ManualClock::new(T0);
+    let mut c = cache(&clock);
+    for i in 0..100u32 {
+        c.set(format!("e{i}").as_bytes(), b"v", 0, Duration::from_secs(10)).unwrap();
+    }
+    for i in 0..30u32 {
+        assert!(c.get(format!("e{i}").as_bytes()).is_some());
+    }
+    // Read, then stored again: unfetched.
+    c.set(b"e0", b"w", 0, Duration::from_secs(10)).unwrap();
+    clock.advance(40);
+    c.expire();
+    let s = c.stats();
+    assert_eq!((s.expired_items, s.expired_unfetched, s.evicted_unfetched), (100, 71, 0), "{s:?}");
+}
+
+/// Evicted items never read count as unfetched, under each policy's way of evicting (whole
+/// segments, merges, a full hash chain); read ones do not.
+#[test]
+fn unfetched_items_are_counted_when_evicted() {
+    for policy in [Policy::Fifo, Policy::Merge, Policy::S3Fifo] {
+        let clock = ManualClock::new(T0);
+        let mut c = Builder::new()
+            .heap_size(1 << 20)
+            .segment_size(64 << 10)
+            .clock(clock.clone())
+            .eviction(policy)
+            .build()
+            .unwrap();
+        for i in 0..40_000u32 {
+            c.set(format!("u{i}").as_bytes(), &[b'v'; 50], 0, NEVER).unwrap();
+        }
+        let s = c.stats();
+        assert!(s.evicted_items > 0 && s.evicted_unfetched == s.evicted_items, "{policy:?}: {s:?}");
+        // Read every item still there, then evict by writing new ones: the read ones that go are
+        // not unfetched (S3-FIFO keeps read items: only new ones go).
+        if policy == Policy::S3Fifo {
+            continue;
+        }
+        for i in 0..40_000u32 {
+            let _ = c.get(format!("u{i}").as_bytes());
+        }
+        let before = c.stats();
+        for i in 0..40_000u32 {
+            c.set(format!("w{i}").as_bytes(), &[b'v'; 50], 0, NEVER).unwrap();
+        }
+        let s = c.stats();
+        let evicted = s.evicted_items - before.evicted_items;
+        let unfetched = s.evicted_unfetched - before.evicted_unfetched;
+        assert!(evicted >= unfetched + before.items / 2, "{policy:?}: {evicted} evicted, {unfetched} unfetched");
+    }
+}

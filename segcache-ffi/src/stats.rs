@@ -37,6 +37,10 @@ pub struct segcache_stats_t {
     pub evicted_segments: u64,
     /// Items removed because they expired.
     pub expired_items: u64,
+    /// Items expired that no read had fetched since they were stored.
+    pub expired_unfetched: u64,
+    /// Items evicted that no read had fetched since they were stored.
+    pub evicted_unfetched: u64,
     /// Whole segments freed by expiry.
     pub expired_segments: u64,
     /// Items kept by merge eviction.
@@ -69,6 +73,8 @@ fn c_stats(s: Stats) -> segcache_stats_t {
         evicted_items: s.evicted_items,
         evicted_segments: s.evicted_segments,
         expired_items: s.expired_items,
+        expired_unfetched: s.expired_unfetched,
+        evicted_unfetched: s.evicted_unfetched,
         expired_segments: s.expired_segments,
         merged_items: s.merged_items,
         flushes: s.flushes,

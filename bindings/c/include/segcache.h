@@ -466,6 +466,14 @@ typedef struct segcache_stats_t {
    */
   uint64_t expired_items;
   /**
+   * Items expired that no read had fetched since they were stored.
+   */
+  uint64_t expired_unfetched;
+  /**
+   * Items evicted that no read had fetched since they were stored.
+   */
+  uint64_t evicted_unfetched;
+  /**
    * Whole segments freed by expiry.
    */
   uint64_t expired_segments;

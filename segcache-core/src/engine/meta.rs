@@ -67,6 +67,9 @@ pub struct ShardMeta {
     pub expired_segments: u64,
     pub merged_items: u64,
     pub flushes: u64,
+    /// Items expired or evicted that no read had fetched since they were stored.
+    pub expired_unfetched: u64,
+    pub evicted_unfetched: u64,
 }
 
 #[cfg(test)]

@@ -17,7 +17,9 @@ impl Segcache {
         }
         let victim = self.table().least_used(h).ok_or(Error::NoMemory)?;
         self.kill(slot::slot_loc(victim.value));
-        self.meta_mut().evicted_items += 1;
+        let m = self.meta_mut();
+        m.evicted_items += 1;
+        m.evicted_unfetched += u64::from(victim.value & slot::FETCHED == 0);
         victim.slot.store(0, Relaxed);
         Ok(victim.slot)
     }

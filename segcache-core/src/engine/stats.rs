@@ -23,6 +23,8 @@ impl Segcache {
             evicted_items: m.evicted_items,
             evicted_segments: m.evicted_segments,
             expired_items: m.expired_items,
+            expired_unfetched: m.expired_unfetched,
+            evicted_unfetched: m.evicted_unfetched,
             expired_segments: m.expired_segments,
             merged_items: m.merged_items,
             flushes: m.flushes,

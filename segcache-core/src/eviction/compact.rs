@@ -127,7 +127,7 @@ impl Segcache {
             None => self.next_dest(&mut spare, &order, &mut reused, header),
         };
         let mut new_dests = usize::from(cont.is_none()); // spare and reused sources taken
-        let (mut copied, mut dropped) = (0u64, 0u64);
+        let (mut copied, mut dropped, mut unfetched) = (0u64, 0u64, 0u64);
         let mut ghosts = Vec::new();
         let mut current = 0usize; // index in `order` of the segment being drained
         for (i, m) in moves.iter().enumerate() {
@@ -174,6 +174,7 @@ impl Segcache {
             } else {
                 self.remove_slot(m.hash, slot.slot);
                 dropped += 1;
+                unfetched += u64::from(slot.value & slot::FETCHED == 0);
                 if from_small[current] && pool == POOL_MAIN {
                     ghosts.push(m.hash);
                 }
@@ -211,6 +212,7 @@ impl Segcache {
         }
         let m = self.meta_mut();
         m.evicted_items += dropped;
+        m.evicted_unfetched += unfetched;
         m.merged_items += copied;
         m.evicted_segments += (sources.len() - new_dests.min(sources.len())) as u64;
         Ok(())

@@ -3,7 +3,7 @@
 use crate::engine::memory::prefetch;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
-use crate::hashtable::slot::Loc;
+use crate::hashtable::slot::{self, Loc};
 use crate::record::{self};
 use crate::Segcache;
 
@@ -45,10 +45,11 @@ impl Segcache {
 
     /// Removes a segment's live items from the table and returns it to the free list.
     pub(crate) fn clear_segment(&mut self, id: u32, expired: bool) {
-        let mut removed = 0u64;
+        let (mut removed, mut unfetched) = (0u64, 0u64);
         let t = self.table();
         self.for_each_live(id, |s, loc, h, _| {
             if let Some(f) = t.find_loc(h, loc) {
+                unfetched += u64::from(f.value & slot::FETCHED == 0);
                 s.remove_slot(h, f.slot);
                 removed += 1;
             }
@@ -64,9 +65,11 @@ impl Segcache {
         m.bytes = m.bytes.saturating_sub(bytes);
         if expired {
             m.expired_items += removed;
+            m.expired_unfetched += unfetched;
             m.expired_segments += 1;
         } else {
             m.evicted_items += removed;
+            m.evicted_unfetched += unfetched;
             m.evicted_segments += 1;
         }
     }

@@ -75,9 +75,8 @@ fn general(shared: &Shared) -> Vec<Row> {
         // memcached's names for the engine's figures.
         ("bytes", Val::U(e.bytes)),
         ("curr_items", Val::U(e.items)),
-        // The engine does not track whether an item was read (another part of issue #19).
-        ("expired_unfetched", Val::U(0)),
-        ("evicted_unfetched", Val::U(0)),
+        ("expired_unfetched", Val::U(e.expired_unfetched)),
+        ("evicted_unfetched", Val::U(e.evicted_unfetched)),
         ("evictions", Val::U(e.evicted_items)),
         ("reclaimed", Val::U(e.expired_items)),
         ("implementation", Val::S("segcache".into())),
@@ -129,8 +128,8 @@ fn items(shared: &Shared) -> impl Iterator<Item = Row> {
         ("items:1:evicted", Val::U(e.evicted_items)),
         ("items:1:outofmemory", Val::U(shared.totals().store_no_memory)),
         ("items:1:reclaimed", Val::U(e.expired_items)),
-        ("items:1:expired_unfetched", Val::U(0)),
-        ("items:1:evicted_unfetched", Val::U(0)),
+        ("items:1:expired_unfetched", Val::U(e.expired_unfetched)),
+        ("items:1:evicted_unfetched", Val::U(e.evicted_unfetched)),
     ])
 }
 
