@@ -262,15 +262,49 @@ pub fn start_kind(path: &Path) -> StartKind {
 
 /// The line that says how the cache started.
 pub fn start_line(kind: StartKind, items: usize, path: Option<&Path>) -> String {
+    let s = if items == 1 { "" } else { "s" };
     match (kind, path) {
         (StartKind::Cold, None) => "cold start: the cache is empty (no persistence file)".into(),
         (StartKind::Cold, Some(p)) => format!("cold start: the cache is empty (new persistence file {})", p.display()),
         (StartKind::Warm, Some(p)) if items == 0 => {
             format!("warm start from {}: 0 items back (the file held none, or it was unusable and reset)", p.display())
         }
-        (StartKind::Warm, p) => format!("warm start from {}: {items} items back", p.unwrap_or(Path::new("")).display()),
-        (StartKind::Recovered, p) => {
-            format!("recovered after a crash from {}: {items} items back", p.unwrap_or(Path::new("")).display())
+        (StartKind::Warm, p) => {
+            format!("warm start from {}: {items} item{s} back", p.unwrap_or(Path::new("")).display())
         }
+        (StartKind::Recovered, p) => {
+            format!("recovered after a crash from {}: {items} item{s} back", p.unwrap_or(Path::new("")).display())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{start_kind, start_line, StartKind};
+    use std::time::Duration;
+
+    #[test]
+    fn start_kind_follows_the_file() {
+        let dir = std::env::temp_dir().join(format!("segcache-start-kind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cache.seg");
+        let _ = std::fs::remove_file(&path);
+        let open = || segcache_core::Builder::new().heap_size(8 << 20).segment_size(1 << 20).path(&path);
+        assert_eq!(start_kind(&path), StartKind::Cold, "no file");
+        let cache = open().build_shared().unwrap();
+        cache.set(b"a", b"1", 0, Duration::ZERO).unwrap();
+        // While open, the file says "not closed cleanly": this is what a crash leaves.
+        assert_eq!(start_kind(&path), StartKind::Recovered);
+        cache.close().unwrap();
+        assert_eq!(start_kind(&path), StartKind::Warm);
+        let cache = open().build_shared().unwrap();
+        assert_eq!(
+            start_line(StartKind::Warm, cache.len(), Some(&path)),
+            format!("warm start from {}: 1 item back", path.display())
+        );
+        cache.close().unwrap();
+        std::fs::write(&path, b"not a cache file").unwrap();
+        assert_eq!(start_kind(&path), StartKind::Cold);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

@@ -148,6 +148,26 @@ def test_unix_socket_default_mask_is_700(tmp_path):
     stop(proc)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="-u drops privileges only when started as root")
+def test_user_drops_root(tmp_path):
+    memcached_accepts("-u", "nobody")
+    proc, port = start("-u", "nobody")
+    status = Path(f"/proc/{proc.pid}/status").read_text()
+    uids = next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1:]
+    gids = next(l for l in status.splitlines() if l.startswith("Gid:")).split()[1:]
+    assert uids == ["65534"] * 4 and gids == ["65534"] * 4, status
+    assert command(port, b"set k 0 0 1\r\nv\r\nget k\r\n") == b"STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n"
+    stop(proc)
+
+
+def test_unknown_user_is_refused():
+    if os.geteuid() != 0:
+        pytest.skip("-u is ignored when not started as root")
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), "-u", "no-such-user-here"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and "can't find the user no-such-user-here" in r.stderr, r.stderr
+
+
 def test_daemon_with_pidfile(tmp_path):
     pid = tmp_path / "d.pid"
     port = free_port()
