@@ -145,6 +145,8 @@ impl AsRawFd for Listener {
 pub fn tcp_addrs(listen: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
     let mut out = Vec::new();
     for entry in listen.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        // memcached's `notls:` marks a listener without TLS: every listener here is one.
+        let entry = entry.strip_prefix("notls:").unwrap_or(entry);
         let resolved: Vec<SocketAddr> = if let Ok(a) = entry.parse::<SocketAddr>() {
             vec![a]
         } else if let Ok(ip) = entry.trim_matches(|c| c == '[' || c == ']').parse::<std::net::IpAddr>() {
@@ -222,7 +224,7 @@ mod tests {
 
     #[test]
     fn listen_lists() {
-        let a = tcp_addrs("127.0.0.1, 127.0.0.2:99,[::1]:7,::1", 11211).unwrap();
+        let a = tcp_addrs("127.0.0.1, notls:127.0.0.2:99,[::1]:7,::1", 11211).unwrap();
         let want: Vec<std::net::SocketAddr> =
             ["127.0.0.1:11211", "127.0.0.2:99", "[::1]:7", "[::1]:11211"].iter().map(|s| s.parse().unwrap()).collect();
         assert_eq!(a, want);

@@ -95,7 +95,7 @@ def test_the_issues_command_line(tmp_path):
 
 
 def test_memcached_flags_accepted(tmp_path):
-    flags = ["-b", "64", "-R", "4", "-B", "ascii", "-L", "-f", "1.25", "-n", "48", "-r", "-D", ":",
+    flags = ["-b", "64", "-R", "4", "-B", "ascii", "-L", "-k", "-f", "1.25", "-n", "48", "-r", "-D", ":",
              "-c", "100", "-m", "64", "-o", "modern,no_lru_crawler,no_lru_maintainer,lru_crawler,hashpower=16",
              "-o", "maxconns_fast,slab_reassign,slab_automove=1,track_sizes"]
     memcached_accepts(*flags)
