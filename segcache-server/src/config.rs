@@ -209,6 +209,22 @@ pub struct FileConfig {
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,
     pub enable_shutdown: Option<bool>,
+    /// `-s`.
+    pub unix_socket: Option<PathBuf>,
+    /// `-a`, octal digits as text ("700").
+    pub unix_mask: Option<String>,
+    /// `-b`.
+    pub listen_backlog: Option<i32>,
+    /// `-R`.
+    pub reqs_per_event: Option<usize>,
+    /// `-B`.
+    pub protocol: Option<String>,
+    /// `-o idle_timeout=N`.
+    pub idle_timeout: Option<u32>,
+    /// `-u`.
+    pub user: Option<String>,
+    /// `-P`.
+    pub pidfile: Option<PathBuf>,
     #[serde(default)]
     pub engine: EngineFile,
 }
@@ -535,22 +551,22 @@ impl Settings {
                 return Err("the core list (--cores) is empty".into());
             }
         }
-        let unix_mask = match &cli.unix_mask {
+        let unix_mask = match cli.unix_mask.as_ref().or(file.unix_mask.as_ref()) {
             Some(m) => u32::from_str_radix(m, 8)
                 .ok()
                 .filter(|&m| m <= 0o777)
                 .ok_or_else(|| format!("-a {m:?}: expected an octal mode such as 700"))?,
             None => 0o700,
         };
-        let backlog = cli.backlog.unwrap_or(1024);
+        let backlog = cli.backlog.or(file.listen_backlog).unwrap_or(1024);
         if backlog <= 0 {
             return Err(format!("listen backlog (-b) must be at least 1, got {backlog}"));
         }
-        let reqs_per_event = cli.reqs_per_event.unwrap_or(DEFAULT_REQS_PER_EVENT);
+        let reqs_per_event = cli.reqs_per_event.or(file.reqs_per_event).unwrap_or(DEFAULT_REQS_PER_EVENT);
         if reqs_per_event == 0 {
             return Err("requests per event (-R) must be at least 1".into());
         }
-        let protocol = match cli.protocol.as_deref() {
+        let protocol = match cli.protocol.as_deref().or(file.protocol.as_deref()) {
             None | Some("auto") | Some("negotiate") => Protocol::Auto,
             Some("ascii") => Protocol::Ascii,
             Some("binary") => Protocol::Binary,
@@ -564,16 +580,16 @@ impl Settings {
         Ok(Settings {
             port: cli.port.or(file.port).unwrap_or(11211),
             listen,
-            unix_socket: cli.unix_socket,
+            unix_socket: cli.unix_socket.or(file.unix_socket),
             unix_mask,
             backlog,
             reqs_per_event,
             protocol,
-            idle_timeout: ext.idle_timeout.unwrap_or(0),
+            idle_timeout: ext.idle_timeout.or(file.idle_timeout).unwrap_or(0),
             track_sizes: ext.track_sizes,
             detail: cli.prefix_delimiter.is_some(),
-            user: cli.user,
-            pidfile: cli.pidfile,
+            user: cli.user.or(file.user),
+            pidfile: cli.pidfile.or(file.pidfile),
             daemon: cli.daemon,
             lock_memory: cli.lock_memory,
             coredumps: cli.enable_coredumps,
@@ -653,6 +669,15 @@ mod tests {
         assert_eq!(s.path.as_deref(), Some(std::path::Path::new("/tmp/x")));
         assert!(s.lazy_verify);
         assert_eq!(s.log_level, log::LevelFilter::Debug);
+        let file: FileConfig = toml::from_str(
+            "unix_socket = \"/tmp/s\"\nunix_mask = \"770\"\nlisten_backlog = 9\nreqs_per_event = 3\nprotocol = \"binary\"\nidle_timeout = 30\nuser = \"mc\"\npidfile = \"/tmp/p\"\n",
+        )
+        .unwrap();
+        let s = Settings::resolve(cli(&["-R", "5"]), file).unwrap();
+        assert_eq!(s.unix_socket.as_deref(), Some(std::path::Path::new("/tmp/s")));
+        assert_eq!((s.unix_mask, s.backlog, s.reqs_per_event, s.idle_timeout), (0o770, 9, 5, 30));
+        assert_eq!((s.protocol, s.user.as_deref()), (Protocol::Binary, Some("mc")));
+        assert_eq!(s.pidfile.as_deref(), Some(std::path::Path::new("/tmp/p")));
     }
 
     #[test]
