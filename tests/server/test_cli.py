@@ -130,6 +130,10 @@ def test_unix_socket_with_mask(tmp_path):
     assert client.get("over") == b"unix"
     client.close()
     assert stats(path, "settings")["domain_socket"] == str(path)
+    # memcached's `stats conns` spellings for a UNIX socket.
+    conns = command(path, b"stats conns\r\n").decode()
+    assert re.search(rf"STAT \d+:addr unix:{re.escape(str(path))}\r\nSTAT \d+:state conn_listening", conns), conns
+    assert re.search(rf"STAT \d+:addr \?:<AF 0>\r\nSTAT \d+:listen_addr unix:{re.escape(str(path))}", conns), conns
     # With -s, memcached listens on the UNIX socket only: no TCP port.
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", port), timeout=1).close()
