@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+// Named as before UNIX sockets: a client stream, TCP or UNIX.
 use crate::listen::Stream as TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
@@ -345,7 +346,12 @@ fn log_conn(shared: &Shared, info: &ConnEntry, transport: &str, close: Option<&s
     shared.watchers.log(CONNEVENTS, |line| {
         use std::fmt::Write as _;
         let kind = if close.is_some() { "conn_close" } else { "conn_new" };
-        let _ = write!(line, "type={kind} rip={} rport={} transport={transport}", info.peer.ip(), info.peer.port());
+        if transport == "local" {
+            // memcached's words for a UNIX socket client.
+            let _ = write!(line, "type={kind} rip=unix rport=0 transport=local");
+        } else {
+            let _ = write!(line, "type={kind} rip={} rport={} transport={transport}", info.peer.ip(), info.peer.port());
+        }
         if let Some(reason) = close {
             let _ = write!(line, " reason={reason}");
         }

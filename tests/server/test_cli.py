@@ -130,6 +130,18 @@ def test_unix_socket_with_mask(tmp_path):
     assert client.get("over") == b"unix"
     client.close()
     assert stats(path, "settings")["domain_socket"] == str(path)
+    # memcached's `watch connevents` line for a UNIX socket client.
+    w = socket.socket(socket.AF_UNIX)
+    w.settimeout(5)
+    w.connect(str(path))
+    w.sendall(b"watch connevents\r\n")
+    assert w.recv(100) == b"OK\r\n"
+    command(path, b"version\r\n", until=b"\r\n")
+    events = b""
+    while b"conn_close" not in events:
+        events += w.recv(1000)
+    assert b"type=conn_new rip=unix rport=0 transport=local cfd=" in events, events
+    w.close()
     # memcached's `stats conns` spellings for a UNIX socket.
     conns = command(path, b"stats conns\r\n").decode()
     assert re.search(rf"STAT \d+:addr unix:{re.escape(str(path))}\r\nSTAT \d+:state conn_listening", conns), conns
