@@ -118,7 +118,7 @@ pub struct Cli {
     #[arg(short = 'o', long = "extended", value_name = "LIST")]
     pub extended: Vec<String>,
     /// Item memory in megabytes [default: 64].
-    #[arg(short = 'm', long = "memory-limit", value_name = "MB")]
+    #[arg(short = 'm', long = "memory-limit", value_name = "MB", value_parser = parse_mb)]
     pub memory_mb: Option<u64>,
     /// Worker threads [default: one per core].
     #[arg(short = 't', long = "threads")]
@@ -464,6 +464,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("invalid size {s:?}: expected a number of bytes with an optional k, m or g suffix"))
 }
 
+/// `-m`: megabytes, as memcached; a trailing `m` (megabytes, which memcached's atoi ignores) or
+/// `g` (gigabytes) is taken too.
+fn parse_mb(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mult) = match t.strip_suffix('g') {
+        Some(n) => (n, 1024),
+        None => (t.strip_suffix('m').unwrap_or(&t), 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is not a number of megabytes (64, 64m or 1g)"))
+}
+
 fn parse_level(s: &str) -> Result<log::LevelFilter, String> {
     s.parse().map_err(|_| format!("invalid log level {s:?}: expected off, error, warn, info, debug or trace"))
 }
@@ -717,6 +731,11 @@ mod tests {
         assert_eq!(s.pidfile.as_deref(), Some(std::path::Path::new("/run/mc.pid")));
         assert_eq!(s.idle_timeout, 600);
         assert!(s.daemon && s.lock_memory);
+        for (m, mb) in [("100", 100u64), ("100m", 100), ("2G", 2048)] {
+            let s = Settings::resolve(cli(&["-m", m]), FileConfig::default()).unwrap();
+            assert_eq!(s.memory_bytes as u64, mb << 20, "{m}");
+        }
+        assert!(Cli::try_parse_from(["segcache-server", "-m", "64x"]).is_err());
         let s = Settings::resolve(
             cli(
                 &"-s /tmp/mc.sock -a 0766 -b 64 -R 1 -B ascii -e /tmp/mc.file -M -f 1.25 -n 48 -r -D : -N 0 -c 10 -t 2"
