@@ -15,7 +15,10 @@ pub const MAX_ITEM_SIZE_LIMIT: usize = MAX_SEGMENT_SIZE - 4096;
 /// this is what one connection's multi-get can make the server hold (see "Resource bounds" in
 /// docs/server.md).
 pub const DEFAULT_MAX_REPLY: usize = 16 << 20;
-/// Requests one connection may run per turn unless `-R` says otherwise.
+/// Requests one connection may run per turn of its worker's event loop before the other
+/// connections of the worker get theirs, unless `-R` says otherwise: a deep pipeline (hundreds of
+/// kilobytes of `touch`, or many `get`s) is cut into slices, and the rest waits on the worker's
+/// ready list.
 pub const DEFAULT_REQS_PER_EVENT: usize = 256;
 /// The largest `--max-reply-size` accepted.
 pub const MAX_REPLY_LIMIT: usize = 1 << 30;

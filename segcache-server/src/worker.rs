@@ -226,7 +226,13 @@ impl Worker {
                 &self.shared,
                 &conn.info,
                 conn.stream.transport(),
-                Some(if conn.eof || conn.closing { "normal" } else { "error" }),
+                Some(if conn.kicked {
+                    "idle_timeout"
+                } else if conn.eof || conn.closing {
+                    "normal"
+                } else {
+                    "error"
+                }),
             );
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.shared.conns.curr_connections.fetch_sub(1, Ordering::Relaxed);
@@ -246,7 +252,7 @@ impl Worker {
         for key in idle {
             bump(&self.shared.conns.idle_kicks, 1);
             if let Some(c) = self.conns.get_mut(key) {
-                c.closing = true; // logged as a normal close
+                c.kicked = true;
             }
             self.remove(key);
         }
@@ -273,6 +279,7 @@ fn protocol_allowed(p: Protocol, first: u8) -> bool {
         Protocol::Binary => first == 0x80,
     }
 }
+
 /// Input bytes one connection may have processed per turn (a single larger request still runs).
 const TURN_BYTES: usize = 64 << 10;
 /// Reads one connection may do per turn (a large value arriving in small pieces).
@@ -305,6 +312,8 @@ struct Conn {
     last_active: Instant,
     /// The first byte was checked against `-B`.
     protocol_checked: bool,
+    /// Closed by `-o idle_timeout`.
+    kicked: bool,
     /// Input: `buf[start..end]` is received and not yet used.
     buf: Vec<u8>,
     start: usize,
@@ -369,6 +378,7 @@ impl Conn {
             session: Session::new(),
             last_active: Instant::now(),
             protocol_checked: false,
+            kicked: false,
             buf: vec![0; INITIAL_BUF],
             start: 0,
             end: 0,

@@ -219,6 +219,9 @@ def test_daemon_with_pidfile(tmp_path):
 
 def test_idle_timeout_kicks_idle_clients():
     proc, port = start("-o", "idle_timeout=1", *ROOT_USER)
+    watcher = socket.create_connection(("127.0.0.1", port), timeout=10)
+    watcher.sendall(b"watch connevents\r\n")
+    assert watcher.recv(100) == b"OK\r\n"
     idle = socket.create_connection(("127.0.0.1", port), timeout=10)
     idle.sendall(b"version\r\n")
     assert idle.recv(100).startswith(b"VERSION ")
@@ -226,6 +229,11 @@ def test_idle_timeout_kicks_idle_clients():
     assert idle.recv(100) == b""
     idle.close()
     assert stats(port)["idle_kicks"] == "1"
+    # memcached's close reason; a `watch` stream is never kicked.
+    events = b""
+    while b"reason=idle_timeout" not in events:
+        events += watcher.recv(1000)
+    watcher.close()
     stop(proc)
 
 
