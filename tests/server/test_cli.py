@@ -97,12 +97,13 @@ def test_the_issues_command_line(tmp_path):
 def test_memcached_flags_accepted(tmp_path):
     flags = ["-b", "64", "-R", "4", "-B", "ascii", "-L", "-k", "-f", "1.25", "-n", "48", "-r", "-D", ":",
              "-c", "100", "-m", "64", "-o", "modern,no_lru_crawler,no_lru_maintainer,lru_crawler,hashpower=16",
-             "-o", "maxconns_fast,slab_reassign,slab_automove=1,track_sizes"]
+             "-o", "maxconns_fast,slab_reassign,slab_automove=1,track_sizes", "-M", "-N", "1", "-A", "-I", "2m"]
     memcached_accepts(*flags)
     proc, port = start(*flags, *ROOT_USER)
     s = stats(port, "settings")
     assert (s["tcp_backlog"], s["reqs_per_event"], s["binding_protocol"]) == ("64", "4", "ascii")
     assert (s["detail_enabled"], s["track_sizes"]) == ("yes", "yes")
+    assert (s["evictions"], s["shutdown_command"], s["item_size_max"]) == ("off", "yes", str(2 << 20))
     stop(proc)
 
 
@@ -311,6 +312,7 @@ def test_refused_flags_say_what_to_use(args, message):
 
 def test_memory_file_is_a_warm_restart(tmp_path):
     path = tmp_path / "mc.file"
+    memcached_accepts("-e", str(tmp_path / "oracle.file"))
     proc, port = start("-e", str(path), *ROOT_USER)
     command(port, b"set a 0 0 1\r\n1\r\nset b 0 0 1\r\n2\r\n", until=b"STORED\r\nSTORED\r\n")
     assert "cold start" in stop(proc)
