@@ -15,6 +15,11 @@ pub const MAX_ITEM_SIZE_LIMIT: usize = MAX_SEGMENT_SIZE - 4096;
 /// this is what one connection's multi-get can make the server hold (see "Resource bounds" in
 /// docs/server.md).
 pub const DEFAULT_MAX_REPLY: usize = 16 << 20;
+/// Requests one connection may run per turn of its worker's event loop before the other
+/// connections of the worker get theirs, unless `-R` says otherwise: a deep pipeline (hundreds of
+/// kilobytes of `touch`, or many `get`s) is cut into slices, and the rest waits on the worker's
+/// ready list.
+pub const DEFAULT_REQS_PER_EVENT: usize = 256;
 /// The largest `--max-reply-size` accepted.
 pub const MAX_REPLY_LIMIT: usize = 1 << 30;
 
@@ -28,11 +33,95 @@ pub struct Cli {
     /// TCP port to listen on [default: 11211].
     #[arg(short = 'p', long = "port")]
     pub port: Option<u16>,
-    /// Interface to listen on [default: 127.0.0.1].
+    /// Interfaces to listen on, comma separated or repeated, each `host` or `host:port`
+    /// [default: 127.0.0.1].
     #[arg(short = 'l', long = "listen")]
-    pub listen: Option<String>,
+    pub listen: Vec<String>,
+    /// UDP port: only 0 (off) is accepted; segcache serves TCP and UNIX sockets.
+    #[arg(short = 'U', long = "udp-port")]
+    pub udp_port: Option<u16>,
+    /// UNIX socket to listen on (instead of TCP, as memcached).
+    #[arg(short = 's', long = "unix-socket", value_name = "FILE")]
+    pub unix_socket: Option<PathBuf>,
+    /// Access mask of the UNIX socket, in octal [default: 700].
+    #[arg(short = 'a', long = "unix-mask", value_name = "MASK")]
+    pub unix_mask: Option<String>,
+    /// Run as a daemon (fork, new session, `/` as the working directory, stdio to /dev/null).
+    #[arg(short = 'd', long = "daemon")]
+    pub daemon: bool,
+    /// Raise the core file size limit to its maximum.
+    #[arg(short = 'r', long = "enable-coredumps")]
+    pub enable_coredumps: bool,
+    /// Become this user after binding and opening the persistence file (when started as root).
+    #[arg(short = 'u', long = "user")]
+    pub user: Option<String>,
+    /// Write the process id to this file once serving; removed at a graceful stop.
+    #[arg(short = 'P', long = "pidfile", value_name = "FILE")]
+    pub pidfile: Option<PathBuf>,
+    /// Return an error when memory is full instead of evicting (eviction policy `none`).
+    #[arg(short = 'M', long = "disable-evictions")]
+    pub disable_evictions: bool,
+    /// Lock all memory (mlockall), the heap included.
+    #[arg(short = 'k', long = "lock-memory")]
+    pub lock_memory: bool,
+    /// Print the license and exit.
+    #[arg(short = 'i', long = "license")]
+    pub license: bool,
+    /// memcached's slab growth factor: accepted and ignored (segcache has no slab classes).
+    #[arg(short = 'f', long = "slab-growth-factor", value_name = "FACTOR")]
+    pub slab_growth_factor: Option<String>,
+    /// memcached's smallest slab chunk: accepted and ignored (segcache has no slab classes).
+    #[arg(short = 'n', long = "slab-min-size", value_name = "BYTES")]
+    pub slab_min_size: Option<String>,
+    /// Large memory pages: accepted (the heap is advised for transparent huge pages anyway).
+    #[arg(short = 'L', long = "enable-largepages")]
+    pub large_pages: bool,
+    /// Key prefix delimiter of `stats detail`: only `:` is supported; turns detail on.
+    #[arg(short = 'D', value_name = "CHAR")]
+    pub prefix_delimiter: Option<String>,
+    /// Requests one connection may run per turn before the others get theirs [default: 256].
+    #[arg(short = 'R', long = "max-reqs-per-event", value_name = "N")]
+    pub reqs_per_event: Option<usize>,
+    /// memcached's -C (no CAS): refused, segcache always keeps CAS values.
+    #[arg(short = 'C', long = "disable-cas")]
+    pub disable_cas: bool,
+    /// Backlog of the listening sockets, for listen(2) [default: 1024].
+    #[arg(short = 'b', long = "listen-backlog", value_name = "N")]
+    pub backlog: Option<i32>,
+    /// Protocol: auto (text or binary, per connection), ascii, binary [default: auto].
+    #[arg(short = 'B', long = "protocol", value_name = "NAME")]
+    pub protocol: Option<String>,
+    /// memcached's SASL authentication: refused (not supported yet).
+    #[arg(short = 'S', long = "enable-sasl")]
+    pub enable_sasl: bool,
+    /// memcached's -F (no flush_all): refused (not supported yet).
+    #[arg(short = 'F', long = "disable-flush-all")]
+    pub disable_flush_all: bool,
+    /// memcached's -X (no cachedump/metadump): refused (not supported yet).
+    #[arg(short = 'X', long = "disable-dumping")]
+    pub disable_dumping: bool,
+    /// memcached's -W (no watch): refused (not supported yet).
+    #[arg(short = 'W', long = "disable-watch")]
+    pub disable_watch: bool,
+    /// memcached's ASCII authentication file: refused (not supported yet).
+    #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
+    pub auth_file: Option<PathBuf>,
+    /// memcached's memory file: segcache's persistence file (`--persist`), a warm restart
+    /// after a graceful stop and a recovery after a crash.
+    #[arg(short = 'e', long = "memory-file", value_name = "FILE")]
+    pub memory_file: Option<PathBuf>,
+    /// memcached's TLS: refused (not supported yet).
+    #[arg(short = 'Z', long = "enable-ssl")]
+    pub enable_ssl: bool,
+    /// memcached's NAPI ids: accepted and ignored.
+    #[arg(short = 'N', long = "napi_ids", value_name = "N")]
+    pub napi_ids: Option<String>,
+    /// memcached's extended options, comma separated (see docs/server.md): idle_timeout=N,
+    /// hashpower=N, track_sizes, and LRU/slab tuning that is accepted and ignored.
+    #[arg(short = 'o', long = "extended", value_name = "LIST")]
+    pub extended: Vec<String>,
     /// Item memory in megabytes [default: 64].
-    #[arg(short = 'm', long = "memory-limit", value_name = "MB")]
+    #[arg(short = 'm', long = "memory-limit", value_name = "MB", value_parser = parse_mb)]
     pub memory_mb: Option<u64>,
     /// Worker threads [default: one per core].
     #[arg(short = 't', long = "threads")]
@@ -48,7 +137,7 @@ pub struct Cli {
     #[arg(long, value_name = "SIZE")]
     pub max_reply_size: Option<String>,
     /// Verbose logging: -v info, -vv debug, -vvv trace.
-    #[arg(short = 'v', action = clap::ArgAction::Count)]
+    #[arg(short = 'v', long = "verbose", action = clap::ArgAction::Count)]
     pub verbose: u8,
     /// Eviction policy: none, random, random_fifo, fifo, cte, util, merge, s3fifo [default: merge].
     #[arg(long)]
@@ -123,6 +212,22 @@ pub struct FileConfig {
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,
     pub enable_shutdown: Option<bool>,
+    /// `-s`.
+    pub unix_socket: Option<PathBuf>,
+    /// `-a`, octal digits as text ("700").
+    pub unix_mask: Option<String>,
+    /// `-b`.
+    pub listen_backlog: Option<i32>,
+    /// `-R`.
+    pub reqs_per_event: Option<usize>,
+    /// `-B`.
+    pub protocol: Option<String>,
+    /// `-o idle_timeout=N`.
+    pub idle_timeout: Option<u32>,
+    /// `-u`.
+    pub user: Option<String>,
+    /// `-P`.
+    pub pidfile: Option<PathBuf>,
     #[serde(default)]
     pub engine: EngineFile,
 }
@@ -164,6 +269,179 @@ pub struct Settings {
     pub log_level: log::LevelFilter,
     /// `-A`: the `shutdown` command is allowed.
     pub shutdown_command: bool,
+    /// `-s`: serve on this UNIX socket (and then not on TCP, as memcached).
+    pub unix_socket: Option<PathBuf>,
+    /// `-a`: the UNIX socket's permission bits.
+    pub unix_mask: u32,
+    /// `-b`: the listen(2) backlog.
+    pub backlog: i32,
+    /// `-R`: requests one connection may run per turn.
+    pub reqs_per_event: usize,
+    /// `-B`: which protocols a connection may speak.
+    pub protocol: Protocol,
+    /// `-o idle_timeout=N`: close connections idle for this many seconds (0: never).
+    pub idle_timeout: u32,
+    /// `-o track_sizes`: `stats sizes` is on from the start.
+    pub track_sizes: bool,
+    /// `-D :`: `stats detail` is on from the start.
+    pub detail: bool,
+    /// `-u`: the user to become after binding, when started as root.
+    pub user: Option<String>,
+    /// `-P`: the pid file.
+    pub pidfile: Option<PathBuf>,
+    /// `-d`: run as a daemon.
+    pub daemon: bool,
+    /// `-k`: mlockall.
+    pub lock_memory: bool,
+    /// `-r`: raise the core file limit.
+    pub coredumps: bool,
+}
+
+/// `-B`: the protocols a connection may speak.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Text (and meta) or binary, chosen by a connection's first byte.
+    Auto,
+    /// Text and meta only: a connection that starts with the binary magic byte is closed.
+    Ascii,
+    /// Binary only: a connection that starts with anything else is closed.
+    Binary,
+}
+
+/// `-o` options that tune memcached's LRU, slab allocator, hash table or buffers: they mean
+/// nothing to segcache's segments and are accepted and ignored (listed in docs/server.md).
+const IGNORED_EXTENDED: &[&str] = &[
+    "maxconns_fast",
+    "no_maxconns_fast",
+    "hash_algorithm",
+    "no_hashexpand",
+    "tail_repair_time",
+    "lru_crawler",
+    "no_lru_crawler",
+    "lru_crawler_sleep",
+    "lru_crawler_tocrawl",
+    "lru_maintainer",
+    "no_lru_maintainer",
+    "hot_lru_pct",
+    "warm_lru_pct",
+    "hot_max_factor",
+    "warm_max_factor",
+    "temporary_ttl",
+    "slab_reassign",
+    "no_slab_reassign",
+    "slab_automove",
+    "no_slab_automove",
+    "slab_automove_ratio",
+    "slab_automove_window",
+    "slab_automove_freeratio",
+    "slab_sizes",
+    "slab_chunk_max",
+    "no_chunked_items",
+    "watcher_logbuf_size",
+    "worker_logbuf_size",
+    "read_buf_mem_limit",
+    "resp_obj_mem_limit",
+    "inline_ascii_resp",
+    "no_inline_ascii_resp",
+    "modern",
+    "no_modern",
+    "drop_privileges",
+    "no_drop_privileges",
+    "meta_response_old",
+    "sock_cookie_id",
+];
+
+/// What the `-o` list sets.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Extended {
+    pub idle_timeout: Option<u32>,
+    pub hash_power: Option<u8>,
+    pub track_sizes: bool,
+}
+
+/// Parses memcached's `-o` lists (each comma separated; `-o` may be repeated).
+pub fn parse_extended(lists: &[String]) -> Result<Extended, String> {
+    let mut x = Extended::default();
+    for opt in lists.iter().flat_map(|l| l.split(',')).map(str::trim).filter(|o| !o.is_empty()) {
+        let (name, value) = match opt.split_once('=') {
+            Some((n, v)) => (n, Some(v)),
+            None => (opt, None),
+        };
+        let number = |what: &str| -> Result<u64, String> {
+            value
+                .ok_or_else(|| format!("-o {what} needs a value: {what}=N"))?
+                .parse::<u64>()
+                .map_err(|_| format!("-o {what}: {:?} is not a number", value.unwrap_or_default()))
+        };
+        match name {
+            "idle_timeout" => {
+                let n = number(name)?;
+                x.idle_timeout =
+                    Some(u32::try_from(n).map_err(|_| format!("-o idle_timeout: {n} seconds is too long"))?);
+            }
+            "hashpower" => {
+                let n = number(name)?;
+                if !(12..=64).contains(&n) {
+                    return Err(format!("-o hashpower must be from 12 to 64, got {n}"));
+                }
+                x.hash_power = Some(n as u8);
+            }
+            "track_sizes" => x.track_sizes = true,
+            n if n.starts_with("ssl_") => {
+                return Err(format!(
+                    "-o {n}: TLS is not supported yet; terminate TLS in front of segcache-server (stunnel, a proxy)"
+                ));
+            }
+            n if n.starts_with("ext_") => {
+                return Err(format!(
+                    "-o {n}: extstore (flash storage) is not supported; segcache keeps items in memory, and -e FILE \
+                     (--persist) keeps them across restarts"
+                ));
+            }
+            n if n.starts_with("proxy_") => {
+                return Err(format!(
+                    "-o {n}: memcached's proxy is not supported; run a proxy in front of segcache-server"
+                ));
+            }
+            n if IGNORED_EXTENDED.contains(&n) => {}
+            n => return Err(format!("Illegal suboption \"{n}\" (-o): see docs/server.md for the ones supported")),
+        }
+    }
+    Ok(x)
+}
+
+/// memcached's refusals, with what to use instead.
+fn refuse_unsupported(cli: &Cli) -> Result<(), String> {
+    let refuse = |on: bool, msg: &str| if on { Err(msg.to_string()) } else { Ok(()) };
+    refuse(
+        cli.enable_ssl,
+        "-Z (TLS) is not supported yet; terminate TLS in front of segcache-server (stunnel, a proxy)",
+    )?;
+    refuse(
+        cli.enable_sasl,
+        "-S (SASL authentication) is not supported yet; listen on a UNIX socket (-s, -a) or a private address instead",
+    )?;
+    refuse(
+        cli.auth_file.is_some(),
+        "-Y (ASCII authentication) is not supported yet; listen on a UNIX socket (-s, -a) or a private address instead",
+    )?;
+    refuse(cli.disable_cas, "-C (disable CAS) is not supported: segcache always keeps CAS values; leave -C out")?;
+    refuse(cli.disable_flush_all, "-F (disable flush_all) is not supported yet; leave -F out")?;
+    refuse(cli.disable_dumping, "-X (disable dumping) is not supported yet; leave -X out")?;
+    refuse(cli.disable_watch, "-W (disable watch) is not supported yet; leave -W out")?;
+    if let Some(n) = cli.udp_port.filter(|&n| n != 0) {
+        return Err(format!("-U {n}: UDP is not supported; use TCP (-p) or a UNIX socket (-s), and -U 0"));
+    }
+    if let Some(d) = cli.prefix_delimiter.as_deref().filter(|&d| d != ":") {
+        return Err(format!("-D {d:?}: only \":\" is supported as the stats detail prefix delimiter"));
+    }
+    if cli.memory_file.is_some() && cli.persist.is_some() {
+        return Err("-e and --persist both name the persistence file: give one".into());
+    }
+    if cli.disable_evictions && cli.eviction.is_some() {
+        return Err("-M means --eviction none: give one of them".into());
+    }
+    Ok(())
 }
 
 impl Default for Settings {
@@ -189,6 +467,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
         .ok_or_else(|| format!("invalid size {s:?}: expected a number of bytes with an optional k, m or g suffix"))
 }
 
+/// `-m`: megabytes, as memcached; a trailing `m` (megabytes, which memcached's atoi ignores) or
+/// `g` (gigabytes) is taken too.
+fn parse_mb(s: &str) -> Result<u64, String> {
+    let t = s.trim().to_ascii_lowercase();
+    let (num, mult) = match t.strip_suffix('g') {
+        Some(n) => (n, 1024),
+        None => (t.strip_suffix('m').unwrap_or(&t), 1),
+    };
+    num.parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(mult))
+        .ok_or_else(|| format!("{s:?} is not a number of megabytes (64, 64m or 1g)"))
+}
+
 fn parse_level(s: &str) -> Result<log::LevelFilter, String> {
     s.parse().map_err(|_| format!("invalid log level {s:?}: expected off, error, warn, info, debug or trace"))
 }
@@ -209,6 +501,8 @@ impl Settings {
 
     /// Merges flags over the file over the defaults and checks the result.
     pub fn resolve(cli: Cli, file: FileConfig) -> Result<Settings, String> {
+        refuse_unsupported(&cli)?;
+        let ext = parse_extended(&cli.extended)?;
         let e = file.engine;
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let max_item_size = match (cli.max_item_size, file.max_item_size) {
@@ -240,7 +534,10 @@ impl Settings {
             // Large enough for the largest item with its header, at least 1 MiB.
             (None, None) => (max_item_size + 1024).next_power_of_two().clamp(1 << 20, MAX_SEGMENT_SIZE),
         };
-        let policy_name = cli.eviction.or(e.eviction).unwrap_or_else(|| "merge".into());
+        let policy_name = match cli.disable_evictions {
+            true => "none".into(),
+            false => cli.eviction.or(e.eviction).unwrap_or_else(|| "merge".into()),
+        };
         let eviction: Policy =
             policy_name.parse().map_err(|e| format!("invalid eviction policy {policy_name:?}: {e}"))?;
         let memory_mb = cli.memory_mb.or(file.memory_mb).unwrap_or(64);
@@ -271,9 +568,48 @@ impl Settings {
                 return Err("the core list (--cores) is empty".into());
             }
         }
+        let unix_mask = match cli.unix_mask.as_ref().or(file.unix_mask.as_ref()) {
+            Some(m) => u32::from_str_radix(m, 8)
+                .ok()
+                .filter(|&m| m <= 0o777)
+                .ok_or_else(|| format!("-a {m:?}: expected an octal mode such as 700"))?,
+            None => 0o700,
+        };
+        let backlog = cli.backlog.or(file.listen_backlog).unwrap_or(1024);
+        if backlog <= 0 {
+            return Err(format!("listen backlog (-b) must be at least 1, got {backlog}"));
+        }
+        let reqs_per_event = cli.reqs_per_event.or(file.reqs_per_event).unwrap_or(DEFAULT_REQS_PER_EVENT);
+        if reqs_per_event == 0 {
+            return Err("requests per event (-R) must be at least 1".into());
+        }
+        let protocol = match cli.protocol.as_deref().or(file.protocol.as_deref()) {
+            None | Some("auto") | Some("negotiate") => Protocol::Auto,
+            Some("ascii") => Protocol::Ascii,
+            Some("binary") => Protocol::Binary,
+            Some(p) => return Err(format!("-B {p:?}: expected ascii, binary or auto")),
+        };
+        let listen: Vec<String> = cli.listen.iter().flat_map(|l| l.split(',')).map(|l| l.trim().to_string()).collect();
+        let listen = match listen.is_empty() {
+            true => file.listen.unwrap_or_else(|| "127.0.0.1".into()),
+            false => listen.join(","),
+        };
         Ok(Settings {
             port: cli.port.or(file.port).unwrap_or(11211),
-            listen: cli.listen.or(file.listen).unwrap_or_else(|| "127.0.0.1".into()),
+            listen,
+            unix_socket: cli.unix_socket.or(file.unix_socket),
+            unix_mask,
+            backlog,
+            reqs_per_event,
+            protocol,
+            idle_timeout: ext.idle_timeout.or(file.idle_timeout).unwrap_or(0),
+            track_sizes: ext.track_sizes,
+            detail: cli.prefix_delimiter.is_some(),
+            user: cli.user.or(file.user),
+            pidfile: cli.pidfile.or(file.pidfile),
+            daemon: cli.daemon,
+            lock_memory: cli.lock_memory,
+            coredumps: cli.enable_coredumps,
             memory_bytes: usize::try_from(memory_mb.saturating_mul(1 << 20))
                 .map_err(|_| format!("memory limit {memory_mb} MB is too large"))?,
             threads,
@@ -283,8 +619,8 @@ impl Settings {
             segment_size,
             eviction,
             shards: cli.shards.or(e.shards),
-            hash_power: cli.hash_power.or(e.hash_power),
-            path: cli.persist.or(e.path),
+            hash_power: cli.hash_power.or(ext.hash_power).or(e.hash_power),
+            path: cli.persist.or(cli.memory_file).or(e.path),
             reset_bad_file: cli.reset_bad_file || e.reset_bad_file.unwrap_or(false),
             lazy_verify: cli.lazy_verify || e.lazy_verify.unwrap_or(false),
             pin: !cli.no_pin && file.pin.unwrap_or(true),
@@ -350,6 +686,15 @@ mod tests {
         assert_eq!(s.path.as_deref(), Some(std::path::Path::new("/tmp/x")));
         assert!(s.lazy_verify);
         assert_eq!(s.log_level, log::LevelFilter::Debug);
+        let file: FileConfig = toml::from_str(
+            "unix_socket = \"/tmp/s\"\nunix_mask = \"770\"\nlisten_backlog = 9\nreqs_per_event = 3\nprotocol = \"binary\"\nidle_timeout = 30\nuser = \"mc\"\npidfile = \"/tmp/p\"\n",
+        )
+        .unwrap();
+        let s = Settings::resolve(cli(&["-R", "5"]), file).unwrap();
+        assert_eq!(s.unix_socket.as_deref(), Some(std::path::Path::new("/tmp/s")));
+        assert_eq!((s.unix_mask, s.backlog, s.reqs_per_event, s.idle_timeout), (0o770, 9, 5, 30));
+        assert_eq!((s.protocol, s.user.as_deref()), (Protocol::Binary, Some("mc")));
+        assert_eq!(s.pidfile.as_deref(), Some(std::path::Path::new("/tmp/p")));
     }
 
     #[test]
@@ -371,6 +716,86 @@ mod tests {
         // A reply must hold at least one value of the largest size.
         assert!(Settings::resolve(cli(&["-I", "2m", "--max-reply-size", "2m"]), FileConfig::default()).is_err());
         assert!(Settings::resolve(cli(&["--max-reply-size", "2g"]), FileConfig::default()).is_err());
+    }
+
+    fn refused(args: &[&str]) -> String {
+        Settings::resolve(cli(args), FileConfig::default()).unwrap_err()
+    }
+
+    #[test]
+    fn memcached_command_lines_parse() {
+        // The issue's line, and what init scripts and containers pass.
+        let s = Settings::resolve(
+            cli(&["-u", "memcache", "-U", "0", "-P", "/run/mc.pid", "-o", "idle_timeout=600", "-d", "-k", "-L"]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(s.user.as_deref(), Some("memcache"));
+        assert_eq!(s.pidfile.as_deref(), Some(std::path::Path::new("/run/mc.pid")));
+        assert_eq!(s.idle_timeout, 600);
+        assert!(s.daemon && s.lock_memory);
+        for (m, mb) in [("100", 100u64), ("100m", 100), ("2G", 2048)] {
+            let s = Settings::resolve(cli(&["-m", m]), FileConfig::default()).unwrap();
+            assert_eq!(s.memory_bytes as u64, mb << 20, "{m}");
+        }
+        assert!(Cli::try_parse_from(["segcache-server", "-m", "64x"]).is_err());
+        let s = Settings::resolve(
+            cli(
+                &"-s /tmp/mc.sock -a 0766 -b 64 -R 1 -B ascii -e /tmp/mc.file -M -f 1.25 -n 48 -r -D : -N 0 -c 10 -t 2"
+                    .split(' ')
+                    .collect::<Vec<_>>(),
+            ),
+            FileConfig::default(),
+        )
+        .unwrap();
+        assert_eq!(s.unix_socket.as_deref(), Some(std::path::Path::new("/tmp/mc.sock")));
+        assert_eq!((s.unix_mask, s.backlog, s.reqs_per_event), (0o766, 64, 1));
+        assert_eq!((s.protocol, s.eviction), (Protocol::Ascii, Policy::None));
+        assert_eq!(s.path.as_deref(), Some(std::path::Path::new("/tmp/mc.file")));
+        assert!(s.coredumps && s.detail);
+        let d = Settings::resolve(cli(&[]), FileConfig::default()).unwrap();
+        assert_eq!((d.unix_mask, d.backlog, d.reqs_per_event), (0o700, 1024, DEFAULT_REQS_PER_EVENT));
+        assert_eq!((d.protocol, d.idle_timeout, d.daemon, d.user.is_none()), (Protocol::Auto, 0, false, true));
+        // -l takes a comma list, and may be repeated.
+        let s = Settings::resolve(cli(&["-l", "127.0.0.1,::1", "-l", "127.0.0.2:99"]), FileConfig::default()).unwrap();
+        assert_eq!(s.listen, "127.0.0.1,::1,127.0.0.2:99");
+        let s = Settings::resolve(cli(&["-B", "binary"]), FileConfig::default()).unwrap();
+        assert_eq!(s.protocol, Protocol::Binary);
+    }
+
+    #[test]
+    fn extended_options() {
+        let x = parse_extended(&["modern,no_lru_crawler, no_lru_maintainer".into(), "hashpower=20,track_sizes".into()])
+            .unwrap();
+        assert_eq!(x, Extended { idle_timeout: None, hash_power: Some(20), track_sizes: true });
+        let s =
+            Settings::resolve(cli(&["-o", "hashpower=18,idle_timeout=5,lru_crawler"]), FileConfig::default()).unwrap();
+        assert_eq!((s.hash_power, s.idle_timeout), (Some(18), 5));
+        assert!(parse_extended(&["idle_timeout".into()]).unwrap_err().contains("idle_timeout=N"));
+        assert!(parse_extended(&["idle_timeout=x".into()]).is_err());
+        assert!(parse_extended(&["hashpower=70".into()]).is_err());
+        assert!(parse_extended(&["frobnicate".into()]).unwrap_err().contains("Illegal suboption"));
+        assert!(parse_extended(&["ssl_chain_cert=/x".into()]).unwrap_err().contains("TLS"));
+        assert!(parse_extended(&["ext_path=/x:1G".into()]).unwrap_err().contains("--persist"));
+    }
+
+    #[test]
+    fn refusals_name_what_to_use() {
+        assert!(refused(&["-Z"]).contains("TLS"));
+        assert!(refused(&["-S"]).contains("SASL"));
+        assert!(refused(&["-Y", "/etc/auth"]).contains("authentication"));
+        assert!(refused(&["-U", "11211"]).contains("-U 0"));
+        assert!(refused(&["-C"]).contains("CAS"));
+        assert!(refused(&["-B", "utf8"]).contains("ascii"));
+        assert!(refused(&["-a", "999"]).contains("octal"));
+        assert!(refused(&["-b", "0"]).contains("-b"));
+        assert!(refused(&["-R", "0"]).contains("-R"));
+        assert!(refused(&["-D", "/"]).contains(":"));
+        assert!(refused(&["-e", "/a", "--persist", "/b"]).contains("one"));
+        assert!(refused(&["-M", "--eviction", "fifo"]).contains("none"));
+        for f in ["-F", "-X", "-W"] {
+            assert!(refused(&[f]).contains(f), "{f}");
+        }
     }
 
     #[test]

@@ -15,6 +15,7 @@
 mod admin;
 mod config;
 mod exec;
+mod listen;
 pub mod logger;
 pub mod protocol;
 mod server;
@@ -24,7 +25,7 @@ mod stats;
 mod watch;
 mod worker;
 
-pub use config::{Cli, Settings};
-pub use server::{Server, StopHandle};
+pub use config::{parse_extended, Cli, Extended, Protocol, Settings};
+pub use server::{start_kind, start_line, Server, StartKind, StopHandle};
 pub use session::{Progress, Session};
 pub use state::{Ctx, Shared};

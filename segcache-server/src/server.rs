@@ -2,20 +2,22 @@
 //! accepts connections and hands them to the workers round-robin, and stops gracefully.
 
 use std::io::{self, Write};
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use mio::net::TcpListener;
 use mio::{Events, Interest, Poll, Token, Waker};
 
 use crate::config::Settings;
+use crate::listen::Listener;
 use crate::state::Shared;
 use crate::worker::{self, WorkerHandle};
 
-const LISTENER: Token = Token(0);
 const WAKER: Token = Token(1);
+/// Listener `i` has token `LISTENERS + i`.
+const LISTENERS: usize = 2;
 
 /// Sent to a client past the connection limit, before closing (memcached's words).
 const TOO_MANY: &[u8] = b"SERVER_ERROR too many open connections\r\n";
@@ -40,7 +42,7 @@ pub struct Server {
     shared: Arc<Shared>,
     poll: Poll,
     waker: Arc<Waker>,
-    listener: TcpListener,
+    listeners: Vec<Listener>,
     addr: SocketAddr,
     workers: Vec<WorkerHandle>,
     threads: Vec<JoinHandle<()>>,
@@ -50,20 +52,24 @@ pub struct Server {
 impl Server {
     /// Builds the engine (warm from its file, if it has one), binds, starts the workers.
     pub fn bind(settings: Settings) -> Result<Server, String> {
+        let kind = settings.path.as_deref().map_or(StartKind::Cold, start_kind);
         let cache = settings.builder().build_shared().map_err(|e| format!("cannot start the cache engine: {e}"))?;
-        let addr = (settings.listen.as_str(), settings.port)
-            .to_socket_addrs()
-            .map_err(|e| format!("cannot resolve listen address {}: {e}", settings.listen))?
-            .next()
-            .ok_or_else(|| format!("listen address {} resolves to nothing", settings.listen))?;
-        // std sets SO_REUSEADDR, so a restart does not wait for TIME_WAIT sockets.
-        let std_listener = std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
-        std_listener.set_nonblocking(true).map_err(|e| e.to_string())?;
-        raise_backlog(&std_listener);
-        let mut listener = TcpListener::from_std(std_listener);
-        let addr = listener.local_addr().map_err(|e| e.to_string())?;
+        crate::logger::notice(&start_line(kind, cache.len(), settings.path.as_deref()));
+        let mut listeners = crate::listen::bind_all(&settings)?;
+        let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
+        let addr = listeners
+            .iter()
+            .find_map(|l| match l {
+                Listener::Tcp(_, a) => Some(*a),
+                Listener::Unix(..) => None,
+            })
+            .unwrap_or(unspecified);
         let poll = Poll::new().map_err(|e| e.to_string())?;
-        poll.registry().register(&mut listener, LISTENER, Interest::READABLE).map_err(|e| e.to_string())?;
+        for (i, l) in listeners.iter_mut().enumerate() {
+            poll.registry()
+                .register(l.source(), Token(LISTENERS + i), Interest::READABLE)
+                .map_err(|e| e.to_string())?;
+        }
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| e.to_string())?);
 
         let cores = pin_plan(&settings);
@@ -71,9 +77,15 @@ impl Server {
         let threads_n = settings.threads;
         let shared = Arc::new(Shared::new(cache, settings));
         let _ = shared.acceptor.set(waker.clone());
-        {
+        if let Some(first) = listeners.first() {
             use std::os::fd::AsRawFd;
-            shared.watchers.set_listener(listener.as_raw_fd(), addr);
+            shared.watchers.set_listener(first.as_raw_fd(), addr);
+        }
+        if shared.settings.track_sizes {
+            shared.sizes_enabled.store(true, Ordering::Relaxed);
+        }
+        if shared.settings.detail {
+            shared.watchers.set_detail(true);
         }
         let mut workers = Vec::with_capacity(threads_n);
         let mut threads = Vec::with_capacity(threads_n);
@@ -91,15 +103,18 @@ impl Server {
             ),
             None => None,
         };
+        let names: Vec<String> = listeners.iter().map(Listener::describe).collect();
         log::info!(
-            "listening on {addr} with {threads_n} workers, {} MiB, eviction {}",
+            "listening on {} with {threads_n} workers, {} MiB, eviction {}",
+            names.join(", "),
             shared.settings.memory_bytes >> 20,
             shared.settings.eviction
         );
-        Ok(Server { shared, poll, waker, listener, addr, workers, threads, admin })
+        Ok(Server { shared, poll, waker, listeners, addr, workers, threads, admin })
     }
 
-    /// The address the server listens on.
+    /// The (first) TCP address the server listens on; `0.0.0.0:0` when it listens on a UNIX
+    /// socket only.
     pub fn local_addr(&self) -> SocketAddr {
         self.addr
     }
@@ -127,12 +142,18 @@ impl Server {
             if self.shared.is_stopping() {
                 break;
             }
-            if events.iter().any(|e| e.token() == LISTENER) {
-                self.accept_all(&mut next);
+            for ev in events.iter() {
+                if let Some(i) = ev.token().0.checked_sub(LISTENERS) {
+                    self.accept_all(i, &mut next);
+                }
             }
         }
         log::info!("stopping: no longer accepting connections");
-        drop(self.listener);
+        for l in self.listeners.drain(..) {
+            if let Listener::Unix(_, path) = &l {
+                let _ = std::fs::remove_file(path);
+            }
+        }
         for w in &self.workers {
             w.wake();
         }
@@ -155,10 +176,11 @@ impl Server {
         }
     }
 
-    fn accept_all(&mut self, next: &mut usize) {
+    fn accept_all(&mut self, i: usize, next: &mut usize) {
         let conns = &self.shared.conns;
+        let Some(listener) = self.listeners.get(i) else { return };
         loop {
-            match self.listener.accept() {
+            match listener.accept() {
                 Ok((mut stream, peer)) => {
                     if conns.curr_connections.load(Ordering::Relaxed) >= self.shared.settings.max_connections as u64 {
                         conns.rejected_connections.fetch_add(1, Ordering::Relaxed);
@@ -166,7 +188,6 @@ impl Server {
                         let _ = stream.write(TOO_MANY);
                         continue;
                     }
-                    let _ = stream.set_nodelay(true);
                     conns.curr_connections.fetch_add(1, Ordering::Relaxed);
                     conns.total_connections.fetch_add(1, Ordering::Relaxed);
                     let w = *next % self.workers.len();
@@ -189,18 +210,6 @@ impl Server {
     }
 }
 
-/// std listens with a backlog of 128; a burst of connects (a proxy or a pool starting) needs
-/// more, as memcached's 1024. Calling listen(2) again on a listening socket only resizes it.
-fn raise_backlog(listener: &std::net::TcpListener) {
-    use std::os::fd::AsRawFd;
-    // SAFETY: the descriptor is a valid, bound, listening socket owned by `listener`, which
-    // outlives this call; listen(2) does not take ownership of it.
-    let rc = unsafe { libc::listen(listener.as_raw_fd(), 1024) };
-    if rc != 0 {
-        log::warn!("cannot raise the listen backlog: {}", io::Error::last_os_error());
-    }
-}
-
 /// The cores the workers are pinned to, or `None` for no pinning.
 fn pin_plan(s: &Settings) -> Option<Vec<core_affinity::CoreId>> {
     if !s.pin {
@@ -220,5 +229,82 @@ fn pin_plan(s: &Settings) -> Option<Vec<core_affinity::CoreId>> {
             Some(ids)
         }
         None => Some(available),
+    }
+}
+
+/// What a start found in the persistence file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartKind {
+    /// No file, or an empty one: the cache starts empty.
+    Cold,
+    /// A file closed by a graceful stop: its items come back.
+    Warm,
+    /// A file left by a crash: the engine rebuilt its index from the segments.
+    Recovered,
+}
+
+/// Reads the persistence file's header before the engine opens it. The engine reports nothing
+/// about the kind of start, so this reads the two fields that tell (see segcache-core's
+/// persist/header.rs): the `SEGCACHE` magic at offset 0 and the `clean` flag (a little-endian
+/// u32 at offset 44), set by a graceful close and cleared while the file is open.
+pub fn start_kind(path: &Path) -> StartKind {
+    use std::io::Read;
+    let mut head = [0u8; 48];
+    let read = std::fs::File::open(path).and_then(|mut f| f.read_exact(&mut head));
+    if read.is_err() || &head[..8] != b"SEGCACHE" {
+        return StartKind::Cold;
+    }
+    match u32::from_le_bytes([head[44], head[45], head[46], head[47]]) {
+        1 => StartKind::Warm,
+        _ => StartKind::Recovered,
+    }
+}
+
+/// The line that says how the cache started.
+pub fn start_line(kind: StartKind, items: usize, path: Option<&Path>) -> String {
+    let s = if items == 1 { "" } else { "s" };
+    match (kind, path) {
+        (StartKind::Cold, None) => "cold start: the cache is empty (no persistence file)".into(),
+        (StartKind::Cold, Some(p)) => format!("cold start: the cache is empty (new persistence file {})", p.display()),
+        (StartKind::Warm, Some(p)) if items == 0 => {
+            format!("warm start from {}: 0 items back (the file held none, or it was unusable and reset)", p.display())
+        }
+        (StartKind::Warm, p) => {
+            format!("warm start from {}: {items} item{s} back", p.unwrap_or(Path::new("")).display())
+        }
+        (StartKind::Recovered, p) => {
+            format!("recovered after a crash from {}: {items} item{s} back", p.unwrap_or(Path::new("")).display())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{start_kind, start_line, StartKind};
+    use std::time::Duration;
+
+    #[test]
+    fn start_kind_follows_the_file() {
+        let dir = std::env::temp_dir().join(format!("segcache-start-kind-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("cache.seg");
+        let _ = std::fs::remove_file(&path);
+        let open = || segcache_core::Builder::new().heap_size(8 << 20).segment_size(1 << 20).path(&path);
+        assert_eq!(start_kind(&path), StartKind::Cold, "no file");
+        let cache = open().build_shared().unwrap();
+        cache.set(b"a", b"1", 0, Duration::ZERO).unwrap();
+        // While open, the file says "not closed cleanly": this is what a crash leaves.
+        assert_eq!(start_kind(&path), StartKind::Recovered);
+        cache.close().unwrap();
+        assert_eq!(start_kind(&path), StartKind::Warm);
+        let cache = open().build_shared().unwrap();
+        assert_eq!(
+            start_line(StartKind::Warm, cache.len(), Some(&path)),
+            format!("warm start from {}: 1 item back", path.display())
+        );
+        cache.close().unwrap();
+        std::fs::write(&path, b"not a cache file").unwrap();
+        assert_eq!(start_kind(&path), StartKind::Cold);
+        let _ = std::fs::remove_dir_all(&dir);
     }
 }

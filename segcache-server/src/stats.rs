@@ -87,6 +87,8 @@ pub struct ConnStats {
     /// Turns a connection gave up with requests still waiting, so that others had theirs
     /// (memcached's `conn_yields`).
     pub conn_yields: AtomicU64,
+    /// Connections closed by `-o idle_timeout` (memcached's `idle_kicks`).
+    pub idle_kicks: AtomicU64,
 }
 
 /// User and system CPU seconds of this process, from `getrusage`.

@@ -12,10 +12,12 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use mio::net::TcpStream;
+// Named as before UNIX sockets: a client stream, TCP or UNIX.
+use crate::listen::Stream as TcpStream;
 use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
+use crate::config::Protocol;
 use crate::protocol::MAX_GET_LINE;
 use crate::session::{Budget, Session, OUT_HIGH_WATER};
 use crate::state::{Ctx, Shared};
@@ -107,11 +109,15 @@ impl Worker {
     fn run(&mut self) -> io::Result<()> {
         let mut events = Events::with_capacity(1024);
         let mut drain_until: Option<Instant> = None;
+        let mut last_sweep = Instant::now();
         loop {
             let timeout = if !self.ready.is_empty() {
                 Some(Duration::ZERO)
+            } else if drain_until.is_some() {
+                Some(Duration::from_millis(20))
             } else {
-                drain_until.map(|_| Duration::from_millis(20))
+                // With an idle timeout, wake at least once a second to look for idle clients.
+                (self.shared.settings.idle_timeout > 0).then_some(IDLE_SWEEP)
             };
             if let Err(e) = self.poll.poll(&mut events, timeout) {
                 if e.kind() == io::ErrorKind::Interrupted {
@@ -137,6 +143,10 @@ impl Worker {
                     }
                     Token(key) => self.drive(key, ev.is_read_closed() || ev.is_error()),
                 }
+            }
+            if self.shared.settings.idle_timeout > 0 && last_sweep.elapsed() >= IDLE_SWEEP {
+                last_sweep = Instant::now();
+                self.kick_idle();
             }
             if drain_until.is_none() && self.shared.is_stopping() {
                 drain_until = Some(Instant::now() + DRAIN_TIME);
@@ -171,7 +181,7 @@ impl Worker {
             }
             let info = conn_entry(&stream);
             self.shared.watchers.open(info.clone());
-            log_conn(&self.shared, &info, None);
+            log_conn(&self.shared, &info, stream.transport(), None);
             entry.insert(Conn::new(stream, info, self.waker.clone()));
             // Data may already be waiting: edge-triggered readiness fires for it anyway.
         }
@@ -212,9 +222,39 @@ impl Worker {
                 self.shared.watchers.remove(w);
             }
             self.shared.watchers.close(conn.info.fd);
-            log_conn(&self.shared, &conn.info, Some(if conn.eof || conn.closing { "normal" } else { "error" }));
+            log_conn(
+                &self.shared,
+                &conn.info,
+                conn.stream.transport(),
+                Some(if conn.kicked {
+                    "idle_timeout"
+                } else if conn.eof || conn.closing {
+                    "normal"
+                } else {
+                    "error"
+                }),
+            );
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.shared.conns.curr_connections.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Closes the connections that sat between requests, with nothing to send, for longer than
+    /// `-o idle_timeout` (memcached's `idle_kicks`).
+    fn kick_idle(&mut self) {
+        let limit = Duration::from_secs(u64::from(self.shared.settings.idle_timeout));
+        let idle: Vec<usize> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.watcher.is_none() && c.is_idle() && c.last_active.elapsed() >= limit)
+            .map(|(k, _)| k)
+            .collect();
+        for key in idle {
+            bump(&self.shared.conns.idle_kicks, 1);
+            if let Some(c) = self.conns.get_mut(key) {
+                c.kicked = true;
+            }
+            self.remove(key);
         }
     }
 
@@ -227,10 +267,19 @@ impl Worker {
     }
 }
 
-/// What one connection may do per turn of its worker's event loop before the other connections
-/// of the worker get theirs: a deep pipeline (hundreds of kilobytes of `touch`, or many `get`s)
-/// is cut into slices, and the rest waits on the worker's ready list.
-const TURN_REQUESTS: usize = 256;
+/// How often a worker looks for connections past `-o idle_timeout`.
+const IDLE_SWEEP: Duration = Duration::from_secs(1);
+
+/// Whether a connection whose first byte is `first` may go on under `-B`: memcached's binary
+/// requests start with the magic byte 0x80, text and meta ones never do.
+fn protocol_allowed(p: Protocol, first: u8) -> bool {
+    match p {
+        Protocol::Auto => true,
+        Protocol::Ascii => first != 0x80,
+        Protocol::Binary => first == 0x80,
+    }
+}
+
 /// Input bytes one connection may have processed per turn (a single larger request still runs).
 const TURN_BYTES: usize = 64 << 10;
 /// Reads one connection may do per turn (a large value arriving in small pieces).
@@ -260,6 +309,12 @@ enum Drive {
 struct Conn {
     stream: TcpStream,
     session: Session,
+    /// When the client last sent something (for `-o idle_timeout`).
+    last_active: Instant,
+    /// The first byte was checked against `-B`.
+    protocol_checked: bool,
+    /// Closed by `-o idle_timeout`.
+    kicked: bool,
     /// Input: `buf[start..end]` is received and not yet used.
     buf: Vec<u8>,
     start: usize,
@@ -297,11 +352,16 @@ fn conn_entry(stream: &TcpStream) -> Arc<ConnEntry> {
 }
 
 /// memcached's `connevents` lines: `conn_new`, or `conn_close` with its reason.
-fn log_conn(shared: &Shared, info: &ConnEntry, close: Option<&str>) {
+fn log_conn(shared: &Shared, info: &ConnEntry, transport: &str, close: Option<&str>) {
     shared.watchers.log(CONNEVENTS, |line| {
         use std::fmt::Write as _;
         let kind = if close.is_some() { "conn_close" } else { "conn_new" };
-        let _ = write!(line, "type={kind} rip={} rport={} transport=tcp", info.peer.ip(), info.peer.port());
+        if transport == "local" {
+            // memcached's words for a UNIX socket client.
+            let _ = write!(line, "type={kind} rip=unix rport=0 transport=local");
+        } else {
+            let _ = write!(line, "type={kind} rip={} rport={} transport={transport}", info.peer.ip(), info.peer.port());
+        }
         if let Some(reason) = close {
             let _ = write!(line, " reason={reason}");
         }
@@ -317,6 +377,9 @@ impl Conn {
             waker,
             stream,
             session: Session::new(),
+            last_active: Instant::now(),
+            protocol_checked: false,
+            kicked: false,
             buf: vec![0; INITIAL_BUF],
             start: 0,
             end: 0,
@@ -368,7 +431,8 @@ impl Conn {
     /// Reads, runs and writes as far as the socket allows, within one turn's budget.
     fn drive(&mut self, ctx: &Ctx<'_>) -> Drive {
         let mut reads = 0;
-        let mut budget = Budget { requests: TURN_REQUESTS, bytes: TURN_BYTES, out_high: OUT_HIGH_WATER };
+        let turn_requests = ctx.shared.settings.reqs_per_event;
+        let mut budget = Budget { requests: turn_requests, bytes: TURN_BYTES, out_high: OUT_HIGH_WATER };
         // A read that returned less than it had room for emptied the socket: with
         // edge-triggered readiness, data arriving later raises a new event, so there is no
         // need for one more read(2) just to see EAGAIN (one syscall less per request).
@@ -462,6 +526,13 @@ impl Conn {
                     self.eof = true;
                 }
                 Ok(n) => {
+                    self.last_active = Instant::now();
+                    if !self.protocol_checked {
+                        self.protocol_checked = true;
+                        if !protocol_allowed(ctx.shared.settings.protocol, self.buf[self.end]) {
+                            return Drive::Close;
+                        }
+                    }
                     self.end += n;
                     // After the peer's FIN no new event will come: read on until 0.
                     drained = n < room && !self.hup;

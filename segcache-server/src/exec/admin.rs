@@ -287,14 +287,21 @@ pub fn conns(out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let shared = ctx.shared;
     let up = shared.uptime();
     let mut s = String::new();
+    // With -s the server listens on the UNIX socket only: memcached's spellings for it (a
+    // client's own address is `?:<AF 0>` there).
+    let unix = shared.settings.unix_socket.as_ref().map(|p| format!("unix:{}", p.display()));
     if let Some((fd, addr)) = shared.watchers.listener() {
-        let _ = write!(
-            s,
-            "STAT {fd}:addr tcp:{addr}\r\nSTAT {fd}:state conn_listening\r\nSTAT {fd}:secs_since_last_cmd {up}\r\n"
-        );
+        match &unix {
+            Some(u) => _ = write!(s, "STAT {fd}:addr {u}\r\n"),
+            None => _ = write!(s, "STAT {fd}:addr tcp:{addr}\r\n"),
+        }
+        let _ = write!(s, "STAT {fd}:state conn_listening\r\nSTAT {fd}:secs_since_last_cmd {up}\r\n");
     }
     for c in shared.watchers.conns() {
-        let _ = write!(s, "STAT {0}:addr tcp:{1}\r\nSTAT {0}:listen_addr tcp:{2}\r\n", c.fd, c.peer, c.local);
+        match &unix {
+            Some(u) => _ = write!(s, "STAT {0}:addr ?:<AF 0>\r\nSTAT {0}:listen_addr {u}\r\n", c.fd),
+            None => _ = write!(s, "STAT {0}:addr tcp:{1}\r\nSTAT {0}:listen_addr tcp:{2}\r\n", c.fd, c.peer, c.local),
+        }
         let state = if ctx.conn.is_some_and(|m| m.fd == c.fd) {
             "conn_parse_cmd"
         } else if c.watch.load(Relaxed) != 0 {

@@ -50,6 +50,10 @@ fn general(shared: &Shared) -> Vec<Row> {
     ])
     .collect();
     for (n, x) in t.named() {
+        if n == "bytes_read" && s.idle_timeout > 0 {
+            // memcached shows it, before bytes_read, only with an idle timeout.
+            v.push((Cow::Borrowed("idle_kicks"), Val::U(c.idle_kicks.load(Ordering::Relaxed))));
+        }
         v.push((Cow::Borrowed(n), Val::U(x)));
         // memcached's place for these: the engine does not tell an expired or flushed item
         // from an absent one, so every such read counts as a miss only.
@@ -100,7 +104,22 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
         ("item_size_max", Val::U(s.max_item_size as u64)),
         ("evictions", Val::S(if s.eviction == segcache_core::Policy::None { "off" } else { "on" }.into())),
         ("cas_enabled", Val::S("yes".into())),
-        ("binding_protocol", Val::S("auto-negotiate".into())),
+        (
+            "binding_protocol",
+            Val::S(
+                match s.protocol {
+                    crate::config::Protocol::Auto => "auto-negotiate",
+                    crate::config::Protocol::Ascii => "ascii",
+                    crate::config::Protocol::Binary => "binary",
+                }
+                .into(),
+            ),
+        ),
+        ("domain_socket", Val::S(s.unix_socket.as_ref().map_or("NULL".into(), |p| p.display().to_string()))),
+        ("umask", Val::S(format!("{:o}", s.unix_mask))),
+        ("tcp_backlog", Val::U(s.backlog as u64)),
+        ("reqs_per_event", Val::U(s.reqs_per_event as u64)),
+        ("idle_timeout", Val::U(u64::from(s.idle_timeout))),
         ("eviction_policy", Val::S(s.eviction.name().into())),
         ("segment_size", Val::U(s.segment_size as u64)),
         ("shards", Val::U(shared.cache.shard_count() as u64)),

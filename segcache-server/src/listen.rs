@@ -1,0 +1,234 @@
+//! Listening sockets (TCP, and a UNIX socket as memcached's `-s`) and the client streams they
+//! accept, one type for both so that the workers do not care which.
+
+use std::io::{self, Read, Write};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::os::fd::{AsRawFd, RawFd};
+use std::path::{Path, PathBuf};
+
+use mio::event::Source;
+use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
+use mio::{Interest, Registry, Token};
+
+use crate::config::Settings;
+
+/// A client connection, over TCP or a UNIX socket.
+#[derive(Debug)]
+pub enum Stream {
+    Tcp(TcpStream),
+    Unix(UnixStream),
+}
+
+impl Stream {
+    /// The peer's address; a UNIX socket's peer shows as `0.0.0.0:0`.
+    pub fn peer_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.peer_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
+    /// The local address; a UNIX socket shows as `0.0.0.0:0`.
+    pub fn local_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Stream::Tcp(s) => s.local_addr().ok(),
+            Stream::Unix(_) => None,
+        }
+    }
+
+    /// memcached's word for the transport in `watch connevents` lines.
+    pub fn transport(&self) -> &'static str {
+        match self {
+            Stream::Tcp(_) => "tcp",
+            Stream::Unix(_) => "local",
+        }
+    }
+}
+
+impl AsRawFd for Stream {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Stream::Tcp(s) => s.as_raw_fd(),
+            Stream::Unix(s) => s.as_raw_fd(),
+        }
+    }
+}
+
+impl Read for Stream {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.read(buf),
+            Stream::Unix(s) => s.read(buf),
+        }
+    }
+}
+
+impl Write for Stream {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            Stream::Tcp(s) => s.write(buf),
+            Stream::Unix(s) => s.write(buf),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+impl Source for Stream {
+    fn register(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.register(r, t, i),
+            Stream::Unix(s) => s.register(r, t, i),
+        }
+    }
+    fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.reregister(r, t, i),
+            Stream::Unix(s) => s.reregister(r, t, i),
+        }
+    }
+    fn deregister(&mut self, r: &Registry) -> io::Result<()> {
+        match self {
+            Stream::Tcp(s) => s.deregister(r),
+            Stream::Unix(s) => s.deregister(r),
+        }
+    }
+}
+
+/// A listening socket.
+#[derive(Debug)]
+pub enum Listener {
+    Tcp(TcpListener, SocketAddr),
+    Unix(UnixListener, PathBuf),
+}
+
+impl Listener {
+    /// Accepts one connection; the name is the peer's, for log lines.
+    pub fn accept(&self) -> io::Result<(Stream, String)> {
+        match self {
+            Listener::Tcp(l, _) => l.accept().map(|(s, peer)| {
+                let _ = s.set_nodelay(true);
+                (Stream::Tcp(s), peer.to_string())
+            }),
+            Listener::Unix(l, path) => l.accept().map(|(s, _)| (Stream::Unix(s), path.display().to_string())),
+        }
+    }
+
+    /// Where it listens, for log lines.
+    pub fn describe(&self) -> String {
+        match self {
+            Listener::Tcp(_, a) => a.to_string(),
+            Listener::Unix(_, p) => format!("unix:{}", p.display()),
+        }
+    }
+
+    pub fn source(&mut self) -> &mut dyn Source {
+        match self {
+            Listener::Tcp(l, _) => l,
+            Listener::Unix(l, _) => l,
+        }
+    }
+}
+
+impl AsRawFd for Listener {
+    fn as_raw_fd(&self) -> RawFd {
+        match self {
+            Listener::Tcp(l, _) => l.as_raw_fd(),
+            Listener::Unix(l, _) => l.as_raw_fd(),
+        }
+    }
+}
+
+/// The addresses of `-l` (comma separated, each `host`, `host:port`, `[v6]:port` or a bare IPv6
+/// address) with `port` where none is given.
+pub fn tcp_addrs(listen: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
+    let mut out = Vec::new();
+    for entry in listen.split(',').map(str::trim).filter(|e| !e.is_empty()) {
+        // memcached's `notls:` marks a listener without TLS: every listener here is one.
+        let entry = entry.strip_prefix("notls:").unwrap_or(entry);
+        let resolved: Vec<SocketAddr> = if let Ok(a) = entry.parse::<SocketAddr>() {
+            vec![a]
+        } else if let Ok(ip) = entry.trim_matches(|c| c == '[' || c == ']').parse::<std::net::IpAddr>() {
+            vec![SocketAddr::new(ip, port)]
+        } else {
+            let (host, p) = match entry.rsplit_once(':') {
+                Some((h, p)) => (h, p.parse::<u16>().map_err(|_| format!("invalid port in listen address {entry:?}"))?),
+                None => (entry, port),
+            };
+            (host, p).to_socket_addrs().map_err(|e| format!("cannot resolve listen address {entry}: {e}"))?.collect()
+        };
+        match resolved.into_iter().next() {
+            Some(a) if !out.contains(&a) => out.push(a),
+            Some(_) => {}
+            None => return Err(format!("listen address {entry} resolves to nothing")),
+        }
+    }
+    if out.is_empty() {
+        return Err("no listen address (-l)".into());
+    }
+    Ok(out)
+}
+
+/// Binds what the settings ask: the UNIX socket of `-s` alone (as memcached), else every `-l`
+/// address on TCP. Each listens with the `-b` backlog.
+pub fn bind_all(s: &Settings) -> Result<Vec<Listener>, String> {
+    if let Some(path) = &s.unix_socket {
+        return Ok(vec![bind_unix(path, s.unix_mask, s.backlog)?]);
+    }
+    let mut out = Vec::new();
+    for addr in tcp_addrs(&s.listen, s.port)? {
+        // std sets SO_REUSEADDR, so a restart does not wait for TIME_WAIT sockets.
+        let l = std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        l.set_nonblocking(true).map_err(|e| e.to_string())?;
+        set_backlog(l.as_raw_fd(), s.backlog);
+        let addr = l.local_addr().map_err(|e| e.to_string())?;
+        out.push(Listener::Tcp(TcpListener::from_std(l), addr));
+    }
+    Ok(out)
+}
+
+/// Binds a UNIX socket at `path` (replacing a stale socket there, never another kind of file)
+/// with permissions `mask`.
+fn bind_unix(path: &Path, mask: u32, backlog: i32) -> Result<Listener, String> {
+    use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+    if let Ok(meta) = std::fs::symlink_metadata(path) {
+        if !meta.file_type().is_socket() {
+            return Err(format!("cannot listen on {}: a file that is not a socket is there", path.display()));
+        }
+        let _ = std::fs::remove_file(path);
+    }
+    let l = std::os::unix::net::UnixListener::bind(path)
+        .map_err(|e| format!("cannot listen on UNIX socket {}: {e}", path.display()))?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mask))
+        .map_err(|e| format!("cannot set the mode of {} to {mask:o}: {e}", path.display()))?;
+    l.set_nonblocking(true).map_err(|e| e.to_string())?;
+    set_backlog(l.as_raw_fd(), backlog);
+    Ok(Listener::Unix(UnixListener::from_std(l), path.to_path_buf()))
+}
+
+/// std listens with a backlog of 128; a burst of connects (a proxy or a pool starting) needs
+/// more, as memcached's 1024 (`-b`). Calling listen(2) again on a listening socket only resizes it.
+fn set_backlog(fd: RawFd, backlog: i32) {
+    // SAFETY: `fd` is a valid, bound, listening socket owned by the caller's listener, which
+    // outlives this call; listen(2) does not take ownership of it.
+    let rc = unsafe { libc::listen(fd, backlog) };
+    if rc != 0 {
+        log::warn!("cannot set the listen backlog to {backlog}: {}", io::Error::last_os_error());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::tcp_addrs;
+
+    #[test]
+    fn listen_lists() {
+        let a = tcp_addrs("127.0.0.1, notls:127.0.0.2:99,[::1]:7,::1", 11211).unwrap();
+        let want: Vec<std::net::SocketAddr> =
+            ["127.0.0.1:11211", "127.0.0.2:99", "[::1]:7", "[::1]:11211"].iter().map(|s| s.parse().unwrap()).collect();
+        assert_eq!(a, want);
+        assert!(tcp_addrs("127.0.0.1:x", 1).is_err());
+        assert!(tcp_addrs("", 1).is_err());
+    }
+}

@@ -1,0 +1,329 @@
+"""memcached's command line (issue #20): the real binary started with memcached-style flags, a
+UNIX socket with pymemcache, -d with -P, idle_timeout and idle_kicks, -R, -B, the refusals, the
+start line of the log. Each flag accepted here is also accepted by /usr/bin/memcached (the oracle),
+checked by starting it with the same flags."""
+
+import os
+import re
+import signal
+import socket
+import stat
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+from pymemcache.client.base import Client
+
+from conftest import free_port, server_binary, wait_port
+
+MEMCACHED = os.environ.get("SEGCACHE_MEMCACHED_BIN", "/usr/bin/memcached")
+ROOT_USER = ["-u", "root"] if os.geteuid() == 0 else []
+STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z segcache-server ", re.M)
+
+
+def start(*args: str, tcp: bool = True) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    argv = [str(server_binary()), "-p", str(port), "-t", "2", *args]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if tcp:
+        wait_port(port, proc)
+    return proc, port
+
+
+def stop(proc: subprocess.Popen) -> str:
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=20)
+    assert proc.returncode == 0, err
+    return err
+
+
+def command(port_or_path, data: bytes, until: bytes = b"END\r\n") -> bytes:
+    if isinstance(port_or_path, int):
+        s = socket.create_connection(("127.0.0.1", port_or_path), timeout=5)
+    else:
+        s = socket.socket(socket.AF_UNIX)
+        s.settimeout(5)
+        s.connect(str(port_or_path))
+    with s:
+        s.sendall(data)
+        out = b""
+        while not out.endswith(until):
+            chunk = s.recv(65536)
+            if not chunk:
+                break
+            out += chunk
+        return out
+
+
+def stats(port_or_path, which: str = "") -> dict[str, str]:
+    raw = command(port_or_path, f"stats {which}\r\n".encode()).decode()
+    return {p[1]: p[2] for p in (l.split(" ", 2) for l in raw.splitlines()) if p[0] == "STAT"}
+
+
+def memcached_accepts(*args: str, listen: bool = True) -> None:
+    """The oracle: memcached starts with these flags (and is then stopped)."""
+    if not Path(MEMCACHED).exists():
+        pytest.skip("memcached is not installed")
+    port = free_port()
+    where = ["-l", "127.0.0.1"] if listen else []
+    proc = subprocess.Popen([MEMCACHED, "-p", str(port), *where, *ROOT_USER, *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(0.3)
+        assert proc.poll() is None, f"memcached refused {args}: {proc.stderr.read()}"
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_the_issues_command_line(tmp_path):
+    pid = tmp_path / "mc.pid"
+    args = ["-U", "0", "-P", str(pid), "-o", "idle_timeout=600", *ROOT_USER]
+    memcached_accepts(*args[:2], "-o", "idle_timeout=600")
+    proc, port = start(*args)
+    assert int(pid.read_text()) == proc.pid
+    assert command(port, b"set k 0 0 1\r\nv\r\nget k\r\n") == b"STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n"
+    s = stats(port, "settings")
+    assert (s["idle_timeout"], s["udpport"]) == ("600", "0")
+    assert stats(port)["idle_kicks"] == "0"
+    err = stop(proc)
+    assert not pid.exists(), "the pid file stays after a stop"
+    # Every log line carries an RFC 3339 UTC timestamp, and the start says what it was.
+    assert "cold start: the cache is empty" in err
+    assert all(STAMP.match(l) for l in err.splitlines() if l.strip()), err
+
+
+def test_memcached_flags_accepted(tmp_path):
+    flags = ["-b", "64", "-R", "4", "-B", "ascii", "-L", "-k", "-f", "1.25", "-n", "48", "-r", "-D", ":",
+             "-c", "100", "-m", "64", "-o", "modern,no_lru_crawler,no_lru_maintainer,lru_crawler,hashpower=16",
+             "-o", "maxconns_fast,slab_reassign,slab_automove=1,track_sizes", "-M", "-N", "1", "-A", "-I", "2m"]
+    memcached_accepts(*flags)
+    proc, port = start(*flags, *ROOT_USER)
+    s = stats(port, "settings")
+    assert (s["tcp_backlog"], s["reqs_per_event"], s["binding_protocol"]) == ("64", "4", "ascii")
+    assert (s["detail_enabled"], s["track_sizes"]) == ("yes", "yes")
+    assert (s["evictions"], s["shutdown_command"], s["item_size_max"]) == ("off", "yes", str(2 << 20))
+    stop(proc)
+
+
+def test_listen_list(tmp_path):
+    other = free_port()
+    memcached_accepts("-l", f"127.0.0.1,127.0.0.1:{free_port()}", listen=False)
+    proc, port = start("-l", f"127.0.0.1,127.0.0.1:{other}", *ROOT_USER)
+    for p in (port, other):
+        assert command(p, b"version\r\n", until=b"\r\n").startswith(b"VERSION ")
+    stop(proc)
+
+
+def test_unix_socket_with_mask(tmp_path):
+    path = tmp_path / "mc.sock"
+    memcached_accepts("-s", str(tmp_path / "oracle.sock"), "-a", "0766")
+    proc, port = start("-s", str(path), "-a", "0766", *ROOT_USER, tcp=False)
+    deadline = time.monotonic() + 10
+    while not path.exists():
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "no socket"
+        time.sleep(0.05)
+    assert stat.S_ISSOCK(os.stat(path).st_mode)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o766
+    client = Client(str(path))
+    client.set("over", b"unix")
+    assert client.get("over") == b"unix"
+    client.close()
+    assert stats(path, "settings")["domain_socket"] == str(path)
+    # memcached's `watch connevents` line for a UNIX socket client.
+    w = socket.socket(socket.AF_UNIX)
+    w.settimeout(5)
+    w.connect(str(path))
+    w.sendall(b"watch connevents\r\n")
+    assert w.recv(100) == b"OK\r\n"
+    command(path, b"version\r\n", until=b"\r\n")
+    events = b""
+    while b"conn_close" not in events:
+        events += w.recv(1000)
+    assert b"type=conn_new rip=unix rport=0 transport=local cfd=" in events, events
+    w.close()
+    # memcached's `stats conns` spellings for a UNIX socket.
+    conns = command(path, b"stats conns\r\n").decode()
+    assert re.search(rf"STAT \d+:addr unix:{re.escape(str(path))}\r\nSTAT \d+:state conn_listening", conns), conns
+    assert re.search(rf"STAT \d+:addr \?:<AF 0>\r\nSTAT \d+:listen_addr unix:{re.escape(str(path))}", conns), conns
+    # With -s, memcached listens on the UNIX socket only: no TCP port.
+    with pytest.raises(OSError):
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+    stop(proc)
+    assert not path.exists()
+
+
+def test_unix_socket_default_mask_is_700(tmp_path):
+    path = tmp_path / "mc.sock"
+    proc, _ = start("-s", str(path), *ROOT_USER, tcp=False)
+    deadline = time.monotonic() + 10
+    while not path.exists():
+        assert proc.poll() is None and time.monotonic() < deadline
+        time.sleep(0.05)
+    assert stat.S_IMODE(os.stat(path).st_mode) == 0o700
+    stop(proc)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="-u drops privileges only when started as root")
+def test_user_drops_root(tmp_path):
+    memcached_accepts("-u", "nobody")
+    proc, port = start("-u", "nobody")
+    status = Path(f"/proc/{proc.pid}/status").read_text()
+    uids = next(l for l in status.splitlines() if l.startswith("Uid:")).split()[1:]
+    gids = next(l for l in status.splitlines() if l.startswith("Gid:")).split()[1:]
+    assert uids == ["65534"] * 4 and gids == ["65534"] * 4, status
+    assert command(port, b"set k 0 0 1\r\nv\r\nget k\r\n") == b"STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n"
+    stop(proc)
+
+
+def test_unknown_user_is_refused():
+    if os.geteuid() != 0:
+        pytest.skip("-u is ignored when not started as root")
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), "-u", "no-such-user-here"],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0 and "can't find the user no-such-user-here" in r.stderr, r.stderr
+
+
+def test_daemon_with_pidfile(tmp_path):
+    pid = tmp_path / "d.pid"
+    port = free_port()
+    # The oracle daemonizes with the same flags: its parent exits 0, the daemon writes its pid.
+    oracle_pid = tmp_path / "oracle.pid"
+    o = subprocess.run([MEMCACHED, "-d", "-P", str(oracle_pid), "-p", str(free_port()), "-l", "127.0.0.1",
+                        *ROOT_USER], capture_output=True, text=True, timeout=20)
+    assert o.returncode == 0, o.stderr
+    deadline = time.monotonic() + 5
+    while not oracle_pid.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    os.kill(int(oracle_pid.read_text()), signal.SIGTERM)
+    r = subprocess.run([str(server_binary()), "-d", "-P", str(pid), "-p", str(port), "-t", "2", *ROOT_USER],
+                       capture_output=True, text=True, timeout=20)
+    assert r.returncode == 0, r.stderr
+    deadline = time.monotonic() + 10
+    while not pid.exists():
+        assert time.monotonic() < deadline, "no pid file"
+        time.sleep(0.05)
+    daemon = int(pid.read_text())
+    try:
+        assert command(port, b"version\r\n", until=b"\r\n").startswith(b"VERSION ")
+        # A daemon: its own session, not the child of the command that started it.
+        assert os.getsid(daemon) == daemon
+        assert os.readlink(f"/proc/{daemon}/cwd") == "/"
+    finally:
+        os.kill(daemon, signal.SIGTERM)
+    deadline = time.monotonic() + 20
+    while pid.exists() or os.path.exists(f"/proc/{daemon}"):
+        assert time.monotonic() < deadline, "the daemon did not stop"
+        time.sleep(0.05)
+
+
+def test_idle_timeout_kicks_idle_clients():
+    proc, port = start("-o", "idle_timeout=1", *ROOT_USER)
+    watcher = socket.create_connection(("127.0.0.1", port), timeout=10)
+    watcher.sendall(b"watch connevents\r\n")
+    assert watcher.recv(100) == b"OK\r\n"
+    idle = socket.create_connection(("127.0.0.1", port), timeout=10)
+    idle.sendall(b"version\r\n")
+    assert idle.recv(100).startswith(b"VERSION ")
+    # memcached closes it after 1 to 2 seconds (its sweep runs once a second); wait for the EOF.
+    assert idle.recv(100) == b""
+    idle.close()
+    assert stats(port)["idle_kicks"] == "1"
+    # memcached's close reason; a `watch` stream is never kicked.
+    events = b""
+    while b"reason=idle_timeout" not in events:
+        events += watcher.recv(1000)
+    watcher.close()
+    stop(proc)
+
+
+def test_no_idle_kicks_without_idle_timeout():
+    proc, port = start(*ROOT_USER)
+    assert "idle_kicks" not in stats(port)
+    stop(proc)
+
+
+def test_one_request_per_event_still_serves_pipelines():
+    proc, port = start("-R", "1", *ROOT_USER)
+    n = 300
+    batch = b"".join(b"set k%d 0 0 2\r\nv%d\r\n" % (i, i % 10) for i in range(n))
+    batch += b"".join(b"get k%d\r\n" % i for i in range(n))
+    want = b"STORED\r\n" * n + b"".join(b"VALUE k%d 0 2\r\nv%d\r\nEND\r\n" % (i, i % 10) for i in range(n))
+    got = command(port, batch, until=b"VALUE k%d 0 2\r\nv%d\r\nEND\r\n" % (n - 1, (n - 1) % 10))
+    assert got == want
+    assert int(stats(port)["conn_yields"]) > 0
+    stop(proc)
+
+
+def binary_version() -> bytes:
+    # A binary-protocol VERSION request (magic 0x80, opcode 0x0b).
+    return bytes([0x80, 0x0B]) + bytes(22)
+
+
+def test_protocol_ascii_refuses_binary_connections():
+    proc, port = start("-B", "ascii", *ROOT_USER)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(binary_version())
+        assert s.recv(100) == b""
+    assert command(port, b"version\r\n", until=b"\r\n").startswith(b"VERSION ")
+    stop(proc)
+
+
+def test_protocol_binary_refuses_text_connections():
+    proc, port = start("-B", "binary", *ROOT_USER, tcp=False)
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            break
+        except OSError:
+            assert proc.poll() is None and time.monotonic() < deadline
+            time.sleep(0.05)
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(b"version\r\n")
+        assert s.recv(100) == b""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(binary_version())
+        head = s.recv(24)
+        assert head[0] == 0x81 and head[1] == 0x0B
+    stop(proc)
+
+
+@pytest.mark.parametrize("args,message", [
+    (["-Z"], "TLS"),
+    (["-o", "ssl_chain_cert=/etc/cert.pem"], "TLS"),
+    (["-S"], "SASL"),
+    (["-Y", "/etc/mc.auth"], "authentication"),
+    (["-U", "11211"], "-U 0"),
+    (["-C"], "CAS"),
+    (["-o", "ext_path=/tmp/x:1G"], "--persist"),
+    (["-o", "no_such_option"], "Illegal suboption"),
+    (["-o", "idle_timeout"], "idle_timeout=N"),
+    (["-B", "utf8"], "ascii, binary or auto"),
+    (["-a", "9"], "octal"),
+])
+def test_refused_flags_say_what_to_use(args, message):
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), *args], capture_output=True, text=True,
+                       timeout=10)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+
+
+def test_memory_file_is_a_warm_restart(tmp_path):
+    path = tmp_path / "mc.file"
+    memcached_accepts("-e", str(tmp_path / "oracle.file"))
+    proc, port = start("-e", str(path), *ROOT_USER)
+    command(port, b"set a 0 0 1\r\n1\r\nset b 0 0 1\r\n2\r\n", until=b"STORED\r\nSTORED\r\n")
+    assert "cold start" in stop(proc)
+    proc, port = start("-e", str(path), *ROOT_USER)
+    assert command(port, b"get a b\r\n") == b"VALUE a 0 1\r\n1\r\nVALUE b 0 1\r\n2\r\nEND\r\n"
+    proc.kill()  # a crash: the next start recovers
+    proc.wait()
+    proc, port = start("-e", str(path), *ROOT_USER)
+    assert command(port, b"get a\r\n") == b"VALUE a 0 1\r\n1\r\nEND\r\n"
+    err = stop(proc)
+    assert "recovered after a crash" in err and "2 items back" in err, err
+    proc, port = start("-e", str(path), *ROOT_USER)
+    err = stop(proc)
+    assert "warm start" in err and "2 items back" in err, err
