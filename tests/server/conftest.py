@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+import diffkit
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -149,3 +151,31 @@ def raw(server):
     s = server.connect()
     yield Raw(s)
     s.close()
+
+
+# memcached 1.6 beside this server, for tests that compare their replies (the oracle): the same
+# memory and threads, memcached without its LRU maintainer (so items stay where `stats
+# cachedump` looks).
+def start_memcached() -> diffkit.Proc:
+    port = free_port()
+    argv = [diffkit.MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "64", "-t", "2",
+            "-o", "no_lru_maintainer"]
+    if os.geteuid() == 0:
+        argv += ["-u", "root"]
+    return diffkit.Proc("memcached", argv, port)
+
+
+def start_segcache(*args: str) -> diffkit.Proc:
+    port = free_port()
+    argv = [str(server_binary()), "-p", str(port), "-m", "64", "-t", "2", "--no-pin", *args]
+    return diffkit.Proc("segcache-server", argv, port)
+
+
+@pytest.fixture(scope="module")
+def pair():
+    """memcached and this server, started once per test module."""
+    mc = start_memcached()
+    sc = start_segcache()
+    yield mc, sc
+    mc.stop()
+    assert sc.stop() == 0

@@ -1,4 +1,4 @@
-"""Retrieval lines of any length, against memcached 1.6 (issue #19).
+"""Retrieval lines of any length, against memcached 1.6.
 
 memcached serves a `get`/`gets` line with any number of keys (`memcslap --test=mget` sends
 100,000): this server runs a line longer than its input buffer as it arrives. The replies must be
@@ -17,38 +17,14 @@ import time
 
 import pytest
 
-from conftest import server_binary
-from diffkit import MEMCACHED, Proc, free_port
+from conftest import start_segcache
+from diffkit import MEMCACHED
 
 pytestmark = pytest.mark.skipif(shutil.which(MEMCACHED) is None and not os.path.exists(MEMCACHED),
                                 reason="memcached 1.6 is the oracle: not installed")
 
 SENTINEL = b"version\r\n"
 VERSION = b"VERSION 1.6.18\r\n"
-
-
-def start_memcached() -> Proc:
-    port = free_port()
-    argv = [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "64", "-t", "2",
-            "-o", "no_lru_maintainer"]
-    if os.geteuid() == 0:
-        argv += ["-u", "root"]
-    return Proc("memcached", argv, port)
-
-
-def start_segcache(*args: str) -> Proc:
-    port = free_port()
-    argv = [str(server_binary()), "-p", str(port), "-m", "64", "-t", "2", "--no-pin", *args]
-    return Proc("segcache-server", argv, port)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    mc = start_memcached()
-    sc = start_segcache()
-    yield mc, sc
-    mc.stop()
-    assert sc.stop() == 0
 
 
 def chunks(data: bytes, rng: random.Random):

@@ -21,35 +21,11 @@ import urllib.parse
 
 import pytest
 
-from conftest import server_binary
-from diffkit import MEMCACHED, Proc, free_port
+from conftest import start_segcache
+from diffkit import MEMCACHED
 
 pytestmark = pytest.mark.skipif(shutil.which(MEMCACHED) is None and not os.path.exists(MEMCACHED),
                                 reason="memcached 1.6 is the oracle: not installed")
-
-
-def start_memcached() -> Proc:
-    port = free_port()
-    argv = [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "64", "-t", "2",
-            "-o", "no_lru_maintainer"]
-    if os.geteuid() == 0:
-        argv += ["-u", "root"]
-    return Proc("memcached", argv, port)
-
-
-def start_segcache(*args: str) -> Proc:
-    port = free_port()
-    argv = [str(server_binary()), "-p", str(port), "-m", "64", "-t", "2", "--no-pin", *args]
-    return Proc("segcache-server", argv, port)
-
-
-@pytest.fixture(scope="module")
-def pair():
-    mc = start_memcached()
-    sc = start_segcache()
-    yield mc, sc
-    mc.stop()
-    assert sc.stop() == 0
 
 
 def talk(port: int, data: bytes, until: bytes = b"VERSION ", sentinel: bytes = b"version\r\n") -> bytes:
