@@ -1,4 +1,4 @@
-"""Item state of the meta protocol (issue #19): stale-while-revalidate, caller-chosen CAS values."""
+"""Item state of the meta protocol: stale-while-revalidate, caller-chosen CAS values."""
 
 import datetime
 import threading

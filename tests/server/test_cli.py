@@ -1,4 +1,4 @@
-"""memcached's command line (issue #20): the real binary started with memcached-style flags, a
+"""memcached's command line: the real binary started with memcached-style flags, a
 UNIX socket with pymemcache, -d with -P, idle_timeout and idle_kicks, -R, -B, the refusals, the
 start line of the log. Each flag accepted here is also accepted by /usr/bin/memcached (the oracle),
 checked by starting it with the same flags."""
@@ -77,7 +77,7 @@ def memcached_accepts(*args: str, listen: bool = True) -> None:
         proc.wait()
 
 
-def test_the_issues_command_line(tmp_path):
+def test_an_init_scripts_command_line(tmp_path):
     pid = tmp_path / "mc.pid"
     args = ["-U", "0", "-P", str(pid), "-o", "idle_timeout=600", *ROOT_USER]
     memcached_accepts(*args[:2], "-o", "idle_timeout=600")
