@@ -546,3 +546,10 @@ def test_metadump_reports_fetch_and_last_access(pair):
         seen.append({k: f[b"fetch"] for k, f in fields.items()})
     assert seen[0] == {b"fa": b"yes", b"fb": b"no", b"fc": b"no"}
     assert seen[1] == seen[0]
+
+
+def test_bad_base64_keys_get_memcacheds_words(pair):
+    script = b"mg k2 b v\r\nmd k2 b\r\nma k2 b\r\nms k2 1 b\r\nx\r\nmg a=== b v\r\nmg !!!! b\r\n"
+    replies = [talk(p, script) for p in (pair[0].port, pair[1].port)]
+    assert replies[0].count(b"CLIENT_ERROR error decoding key\r\n") == 4
+    assert replies[1] == replies[0]

@@ -181,12 +181,16 @@ fn last_ttl_token(f: &MetaFlags<'_>, created: bool) -> Option<i64> {
 }
 
 /// Decodes a base64 key into `buf`, or checks a plain one.
-fn decode_key<'k>(key: &'k [u8], base64: bool, buf: &'k mut [u8; 256]) -> Result<&'k [u8], FailKind> {
+fn decode_key<'k>(cmd: MetaCmd, key: &'k [u8], base64: bool, buf: &'k mut [u8; 256]) -> Result<&'k [u8], FailKind> {
     if !base64 {
         return Ok(key);
     }
-    let n =
-        base64::engine::general_purpose::STANDARD.decode_slice(key, &mut buf[..]).map_err(|_| FailKind::BadFormat)?;
+    // memcached's words: `md` and `ma` lump every flag problem together.
+    let bad = match cmd {
+        MetaCmd::Delete | MetaCmd::Arith => FailKind::Msg(b"CLIENT_ERROR invalid or duplicate flag\r\n"),
+        _ => FailKind::Msg(b"CLIENT_ERROR error decoding key\r\n"),
+    };
+    let n = base64::engine::general_purpose::STANDARD.decode_slice(key, &mut buf[..]).map_err(|_| bad)?;
     if n == 0 || n > MAX_KEY_LEN {
         return Err(FailKind::KeyTooLong);
     }
@@ -200,7 +204,7 @@ pub fn execute(cmd: MetaCmd, key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, o
         return;
     }
     let mut buf = [0u8; 256];
-    let key = match decode_key(key_token, f.base64, &mut buf) {
+    let key = match decode_key(cmd, key_token, f.base64, &mut buf) {
         Ok(k) => k,
         Err(kind) => {
             out.extend_from_slice(kind.reply().unwrap_or(reply::BAD_KEY));
@@ -667,10 +671,10 @@ mod tests {
     #[test]
     fn base64_keys() {
         let mut buf = [0u8; 256];
-        assert_eq!(decode_key(b"Zm9v", true, &mut buf).unwrap(), b"foo");
+        assert_eq!(decode_key(MetaCmd::Get, b"Zm9v", true, &mut buf).unwrap(), b"foo");
         let mut buf = [0u8; 256];
-        assert!(decode_key(b"!!!", true, &mut buf).is_err());
+        assert!(decode_key(MetaCmd::Get, b"!!!", true, &mut buf).is_err());
         let mut buf = [0u8; 256];
-        assert_eq!(decode_key(b"plain", false, &mut buf).unwrap(), b"plain");
+        assert_eq!(decode_key(MetaCmd::Get, b"plain", false, &mut buf).unwrap(), b"plain");
     }
 }
