@@ -553,3 +553,32 @@ def test_bad_base64_keys_get_memcacheds_words(pair):
     replies = [talk(p, script) for p in (pair[0].port, pair[1].port)]
     assert replies[0].count(b"CLIENT_ERROR error decoding key\r\n") == 4
     assert replies[1] == replies[0]
+
+
+def test_watch_logs_meta_commands_as_memcached(pair):
+    """Meta commands in `watch fetchers mutations`: memcached looks the item up before an `ms`
+    or `md` (an `item_get` line), then logs the store; `mg` logs its fetch. Lines compared
+    without their time, id and connection."""
+    script = (b"ms wm 2\r\nab\r\nmg wm v\r\nmg wmnope v\r\nms wm 1 MA\r\nc\r\nms wm2 1 q ME\r\nz\r\n"
+              b"ms wm 1 ME\r\nd\r\nmd wm\r\nmd wm q\r\nmn\r\n")
+    streams = []
+    for proc in pair:
+        with socket.create_connection(("127.0.0.1", proc.port), timeout=5) as w:
+            w.sendall(b"watch fetchers mutations\r\n")
+            assert w.recv(100) == b"OK\r\n"
+            with socket.create_connection(("127.0.0.1", proc.port), timeout=5) as c:
+                c.sendall(script)
+                got = b""
+                while not got.endswith(b"MN\r\n"):
+                    got += c.recv(1000)
+            buf, deadline = b"", time.monotonic() + 10
+            w.settimeout(0.2)
+            while time.monotonic() < deadline and buf.count(b"\n") < 12:
+                try:
+                    buf += w.recv(65536)
+                except socket.timeout:
+                    continue
+        lines = [re.sub(rb"^ts=\S+ gid=\d+ | cfd=\d+", b"", line) for line in buf.split(b"\n") if line]
+        streams.append(lines)
+    assert len(streams[0]) == 12 and b"type=item_store key=wm status=stored cmd=append" in b"\n".join(streams[0])
+    assert streams[1] == streams[0]

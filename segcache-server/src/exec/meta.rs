@@ -18,9 +18,11 @@ use segcache_core::{Error, ReadOptions, StoreMode, StoreOptions, MAX_KEY_LEN};
 
 use super::engine::{arith_swap, do_arith, do_store, grow_swap, look, Arith, Stored};
 use super::expiry::Expiry;
+use super::text::{log_get, log_store, watching};
 use crate::protocol::{next_token, put_i64, put_u64, reply, FailKind, MetaCmd, MetaFlags, StoreKind};
 use crate::state::Ctx;
 use crate::stats::bump;
+use crate::watch::{FETCHERS, MUTATIONS};
 
 /// What return flags can report about an item.
 #[derive(Debug, Clone, Copy, Default)]
@@ -337,7 +339,12 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
         recache_below: if r_first { None } else { window },
         no_update: f.no_update,
     };
-    let mut hit = cache.get_with_options(key, opts, |item| put_hit(out, f, key_token, &item, false, order)).is_some();
+    let size = cache.get_with_options(key, opts, |item| {
+        put_hit(out, f, key_token, &item, false, order);
+        item.value().len()
+    });
+    log_get(key, size, ctx);
+    let mut hit = size.is_some();
     if expire_after_read {
         let _ = cache.delete(key);
     }
@@ -382,6 +389,10 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     };
     let flags = f.client_flags.unwrap_or(0);
     let exptime = f.ttl.unwrap_or(0);
+    // As memcached, which looks the item up first: a fetch, then the store, in `watch`.
+    if watching(FETCHERS, ctx) {
+        log_get(key, look(ctx, key, |i| i.value().len()), ctx);
+    }
     let expires = Expiry::from_exptime(exptime, cache.now()) == Expiry::Expired;
     // (memcached: set and replace with C are a cas, the only stores that I changes.)
     let cas_store = f.compare_cas.is_some() && matches!(kind, StoreKind::Set | StoreKind::Replace);
@@ -412,6 +423,19 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
         }
         (_, _) => do_store(kind, key, flags, exptime, data, 0, ctx),
     };
+    if watching(MUTATIONS, ctx) {
+        // The TTL asked for (append and prepend keep the item's: what it has left).
+        // What was stored; for a refused store, what the request carried.
+        let stored =
+            if r == Stored::Stored { look(ctx, key, |i| (ttl_secs(&i).max(0) as u64, i.value().len())) } else { None };
+        let (left, size) = stored.unwrap_or((0, data.len()));
+        let ttl = match (kind, Expiry::from_exptime(exptime, cache.now())) {
+            (StoreKind::Append | StoreKind::Prepend, _) => left,
+            (_, Expiry::After(d)) => d.as_secs(),
+            (_, Expiry::Never | Expiry::Expired) => 0,
+        };
+        log_store(kind, key, ttl, size, r, ctx);
+    }
     match r {
         Stored::Stored => {
             if !f.quiet {
@@ -496,7 +520,9 @@ fn store_with_state(
 
 fn meta_delete(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let cache = &ctx.shared.cache;
-    let current = look(ctx, key, |i| (i.cas(), i.flags(), i.ttl()));
+    let current = look(ctx, key, |i| (i.cas(), i.flags(), i.ttl(), i.value().len()));
+    log_get(key, current.map(|c| c.3), ctx);
+    let current = current.map(|(cas, flags, ttl, _)| (cas, flags, ttl));
     let code: &[u8] = match (current, f.compare_cas) {
         (None, _) => reply::NF,
         (Some((cas, _, _)), Some(c)) if cas != c => reply::EX,

@@ -332,8 +332,15 @@ fn cfd(ctx: &Ctx<'_>) -> i32 {
 /// value's length on a hit.
 #[inline]
 fn fetched(key: &[u8], size: Option<usize>, ctx: &Ctx<'_>) {
+    ctx.shared.watchers.detail(key, if size.is_some() { 1 } else { 0 });
+    log_get(key, size, ctx);
+}
+
+/// Logs a key read for the `fetchers` stream (meta commands log theirs here too; as memcached,
+/// `stats detail` does not count them).
+#[inline]
+pub(super) fn log_get(key: &[u8], size: Option<usize>, ctx: &Ctx<'_>) {
     let w = &ctx.shared.watchers;
-    w.detail(key, if size.is_some() { 1 } else { 0 });
     if !w.wants(FETCHERS) {
         return;
     }
@@ -349,8 +356,25 @@ fn fetched(key: &[u8], size: Option<usize>, ctx: &Ctx<'_>) {
 /// Logs a storage command for the `mutations` stream and counts it for `stats detail`.
 #[inline]
 fn stored(kind: StoreKind, key: &[u8], exptime: i64, size: usize, outcome: Stored, ctx: &Ctx<'_>) {
+    ctx.shared.watchers.detail(key, 2);
+    let ttl = match Expiry::from_exptime(exptime, ctx.shared.cache.now()) {
+        Expiry::After(d) => d.as_secs(),
+        Expiry::Never | Expiry::Expired => 0,
+    };
+    log_store(kind, key, ttl, size, outcome, ctx);
+}
+
+/// Whether a `watch` stream wants `stream`'s lines (so that the caller looks up what they print
+/// only then).
+#[inline]
+pub(super) fn watching(stream: u8, ctx: &Ctx<'_>) -> bool {
+    ctx.shared.watchers.wants(stream)
+}
+
+/// Logs a store for the `mutations` stream (`ttl` in seconds left, 0 for never).
+#[inline]
+pub(super) fn log_store(kind: StoreKind, key: &[u8], ttl: u64, size: usize, outcome: Stored, ctx: &Ctx<'_>) {
     let w = &ctx.shared.watchers;
-    w.detail(key, 2);
     if !w.wants(MUTATIONS) {
         return;
     }
@@ -368,10 +392,6 @@ fn stored(kind: StoreKind, key: &[u8], exptime: i64, size: usize, outcome: Store
         Stored::Exists => "exists",
         Stored::NotFound => "not_found",
         Stored::TooLarge | Stored::NoMemory | Stored::Failed => "too_large",
-    };
-    let ttl = match Expiry::from_exptime(exptime, ctx.shared.cache.now()) {
-        Expiry::After(d) => d.as_secs(),
-        Expiry::Never | Expiry::Expired => 0,
     };
     w.log(MUTATIONS, |line| {
         use std::fmt::Write as _;
