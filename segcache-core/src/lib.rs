@@ -43,7 +43,7 @@ pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_KEY_LEN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
 pub use engine::keys::record_size;
 pub use engine::read::ReadOptions;
-pub use engine::rmw::parse_decimal;
+pub use engine::rmw::{parse_decimal, Delta};
 pub use engine::write::{Mode as StoreMode, StoreOptions};
 pub use engine::Segcache;
 pub use error::{Error, Result};

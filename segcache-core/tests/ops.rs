@@ -543,3 +543,22 @@ fn unfetched_items_are_counted_when_evicted() {
         assert!(evicted >= unfetched + before.items / 2, "{policy:?}: {evicted} evicted, {unfetched} unfetched");
     }
 }
+
+/// `add_delta` tells whether the result outgrew the old value, as memcached decides between
+/// writing in place and writing a new item (with padding, a shorter result keeps the length).
+#[test]
+fn add_delta_reports_growth() {
+    let clock = ManualClock::new(T0);
+    let mut c =
+        Builder::new().heap_size(4 << 20).segment_size(64 << 10).clock(clock).pad_numbers(true).build().unwrap();
+    c.set(b"n", b"9", 0, NEVER).unwrap();
+    let d = c.add_delta(b"n", true, 1).unwrap();
+    assert_eq!((d.value, d.grew), (10, true));
+    let d = c.add_delta(b"n", false, 5).unwrap();
+    assert_eq!((d.value, d.grew), (5, false));
+    assert_eq!(c.get(b"n").unwrap().value(), b"5 ");
+    let d = c.add_delta(b"n", true, 94).unwrap();
+    assert_eq!((d.value, d.grew), (99, false));
+    let d = c.add_delta(b"n", true, 1).unwrap();
+    assert_eq!((d.value, d.grew), (100, true));
+}

@@ -69,6 +69,15 @@ pub(crate) fn format_decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
     }
 }
 
+/// What an increment or decrement did (see [`Segcache::add_delta`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Delta {
+    /// The new value.
+    pub value: u64,
+    /// The result is longer than the old value was (memcached writes it as a new item).
+    pub grew: bool,
+}
+
 impl Segcache {
     /// Appends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
     pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
@@ -105,12 +114,22 @@ impl Segcache {
 
     /// Adds `delta` to a decimal value, wrapping at 2^64; returns the new value.
     pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<u64> {
-        self.arith(key, |n| n.wrapping_add(delta))
+        self.add_delta(key, true, delta).map(|d| d.value)
     }
 
     /// Subtracts `delta` from a decimal value, stopping at 0; returns the new value.
     pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<u64> {
-        self.arith(key, |n| n.saturating_sub(delta))
+        self.add_delta(key, false, delta).map(|d| d.value)
+    }
+
+    /// `incr` (or `decr` when `!incr`), also telling whether the result outgrew the old value
+    /// (memcached then writes a new item, and counts it in `total_items`).
+    pub fn add_delta(&mut self, key: &[u8], incr: bool, delta: u64) -> Result<Delta> {
+        if incr {
+            self.arith(key, |n| n.wrapping_add(delta))
+        } else {
+            self.arith(key, |n| n.saturating_sub(delta))
+        }
     }
 
     /// Sets a new TTL ([`Error::NotFound`] if absent), keeping the value, flags and CAS value.
@@ -186,13 +205,14 @@ impl Segcache {
         Ok(())
     }
 
-    pub(crate) fn arith(&mut self, key: &[u8], op: impl FnOnce(u64) -> u64) -> Result<u64> {
-        let (mut result, pad) = (0, self.pad_numbers);
+    fn arith(&mut self, key: &[u8], op: impl FnOnce(u64) -> u64) -> Result<Delta> {
+        let (mut result, mut grew, pad) = (0, false, self.pad_numbers);
         self.rewrite(key, Error::NotFound, |old, out| {
             let n = parse_decimal(old).ok_or(Error::NotNumeric)?;
             result = op(n);
             let mut buf = [0; 20];
             let digits = format_decimal(result, &mut buf);
+            grew = digits.len() > old.len();
             out.extend_from_slice(digits);
             if pad {
                 // As memcached: a number that got shorter keeps the old length, padded with
@@ -201,9 +221,9 @@ impl Segcache {
             }
             // memcached writes a number that does not grow in place, so the item keeps its
             // state (fetched, stale, token); here too when it pads.
-            Ok(pad && digits.len() <= old.len())
+            Ok(pad && !grew)
         })?;
-        Ok(result)
+        Ok(Delta { value: result, grew })
     }
 
     pub(crate) fn rewrite(

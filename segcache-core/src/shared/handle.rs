@@ -365,6 +365,12 @@ impl SharedCache {
         self.origin.check()?;
         self.shard(key).write().decr(key, delta)
     }
+    /// `incr` or `decr`, also telling whether the result outgrew the old value (see
+    /// [`Segcache::add_delta`]).
+    pub fn add_delta(&self, key: &[u8], incr: bool, delta: u64) -> Result<crate::Delta> {
+        self.origin.check()?;
+        self.shard(key).write().add_delta(key, incr, delta)
+    }
     /// Removes the key ([`Error::NotFound`](crate::Error::NotFound) if absent).
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.origin.check()?;

@@ -240,14 +240,13 @@ pub enum Arith {
 pub fn do_arith(incr: bool, key: &[u8], delta: u64, ctx: &Ctx<'_>) -> Arith {
     let cache = &ctx.shared.cache;
     // memcached writes a result that fits the old value's length in place, and counts only a
-    // longer one as a new item (`total_items`); a decrement never grows.
-    let old_len = if incr { cache.get_with(key, |i| i.value().len()) } else { None };
-    let r = if incr { cache.incr(key, delta) } else { cache.decr(key, delta) };
-    if let (Ok(n), Some(old_len)) = (&r, old_len) {
-        if decimal_len(*n) > old_len {
+    // longer one as a new item (`total_items`).
+    let r = cache.add_delta(key, incr, delta).map(|d| {
+        if d.grew {
             bump(&ctx.stats.total_items, 1);
         }
-    }
+        d.value
+    });
     let (hit, miss) = if incr {
         (&ctx.stats.incr_hits, &ctx.stats.incr_misses)
     } else {
@@ -268,9 +267,4 @@ pub fn do_arith(incr: bool, key: &[u8], delta: u64, ctx: &Ctx<'_>) -> Arith {
             Arith::Failed
         }
     }
-}
-
-/// Digits of `n` in decimal.
-fn decimal_len(n: u64) -> usize {
-    n.checked_ilog10().map_or(1, |d| d as usize + 1)
 }
