@@ -88,6 +88,10 @@ figures! {
     get_hits: Counter,
     /// Reads that did not.
     get_misses: Counter,
+    /// Misses that found the key's item expired (memcached's `get_expired`).
+    get_expired: Counter,
+    /// Misses that found the key's item flushed by `flush_all` (memcached's `get_flushed`).
+    get_flushed: Counter,
     /// Successful writes of every kind (set, add, replace, cas, append, prepend, incr, decr).
     sets: Counter,
     /// Deletes that removed an item.

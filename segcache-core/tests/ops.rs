@@ -562,3 +562,45 @@ fn add_delta_reports_growth() {
     let d = c.add_delta(b"n", true, 1).unwrap();
     assert_eq!((d.value, d.grew), (100, true));
 }
+
+/// A miss that finds the key's item expired or flushed is counted apart (memcached's
+/// `get_expired`, `get_flushed`), besides the miss; a key never stored is a plain miss. The
+/// shared handle counts the same, on its lock-free reads and its batched ones.
+#[test]
+fn misses_on_expired_and_flushed_items_are_counted_apart() {
+    let clock = ManualClock::new(T0);
+    let mut c = cache(&clock);
+    c.set(b"short", b"v", 0, Duration::from_secs(10)).unwrap();
+    c.set(b"long", b"v", 0, NEVER).unwrap();
+    clock.advance(20);
+    assert!(c.get(b"short").is_none() && c.get(b"absent").is_none());
+    assert_eq!(c.get_many(&[b"short", b"absent", b"long"]).iter().filter(|i| i.is_some()).count(), 1);
+    let s = c.stats();
+    assert_eq!((s.get_misses, s.get_expired, s.get_flushed), (4, 2, 0), "{s:?}");
+    // A flush frees everything at once (later reads are plain misses); one that waits for its
+    // time leaves the items in place until then.
+    c.flush_after(Duration::from_secs(5));
+    clock.advance(5);
+    assert!(c.get(b"long").is_none());
+    let s = c.stats();
+    assert_eq!((s.get_misses, s.get_expired, s.get_flushed), (5, 2, 1), "{s:?}");
+
+    let clock = ManualClock::new(T0);
+    let shared = segcache_core::SharedCache::builder()
+        .heap_size(4 << 20)
+        .segment_size(64 << 10)
+        .clock(clock.clone())
+        .build_shared()
+        .unwrap();
+    shared.set(b"short", b"v", 0, Duration::from_secs(10)).unwrap();
+    shared.set(b"big", &[b'v'; 4096], 0, Duration::from_secs(10)).unwrap();
+    shared.set(b"long", b"v", 0, NEVER).unwrap();
+    clock.advance(20);
+    assert!(shared.get(b"short").is_none() && shared.get(b"big").is_none() && shared.get(b"absent").is_none());
+    assert_eq!(shared.get_many(&[b"short", b"long"]).iter().filter(|i| i.is_some()).count(), 1);
+    shared.flush_after(Duration::from_secs(5));
+    clock.advance(5);
+    assert!(shared.get(b"long").is_none());
+    let s = shared.stats();
+    assert_eq!((s.get_misses, s.get_expired, s.get_flushed), (5, 3, 1), "{s:?}");
+}

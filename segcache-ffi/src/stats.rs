@@ -27,6 +27,10 @@ pub struct segcache_stats_t {
     pub get_hits: u64,
     /// Reads that did not.
     pub get_misses: u64,
+    /// Misses that found the key's item expired (memcached's `get_expired`).
+    pub get_expired: u64,
+    /// Misses that found the key's item flushed (memcached's `get_flushed`).
+    pub get_flushed: u64,
     /// Successful writes of every kind (set, add, replace, cas, append, prepend, incr, decr).
     pub sets: u64,
     /// Deletes that removed an item.
@@ -68,6 +72,8 @@ fn c_stats(s: Stats) -> segcache_stats_t {
         segments_free: s.segments_free,
         get_hits: s.get_hits,
         get_misses: s.get_misses,
+        get_expired: s.get_expired,
+        get_flushed: s.get_flushed,
         sets: s.sets,
         deletes: s.deletes,
         evicted_items: s.evicted_items,

@@ -205,6 +205,27 @@ def test_stats_has_the_fields_exporters_read(pair):
     assert "total_malloced" in stat_map(talk(sc.port, b"stats slabs\r\n"))
 
 
+def test_misses_on_expired_and_flushed_items_count_as_memcached_counts_them(pair):
+    """`get_expired` and `get_flushed` move as memcached's do: a read of an expired item, a read
+    after a delayed `flush_all` took effect, and never for a key that was not there."""
+    def counts(port: int) -> tuple[int, int, int]:
+        m = stat_map(talk(port, b"stats\r\n"))
+        return int(m["get_misses"]), int(m["get_expired"]), int(m["get_flushed"])
+
+    before = {srv.port: counts(srv.port) for srv in pair}
+    for srv in pair:
+        talk(srv.port, b"set gx-short 0 1 1\r\na\r\nset gx-long 0 0 1\r\nb\r\n")
+    time.sleep(2.2)
+    for srv in pair:
+        talk(srv.port, b"get gx-short\r\nget gx-never\r\nflush_all 1\r\n")
+    time.sleep(2.2)
+    for srv in pair:
+        talk(srv.port, b"get gx-long\r\n")
+    moved = [tuple(a - b for a, b in zip(counts(srv.port), before[srv.port])) for srv in pair]
+    assert moved[0] == (3, 1, 1)
+    assert moved[1] == moved[0]
+
+
 def test_cas_values_are_small(pair):
     _, sc = pair
     got = talk(sc.port, b"".join(b"set cas%d 0 0 1\r\nx\r\n" % i for i in range(50)) + b"gets cas49\r\n")

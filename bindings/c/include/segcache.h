@@ -446,6 +446,14 @@ typedef struct segcache_stats_t {
    */
   uint64_t get_misses;
   /**
+   * Misses that found the key's item expired (memcached's `get_expired`).
+   */
+  uint64_t get_expired;
+  /**
+   * Misses that found the key's item flushed (memcached's `get_flushed`).
+   */
+  uint64_t get_flushed;
+  /**
    * Successful writes of every kind (set, add, replace, cas, append, prepend, incr, decr).
    */
   uint64_t sets;

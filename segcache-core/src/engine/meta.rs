@@ -14,6 +14,48 @@ use crate::hashtable::table::Pool;
 pub struct ReadCounters {
     pub hits: AtomicU64,
     pub misses: AtomicU64,
+    /// Misses that found the key's item expired (memcached's `get_expired`).
+    pub expired: AtomicU64,
+    /// Misses that found the key's item flushed (memcached's `get_flushed`).
+    pub flushed: AtomicU64,
+}
+
+/// Why a read that found its key's slot served nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Gone {
+    Expired,
+    Flushed,
+}
+
+impl ReadCounters {
+    /// Counts a miss; `gone` when the key was there but its item expired or was flushed.
+    #[inline]
+    pub fn miss(&self, gone: Option<Gone>) {
+        bump(&self.misses);
+        match gone {
+            None => {}
+            Some(Gone::Expired) => {
+                bump(&self.expired);
+            }
+            Some(Gone::Flushed) => {
+                bump(&self.flushed);
+            }
+        }
+    }
+
+    /// The counts: hits, misses, expired, flushed.
+    pub fn totals(&self) -> [u64; 4] {
+        use std::sync::atomic::Ordering::Relaxed;
+        [&self.hits, &self.misses, &self.expired, &self.flushed].map(|c| c.load(Relaxed))
+    }
+
+    /// Adds counts that `totals` took elsewhere.
+    pub fn add(&self, totals: [u64; 4]) {
+        use std::sync::atomic::Ordering::Relaxed;
+        for (c, n) in [&self.hits, &self.misses, &self.expired, &self.flushed].into_iter().zip(totals) {
+            c.fetch_add(n, Relaxed);
+        }
+    }
 }
 
 /// Adds one to a read counter without a locked instruction (see `ReadCounters`); returns the

@@ -4,7 +4,7 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use crate::engine::memory::prefetch;
-use crate::engine::meta::{bump, ReadCounters};
+use crate::engine::meta::{bump, Gone, ReadCounters};
 use crate::engine::write::check_key;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
@@ -108,16 +108,33 @@ impl Segcache {
         counters: &ReadCounters,
         opts: &ReadOptions,
     ) -> Option<Item<'_>> {
-        match self.lookup_lazily(key, h) {
+        let Some(found) = self.find_key(key, h) else {
+            counters.miss(None);
+            return None;
+        };
+        let now = self.now();
+        match self.item_of(found, h, now) {
             Some((mut item, found)) => {
                 let coin = bump(&counters.hits);
                 self.note_read(found, &mut item.state, item.expire_at, item.now, opts, coin ^ h);
                 Some(item)
             }
             None => {
-                bump(&counters.misses);
+                counters.miss(self.gone(found, now));
                 None
             }
+        }
+    }
+
+    /// Why `item_of` served nothing from the key's slot `found` at `now`.
+    #[cold]
+    fn gone(&self, found: table::Found<'static>, now: u32) -> Option<Gone> {
+        if self.flushed(now) {
+            Some(Gone::Flushed)
+        } else if self.live_expiry(slot::slot_loc(found.value).seg, now).is_none() {
+            Some(Gone::Expired)
+        } else {
+            None
         }
     }
 
@@ -248,19 +265,21 @@ impl Segcache {
             }
             for (i, k) in chunk.iter().enumerate() {
                 let h = hashes[i];
-                let hit = match first_match[i] {
-                    Some(f) if self.key_at(slot::slot_loc(f.value), k) => self.item_of(f, h, now),
-                    _ => self.lookup(k, h, now),
+                let slot = match first_match[i] {
+                    Some(f) if self.key_at(slot::slot_loc(f.value), k) => Some(f),
+                    _ => self.find_key(k, h),
                 };
-                match hit {
+                let Some(slot) = slot else {
+                    counters.miss(None);
+                    continue;
+                };
+                match self.item_of(slot, h, now) {
                     Some((mut item, found)) => {
                         let coin = bump(&counters.hits);
                         self.note_read(found, &mut item.state, item.expire_at, now, &ReadOptions::default(), coin ^ h);
                         f(chunk_no * BATCH + i, item)
                     }
-                    None => {
-                        bump(&counters.misses);
-                    }
+                    None => counters.miss(self.gone(slot, now)),
                 }
             }
         }

@@ -18,6 +18,8 @@ impl Segcache {
             segments_free: u64::from(m.free_count),
             get_hits: m.reads.hits.load(Relaxed),
             get_misses: m.reads.misses.load(Relaxed),
+            get_expired: m.reads.expired.load(Relaxed),
+            get_flushed: m.reads.flushed.load(Relaxed),
             sets: m.sets,
             deletes: m.deletes,
             evicted_items: m.evicted_items,
@@ -36,10 +38,8 @@ impl Segcache {
 
     /// Adds reads and stores counted elsewhere (in `SharedCache`'s reader slots) to this shard's
     /// counters.
-    pub(crate) fn count_slots(&mut self, hits: u64, misses: u64, sets: u64) {
-        let reads = &self.meta().reads;
-        reads.hits.fetch_add(hits, Relaxed);
-        reads.misses.fetch_add(misses, Relaxed);
+    pub(crate) fn count_slots(&mut self, reads: [u64; 4], sets: u64) {
+        self.meta().reads.add(reads);
         self.meta_mut().sets += sets;
     }
 

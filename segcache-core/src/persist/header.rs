@@ -7,7 +7,7 @@ const MAGIC: [u8; 8] = *b"SEGCACHE";
 /// 4: records carry a 32-bit CAS counter (`record`), shards a CAS counter (`ShardMeta::next_cas`).
 /// 5: records carry a control byte (1-3 byte value lengths, stale and won bits, client-chosen CAS)
 /// and an access byte; slots a fetched bit.
-pub const FORMAT_VERSION: u32 = 5;
+pub const FORMAT_VERSION: u32 = 6;
 
 /// The header's fields, in file order (little-endian, fixed offsets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -450,9 +450,11 @@ impl SharedCache {
         let mut total = Stats::default();
         for s in self.shards.iter() {
             let mut shard = s.read().stats();
-            let (hits, misses, sets) = slot_counts(s);
+            let ([hits, misses, expired, flushed], sets) = slot_counts(s);
             shard.get_hits += hits;
             shard.get_misses += misses;
+            shard.get_expired += expired;
+            shard.get_flushed += flushed;
             shard.sets += sets;
             total.merge(&shard);
         }
@@ -482,12 +484,15 @@ impl SharedCache {
     }
 }
 
-/// Hits, misses and stores counted in a shard's reader slots.
-fn slot_counts(shard: &ShardLock<Segcache>) -> (u64, u64, u64) {
+/// Reads (as `ReadCounters::totals`) and stores counted in a shard's reader slots.
+fn slot_counts(shard: &ShardLock<Segcache>) -> ([u64; 4], u64) {
     use std::sync::atomic::Ordering::Relaxed;
-    shard.slots().iter().fold((0, 0, 0), |(h, m, n), s| {
+    shard.slots().iter().fold(([0; 4], 0), |(mut reads, sets), s| {
         let c = &s.counters;
-        (h + c.reads.hits.load(Relaxed), m + c.reads.misses.load(Relaxed), n + c.sets.load(Relaxed))
+        for (r, n) in reads.iter_mut().zip(c.reads.totals()) {
+            *r += n;
+        }
+        (reads, sets + c.sets.load(Relaxed))
     })
 }
 
@@ -509,8 +514,12 @@ fn deliver<R>(
             }
             Some(f(peek::item_in(buf, at, header, cas, expire_at, now, state)))
         }
+        Peeked::Gone(why) => {
+            counters.miss(Some(why));
+            None
+        }
         _ => {
-            bump(&counters.misses);
+            counters.miss(None);
             None
         }
     }
@@ -521,8 +530,8 @@ impl Drop for SharedCache {
     /// file-backed cache keeps across a restart.
     fn drop(&mut self) {
         for shard in self.shards.iter_mut() {
-            let (hits, misses, sets) = slot_counts(shard);
-            shard.get_mut().count_slots(hits, misses, sets);
+            let (reads, sets) = slot_counts(shard);
+            shard.get_mut().count_slots(reads, sets);
         }
     }
 }

@@ -37,7 +37,7 @@ use std::sync::Arc;
 use crate::clock::Clock;
 use crate::engine::cas_token;
 use crate::engine::memory::prefetch;
-use crate::engine::meta::ShardMeta;
+use crate::engine::meta::{Gone, ShardMeta};
 use crate::engine::read::state_of;
 use crate::engine::write::check_key;
 use crate::hashtable::slot::{self};
@@ -62,6 +62,8 @@ pub(crate) const PEEK_WORDS: usize = PEEK_BYTES / 8 + 1;
 #[derive(Clone, Copy)]
 pub(crate) enum Peeked {
     Miss,
+    /// The key's item expired or was flushed.
+    Gone(Gone),
     /// The record is in the buffer from byte `at`.
     Hit {
         found: Found<'static>,
@@ -237,14 +239,14 @@ impl ShardView {
         // As `Segcache::now`: never before the last expiry run.
         let now = self.clock.now().max(last_expire);
         if flushed_by(flush_at, now) {
-            return Peeked::Miss;
+            return Peeked::Gone(Gone::Flushed);
         }
         let seg = slot::slot_loc(found.value).seg as usize;
         // `copy_record` checked `seg` against the segment count.
         // SAFETY: header `seg` of the live region's `segments`; read as above.
         let expire_at = unsafe { read(&raw const (*self.segs.add(seg)).expire_at) };
         if !live_until(expire_at, now) {
-            return Peeked::Miss;
+            return Peeked::Gone(Gone::Expired);
         }
         // A rewrite changes a value, its flags and its CAS counter only, never a slot or a key, so
         // only a hit needs the check.

@@ -55,10 +55,9 @@ fn general(shared: &Shared) -> Vec<Row> {
             v.push((Cow::Borrowed("idle_kicks"), Val::U(c.idle_kicks.load(Ordering::Relaxed))));
         }
         v.push((Cow::Borrowed(n), Val::U(x)));
-        // memcached's place for these: the engine does not tell an expired or flushed item
-        // from an absent one, so every such read counts as a miss only.
+        // memcached's place for these: misses that found the key expired or flushed.
         if n == "get_misses" {
-            v.extend(rows([("get_expired", Val::U(0)), ("get_flushed", Val::U(0))]));
+            v.extend(rows([("get_expired", Val::U(e.get_expired)), ("get_flushed", Val::U(e.get_flushed))]));
         }
     }
     let (hash_bytes, hash_power) = shared.cache.table_size();
