@@ -173,7 +173,7 @@ impl Session {
                     crate::stats::bump(&ctx.stats.store_too_large, 1);
                 }
                 if let Some(key) = f.unlink {
-                    let _ = ctx.shared.cache.delete(key);
+                    unlink(key, f.unlink_base64, ctx);
                 }
                 if !f.noreply {
                     if let Some(reply) = f.kind.reply() {
@@ -249,5 +249,19 @@ impl Session {
             }
         }
         Step::Next
+    }
+}
+
+/// Removes the key of a store refused as too large, decoding a base64 one first (a key that
+/// does not decode names no item).
+fn unlink(key: &[u8], base64: bool, ctx: &Ctx<'_>) {
+    use base64::Engine as _;
+    if !base64 {
+        let _ = ctx.shared.cache.delete(key);
+        return;
+    }
+    let mut buf = [0u8; 256];
+    if let Ok(n) = base64::engine::general_purpose::STANDARD.decode_slice(key, &mut buf) {
+        let _ = ctx.shared.cache.delete(&buf[..n]);
     }
 }

@@ -577,7 +577,8 @@ class Gen:
         else:
             kind = "ms"
             noreply = False
-            line = f"ms {key} {len(data)}" + rng.choice(["", " q", " T0", " MS k"])
+            sent, key, b = self._meta_key()
+            line = f"ms {sent} {len(data)}" + rng.choice(["", " q", " T0", " MS k"]) + (" b" if b else "")
         wire = (line + "\r\n").encode() + data + b"\r\n"
         return Op(text=f"{line} <{len(data)} bytes>", wire={n: wire for n in self.names}, keys=[key],
                   quiet=noreply)

@@ -164,3 +164,21 @@ def test_client_chosen_cas(servers):
         assert c.send(b"cas k 0 0 1 8\r\nq\r\n") == b"STORED\r\n"
     finally:
         c.close()
+
+
+def test_a_refused_oversized_ms_removes_the_old_value_whatever_the_key_form(servers):
+    """`ms` of an item over the size limit removes the key's current value, as `set` does, with a
+    base64 key (`b`) as with a plain one: a stale value is never read back."""
+    big = b"z" * (1024 * 1024 + 50_000)
+
+    def script(connect):
+        a = connect()
+        out = [a.send(b"ms plain 3\r\nold\r\nms YmluYXJ5 3 b\r\nold\r\n")]
+        out.append(a.send(b"ms plain %d\r\n" % len(big) + big + b"\r\n"))
+        out.append(a.send(b"ms YmluYXJ5 %d b\r\n" % len(big) + big + b"\r\n"))
+        out.append(a.send(b"mg plain v\r\nmg YmluYXJ5 b v\r\n"))
+        return out
+
+    mc, sc = both(servers, script)
+    assert mc == sc
+    assert mc[-1] == b"EN\r\nEN\r\n"

@@ -182,6 +182,8 @@ pub struct Fail<'a> {
     /// A `set` refused as too large: memcached removes the key's current value so that a stale
     /// one is not read back; so do we.
     pub unlink: Option<&'a [u8]>,
+    /// `unlink` is base64 as sent (`ms` with `b`): decoded before removing.
+    pub unlink_base64: bool,
 }
 
 /// The parser's verdict on the start of a buffer.
@@ -195,7 +197,7 @@ pub enum Parse<'a> {
 }
 
 fn fail<'a>(kind: FailKind, skip: usize, noreply: bool) -> Parse<'a> {
-    Parse::Fail(Fail { kind, skip, noreply, unlink: None })
+    Parse::Fail(Fail { kind, skip, noreply, unlink: None, unlink_base64: false })
 }
 
 /// Checks a key: 1 to 250 bytes. As memcached's, a key is any bytes but a space (which the
@@ -379,7 +381,7 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
     }
     if !limits.item_fits(key.len(), flags, bytes) {
         let unlink = (kind == StoreKind::Set).then_some(key);
-        return Parse::Fail(Fail { kind: FailKind::TooLarge, skip: whole, noreply, unlink });
+        return Parse::Fail(Fail { kind: FailKind::TooLarge, skip: whole, noreply, unlink, unlink_base64: false });
     }
     if buf.len() < whole {
         return Parse::Incomplete;
@@ -577,9 +579,14 @@ fn parse_meta<'a>(buf: &'a [u8], cmd: &[u8], mut rest: &'a [u8], used: usize, li
     if cmd == MetaCmd::Set {
         if !limits.item_fits(key.len(), flags.client_flags.unwrap_or(0), datalen) {
             // As memcached (and text `set`): a failed `ms` must not leave the old value
-            // readable. (A base64 key is not decoded here; it keeps its value.)
-            let unlink = (!flags.base64).then_some(key);
-            return Parse::Fail(Fail { kind: FailKind::TooLarge, skip: whole, noreply: false, unlink });
+            // readable.
+            return Parse::Fail(Fail {
+                kind: FailKind::TooLarge,
+                skip: whole,
+                noreply: false,
+                unlink: Some(key),
+                unlink_base64: flags.base64,
+            });
         }
         if buf.len() < whole {
             return Parse::Incomplete;
