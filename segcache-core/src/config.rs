@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::clock::{Clock, SystemClock};
+use crate::engine::removal::{RemovalCause, RemovalListener};
 use crate::{Error, Policy, Result};
 
 /// Smallest segment size. Slots address bytes within a segment with 22 bits.
@@ -46,6 +47,7 @@ pub struct Builder {
     pub(crate) reset_bad_file: bool,
     pub(crate) lazy_verify: bool,
     pub(crate) pad_numbers: bool,
+    pub(crate) listener: Option<RemovalListener>,
 }
 
 impl Default for Builder {
@@ -69,6 +71,7 @@ impl Builder {
             reset_bad_file: false,
             lazy_verify: false,
             pad_numbers: false,
+            listener: None,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -135,6 +138,39 @@ impl Builder {
     /// server turns it on, so that its clients see memcached's bytes.
     pub fn pad_numbers(mut self, pad: bool) -> Self {
         self.pad_numbers = pad;
+        self
+    }
+
+    /// A function told of each item that leaves on the engine's own initiative: expired or
+    /// evicted (not deleted, replaced or flushed). It gets the item as it was and why it went,
+    /// and runs while the item's shard is locked for writing: keep it short (hand the item to a
+    /// queue, count it) and do not call back into the cache.
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    /// use std::sync::Arc;
+    /// use segcache_core::{Builder, Policy, RemovalCause};
+    ///
+    /// let evicted = Arc::new(AtomicUsize::new(0));
+    /// let count = evicted.clone();
+    /// let mut cache = Builder::new()
+    ///     .heap_size(1 << 20)
+    ///     .segment_size(64 << 10)
+    ///     .eviction(Policy::Fifo)
+    ///     .eviction_listener(move |_item, cause| {
+    ///         if cause == RemovalCause::Evicted {
+    ///             count.fetch_add(1, Relaxed);
+    ///         }
+    ///     })
+    ///     .build()?;
+    /// for i in 0..50_000u32 {
+    ///     cache.set(&i.to_le_bytes(), &[0; 40], 0, std::time::Duration::ZERO)?;
+    /// }
+    /// assert_eq!(evicted.load(Relaxed) as u64, cache.stats().evicted_items);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn eviction_listener(mut self, f: impl Fn(&crate::Item<'_>, RemovalCause) + Send + Sync + 'static) -> Self {
+        self.listener = Some(RemovalListener::new(f));
         self
     }
 

@@ -126,7 +126,7 @@ mod tests {
     fn figures_follow_the_fields() {
         let s = Stats { items: 3, sets: 7, segment_size: 1 << 20, ..Stats::default() };
         let f: Vec<Figure> = s.figures().collect();
-        assert_eq!(f.len(), 20);
+        assert_eq!(f.len(), 22);
         assert_eq!((f[0].name, f[0].kind, f[0].value), ("items", FigureKind::Gauge, 3));
         let sets = f.iter().find(|x| x.name == "sets").unwrap();
         assert_eq!((sets.kind, sets.value), (FigureKind::Counter, 7));

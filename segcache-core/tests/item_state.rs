@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
-use segcache_core::{Builder, Error, ManualClock, Policy, ReadOptions, Segcache, SharedCache, StoreMode, StoreOptions};
+use segcache_core::{
+    Builder, Error, ManualClock, Policy, ReadOptions, RmwOptions, Segcache, SharedCache, StoreMode, StoreOptions,
+};
 
 const T0: u32 = 1_700_000_000;
 const NEVER: Duration = Duration::ZERO;
@@ -236,4 +238,57 @@ fn shared_handle_reports_state_through_lock_free_reads() {
     let claim = |k: &[u8]| cache.get_with_options(k, CLAIM, |i| (i.is_stale(), i.won(), i.value().len())).unwrap();
     assert_eq!(claim(b"large"), (true, true, 4000));
     assert_eq!(claim(b"large"), (true, false, 4000));
+}
+
+/// Read-modify-writes under conditions (memcached's meta `C` and `E`, and `-I`): the compare,
+/// the size check and the write are one step; each returns the CAS value its own write made; an
+/// increment that keeps the number's length keeps the item's state, as memcached's in-place
+/// write does, compared or not.
+#[test]
+fn conditional_read_modify_writes_report_their_own_version() {
+    let clock = ManualClock::new(T0);
+    let mut c = cache(&clock);
+    c.set(b"n", b"10", 5, Duration::from_secs(1000)).unwrap();
+    let cas = c.get(b"n").unwrap().cas();
+    let stale = RmwOptions { compare: Some(cas + 1), ..RmwOptions::default() };
+    assert!(matches!(c.add_delta_with(b"n", true, 1, stale), Err(Error::Exists)));
+    // A stale item whose token went out keeps both through an increment in place.
+    c.invalidate(b"n", None, None, None).unwrap();
+    assert_eq!(token(&c, b"n", CLAIM), (true, true, false));
+    clock.advance(100);
+    let cas = c.get_with_options(b"n", QUIET).unwrap().cas();
+    let d = c.add_delta_with(b"n", true, 1, RmwOptions { compare: Some(cas), ..RmwOptions::default() }).unwrap();
+    let i = c.get_with_options(b"n", QUIET).unwrap();
+    assert_eq!((d.value, d.grew, i.cas(), i.value(), i.flags()), (11, false, d.cas, &b"11"[..], 5));
+    assert_eq!((i.is_stale(), i.token_sent()), (true, true));
+    // (TTLs are rounded down to a TTL bucket's width, never later than asked.)
+    assert!(i.ttl().is_some_and(|t| t <= Duration::from_secs(900) && t >= Duration::from_secs(800)), "{:?}", i.ttl());
+    let d = c.add_delta_with(b"n", false, 2, RmwOptions { cas: Some(4242), ..RmwOptions::default() }).unwrap();
+    assert_eq!((d.value, d.cas, c.get(b"n").unwrap().cas()), (9, 4242, 4242));
+
+    // Appends: the caller's size check sees the client flags and the joined length.
+    c.set(b"a", b"abc", 7, NEVER).unwrap();
+    let seen = std::cell::Cell::new((0, 0));
+    let small = |flags: u32, len: usize| {
+        seen.set((flags, len));
+        len <= 5
+    };
+    let opts = RmwOptions { fits: Some(&small), ..RmwOptions::default() };
+    assert!(matches!(c.append_with(b"a", b"def", opts), Err(Error::NotStored)));
+    assert_eq!((seen.get(), c.get(b"a").unwrap().value()), ((7, 6), &b"abc"[..]));
+    let cas = c.prepend_with(b"a", b"<", opts).unwrap();
+    let i = c.get(b"a").unwrap();
+    assert_eq!((i.value(), i.cas()), (&b"<abc"[..], cas));
+    let wrong = RmwOptions { compare: Some(cas + 1), ..RmwOptions::default() };
+    assert!(matches!(c.append_with(b"a", b"!", wrong), Err(Error::Exists)));
+    assert!(matches!(c.append_with(b"absent", b"!", RmwOptions::default()), Err(Error::NotStored)));
+
+    // The shared handle: the same calls.
+    let shared = Builder::new().heap_size(4 << 20).segment_size(64 << 10).build_shared().unwrap();
+    shared.set(b"n", b"1", 0, NEVER).unwrap();
+    let cas = shared.get(b"n").unwrap().cas;
+    let d = shared.add_delta_with(b"n", true, 1, RmwOptions { compare: Some(cas), ..RmwOptions::default() }).unwrap();
+    assert_eq!((d.value, shared.get(b"n").unwrap().cas), (2, d.cas));
+    let cas = shared.append_with(b"n", b"0", RmwOptions::default()).unwrap();
+    assert_eq!(shared.get(b"n").unwrap().cas, cas);
 }

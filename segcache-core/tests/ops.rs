@@ -604,3 +604,76 @@ fn misses_on_expired_and_flushed_items_are_counted_apart() {
     let s = shared.stats();
     assert_eq!((s.get_misses, s.get_expired, s.get_flushed), (5, 3, 1), "{s:?}");
 }
+
+/// The eviction listener hears of every item that expires or is evicted, under each way of
+/// evicting (whole segments, merges, S3-FIFO, a full hash chain), with the item as it was, and
+/// of nothing that a delete, a replacement or a flush removed.
+#[test]
+fn the_eviction_listener_hears_of_each_item_that_goes() {
+    use segcache_core::RemovalCause;
+    use std::sync::Mutex;
+
+    for policy in [Policy::Fifo, Policy::Merge, Policy::S3Fifo, Policy::Random] {
+        let heard = Arc::new(Mutex::new(Vec::new()));
+        let log = heard.clone();
+        let clock = ManualClock::new(T0);
+        let mut c = Builder::new()
+            .heap_size(1 << 20)
+            .segment_size(64 << 10)
+            .clock(clock.clone())
+            .eviction(policy)
+            .eviction_listener(move |item, cause| {
+                assert_eq!(item.value(), item.key().repeat(4), "an item is heard of as it was");
+                log.lock().unwrap().push((item.key().to_vec(), cause, item.flags()));
+            })
+            .build()
+            .unwrap();
+        for i in 0..50_000u32 {
+            let key = format!("k{i:05}");
+            c.set(key.as_bytes(), key.repeat(4).as_bytes(), i, NEVER).unwrap();
+        }
+        c.delete(b"k49999").unwrap();
+        c.set(b"k49998", b"k49998k49998k49998k49998", 0, NEVER).unwrap();
+        let s = c.stats();
+        let heard_now = heard.lock().unwrap().clone();
+        assert!(s.evicted_items > 0, "{policy:?}");
+        assert_eq!(heard_now.len() as u64, s.evicted_items, "{policy:?}");
+        for (key, cause, flags) in &heard_now {
+            assert_eq!(*cause, RemovalCause::Evicted);
+            assert!(c.get(key).is_none(), "{policy:?}: an evicted key is gone");
+            assert_eq!(std::str::from_utf8(&key[1..]).unwrap().parse::<u32>().unwrap(), *flags);
+        }
+        // Expiry, then a listener removed: nothing more is heard.
+        heard.lock().unwrap().clear();
+        c.flush();
+        c.set(b"short", b"shortshortshortshort", 0, Duration::from_secs(5)).unwrap();
+        clock.advance(20);
+        c.expire();
+        assert_eq!(*heard.lock().unwrap(), vec![(b"short".to_vec(), RemovalCause::Expired, 0)], "{policy:?}");
+        c.set_eviction_listener(None);
+        c.set(b"short", b"shortshortshortshort", 0, Duration::from_secs(5)).unwrap();
+        clock.advance(20);
+        c.expire();
+        assert_eq!(heard.lock().unwrap().len(), 1);
+    }
+
+    // A full hash chain: the least used item of the chain goes.
+    let heard = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let count = heard.clone();
+    let mut c = Builder::new()
+        .heap_size(4 << 20)
+        .segment_size(64 << 10)
+        .hash_power(4)
+        .eviction(Policy::Merge)
+        .eviction_listener(move |_, _| {
+            count.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        })
+        .build()
+        .unwrap();
+    for i in 0..5_000u32 {
+        c.set(format!("chain{i}").as_bytes(), b"v", 0, NEVER).unwrap();
+    }
+    let s = c.stats();
+    assert!(s.evicted_items > 0);
+    assert_eq!(heard.load(std::sync::atomic::Ordering::Relaxed), s.evicted_items);
+}

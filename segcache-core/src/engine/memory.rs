@@ -76,6 +76,18 @@ impl Segcache {
         unsafe { std::slice::from_raw_parts(self.mem.heap.add(id as usize * self.geo.segment_size), len) }
     }
 
+    /// All of a segment's bytes, whatever its header says: for a record that a merge is about
+    /// to drop from a segment it drains in place (whose header is already the destination's).
+    #[inline]
+    pub(crate) fn seg_bytes(&self, id: u32) -> &[u8] {
+        assert!((id as usize) < self.geo.segments);
+        // SAFETY: in bounds (checked): segment `id` spans `segment_size` bytes of the heap inside
+        // the live region; writers need `&mut self`, so nothing changes it meanwhile.
+        unsafe {
+            std::slice::from_raw_parts(self.mem.heap.add(id as usize * self.geo.segment_size), self.geo.segment_size)
+        }
+    }
+
     #[inline]
     pub(crate) fn seg_space(&mut self, id: u32) -> &mut [u8] {
         assert!((id as usize) < self.geo.segments);

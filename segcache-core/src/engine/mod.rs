@@ -6,6 +6,7 @@ pub(crate) mod keys;
 pub(crate) mod memory;
 pub(crate) mod meta;
 pub(crate) mod read;
+pub(crate) mod removal;
 pub(crate) mod rewrite;
 pub(crate) mod rmw;
 pub(crate) mod slots;
@@ -58,6 +59,8 @@ pub struct Segcache {
     pub(crate) pad_numbers: bool,
     /// Segments the shard may hold at once (`set_memory_limit`); all of them unless lowered.
     pub(crate) segment_cap: u32,
+    /// Told of items that expire or are evicted (`Builder::eviction_listener`).
+    pub(crate) listener: Option<removal::RemovalListener>,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -126,6 +129,7 @@ impl Segcache {
             policy: builder.policy,
             pad_numbers: builder.pad_numbers,
             segment_cap: geo.segments as u32,
+            listener: builder.listener.clone(),
             buckets,
             summary,
             ghost: vec![0; ghost_len],

@@ -76,31 +76,66 @@ pub struct Delta {
     pub value: u64,
     /// The result is longer than the old value was (memcached writes it as a new item).
     pub grew: bool,
+    /// The CAS value the item took.
+    pub cas: u64,
+}
+
+/// Conditions of a read-modify-write (append, prepend, incr, decr), checked under the same lock
+/// as the write (memcached's meta `C` and `E`, and its `-I` item size limit).
+#[derive(Clone, Copy, Default)]
+pub struct RmwOptions<'a> {
+    /// Only if the item's CAS value is this ([`Error::Exists`] otherwise).
+    pub compare: Option<u64>,
+    /// The CAS value the new version takes (else the next one counted).
+    pub cas: Option<u64>,
+    /// A size limit of the caller's own on the joined item of an append or prepend, asked with
+    /// the item's client flags and the joined value's length: `false` refuses the write with
+    /// [`Error::NotStored`] (the engine's own limit gives [`Error::TooLarge`]).
+    pub fits: Option<&'a dyn Fn(u32, usize) -> bool>,
+}
+
+impl std::fmt::Debug for RmwOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RmwOptions")
+            .field("compare", &self.compare)
+            .field("cas", &self.cas)
+            .field("fits", &self.fits.is_some())
+            .finish()
+    }
 }
 
 impl Segcache {
     /// Appends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
     pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
-        let max = self.joined_size_limit(key, value)?;
-        self.rewrite(key, Error::NotStored, |old, out| {
-            fits_joined(key, old, value, max)?;
-            out.extend_from_slice(old);
-            out.extend_from_slice(value);
-            Ok(false)
-        })
-        .map(drop)
+        self.append_with(key, value, RmwOptions::default()).map(drop)
     }
 
     /// Prepends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
     pub fn prepend(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
+        self.prepend_with(key, value, RmwOptions::default()).map(drop)
+    }
+
+    /// `append` under `opts`; returns the CAS value the item took.
+    pub fn append_with(&mut self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
+        self.join(key, value, false, opts)
+    }
+
+    /// `prepend` under `opts`; returns the CAS value the item took.
+    pub fn prepend_with(&mut self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
+        self.join(key, value, true, opts)
+    }
+
+    fn join(&mut self, key: &[u8], value: &[u8], front: bool, opts: RmwOptions<'_>) -> Result<u64> {
         let max = self.joined_size_limit(key, value)?;
-        self.rewrite(key, Error::NotStored, |old, out| {
+        self.rewrite(key, Error::NotStored, opts, |old, flags, out| {
+            if opts.fits.is_some_and(|fits| !fits(flags, old.len() + value.len())) {
+                return Err(Error::NotStored);
+            }
             fits_joined(key, old, value, max)?;
-            out.extend_from_slice(value);
-            out.extend_from_slice(old);
+            let parts = if front { [value, old] } else { [old, value] };
+            parts.iter().for_each(|p| out.extend_from_slice(p));
             Ok(false)
         })
-        .map(drop)
     }
 
     /// The largest item an append or prepend of `value` to `key` may make, or `TooLarge` when
@@ -125,10 +160,15 @@ impl Segcache {
     /// `incr` (or `decr` when `!incr`), also telling whether the result outgrew the old value
     /// (memcached then writes a new item, and counts it in `total_items`).
     pub fn add_delta(&mut self, key: &[u8], incr: bool, delta: u64) -> Result<Delta> {
+        self.add_delta_with(key, incr, delta, RmwOptions::default())
+    }
+
+    /// `add_delta` under `opts` (`fits` does not apply: a number always fits).
+    pub fn add_delta_with(&mut self, key: &[u8], incr: bool, delta: u64, opts: RmwOptions<'_>) -> Result<Delta> {
         if incr {
-            self.arith(key, |n| n.wrapping_add(delta))
+            self.arith(key, opts, |n| n.wrapping_add(delta))
         } else {
-            self.arith(key, |n| n.saturating_sub(delta))
+            self.arith(key, opts, |n| n.saturating_sub(delta))
         }
     }
 
@@ -205,9 +245,9 @@ impl Segcache {
         Ok(())
     }
 
-    fn arith(&mut self, key: &[u8], op: impl FnOnce(u64) -> u64) -> Result<Delta> {
+    fn arith(&mut self, key: &[u8], opts: RmwOptions<'_>, op: impl FnOnce(u64) -> u64) -> Result<Delta> {
         let (mut result, mut grew, pad) = (0, false, self.pad_numbers);
-        self.rewrite(key, Error::NotFound, |old, out| {
+        let cas = self.rewrite(key, Error::NotFound, opts, |old, _, out| {
             let n = parse_decimal(old).ok_or(Error::NotNumeric)?;
             result = op(n);
             let mut buf = [0; 20];
@@ -220,31 +260,23 @@ impl Segcache {
                 out.resize(old.len().max(digits.len()), b' ');
             }
             // memcached writes a number that does not grow in place, so the item keeps its
-            // state (fetched, stale, token); here too when it pads.
-            Ok(pad && !grew)
+            // state (fetched, stale, token); here too when it pads or keeps its length.
+            Ok(!grew && (pad || digits.len() == old.len()))
         })?;
-        Ok(Delta { value: result, grew })
+        Ok(Delta { value: result, grew, cas })
     }
 
+    /// Reads the item, builds its new value in `scratch` (from the old value and the client
+    /// flags), and stores it with the same flags and expiry: a new version (not fetched yet, not
+    /// stale), unless `build` says it changed the value in place as memcached would (then the
+    /// item keeps its state). `opts`: the CAS value compared and the one taken.
     pub(crate) fn rewrite(
         &mut self,
         key: &[u8],
         missing: Error,
-        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<bool>,
-    ) -> Result<()> {
-        self.rewrite_with_ttl(key, missing, None, build)
-    }
-
-    /// Reads the item, builds its new value in `scratch`, and stores it with the same flags and
-    /// expiry (or a new TTL): a new version (not fetched yet, not stale), unless `build` says it
-    /// changed the value in place as memcached would (then the item keeps its state).
-    pub(crate) fn rewrite_with_ttl(
-        &mut self,
-        key: &[u8],
-        missing: Error,
-        new_ttl: Option<u32>,
-        build: impl FnOnce(&[u8], &mut Vec<u8>) -> Result<bool>,
-    ) -> Result<()> {
+        opts: RmwOptions<'_>,
+        build: impl FnOnce(&[u8], u32, &mut Vec<u8>) -> Result<bool>,
+    ) -> Result<u64> {
         check_key(key)?;
         self.origin.check()?;
         let now = self.prepare_write();
@@ -256,26 +288,26 @@ impl Segcache {
                 self.scratch = scratch;
                 return Err(missing);
             }
-            Some((item, _)) => match build(item.value, &mut scratch) {
+            Some((item, _)) if opts.compare.is_some_and(|c| c != item.cas) => {
+                self.scratch = scratch;
+                return Err(Error::Exists);
+            }
+            Some((item, _)) => match build(item.value, item.flags, &mut scratch) {
                 Err(e) => {
                     self.scratch = scratch;
                     return Err(e);
                 }
-                Ok(false) => (item.flags, item.expire_at, NewState::default()),
+                Ok(false) => (item.flags, item.expire_at, NewState { explicit: opts.cas, ..NewState::default() }),
                 Ok(true) => {
                     let s = &item.state;
-                    let st = NewState { explicit: None, stale: s.stale, won: s.token_sent, keep_fetched: true };
+                    let st = NewState { explicit: opts.cas, stale: s.stale, won: s.token_sent, keep_fetched: true };
                     (item.flags, item.expire_at, st)
                 }
             },
         };
-        let ttl = match new_ttl {
-            Some(t) => t,
-            None if expire_at == 0 => 0,
-            None => expire_at.saturating_sub(now).max(1),
-        };
+        let ttl = if expire_at == 0 { 0 } else { expire_at.saturating_sub(now).max(1) };
         let res = self.store_at(key, h, &[&scratch], flags, ttl, Mode::Set, now, st, false);
         self.scratch = scratch;
-        res.map(drop)
+        res
     }
 }

@@ -3,6 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::engine::removal::RemovalCause;
 use crate::hashtable::slot::{self, Loc};
 use crate::record::{self};
 use crate::Segcache;
@@ -16,6 +17,7 @@ impl Segcache {
             return Err(Error::NoMemory);
         }
         let victim = self.table().least_used(h).ok_or(Error::NoMemory)?;
+        self.tell_removal(slot::slot_loc(victim.value), victim.value, RemovalCause::Evicted);
         self.kill(slot::slot_loc(victim.value));
         let m = self.meta_mut();
         m.evicted_items += 1;

@@ -184,8 +184,8 @@ impl Segcache {
         flags: u32,
         ttl: Duration,
         mode: Mode,
-    ) -> Result<()> {
-        self.store(key, h, &[value], flags, ttl_secs(ttl), mode).map(drop)
+    ) -> Result<u64> {
+        self.store(key, h, &[value], flags, ttl_secs(ttl), mode)
     }
 
     pub(crate) fn store(

@@ -1,6 +1,7 @@
 //! Compaction: copying the frequently read live items of source segments into destinations.
 
 use crate::engine::memory::prefetch;
+use crate::engine::removal::RemovalCause;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Table;
@@ -172,6 +173,7 @@ impl Segcache {
                 Table::relocate(slot.slot, slot.value, m.freq / 2, new);
                 copied += 1;
             } else {
+                self.tell_removal(m.loc, slot.value, RemovalCause::Evicted);
                 self.remove_slot(m.hash, slot.slot);
                 dropped += 1;
                 unfetched += u64::from(slot.value & slot::FETCHED == 0);

@@ -1,6 +1,7 @@
 //! Scans of a segment's records: its live items, and clearing it.
 
 use crate::engine::memory::prefetch;
+use crate::engine::removal::RemovalCause;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self, Loc};
@@ -47,8 +48,10 @@ impl Segcache {
     pub(crate) fn clear_segment(&mut self, id: u32, expired: bool) {
         let (mut removed, mut unfetched) = (0u64, 0u64);
         let t = self.table();
+        let cause = if expired { RemovalCause::Expired } else { RemovalCause::Evicted };
         self.for_each_live(id, |s, loc, h, _| {
             if let Some(f) = t.find_loc(h, loc) {
+                s.tell_removal(loc, f.value, cause);
                 unfetched += u64::from(f.value & slot::FETCHED == 0);
                 s.remove_slot(h, f.slot);
                 removed += 1;

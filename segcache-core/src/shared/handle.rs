@@ -62,7 +62,7 @@ use crate::hashtable::bucket::Bucket;
 use crate::hashtable::table::Table;
 use crate::shared::lock::{self, ShardLock};
 use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
-use crate::{Builder, Item, OwnedItem, Result, Segcache, Stats};
+use crate::{Builder, Item, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
 #[derive(Debug)]
@@ -284,20 +284,20 @@ impl SharedCache {
 
     /// Stores the item, replacing any other under `key` (`ttl` of zero: never expires).
     pub fn set(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.store(key, value, flags, ttl, Mode::Set)
+        self.store(key, value, flags, ttl, Mode::Set).map(drop)
     }
     /// Stores the item only if `key` is absent ([`Error::NotStored`](crate::Error::NotStored) otherwise).
     pub fn add(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.store(key, value, flags, ttl, Mode::Add)
+        self.store(key, value, flags, ttl, Mode::Add).map(drop)
     }
     /// Stores the item only if `key` is present ([`Error::NotStored`](crate::Error::NotStored) otherwise).
     pub fn replace(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
-        self.store(key, value, flags, ttl, Mode::Replace)
+        self.store(key, value, flags, ttl, Mode::Replace).map(drop)
     }
     /// Stores only if the item's CAS value is still `cas` ([`Error::Exists`](crate::Error::Exists) if it
     /// changed, [`Error::NotFound`](crate::Error::NotFound) if absent).
     pub fn cas(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
-        self.store(key, value, flags, ttl, Mode::Cas(cas))
+        self.store(key, value, flags, ttl, Mode::Cas(cas)).map(drop)
     }
     /// Stores as `mode` requires, with `opts` for the item's state and CAS value; returns the
     /// CAS value it got (see [`Segcache::store_with`]).
@@ -310,6 +310,9 @@ impl SharedCache {
         mode: Mode,
         opts: StoreOptions,
     ) -> Result<u64> {
+        if opts == StoreOptions::default() {
+            return self.store(key, value, flags, ttl, mode);
+        }
         self.origin.check()?;
         self.shard(key).write().store_with(key, value, flags, ttl, mode, opts)
     }
@@ -327,7 +330,7 @@ impl SharedCache {
     /// record keeps its length is first tried in place under the shared lock
     /// (`Segcache::rewrite_shared`), which leaves the shard's lock line alone.
     #[inline]
-    fn store(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<()> {
+    fn store(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<u64> {
         self.origin.check()?;
         let (h, i) = self.index(key);
         let (shard, view) = (&self.shards[i], &self.views[i]);
@@ -337,9 +340,9 @@ impl SharedCache {
         if mode == Mode::Set && view.rewrites() && view.table().may_hold(h) {
             prefetch(view.table().head(h) as *const Bucket as *const u8);
             let engine = shard.read();
-            if engine.rewrite_shared(key, h, value, flags, secs) {
+            if let Some(cas) = engine.rewrite_shared(key, h, value, flags, secs) {
                 engine.slot().counters.sets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                return Ok(());
+                return Ok(cas);
             }
         }
         view.prefetch_store(h, secs);
@@ -370,6 +373,30 @@ impl SharedCache {
     pub fn add_delta(&self, key: &[u8], incr: bool, delta: u64) -> Result<crate::Delta> {
         self.origin.check()?;
         self.shard(key).write().add_delta(key, incr, delta)
+    }
+    /// Sets (or with `None` removes) the function told of each item that expires or is evicted
+    /// (see [`Builder::eviction_listener`]).
+    pub fn set_eviction_listener(&self, listener: Option<RemovalListener>) {
+        for s in self.shards.iter() {
+            s.write().set_eviction_listener(listener.clone());
+        }
+    }
+    /// `append` under `opts`; returns the CAS value the item took (see
+    /// [`Segcache::append_with`]).
+    pub fn append_with(&self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
+        self.origin.check()?;
+        self.shard(key).write().append_with(key, value, opts)
+    }
+    /// `prepend` under `opts`; returns the CAS value the item took (see
+    /// [`Segcache::prepend_with`]).
+    pub fn prepend_with(&self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
+        self.origin.check()?;
+        self.shard(key).write().prepend_with(key, value, opts)
+    }
+    /// `add_delta` under `opts` (see [`Segcache::add_delta_with`]).
+    pub fn add_delta_with(&self, key: &[u8], incr: bool, delta: u64, opts: RmwOptions<'_>) -> Result<crate::Delta> {
+        self.origin.check()?;
+        self.shard(key).write().add_delta_with(key, incr, delta, opts)
     }
     /// Removes the key ([`Error::NotFound`](crate::Error::NotFound) if absent).
     pub fn delete(&self, key: &[u8]) -> Result<()> {

@@ -21,18 +21,18 @@ use crate::Segcache;
 
 impl Segcache {
     /// `set` of an existing key with a value of its current length (`ttl` in seconds), for a
-    /// caller that holds the shard's read lock (see the module docs); `false` leaves the store
-    /// to the exclusive path.
-    pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> bool {
+    /// caller that holds the shard's read lock (see the module docs); returns the item's new CAS
+    /// value, or `None` to leave the store to the exclusive path.
+    pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> Option<u64> {
         let len = record::record_len(key.len(), value.len(), flags, false);
         if self.durable || len > PEEK_BYTES || check_key(key).is_err() {
-            return false;
+            return None;
         }
         let now = self.now();
         // Stores run the shard's expiry once a second (`prepare_write`): the exclusive path takes
         // each second's first.
         if now != self.meta().last_expire {
-            return false;
+            return None;
         }
         let info = self.table().info(h);
         let old = lock_word(info, slot::INFO_LOCKED);
@@ -41,12 +41,12 @@ impl Segcache {
         let Some((loc, found, false)) = self.in_place_target(key, h, len, flags, false, ttl, expiry_of(ttl, now), now)
         else {
             unlock_word(info, old);
-            return false;
+            return None;
         };
         let record = loc.seg as usize * self.geo.segment_size + loc.offset as usize;
         let Some(header) = self.record(loc).map(|r| r.len - r.key.len() - r.value.len()) else {
             unlock_word(info, old);
-            return false;
+            return None;
         };
         let cas_at = header - 4 - if flags != 0 { 4 } else { 0 };
         let cas = self.next_cas();
@@ -73,6 +73,6 @@ impl Segcache {
             std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());
         }
         unlock_word(info, slot::touched(old, now));
-        true
+        Some(self.cas_of(cas))
     }
 }

@@ -10,9 +10,9 @@
 //! comparisons other than SET's (and APPEND/PREPEND's size check) take two engine calls, as the
 //! meta protocol's `C` does (see docs/server.md).
 
-use segcache_core::Item;
+use segcache_core::{Item, StoreMode, StoreOptions};
 
-use super::engine::{arith_swap, do_arith, do_store, grow_swap, look, touch, Arith, Stored};
+use super::engine::{arith_with, do_arith, do_store, grow_with, look, touch, Arith, Counted, Stored};
 use super::expiry::Expiry;
 use super::report::write_stats;
 use super::text::Flow;
@@ -27,13 +27,6 @@ const VERSION: &[u8] = concat!("1.6.0-segcache-", env!("CARGO_PKG_VERSION")).as_
 /// A response without a body.
 fn put_ok(out: &mut Vec<u8>, h: &Header, cas: u64) {
     put_response(out, h.opcode, Status::Success, h.opaque, cas, &[], &[], &[]);
-}
-
-/// The CAS of the item now under `key`, for a success response. An item that expired on
-/// arrival was never stored: report a CAS that matches no item (never 0, which a client that
-/// sends it back would find compares nothing).
-fn cas_now(key: &[u8], ctx: &Ctx<'_>) -> u64 {
-    ctx.shared.cache.get_with(key, |i| i.cas()).unwrap_or(u64::MAX)
 }
 
 /// Runs one request, appending its response (unless quiet) to `out`.
@@ -164,10 +157,10 @@ fn store(
         // With a CAS: one compare-and-swap of the joined value.
         StoreKind::Append | StoreKind::Prepend if h.cas != 0 => {
             bump(&ctx.stats.cmd_set, 1);
-            match grow_swap(kind, key, value, Some(h.cas), None, ctx) {
-                Ok(()) => {
+            match grow_with(kind, key, value, Some(h.cas), None, ctx) {
+                Ok(cas) => {
                     bump(&ctx.stats.total_items, 1);
-                    Stored::Stored
+                    Stored::Stored(cas)
                 }
                 Err(segcache_core::Error::Exists) => Stored::Exists,
                 Err(_) => Stored::NotStored,
@@ -176,9 +169,10 @@ fn store(
         _ => do_store(kind, key, flags, exptime, value, 0, ctx),
     };
     let status = match r {
-        Stored::Stored => {
+        Stored::Stored(cas) => {
             if !quiet {
-                put_ok(out, h, cas_now(key, ctx));
+                // An item that expired on arrival has no CAS value: one that matches no item.
+                put_ok(out, h, if cas == 0 { u64::MAX } else { cas });
             }
             return;
         }
@@ -234,34 +228,35 @@ fn arith(
     let r = if h.cas == 0 {
         do_arith(incr, key, delta, ctx)
     } else {
-        match arith_swap(incr, key, delta, Some(h.cas), None, ctx) {
-            Ok(n) => Arith::Value(n),
+        match arith_with(incr, key, delta, Some(h.cas), None, ctx) {
+            Ok(counted) => Arith::Value(counted),
             Err(segcache_core::Error::Exists) => return put_error(out, h, Status::KeyExists),
             Err(segcache_core::Error::NotFound) => Arith::NotFound,
             Err(segcache_core::Error::NotNumeric) => Arith::NotNumeric,
             Err(_) => Arith::Failed,
         }
     };
-    let value = match r {
-        Arith::Value(n) => n,
+    let Counted { n: value, cas } = match r {
+        Arith::Value(counted) => counted,
         Arith::NotFound if exptime != NO_CREATE => {
             let mut digits = itoa::Buffer::new();
+            let initial_value = digits.format(initial).as_bytes();
             let stored = match Expiry::from_exptime(i64::from(exptime), cache.now()).ttl() {
-                Some(ttl) => cache.add(key, digits.format(initial).as_bytes(), 0, ttl).is_ok(),
-                // Expired on arrival: created and gone at once.
-                None => !cache.contains(key),
+                Some(ttl) => cache.store_with(key, initial_value, 0, ttl, StoreMode::Add, StoreOptions::default()).ok(),
+                // Expired on arrival: created and gone at once, with no CAS value.
+                None => (!cache.contains(key)).then_some(u64::MAX),
             };
-            if !stored {
-                return put_error(out, h, Status::NotStored);
+            match stored {
+                Some(cas) => Counted { n: initial, cas },
+                None => return put_error(out, h, Status::NotStored),
             }
-            initial
         }
         Arith::NotFound => return put_error(out, h, Status::KeyNotFound),
         Arith::NotNumeric => return put_error(out, h, Status::DeltaBadValue),
         Arith::Failed => return put_error(out, h, Status::NoMemory),
     };
     if !quiet {
-        put_response(out, h.opcode, Status::Success, h.opaque, cas_now(key, ctx), &[], &[], &value.to_be_bytes());
+        put_response(out, h.opcode, Status::Success, h.opaque, cas, &[], &[], &value.to_be_bytes());
     }
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 use base64::Engine as _;
 use segcache_core::{Error, ReadOptions, StoreMode, StoreOptions, MAX_KEY_LEN};
 
-use super::engine::{arith_swap, do_arith, do_store, grow_swap, look, Arith, Stored};
+use super::engine::{arith_with, do_arith, do_store, grow_with, look, Arith, Counted, Stored};
 use super::expiry::Expiry;
 use super::text::{log_get, log_store, watching};
 use crate::protocol::{next_token, put_i64, put_u64, reply, FailKind, MetaCmd, MetaFlags, StoreKind};
@@ -426,8 +426,11 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     if watching(MUTATIONS, ctx) {
         // The TTL asked for (append and prepend keep the item's: what it has left).
         // What was stored; for a refused store, what the request carried.
-        let stored =
-            if r == Stored::Stored { look(ctx, key, |i| (ttl_secs(&i).max(0) as u64, i.value().len())) } else { None };
+        let stored = if matches!(r, Stored::Stored(_)) {
+            look(ctx, key, |i| (ttl_secs(&i).max(0) as u64, i.value().len()))
+        } else {
+            None
+        };
         let (left, size) = stored.unwrap_or((0, data.len()));
         let ttl = match (kind, Expiry::from_exptime(exptime, cache.now())) {
             (StoreKind::Append | StoreKind::Prepend, _) => left,
@@ -437,13 +440,13 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
         log_store(kind, key, ttl, size, r, ctx);
     }
     match r {
-        Stored::Stored => {
+        Stored::Stored(cas) => {
             if !f.quiet {
-                // An item that expired on arrival was never stored: memcached still reports
-                // the CAS it gave it. Report one that matches no item, never `c0`, which a
-                // client that sends it back as `C0` would find compares nothing.
-                let gone = Info { cas: u64::MAX, ..Info::default() };
-                let info = look(ctx, key, |i| Info::of(&i)).unwrap_or(gone);
+                // The CAS value this store gave the item (a read now could see another
+                // writer's). An item that expired on arrival was never stored: memcached still
+                // reports the CAS it gave it. Report one that matches no item, never `c0`,
+                // which a client that sends it back as `C0` would find compares nothing.
+                let info = Info { cas: if cas == 0 { u64::MAX } else { cas }, ..Info::default() };
                 put_code(out, reply::HD, f, key_token, MS_REPLY, Some(&info));
             }
         }
@@ -492,16 +495,15 @@ fn store_with_state(
         (StoreKind::Replace, None) => cache.store_with(key, data, flags, ttl, StoreMode::Replace, opts),
         // Append or prepend: one compare-and-swap of the joined value (memcached keeps the
         // item's flags and TTL); a miss is not stored.
-        _ => match grow_swap(kind, key, data, compare.filter(|&c| c != 0), f.explicit_cas, ctx) {
-            Ok(()) => Ok(0),
+        _ => match grow_with(kind, key, data, compare.filter(|&c| c != 0), f.explicit_cas, ctx) {
             Err(Error::NotFound) => Err(Error::NotStored),
-            Err(e) => Err(e),
+            r => r,
         },
     };
     match r {
-        Ok(_) => {
+        Ok(cas) => {
             bump(&ctx.stats.total_items, 1);
-            Stored::Stored
+            Stored::Stored(cas)
         }
         Err(Error::NotStored) => Stored::NotStored,
         Err(Error::Exists) => Stored::Exists,
@@ -588,8 +590,8 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     }
     // C and E: one compare-and-swap of the new number.
     let mut r = if compare.is_some() || f.explicit_cas.is_some() {
-        match arith_swap(incr, key, delta, compare, f.explicit_cas, ctx) {
-            Ok(n) => Arith::Value(n),
+        match arith_with(incr, key, delta, compare, f.explicit_cas, ctx) {
+            Ok(counted) => Arith::Value(counted),
             Err(Error::Exists) => return put_code(out, reply::EX, f, key_token, KEY_ONLY, None),
             Err(Error::NotFound) => Arith::NotFound,
             Err(Error::NotNumeric) => Arith::NotNumeric,
@@ -608,9 +610,9 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
         let mut digits = itoa::Buffer::new();
         let opts = StoreOptions { cas: f.explicit_cas, ..StoreOptions::default() };
         r = match cache.store_with(key, digits.format(initial).as_bytes(), 0, Duration::ZERO, StoreMode::Add, opts) {
-            Ok(_) => {
+            Ok(cas) => {
                 created = true;
-                Arith::Value(initial)
+                Arith::Value(Counted { n: initial, cas })
             }
             // Someone created it meanwhile: apply the delta to theirs.
             Err(_) => {
@@ -621,7 +623,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
         };
     }
     match r {
-        Arith::Value(n) => {
+        Arith::Value(Counted { n, cas }) => {
             if let Some(t) = ttl_token {
                 set_ttl(key, t, ctx);
             }
@@ -630,7 +632,8 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
             if f.quiet && !created {
                 return;
             }
-            let info = look(ctx, key, |i| Info::of(&i));
+            // The CAS value this request gave the item (a read now could see another writer's).
+            let info = look(ctx, key, |i| Info { cas, ..Info::of(&i) });
             let mut digits = itoa::Buffer::new();
             let digits = digits.format(n).as_bytes();
             if f.value {

@@ -10,7 +10,7 @@ use std::sync::atomic::Ordering;
 use segcache_core::Item;
 
 use super::admin::After;
-use super::engine::{do_arith, do_store, touch, Arith, Stored};
+use super::engine::{do_arith, do_store, touch, Arith, Counted, Stored};
 use super::expiry::Expiry;
 use crate::protocol::{check_key, next_token, put_u64, reply, FailKind, GetHead, Keys, Request, StoreKind};
 use crate::state::Ctx;
@@ -300,7 +300,7 @@ fn store(
     let outcome = do_store(kind, key, flags, exptime, data, cas, ctx);
     stored(kind, key, exptime, data.len(), outcome, ctx);
     let reply: &[u8] = match outcome {
-        Stored::Stored => reply::STORED,
+        Stored::Stored(_) => reply::STORED,
         Stored::NotStored => reply::NOT_STORED,
         Stored::Exists => reply::EXISTS,
         Stored::NotFound => reply::NOT_FOUND,
@@ -313,7 +313,7 @@ fn store(
 
 fn arith(incr: bool, key: &[u8], delta: u64, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     match do_arith(incr, key, delta, ctx) {
-        Arith::Value(n) => {
+        Arith::Value(Counted { n, .. }) => {
             put_u64(out, n);
             out.extend_from_slice(reply::CRLF);
         }
@@ -387,7 +387,7 @@ pub(super) fn log_store(kind: StoreKind, key: &[u8], ttl: u64, size: usize, outc
         StoreKind::Cas => "cas",
     };
     let status = match outcome {
-        Stored::Stored => "stored",
+        Stored::Stored(_) => "stored",
         Stored::NotStored => "not_stored",
         Stored::Exists => "exists",
         Stored::NotFound => "not_found",
