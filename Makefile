@@ -14,10 +14,10 @@ test: deps lint test-rust fuzz-build test-c test-python test-server test-clients
 	@echo "make test: every suite passed"
 
 # Debian packages the suites use: memcached (peer), libmemcached-tools (memccapable),
-# nutcracker (twemproxy), valgrind, pkg-config.
+# nutcracker (twemproxy), valgrind, pkg-config, cmake (the C library's find_package test).
 deps:
 	@missing=""
-	for p in memcached libmemcached-tools nutcracker valgrind pkg-config; do
+	for p in memcached libmemcached-tools nutcracker valgrind pkg-config cmake; do
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"
 	done
 	if [ -n "$$missing" ]; then
@@ -56,7 +56,8 @@ fuzz-build:
 	fi
 
 # C library (segcache-ffi + bindings/c): header freshness, C tests plain / valgrind / ASan, the C++
-# wrapper's test, the example via pkg-config (shared and static). See docs/c.md.
+# wrapper's test (and its #error below C++17), the example via pkg-config (shared and static), and
+# install / pkg-config --static / find_package / uninstall into a temporary prefix. See docs/c.md.
 test-c: deps
 	$(MAKE) -C bindings/c test CARGO="$(CARGO)"
 
