@@ -93,19 +93,34 @@ python-wheel: venv
 	  echo "python-wheel: not tagged manylinux_2_17" >&2; exit 1
 	fi
 
-# A fresh venv with the wheel and the test requirements (also used by bench-python).
+# A fresh venv with the wheel, its [test] extra (pytest, hypothesis) and python/tests' requirements
+# (also used by bench-python).
 wheel-venv: python-wheel
 	rm -rf $(WHEEL_VENV)
 	$(PYTHON) -m venv $(WHEEL_VENV)
-	$(WHEEL_VENV)/bin/python -m pip install -q $(WHEEL_DIR)/segcache-*.whl -r tests/requirements.txt -r python/tests/requirements.txt
+	$(WHEEL_VENV)/bin/python -m pip install -q "$$(ls $(WHEEL_DIR)/segcache-*.whl)[test]" -r python/tests/requirements.txt
 	(cd python && $(WHEEL_VENV)/bin/python -c 'import segcache, sysconfig; f = segcache.__file__; \
 	  assert f.startswith(sysconfig.get_paths()["purelib"]), f"segcache imported from {f}, not site-packages"; \
 	  print("wheel-venv: segcache", segcache.__version__, "from", f)')
 
+# WHEEL_ALSO: other CPython versions the same abi3 wheel is tested on, each where it runs here (on
+# PATH, or a pyenv version): the oldest it claims and the newest on these machines.
+WHEEL_ALSO ?= 3.9 3.13
 test-python: wheel-venv
 	(cd python && $(WHEEL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests)
 	$(WHEEL_VENV)/bin/python python/benches/bench.py -n 20000 --only dict segcache
 	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) test -q --locked --manifest-path python/Cargo.toml
+	for v in $(WHEEL_ALSO); do
+	  py=""
+	  if command -v python$$v >/dev/null && python$$v -c '' 2>/dev/null; then py=$$(command -v python$$v)
+	  elif command -v pyenv >/dev/null; then py=$$(ls -d "$$(pyenv root)"/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V | tail -n1 || true); fi
+	  if [ -z "$$py" ]; then echo "test-python: no CPython $$v here: the wheel is not tested on it"; continue; fi
+	  echo "test-python: the same wheel on $$py"
+	  rm -rf $(WHEEL_VENV)-$$v
+	  "$$py" -m venv $(WHEEL_VENV)-$$v
+	  $(WHEEL_VENV)-$$v/bin/python -m pip install -q "$$(ls $(WHEEL_DIR)/segcache-*.whl)[test]" -r python/tests/requirements.txt
+	  (cd python && $(WHEEL_VENV)-$$v/bin/python -m pytest -q -p no:cacheprovider tests)
+	done
 	ft=""
 	for p in $(FT_PYTHONS); do
 	  if command -v $$p >/dev/null && $$p -c 'import sysconfig, sys; sys.exit(not sysconfig.get_config_var("Py_GIL_DISABLED"))'; then ft=$$(command -v $$p); break; fi
@@ -118,7 +133,7 @@ test-python: wheel-venv
 	rm -rf $(WHEEL_DIR)/ft $(WHEEL_VENV)-ft && mkdir -p $(WHEEL_DIR)/ft
 	$(MATURIN_BUILD) -i "$$ft" -o $(WHEEL_DIR)/ft
 	"$$ft" -m venv $(WHEEL_VENV)-ft
-	$(WHEEL_VENV)-ft/bin/python -m pip install -q $(WHEEL_DIR)/ft/segcache-*.whl -r tests/requirements.txt
+	$(WHEEL_VENV)-ft/bin/python -m pip install -q "$$(ls $(WHEEL_DIR)/ft/segcache-*.whl)[test]"
 	(cd python && PYTHON_GIL=0 $(WHEEL_VENV)-ft/bin/python -m pytest -q -p no:cacheprovider tests/test_threads.py tests/test_free_threading.py)
 
 # python/benches/bench.py against the installed wheel (in wheel-venv, with the peer libraries).
