@@ -25,7 +25,8 @@ fail() {
 
 rm -rf "$work"
 mkdir -p "$work"
-"$make" -s -C "$here" install PREFIX="$prefix" >"$work/install.log"
+# STAGED=1: `make test-install` has just staged the library; install must not stage it again.
+"$make" -s -C "$here" install PREFIX="$prefix" STAGED=1 >"$work/install.log"
 
 # 1. Stripped, with the debug info kept apart.
 size=$(stat -c %s "$lib")
