@@ -8,16 +8,17 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CARGO ?= cargo
 
-.PHONY: test deps venv lint test-rust test-c test-python test-server test-clients test-bench fuzz-build test-restart
+.PHONY: test deps venv lint test-rust test-c python-wheel wheel-venv test-python bench-python test-server test-clients \
+        test-bench fuzz-build test-restart
 
 test: deps lint test-rust fuzz-build test-c test-python test-server test-clients test-bench test-restart
 	@echo "make test: every suite passed"
 
 # Debian packages the suites use: memcached (peer), libmemcached-tools (memccapable),
-# nutcracker (twemproxy), valgrind, pkg-config.
+# nutcracker (twemproxy), valgrind, pkg-config, cmake (the C library's find_package test).
 deps:
 	@missing=""
-	for p in memcached libmemcached-tools nutcracker valgrind pkg-config; do
+	for p in memcached libmemcached-tools nutcracker valgrind pkg-config cmake; do
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"
 	done
 	if [ -n "$$missing" ]; then
@@ -40,7 +41,7 @@ lint:
 	$(CARGO) fmt --manifest-path python/Cargo.toml --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
-	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) clippy --manifest-path python/Cargo.toml --all-targets -- -D warnings
+	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) clippy --locked --manifest-path python/Cargo.toml --all-targets -- -D warnings
 
 test-rust:
 	$(CARGO) test --workspace --release
@@ -56,16 +57,91 @@ fuzz-build:
 	fi
 
 # C library (segcache-ffi + bindings/c): header freshness, C tests plain / valgrind / ASan, the C++
-# wrapper's test, the example via pkg-config (shared and static). See docs/c.md.
+# wrapper's test (and its #error below C++17), the example via pkg-config (shared and static), and
+# install / pkg-config --static / find_package / uninstall into a temporary prefix. See docs/c.md.
 test-c: deps
 	$(MAKE) -C bindings/c test CARGO="$(CARGO)"
 
-# The Python package: build and install it into the venv (maturin, release), then its pytest suite.
-test-python: venv
-	$(PY) -m pip install -q "maturin>=1.5,<2" -r python/tests/requirements.txt
-	PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=$(CURDIR)/target/python $(PY) -m pip install -q --no-build-isolation ./python
-	(cd python && $(abspath $(PY)) -m pytest -q -p no:cacheprovider tests)
-	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) test -q --manifest-path python/Cargo.toml
+# The Python package as users get it: python-wheel builds the abi3 wheel (CPython 3.9+) with
+# maturin, --locked (python/Cargo.lock must be current; pyproject.toml also sets it for pip
+# builds), tagged for the oldest glibc Rust supports, 2.17 (manylinux2014: zig links against
+# that glibc's symbol versions; maturin's audit refuses a newer symbol). test-python installs that
+# wheel file, not the source tree, into a fresh venv, checks `import segcache` comes from its
+# site-packages, runs python/tests and a small benchmark run against it, then the crate's cargo
+# tests. Where a free-threaded CPython (python3.13t, python3.14t) is on PATH it also builds the
+# version-specific wheel for it and runs the threaded tests there with the GIL off; there is
+# none on this project's machines (see docs/python.md). MANYLINUX= and ZIG= override the tag.
+PYTHON ?= python3
+WHEEL_DIR := $(CURDIR)/target/wheels
+WHEEL_VENV := $(CURDIR)/target/wheel-venv
+MANYLINUX ?= manylinux2014
+ZIG ?= --zig
+FT_PYTHONS ?= python3.14t python3.13t
+MATURIN_BUILD = PATH="$(abspath $(VENV))/bin:$$PATH" CARGO_TARGET_DIR=$(CURDIR)/target/python \
+  $(abspath $(VENV))/bin/maturin build --release --locked --compatibility $(MANYLINUX) $(ZIG) -m python/Cargo.toml
+
+python-wheel: venv
+	$(PY) -m pip install -q "maturin>=1.5,<2" ziglang
+	rm -rf $(WHEEL_DIR) && mkdir -p $(WHEEL_DIR)
+	$(MATURIN_BUILD) -o $(WHEEL_DIR)
+	wheel=$$(ls $(WHEEL_DIR)/segcache-*.whl)
+	echo "python-wheel: $$wheel"
+	case "$$(basename "$$wheel")" in
+	  *-cp39-abi3-*) ;; *) echo "python-wheel: not an abi3 (cp39) wheel" >&2; exit 1 ;;
+	esac
+	if [ "$(MANYLINUX)" = manylinux2014 ] && [[ "$$wheel" != *manylinux_2_17_* ]]; then
+	  echo "python-wheel: not tagged manylinux_2_17" >&2; exit 1
+	fi
+
+# A fresh venv with the wheel, its [test] extra (pytest, hypothesis) and python/tests' requirements
+# (also used by bench-python).
+wheel-venv: python-wheel
+	rm -rf $(WHEEL_VENV)
+	$(PYTHON) -m venv $(WHEEL_VENV)
+	$(WHEEL_VENV)/bin/python -m pip install -q "$$(ls $(WHEEL_DIR)/segcache-*.whl)[test]" -r python/tests/requirements.txt
+	(cd python && $(WHEEL_VENV)/bin/python -c 'import segcache, sysconfig; f = segcache.__file__; \
+	  assert f.startswith(sysconfig.get_paths()["purelib"]), f"segcache imported from {f}, not site-packages"; \
+	  print("wheel-venv: segcache", segcache.__version__, "from", f)')
+
+# WHEEL_ALSO: other CPython versions the same abi3 wheel is tested on, each where it runs here (on
+# PATH, or a pyenv version): the oldest it claims and the newest on these machines.
+WHEEL_ALSO ?= 3.9 3.13
+test-python: wheel-venv
+	(cd python && $(WHEEL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests)
+	$(WHEEL_VENV)/bin/python python/benches/bench.py -n 20000 --only dict segcache
+	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) test -q --locked --manifest-path python/Cargo.toml
+	for v in $(WHEEL_ALSO); do
+	  py=""
+	  if command -v python$$v >/dev/null && python$$v -c '' 2>/dev/null; then py=$$(command -v python$$v)
+	  elif command -v pyenv >/dev/null; then py=$$(ls -d "$$(pyenv root)"/versions/$$v.*/bin/python$$v 2>/dev/null | sort -V | tail -n1 || true); fi
+	  if [ -z "$$py" ]; then echo "test-python: no CPython $$v here: the wheel is not tested on it"; continue; fi
+	  echo "test-python: the same wheel on $$py"
+	  rm -rf $(WHEEL_VENV)-$$v
+	  "$$py" -m venv $(WHEEL_VENV)-$$v
+	  $(WHEEL_VENV)-$$v/bin/python -m pip install -q "$$(ls $(WHEEL_DIR)/segcache-*.whl)[test]" -r python/tests/requirements.txt
+	  (cd python && $(WHEEL_VENV)-$$v/bin/python -m pytest -q -p no:cacheprovider tests)
+	done
+	ft=""
+	for p in $(FT_PYTHONS); do
+	  if command -v $$p >/dev/null && $$p -c 'import sysconfig, sys; sys.exit(not sysconfig.get_config_var("Py_GIL_DISABLED"))'; then ft=$$(command -v $$p); break; fi
+	done
+	if [ -z "$$ft" ]; then
+	  echo "test-python: no free-threaded CPython ($(FT_PYTHONS)) on PATH: the threaded tests ran with the GIL only"
+	  exit 0
+	fi
+	echo "test-python: free-threaded $$ft: its own wheel, threaded tests with PYTHON_GIL=0"
+	rm -rf $(WHEEL_DIR)/ft $(WHEEL_VENV)-ft && mkdir -p $(WHEEL_DIR)/ft
+	$(MATURIN_BUILD) -i "$$ft" -o $(WHEEL_DIR)/ft
+	"$$ft" -m venv $(WHEEL_VENV)-ft
+	$(WHEEL_VENV)-ft/bin/python -m pip install -q "$$(ls $(WHEEL_DIR)/ft/segcache-*.whl)[test]"
+	(cd python && PYTHON_GIL=0 $(WHEEL_VENV)-ft/bin/python -m pytest -q -p no:cacheprovider tests/test_threads.py tests/test_free_threading.py)
+
+# python/benches/bench.py against the installed wheel (in wheel-venv, with the peer libraries).
+# BENCH_ARGS: e.g. -n 1000000 --repeat 2 (docs/python.md).
+BENCH_ARGS ?=
+bench-python: wheel-venv
+	$(WHEEL_VENV)/bin/python -m pip install -q -r python/benches/requirements.txt
+	$(WHEEL_VENV)/bin/python python/benches/bench.py $(BENCH_ARGS)
 
 # segcache-server end to end: the release binary against pymemcache, pylibmc, memccapable -a and
 # a three-server nutcracker cluster (tests/server/). Its Rust unit tests run in test-rust.

@@ -16,11 +16,26 @@ mod convert;
 mod errors;
 mod item;
 
-/// `gil_used = true`: the abi3 wheel targets GIL-enabled CPython (the limited API does not exist on
-/// free-threaded builds). The cache itself keeps all state behind locks and is safe under
-/// `threading`; bytes-like arguments other than `bytes` are copied under the GIL, which is what
-/// keeps them from changing under us.
-#[pymodule(gil_used = true)]
+/// `gil_used = false`: on a free-threaded CPython (3.13t and later) importing the module leaves
+/// the GIL off. The abi3 wheel is for GIL builds (they have no limited API); built by such an
+/// interpreter, pyo3 makes a version-specific module instead, and this is what it declares. It
+/// holds without the GIL because:
+/// - pyo3 compiles no `#[pyclass]` that is not `Sync` (and none here is `unsendable`), and
+///   `Cache` is a frozen class whose state is `Sync` on its own: the engine (`SharedCache`, sharded,
+///   a reader-writer lock per shard) behind a `parking_lot::RwLock`, the closing flag and the
+///   `popitem` hint atomics, the rest fixed at open. `ManualClock` (an `Arc` of the core's
+///   atomic clock) and `Item` (read-only fields) are frozen too.
+/// - `KeyIterator`, the only class with `&mut self` methods, relies on pyo3's per-object borrow
+///   flag, an atomic: two threads advancing one iterator get a
+///   `RuntimeError` (already borrowed), never a shared `&mut`.
+/// - No `static` but `PyOnceLock`s (the `segcache._errors` and `segcache._views` modules,
+///   `datetime.timedelta`), which initialise once under their own lock.
+/// - The one raw pointer handed to another thread (`SendPtr` in a large `get`) points into a
+///   `bytes` object that this call has just created and not yet shared.
+/// - `bytearray` and other buffer arguments are copied by `PyBytes_FromObject`, which holds a
+///   buffer export for the copy: the object cannot be resized meanwhile; a concurrent write into
+///   it can tear the copied value, as it can for any reader of a shared `bytearray` there.
+#[pymodule(gil_used = false)]
 fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::Cache>()?;
     m.add_class::<clock::ManualClock>()?;

@@ -15,6 +15,19 @@
 #ifndef SEGCACHE_HPP
 #define SEGCACHE_HPP
 
+// C++17 (string_view, optional) or later; MSVC reports its -std in _MSVC_LANG, not __cplusplus.
+#if defined(_MSVC_LANG)
+#define SEGCACHE_HPP_STD _MSVC_LANG
+#elif defined(__cplusplus)
+#define SEGCACHE_HPP_STD __cplusplus
+#else
+#define SEGCACHE_HPP_STD 0L
+#endif
+#if SEGCACHE_HPP_STD < 201703L
+#error "segcache.hpp needs C++17 or later (-std=c++17, MSVC /std:c++17); from C or C++11/14 include segcache.h, the C API"
+#endif
+#undef SEGCACHE_HPP_STD
+
 #include <cstdint>
 #include <exception>
 #include <optional>
