@@ -179,11 +179,11 @@ fn foreign_truncated_and_other_version_files_are_named() {
     std::fs::write(&path, &bytes).unwrap();
     expect_bad(&path, builder(&path, &clock), "format version 0");
 
-    // Version 4: records without the control and access bytes (before the meta item state).
-    assert_eq!(segcache_core::FORMAT_VERSION, 5);
-    bytes[8..12].copy_from_slice(&4u32.to_le_bytes());
+    // Version 5: shard metadata without the expired and flushed read counts.
+    assert_eq!(segcache_core::FORMAT_VERSION, 6);
+    bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
     std::fs::write(&path, &bytes).unwrap();
-    expect_bad(&path, builder(&path, &clock), "format version 4");
+    expect_bad(&path, builder(&path, &clock), "format version 5");
 }
 
 #[test]

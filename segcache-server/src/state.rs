@@ -30,7 +30,9 @@ pub struct Shared {
     /// memcached's `verbosity` setting (the log level follows it).
     pub verbosity: AtomicU32,
     /// Open connections, `watch` streams and `stats detail` counters.
-    pub watchers: Watchers,
+    pub watchers: Arc<Watchers>,
+    /// The engine tells `watchers` of evictions from the first `watch evictions` on.
+    evictions_logged: std::sync::Once,
     /// `stats sizes_enable` was sent: `stats sizes` answers with the histogram.
     pub sizes_enabled: AtomicBool,
     /// memcached's `maxbytes`: `-m`, or what `cache_memlimit` last set.
@@ -52,7 +54,8 @@ impl Shared {
             conns: ConnStats::default(),
             stopping: Arc::new(AtomicBool::new(false)),
             verbosity: AtomicU32::new(0),
-            watchers: Watchers::default(),
+            watchers: Arc::new(Watchers::default()),
+            evictions_logged: std::sync::Once::new(),
             sizes_enabled: AtomicBool::new(false),
             memory_limit: AtomicU64::new(settings.memory_bytes as u64),
             acceptor: OnceLock::new(),
@@ -60,6 +63,12 @@ impl Shared {
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             settings,
         }
+    }
+
+    /// Has the engine tell the `evictions` watchers of each item it evicts (an eviction then
+    /// costs a check of the watchers, so not before anyone watches).
+    pub fn log_evictions(&self) {
+        self.evictions_logged.call_once(|| self.cache.set_eviction_listener(Some(self.watchers.eviction_logger())));
     }
 
     /// Seconds since start.

@@ -13,11 +13,12 @@ use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use mio::Waker;
+use segcache_core::{RemovalCause, RemovalListener};
 
-/// `watch` streams, as bits (see `protocol::WATCH_STREAMS`). `evictions` (bit 4) is accepted
-/// but carries nothing: the engine evicts whole segments and does not report their items.
+/// `watch` streams, as bits (see `protocol::WATCH_STREAMS`).
 pub const FETCHERS: u8 = 1;
 pub const MUTATIONS: u8 = 2;
+pub const EVICTIONS: u8 = 4;
 pub const CONNEVENTS: u8 = 8;
 
 /// A watcher's buffer may hold this much unsent log before lines are dropped (memcached's
@@ -126,6 +127,25 @@ impl Watchers {
     /// Number of watchers.
     pub fn count(&self) -> usize {
         self.list.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// An engine eviction listener that logs each evicted item to the `evictions` watchers, as
+    /// memcached's `type=eviction` lines (items have no slab class here: `clsid=1`).
+    pub fn eviction_logger(self: &Arc<Self>) -> RemovalListener {
+        let watchers = self.clone();
+        RemovalListener::new(move |item, cause| {
+            if cause != RemovalCause::Evicted || !watchers.wants(EVICTIONS) {
+                return;
+            }
+            watchers.log(EVICTIONS, |line| {
+                line.push_str("type=eviction key=");
+                uriencode_str(line, item.key());
+                let fetch = if item.fetched() { "yes" } else { "no" };
+                let ttl = item.ttl().map_or(-1, |d| d.as_secs() as i64);
+                let (la, size) = (item.last_access().as_secs(), item.value().len());
+                let _ = write!(line, " fetch={fetch} ttl={ttl} la={la} clsid=1 size={size}");
+            });
+        })
     }
 
     /// Sends one log line of `stream` to its watchers: `body` writes what follows

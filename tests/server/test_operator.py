@@ -603,3 +603,43 @@ def test_watch_logs_meta_commands_as_memcached(pair):
         streams.append(lines)
     assert len(streams[0]) == 12 and b"type=item_store key=wm status=stored cmd=append" in b"\n".join(streams[0])
     assert streams[1] == streams[0]
+
+
+EVICTION_LINE = re.compile(rb"ts=\d+\.\d+ gid=\d+ type=eviction key=(ev\d{6}) fetch=(yes|no) ttl=-1 la=\d+ clsid=\d+ "
+                           rb"size=1000")
+
+
+def test_watch_evictions_names_each_evicted_item(pair):
+    """`watch evictions` streams one memcached-shaped line per evicted item; every key named is
+    gone, and this server reports as many as its `evictions` count grew by (while nothing is
+    skipped)."""
+    value = b"v" * 1000
+    for proc in pair:
+        before = int(stat_map(talk(proc.port, b"stats\r\n"))["evictions"])
+        with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as w:
+            w.sendall(b"watch evictions\r\n")
+            assert w.recv(100) == b"OK\r\n"
+            for chunk in range(10):
+                talk(proc.port, b"".join(b"set ev%06d 0 0 1000 noreply\r\n%s\r\n" % (chunk * 10_000 + i, value)
+                                         for i in range(10_000)))
+            evicted = int(stat_map(talk(proc.port, b"stats\r\n"))["evictions"]) - before
+            assert evicted > 0, proc.name
+            buf, deadline = b"", time.monotonic() + 10
+            w.settimeout(0.2)
+            while time.monotonic() < deadline and buf.count(b"\n") < evicted:
+                try:
+                    buf += w.recv(1 << 20)
+                except socket.timeout:
+                    continue
+        lines = [line for line in buf.split(b"\n") if line]
+        assert lines, proc.name
+        keys = []
+        for line in lines:
+            m = EVICTION_LINE.fullmatch(line)
+            assert m, (proc.name, line)
+            keys.append(m.group(1))
+        if proc.name == "segcache-server":
+            skipped = int(stat_map(talk(proc.port, b"stats\r\n"))["log_watcher_skipped"])
+            assert skipped > 0 or len(lines) == evicted, (len(lines), evicted, skipped)
+        gone = talk(proc.port, b"".join(b"mg %s v\r\n" % k for k in keys[:50]))
+        assert gone == b"EN\r\n" * len(keys[:50]), proc.name

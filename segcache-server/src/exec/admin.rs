@@ -14,7 +14,7 @@ use segcache_core::{record_size, Item};
 
 use crate::protocol::{put_u64, reply, Admin, Detail};
 use crate::state::{Ctx, OUT_HIGH_WATER};
-use crate::watch::{uriencode, ConnEntry, DumpJob};
+use crate::watch::{uriencode, ConnEntry, DumpJob, EVICTIONS};
 
 /// Items read per engine step of a dump.
 const STEP: usize = 256;
@@ -57,6 +57,9 @@ pub fn execute(cmd: Admin<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> After {
         Admin::CrawlerTune => out.extend_from_slice(reply::OK),
         Admin::Watch { streams } => match ctx.conn {
             Some(conn) => {
+                if streams & EVICTIONS != 0 {
+                    shared.log_evictions();
+                }
                 conn.watch.store(streams, Relaxed);
                 out.extend_from_slice(reply::OK);
             }
