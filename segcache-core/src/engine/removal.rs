@@ -21,7 +21,10 @@ pub enum RemovalCause {
 /// [`Builder::eviction_listener`](crate::Builder::eviction_listener)). It runs while the item's
 /// shard is locked for writing: keep it short, and do not call back into the cache.
 #[derive(Clone)]
-pub struct RemovalListener(pub(crate) Arc<dyn Fn(&Item<'_>, RemovalCause) + Send + Sync>);
+pub struct RemovalListener(pub(crate) Arc<ListenerFn>);
+
+/// What a [`RemovalListener`] calls.
+type ListenerFn = dyn Fn(&Item<'_>, RemovalCause) + Send + Sync;
 
 impl RemovalListener {
     /// Wraps `f`.
