@@ -19,7 +19,8 @@
 //! [`SharedCache::invalidate`]), key scans ([`SharedCache::scan`]) and whole-cache calls
 //! ([`SharedCache::flush`], [`SharedCache::stats`], [`SharedCache::close`]). Every failure is a
 //! variant of one [`Error`]. With [`Builder::path`] the heap lives in a file and comes back after
-//! a restart, graceful or after a crash; [`Policy`] picks how a full heap makes room. The
+//! a restart, graceful or after a crash; [`Policy`] picks how a full heap makes room, and
+//! [`Builder::eviction_listener`] tells you of each item that expires or is evicted. The
 //! repository's `docs/rust.md` is the user guide, and `docs/design.md` tells how it works.
 //!
 //! ```

@@ -87,8 +87,10 @@ pub(crate) fn format_decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
 ///
 /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
 /// cache.set(b"n", b"9", 0, Duration::ZERO)?;
-/// assert_eq!(cache.add_delta(b"n", true, 1)?, Delta { value: 10, grew: true });
-/// assert_eq!(cache.add_delta(b"n", true, 1)?, Delta { value: 11, grew: false });
+/// let Delta { value, grew, cas } = cache.add_delta(b"n", true, 1)?;
+/// assert_eq!((value, grew), (10, true)); // "10" is longer than "9"
+/// assert_eq!(cache.get(b"n").unwrap().cas(), cas);
+/// assert!(!cache.add_delta(b"n", true, 1)?.grew);
 /// # Ok::<(), segcache_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -103,6 +105,22 @@ pub struct Delta {
 
 /// Conditions of a read-modify-write (append, prepend, incr, decr), checked under the same lock
 /// as the write (memcached's meta `C` and `E`, and its `-I` item size limit).
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, Error, RmwOptions};
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// cache.set(b"log", b"a", 0, Duration::ZERO)?;
+/// let token = cache.get(b"log").unwrap().cas();
+/// // memcached's `ma`/`ms ... MA` with `C<cas>`: only if nobody wrote since the read.
+/// let only_if = RmwOptions { compare: Some(token), ..RmwOptions::default() };
+/// let cas = cache.append_with(b"log", b"b", only_if)?;
+/// assert!(matches!(cache.append_with(b"log", b"c", only_if), Err(Error::Exists)));
+/// let item = cache.get(b"log").unwrap();
+/// assert_eq!((item.value(), item.cas()), (&b"ab"[..], cas));
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Clone, Copy, Default)]
 pub struct RmwOptions<'a> {
     /// Only if the item's CAS value is this ([`Error::Exists`] otherwise).
@@ -162,11 +180,40 @@ impl Segcache {
     }
 
     /// `append` under `opts`; returns the CAS value the item took.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error, RmwOptions};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"abc", 0, Duration::ZERO)?;
+    /// // A size limit of the caller's own (memcached's -I): the joined value may be 4 bytes.
+    /// let small = |_flags: u32, len: usize| len <= 4;
+    /// let opts = RmwOptions { fits: Some(&small), ..RmwOptions::default() };
+    /// cache.append_with(b"k", b"d", opts)?;
+    /// assert!(matches!(cache.append_with(b"k", b"e", opts), Err(Error::NotStored)));
+    /// assert_eq!(cache.get(b"k").unwrap().value(), b"abcd");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn append_with(&mut self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
         self.join(key, value, false, opts)
     }
 
     /// `prepend` under `opts`; returns the CAS value the item took.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, RmwOptions};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"b", 0, Duration::ZERO)?;
+    /// // memcached's `E`: the new version takes a CAS value of the caller's choice.
+    /// let cas = cache.prepend_with(b"k", b"a", RmwOptions { cas: Some(500), ..RmwOptions::default() })?;
+    /// assert_eq!(cas, 500);
+    /// let item = cache.get(b"k").unwrap();
+    /// assert_eq!((item.value(), item.cas()), (&b"ab"[..], 500));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn prepend_with(&mut self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
         self.join(key, value, true, opts)
     }
@@ -250,6 +297,21 @@ impl Segcache {
     }
 
     /// `add_delta` under `opts` (`fits` does not apply: a number always fits).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error, RmwOptions};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"n", b"1", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"n").unwrap().cas();
+    /// let only_if = RmwOptions { compare: Some(token), ..RmwOptions::default() };
+    /// let delta = cache.add_delta_with(b"n", true, 1, only_if)?;
+    /// assert_eq!(delta.value, 2);
+    /// assert_eq!(cache.get(b"n").unwrap().cas(), delta.cas);
+    /// assert!(matches!(cache.add_delta_with(b"n", true, 1, only_if), Err(Error::Exists)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn add_delta_with(&mut self, key: &[u8], incr: bool, delta: u64, opts: RmwOptions<'_>) -> Result<Delta> {
         if incr {
             self.arith(key, opts, |n| n.wrapping_add(delta))

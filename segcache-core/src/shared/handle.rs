@@ -629,11 +629,13 @@ impl SharedCache {
     ///
     /// ```
     /// use std::time::Duration;
-    /// use segcache_core::{Builder, Delta};
+    /// use segcache_core::Builder;
     ///
     /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
     /// cache.set(b"n", b"99", 0, Duration::ZERO)?;
-    /// assert_eq!(cache.add_delta(b"n", true, 1)?, Delta { value: 100, grew: true });
+    /// let delta = cache.add_delta(b"n", true, 1)?;
+    /// assert_eq!((delta.value, delta.grew), (100, true));
+    /// assert_eq!(cache.get(b"n").unwrap().cas, delta.cas);
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn add_delta(&self, key: &[u8], incr: bool, delta: u64) -> Result<crate::Delta> {
@@ -642,6 +644,26 @@ impl SharedCache {
     }
     /// Sets (or with `None` removes) the function told of each item that expires or is evicted
     /// (see [`Builder::eviction_listener`]).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock, RemovalListener};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let cache = Builder::new().heap_size(8 << 20).clock(clock.clone()).build_shared()?;
+    /// let expired = Arc::new(AtomicUsize::new(0));
+    /// let count = Arc::clone(&expired);
+    /// cache.set_eviction_listener(Some(RemovalListener::new(move |_, _| {
+    ///     count.fetch_add(1, Relaxed);
+    /// })));
+    /// cache.set(b"k", b"v", 0, Duration::from_secs(5))?;
+    /// clock.advance(10);
+    /// cache.expire();
+    /// assert_eq!(expired.load(Relaxed), 1);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn set_eviction_listener(&self, listener: Option<RemovalListener>) {
         for s in self.shards.iter() {
             s.write().set_eviction_listener(listener.clone());
@@ -649,17 +671,56 @@ impl SharedCache {
     }
     /// `append` under `opts`; returns the CAS value the item took (see
     /// [`Segcache::append_with`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error, RmwOptions};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"log", b"a", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"log").unwrap().cas;
+    /// let only_if = RmwOptions { compare: Some(token), ..RmwOptions::default() };
+    /// let cas = cache.append_with(b"log", b"b", only_if)?;
+    /// assert!(matches!(cache.append_with(b"log", b"c", only_if), Err(Error::Exists)));
+    /// assert_eq!(cache.get(b"log").unwrap().cas, cas);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn append_with(&self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
         self.origin.check()?;
         self.shard(key).write().append_with(key, value, opts)
     }
     /// `prepend` under `opts`; returns the CAS value the item took (see
     /// [`Segcache::prepend_with`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, RmwOptions};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"b", 0, Duration::ZERO)?;
+    /// let cas = cache.prepend_with(b"k", b"a", RmwOptions { cas: Some(500), ..RmwOptions::default() })?;
+    /// let item = cache.get(b"k").unwrap();
+    /// assert_eq!((item.value, item.cas, cas), (b"ab".to_vec(), 500, 500));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn prepend_with(&self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
         self.origin.check()?;
         self.shard(key).write().prepend_with(key, value, opts)
     }
     /// `add_delta` under `opts` (see [`Segcache::add_delta_with`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error, RmwOptions};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"n", b"41", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"n").unwrap().cas;
+    /// let only_if = RmwOptions { compare: Some(token), ..RmwOptions::default() };
+    /// assert_eq!(cache.add_delta_with(b"n", true, 1, only_if)?.value, 42);
+    /// assert!(matches!(cache.add_delta_with(b"n", true, 1, only_if), Err(Error::Exists)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn add_delta_with(&self, key: &[u8], incr: bool, delta: u64, opts: RmwOptions<'_>) -> Result<crate::Delta> {
         self.origin.check()?;
         self.shard(key).write().add_delta_with(key, incr, delta, opts)
