@@ -11,7 +11,7 @@ CARGO ?= cargo
 .PHONY: test deps venv lint test-rust test-c python-wheel wheel-venv test-python bench-python test-server test-clients \
         test-bench fuzz-build test-restart
 
-test: deps lint test-rust fuzz-build test-c test-python test-server test-clients test-bench test-restart
+test: deps lint doc test-rust fuzz-build test-c test-python test-server test-clients test-bench test-restart
 	@echo "make test: every suite passed"
 
 # Debian packages the suites use: memcached (peer), libmemcached-tools (memccapable),
@@ -42,6 +42,27 @@ lint:
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
 	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) clippy --locked --manifest-path python/Cargo.toml --all-targets -- -D warnings
+
+# The Rust crate's documentation (docs/rust.md): the API reference builds with warnings denied
+# (broken links, missing docs), every public item has an example (.ci/doc_examples.py over nightly
+# rustdoc's JSON; skipped without a nightly toolchain), the examples of the crate's README and of
+# docs/rust.md run, and the crate packages for crates.io. The API examples run in test-rust.
+RUSTDOC ?= rustdoc
+.PHONY: doc
+doc:
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p segcache-core --no-deps
+	if rustup toolchain list 2>/dev/null | grep nightly >/dev/null; then
+	  CARGO_TARGET_DIR=$(CURDIR)/target/nightly cargo +nightly rustdoc -q -p segcache-core --lib -- -Z unstable-options --output-format json
+	  python3 .ci/doc_examples.py $(CURDIR)/target/nightly/doc/segcache_core.json
+	else
+	  echo "doc: no nightly toolchain, so the examples' coverage is not checked"
+	fi
+	$(CARGO) build --release -p segcache-core
+	release="$${CARGO_TARGET_DIR:-$(CURDIR)/target}/release"
+	for page in segcache-core/README.md docs/rust.md; do
+	  $(RUSTDOC) --edition 2021 --test $$page -L "$$release/deps" --extern segcache_core="$$release/libsegcache_core.rlib"
+	done
+	$(CARGO) publish --dry-run -p segcache-core --allow-dirty
 
 test-rust:
 	$(CARGO) test --workspace --release

@@ -6,12 +6,48 @@ use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// A source of the current time, in seconds since the Unix epoch.
+///
+/// ```
+/// use std::sync::Arc;
+/// use segcache_core::{Builder, Clock};
+///
+/// /// A clock that stands still.
+/// #[derive(Debug)]
+/// struct Frozen(u32);
+///
+/// impl Clock for Frozen {
+///     fn now(&self) -> u32 {
+///         self.0
+///     }
+/// }
+///
+/// let cache = Builder::new().heap_size(4 << 20).clock(Arc::new(Frozen(1_700_000_000))).build()?;
+/// assert_eq!(cache.now(), 1_700_000_000);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Seconds since the Unix epoch.
+    ///
+    /// ```
+    /// use segcache_core::{Clock, ManualClock, SystemClock};
+    /// assert!(SystemClock.now() > 1_600_000_000);
+    /// assert_eq!(ManualClock::new(42).now(), 42);
+    /// ```
     fn now(&self) -> u32;
 }
 
 /// The system's wall clock.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::{SystemTime, UNIX_EPOCH};
+/// use segcache_core::{Builder, SystemClock};
+///
+/// let cache = Builder::new().heap_size(4 << 20).clock(Arc::new(SystemClock)).build()?;
+/// let wall = SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs();
+/// assert!(u64::from(cache.now()).abs_diff(wall) <= 2);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug, Default, Clone, Copy)]
 pub struct SystemClock;
 
@@ -45,6 +81,19 @@ fn unix_seconds() -> u64 {
 }
 
 /// A clock that moves only when told to; share it with the cache through `Arc`.
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, ManualClock};
+///
+/// let clock = ManualClock::new(1_000);
+/// let mut cache = Builder::new().heap_size(4 << 20).clock(clock.clone()).build()?;
+/// cache.set(b"k", b"v", 0, Duration::from_secs(10))?;
+/// assert!(cache.get(b"k").is_some());
+/// clock.advance(10);
+/// assert!(cache.get(b"k").is_none()); // an item never outlives its TTL
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct ManualClock {
     now: AtomicU32,
@@ -52,17 +101,39 @@ pub struct ManualClock {
 
 impl ManualClock {
     /// A clock standing at `now` (seconds since the epoch).
+    ///
+    /// ```
+    /// use segcache_core::{Clock, ManualClock};
+    /// let clock = ManualClock::new(1_700_000_000);
+    /// assert_eq!(clock.now(), 1_700_000_000);
+    /// ```
     pub fn new(now: u32) -> Arc<Self> {
         Arc::new(Self { now: AtomicU32::new(now) })
     }
 
     /// Moves the clock forward by `secs`, stopping at `u32::MAX` (a wrap would take it back
     /// to 1970 and bring expired items back).
+    ///
+    /// ```
+    /// use segcache_core::{Clock, ManualClock};
+    /// let clock = ManualClock::new(100);
+    /// clock.advance(5);
+    /// assert_eq!(clock.now(), 105);
+    /// clock.advance(u32::MAX);
+    /// assert_eq!(clock.now(), u32::MAX);
+    /// ```
     pub fn advance(&self, secs: u32) {
         let _ = self.now.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |t| Some(t.saturating_add(secs)));
     }
 
     /// Sets the clock to `now`.
+    ///
+    /// ```
+    /// use segcache_core::{Clock, ManualClock};
+    /// let clock = ManualClock::new(100);
+    /// clock.set(50);
+    /// assert_eq!(clock.now(), 50);
+    /// ```
     pub fn set(&self, now: u32) {
         self.now.store(now, Ordering::Relaxed);
     }

@@ -8,12 +8,40 @@ use crate::engine::removal::{RemovalCause, RemovalListener};
 use crate::{Error, Policy, Result};
 
 /// Smallest segment size. Slots address bytes within a segment with 22 bits.
+///
+/// ```
+/// use segcache_core::{Builder, MIN_SEGMENT_SIZE};
+/// assert!(Builder::new().heap_size(1 << 20).segment_size(MIN_SEGMENT_SIZE).build().is_ok());
+/// assert!(Builder::new().heap_size(1 << 20).segment_size(MIN_SEGMENT_SIZE / 2).build().is_err());
+/// ```
 pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
 /// Largest segment size (and so, less a header, the largest item).
+///
+/// ```
+/// use segcache_core::{Builder, MAX_SEGMENT_SIZE};
+/// let cache = Builder::new().heap_size(8 << 20).segment_size(MAX_SEGMENT_SIZE).build()?;
+/// assert!(cache.max_item_size() < MAX_SEGMENT_SIZE);
+/// assert!(Builder::new().heap_size(32 << 20).segment_size(MAX_SEGMENT_SIZE * 2).build().is_err());
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 pub const MAX_SEGMENT_SIZE: usize = 4 << 20;
 /// Heap size of `Builder::new()`.
+///
+/// ```
+/// use segcache_core::{Builder, DEFAULT_HEAP_SIZE};
+/// let cache = Builder::new().build()?;
+/// assert_eq!(cache.stats().heap_bytes, DEFAULT_HEAP_SIZE as u64);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 pub const DEFAULT_HEAP_SIZE: usize = 64 << 20;
 /// Segment size of `Builder::new()`.
+///
+/// ```
+/// use segcache_core::{Builder, DEFAULT_SEGMENT_SIZE};
+/// let cache = Builder::new().heap_size(4 << 20).build()?;
+/// assert_eq!(cache.stats().segment_size, DEFAULT_SEGMENT_SIZE as u64);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 pub const DEFAULT_SEGMENT_SIZE: usize = 1 << 20;
 /// Fewest segments a shard gets by default. Each shard holds about one to two segments that keep
 /// no items (the unfilled part of its open segment, segments freed by a merge and not yet
@@ -24,6 +52,17 @@ pub const DEFAULT_SEGMENT_SIZE: usize = 1 << 20;
 /// segments: below 16 MiB per shard).
 pub const MIN_SHARD_SEGMENTS: usize = 16;
 /// Longest key, as in memcached.
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, Error, MAX_KEY_LEN};
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// cache.set(&[b'k'; MAX_KEY_LEN], b"v", 0, Duration::ZERO)?;
+/// let too_long = cache.set(&[b'k'; MAX_KEY_LEN + 1], b"v", 0, Duration::ZERO);
+/// assert!(matches!(too_long, Err(Error::KeyTooLong { len: 251 })));
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 pub const MAX_KEY_LEN: usize = 250;
 
 /// Builds a [`crate::Segcache`] (single owner) or a [`crate::SharedCache`] (thread-safe).
@@ -59,6 +98,14 @@ impl Default for Builder {
 impl Builder {
     /// Defaults: 64 MiB heap, 1 MiB segments, hash table sized for the heap, `Merge` eviction,
     /// shards chosen from the core count, the system clock, anonymous memory.
+    ///
+    /// ```
+    /// use segcache_core::{Builder, Policy, DEFAULT_HEAP_SIZE};
+    /// let cache = Builder::new().build()?;
+    /// let stats = cache.stats();
+    /// assert_eq!((stats.heap_bytes, stats.policy), (DEFAULT_HEAP_SIZE as u64, Policy::Merge));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn new() -> Self {
         Builder {
             heap_size: DEFAULT_HEAP_SIZE,
@@ -75,39 +122,116 @@ impl Builder {
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    /// // 10 MiB in segments of 4 MiB: two whole segments.
+    /// let cache = Builder::new().heap_size(10 << 20).segment_size(4 << 20).build()?;
+    /// assert_eq!(cache.stats().heap_bytes, 8 << 20);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn heap_size(mut self, bytes: usize) -> Self {
         self.heap_size = bytes;
         self
     }
     /// Bytes per segment: a power of two from 4 KiB to 4 MiB. The largest item is a segment less
     /// its header.
+    ///
+    /// ```
+    /// use segcache_core::{Builder, Error};
+    /// let cache = Builder::new().heap_size(4 << 20).segment_size(64 << 10).build()?;
+    /// assert_eq!(cache.stats().segment_size, 64 << 10);
+    /// assert!(cache.max_item_size() < 64 << 10);
+    /// let odd = Builder::new().segment_size(3000).build();
+    /// assert!(matches!(odd, Err(Error::InvalidConfig(_))));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn segment_size(mut self, bytes: usize) -> Self {
         self.segment_size = bytes;
         self
     }
     /// log2 of the number of primary hash buckets (7 items each), per shard. By default it is
     /// chosen so that the table holds the heap's worth of ~100-byte items at about 80% load.
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    /// let cache = Builder::new().heap_size(4 << 20).hash_power(10).build()?;
+    /// assert_eq!(cache.scan_len(), 1 << 10); // the primary buckets
+    /// assert!(Builder::new().hash_power(40).build().is_err());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn hash_power(mut self, power: u8) -> Self {
         self.hash_power = Some(power);
         self
     }
     /// How a full heap makes room (see [`Policy`]); `Merge` by default.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Policy};
+    ///
+    /// let mut cache = Builder::new().heap_size(1 << 20).segment_size(64 << 10).eviction(Policy::Fifo).build()?;
+    /// for i in 0..10_000 {
+    ///     cache.set(format!("key{i}").as_bytes(), &[0; 100], 0, Duration::ZERO)?;
+    /// }
+    /// assert!(cache.stats().evicted_segments > 0);
+    /// assert!(cache.get(b"key9999").is_some()); // FIFO keeps the newest
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn eviction(mut self, policy: Policy) -> Self {
         self.policy = policy;
         self
     }
     /// Shards of a [`crate::SharedCache`]: a power of two. Ignored by [`Builder::build`].
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
+    /// assert_eq!(cache.shard_count(), 4);
+    /// assert!(Builder::new().shards(3).build_shared().is_err());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn shards(mut self, shards: usize) -> Self {
         self.shards = Some(shards);
         self
     }
     /// The time source for TTLs and expiry: the system clock by default, a [`crate::ManualClock`]
     /// in tests.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let mut cache = Builder::new().heap_size(4 << 20).clock(clock.clone()).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::from_secs(30))?;
+    /// clock.advance(20);
+    /// assert_eq!(cache.now(), 1_020);
+    /// assert!(cache.get(b"k").unwrap().ttl().unwrap() <= Duration::from_secs(10));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
         self.clock = clock;
         self
     }
     /// Keep the heap and its index in this file (warm restart). Without it the heap is anonymous.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-path", std::process::id()));
+    /// let cache = Builder::new().heap_size(4 << 20).path(&path).build_shared()?;
+    /// cache.set(b"k", b"kept", 0, Duration::ZERO)?;
+    /// cache.close()?;
+    ///
+    /// // Another process, or this one later: the items are back.
+    /// let cache = Builder::new().heap_size(4 << 20).path(&path).build_shared()?;
+    /// assert_eq!(cache.get(b"k").unwrap().value, b"kept");
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn path(mut self, path: impl Into<PathBuf>) -> Self {
         self.path = Some(path.into());
         self
@@ -115,6 +239,21 @@ impl Builder {
     /// When the persistence file is unusable (corrupt, foreign, other configuration): `false`
     /// (default) fails with [`Error::BadFile`]; `true` starts empty over it, with a warning on
     /// stderr.
+    ///
+    /// ```
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-reset", std::process::id()));
+    /// std::fs::write(&path, b"not a cache file").unwrap();
+    /// let refused = Builder::new().heap_size(4 << 20).path(&path).build();
+    /// assert!(matches!(refused, Err(Error::BadFile { .. })));
+    ///
+    /// let cache = Builder::new().heap_size(4 << 20).path(&path).reset_bad_file(true).build()?;
+    /// assert!(cache.is_empty());
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn reset_bad_file(mut self, reset: bool) -> Self {
         self.reset_bad_file = reset;
         self
@@ -127,6 +266,23 @@ impl Builder {
     /// at once; a segment is checked when it is first read, and a shard checks the rest at its
     /// first write, at `expire` or at close. A segment found damaged then is dropped with its
     /// items (they read as misses) and a warning on stderr: no wrong value is served either way.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-lazy", std::process::id()));
+    /// let builder = Builder::new().heap_size(4 << 20).path(&path);
+    /// let cache = builder.clone().build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.close()?;
+    ///
+    /// let cache = builder.lazy_verify(true).build_shared()?; // serves at once
+    /// assert_eq!(cache.get(b"k").unwrap().value, b"v");
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn lazy_verify(mut self, lazy: bool) -> Self {
         self.lazy_verify = lazy;
         self
@@ -136,6 +292,22 @@ impl Builder {
     /// with trailing spaces, as memcached does when it writes the result in place (`"10"`
     /// decremented reads back as `"9 "`). Off by default: the value is exactly the number. The
     /// server turns it on, so that its clients see memcached's bytes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut padded = Builder::new().heap_size(4 << 20).pad_numbers(true).build()?;
+    /// padded.set(b"n", b"10", 0, Duration::ZERO)?;
+    /// assert_eq!(padded.decr(b"n", 1)?, 9);
+    /// assert_eq!(padded.get(b"n").unwrap().value(), b"9 ");
+    ///
+    /// let mut exact = Builder::new().heap_size(4 << 20).build()?;
+    /// exact.set(b"n", b"10", 0, Duration::ZERO)?;
+    /// exact.decr(b"n", 1)?;
+    /// assert_eq!(exact.get(b"n").unwrap().value(), b"9");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn pad_numbers(mut self, pad: bool) -> Self {
         self.pad_numbers = pad;
         self

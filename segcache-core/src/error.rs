@@ -3,6 +3,22 @@
 use std::path::PathBuf;
 
 /// Everything that can go wrong in the engine, one variant per outcome a caller may handle.
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, Error};
+///
+/// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+/// match cache.add(b"k", b"v", 0, Duration::ZERO) {
+///     Ok(()) => {}
+///     Err(Error::NotStored) => unreachable!("the key is new"),
+///     Err(e) => return Err(e),
+/// }
+/// let err = cache.add(b"k", b"v", 0, Duration::ZERO).unwrap_err();
+/// assert!(matches!(err, Error::NotStored));
+/// assert_eq!(err.to_string(), "not stored");
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
@@ -82,4 +98,18 @@ pub enum Error {
 }
 
 /// `Result` with this crate's [`Error`].
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Result, SharedCache};
+///
+/// fn remember(cache: &SharedCache, key: &str) -> Result<u64> {
+///     cache.set(key.as_bytes(), b"0", 0, Duration::ZERO)?;
+///     cache.incr(key.as_bytes(), 1)
+/// }
+///
+/// let cache = SharedCache::builder().heap_size(8 << 20).build_shared()?;
+/// assert_eq!(remember(&cache, "visits")?, 1);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -11,6 +11,18 @@
 //! - [`SharedCache`]: the thread-safe handle over sharded engines.
 //! - [`Builder`]: every setting; `build()` or `build_shared()`.
 //!
+//! Both handles have the same operations, with memcached's semantics: reads
+//! ([`SharedCache::get`], [`SharedCache::get_with`], [`SharedCache::get_many`]), stores
+//! ([`SharedCache::set`], [`SharedCache::add`], [`SharedCache::replace`], [`SharedCache::cas`]),
+//! read-modify-writes ([`SharedCache::append`], [`SharedCache::incr`], [`SharedCache::touch`],
+//! ...), memcached's meta-command item state ([`ReadOptions`], [`StoreOptions`],
+//! [`SharedCache::invalidate`]), key scans ([`SharedCache::scan`]) and whole-cache calls
+//! ([`SharedCache::flush`], [`SharedCache::stats`], [`SharedCache::close`]). Every failure is a
+//! variant of one [`Error`]. With [`Builder::path`] the heap lives in a file and comes back after
+//! a restart, graceful or after a crash; [`Policy`] picks how a full heap makes room, and
+//! [`Builder::eviction_listener`] tells you of each item that expires or is evicted. The
+//! repository's `docs/rust.md` is the user guide, and `docs/design.md` tells how it works.
+//!
 //! ```
 //! use std::time::Duration;
 //! let mut cache = segcache_core::Builder::new().heap_size(8 << 20).build()?;

@@ -8,6 +8,18 @@
 use crate::Policy;
 
 /// What kind of number a figure is: how it is summed over shards and how exporters type it.
+///
+/// ```
+/// use segcache_core::{Builder, FigureKind};
+///
+/// let cache = Builder::new().heap_size(4 << 20).build()?;
+/// let stats = cache.stats();
+/// let kind = |name: &str| stats.figures().find(|f| f.name == name).unwrap().kind;
+/// assert_eq!(kind("get_hits"), FigureKind::Counter);
+/// assert_eq!(kind("items"), FigureKind::Gauge);
+/// assert_eq!(kind("segment_size"), FigureKind::Setting);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum FigureKind {
     /// Only grows while the cache is open (Prometheus `counter`); summed over shards.
@@ -19,6 +31,18 @@ pub enum FigureKind {
 }
 
 /// One figure of a [`Stats`] snapshot.
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::Builder;
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+/// // Prometheus-style text, one line per figure.
+/// let text: String = cache.stats().figures().map(|f| format!("segcache_{} {}\n", f.name, f.value)).collect();
+/// assert!(text.contains("segcache_items 1\n"));
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Figure {
     /// The field's name, `snake_case` (also the key in Python and the C struct's field).
@@ -34,6 +58,17 @@ pub struct Figure {
 macro_rules! figures {
     ($($(#[doc = $help:literal])+ $name:ident: $kind:ident,)+) => {
         /// A snapshot of the cache's counters (monotonic since start or reopen) and gauges.
+        ///
+        /// ```
+        /// use std::time::Duration;
+        /// use segcache_core::Builder;
+        ///
+        /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+        /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+        /// let stats = cache.stats();
+        /// assert_eq!((stats.items, stats.sets, stats.evicted_items), (1, 1, 0));
+        /// # Ok::<(), segcache_core::Error>(())
+        /// ```
         #[derive(Debug, Clone, Default, PartialEq, Eq)]
         #[non_exhaustive]
         pub struct Stats {
@@ -44,6 +79,16 @@ macro_rules! figures {
 
         impl Stats {
             /// Every figure but the policy, in a fixed order: name, kind, help and value.
+            ///
+            /// ```
+            /// use segcache_core::Builder;
+            ///
+            /// let cache = Builder::new().heap_size(4 << 20).build()?;
+            /// let names: Vec<&str> = cache.stats().figures().map(|f| f.name).collect();
+            /// assert_eq!(names[..3], ["items", "bytes", "heap_bytes"]);
+            /// assert!(cache.stats().figures().all(|f| !f.help.is_empty()));
+            /// # Ok::<(), segcache_core::Error>(())
+            /// ```
             pub fn figures(&self) -> impl Iterator<Item = Figure> + '_ {
                 [$(Figure {
                     name: stringify!($name),
@@ -56,6 +101,19 @@ macro_rules! figures {
 
             /// Adds another shard's figures to these: counters and gauges are summed, settings
             /// kept.
+            ///
+            /// ```
+            /// use std::time::Duration;
+            /// use segcache_core::{Builder, Stats};
+            ///
+            /// let mut shard = Builder::new().heap_size(4 << 20).build()?;
+            /// shard.set(b"k", b"v", 0, Duration::ZERO)?;
+            /// let mut total = Stats::default();
+            /// total.merge(&shard.stats());
+            /// total.merge(&shard.stats());
+            /// assert_eq!((total.items, total.segment_size), (2, 1 << 20)); // gauges summed, settings kept
+            /// # Ok::<(), segcache_core::Error>(())
+            /// ```
             pub fn merge(&mut self, o: &Stats) {
                 $(merge_one(FigureKind::$kind, &mut self.$name, o.$name);)+
                 self.policy = o.policy;

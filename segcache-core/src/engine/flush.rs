@@ -11,6 +11,17 @@ use crate::{ttl, Policy};
 
 impl Segcache {
     /// Removes every item now.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.flush();
+    /// assert!(cache.get(b"k").is_none() && cache.is_empty());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn flush(&mut self) {
         if self.origin.forked() {
             return;
@@ -20,6 +31,20 @@ impl Segcache {
     }
 
     /// Removes every item stored before `delay` from now, at that time (`ZERO`: now).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let mut cache = Builder::new().heap_size(4 << 20).clock(clock.clone()).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.flush_after(Duration::from_secs(10));
+    /// assert!(cache.get(b"k").is_some());
+    /// clock.advance(10);
+    /// assert!(cache.get(b"k").is_none());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn flush_after(&mut self, delay: Duration) {
         if delay.is_zero() {
             return self.flush();

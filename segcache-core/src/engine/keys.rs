@@ -20,6 +20,13 @@ use crate::{Item, Segcache, SharedCache};
 
 impl Segcache {
     /// Primary buckets of the hash table: the cursor range of [`Segcache::scan_with`].
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    /// let cache = Builder::new().heap_size(4 << 20).hash_power(8).build()?;
+    /// assert_eq!(cache.scan_len(), 256);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn scan_len(&self) -> u64 {
         self.geo.primary_buckets() as u64
     }
@@ -28,6 +35,25 @@ impl Segcache {
     /// the hash chains read, whole chains at a time until at least `count` items were seen (or
     /// the table ends), and returns the cursor of the next step, 0 once the table is done. See
     /// the module documentation of `keys` for what a scan guarantees.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// for i in 0..100 {
+    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::ZERO)?;
+    /// }
+    /// let (mut cursor, mut bytes) = (0, 0);
+    /// loop {
+    ///     cursor = cache.scan_with(cursor, 10, |item| bytes += item.key().len() + item.value().len());
+    ///     if cursor == 0 {
+    ///         break;
+    ///     }
+    /// }
+    /// assert_eq!(bytes, 10 * 2 + 90 * 3 + 100); // k0..k9, k10..k99, and one byte each of value
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn scan_with(&self, cursor: u64, count: usize, mut f: impl FnMut(Item<'_>)) -> u64 {
         let end = self.scan_len();
         if self.origin.forked() {
@@ -56,6 +82,29 @@ impl Segcache {
     }
 
     /// One step of a key scan (see [`Segcache::scan_with`]): the keys read and the next cursor.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// for i in 0..100 {
+    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::ZERO)?;
+    /// }
+    /// let (mut cursor, mut keys) = (0, Vec::new());
+    /// loop {
+    ///     let (batch, next) = cache.scan(cursor, 16);
+    ///     keys.extend(batch);
+    ///     if next == 0 {
+    ///         break;
+    ///     }
+    ///     cursor = next;
+    /// }
+    /// keys.sort();
+    /// keys.dedup();
+    /// assert_eq!(keys.len(), 100); // every key, once
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn scan(&self, cursor: u64, count: usize) -> (Vec<Vec<u8>>, u64) {
         let mut keys = Vec::new();
         let next = self.scan_with(cursor, count, |item| keys.push(item.key().to_vec()));
@@ -63,6 +112,19 @@ impl Segcache {
     }
 
     /// Every live key, in one pass (for tests and small caches; see [`Segcache::scan`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"a", b"1", 0, Duration::ZERO)?;
+    /// cache.set(b"b", b"2", 0, Duration::ZERO)?;
+    /// let mut keys = cache.keys();
+    /// keys.sort();
+    /// assert_eq!(keys, [b"a".to_vec(), b"b".to_vec()]);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn keys(&self) -> Vec<Vec<u8>> {
         self.scan(0, usize::MAX).0
     }
@@ -76,6 +138,13 @@ impl Segcache {
 
 impl SharedCache {
     /// The cursor range of [`SharedCache::scan_with`]: every shard's primary buckets.
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).hash_power(8).build_shared()?;
+    /// assert_eq!(cache.scan_len(), 4 * 256);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn scan_len(&self) -> u64 {
         self.shard_count() as u64 * self.per_shard()
     }
@@ -91,6 +160,25 @@ impl SharedCache {
     /// steps and a step holds up that shard's writers and lock-free readers only briefly;
     /// `f` runs under that lock, so keep it short. The exclusive lock keeps out rewrites in
     /// place too, so the values and CAS values `f` sees are whole.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
+    /// for i in 0..100 {
+    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::ZERO)?;
+    /// }
+    /// let (mut cursor, mut seen) = (0, 0);
+    /// loop {
+    ///     cursor = cache.scan_with(cursor, 10, |_item| seen += 1);
+    ///     if cursor == 0 {
+    ///         break;
+    ///     }
+    /// }
+    /// assert_eq!(seen, 100);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn scan_with(&self, cursor: u64, count: usize, mut f: impl FnMut(Item<'_>)) -> u64 {
         if self.origin_forked() {
             return 0;
@@ -113,6 +201,27 @@ impl SharedCache {
     }
 
     /// One step of a key scan (see [`SharedCache::scan_with`]): the keys read and the next cursor.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
+    /// for i in 0..100 {
+    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::ZERO)?;
+    /// }
+    /// let (mut cursor, mut keys) = (0, Vec::new());
+    /// loop {
+    ///     let (batch, next) = cache.scan(cursor, 16);
+    ///     keys.extend(batch);
+    ///     if next == 0 {
+    ///         break;
+    ///     }
+    ///     cursor = next;
+    /// }
+    /// assert_eq!(keys.len(), 100);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn scan(&self, cursor: u64, count: usize) -> (Vec<Vec<u8>>, u64) {
         let mut keys = Vec::new();
         let next = self.scan_with(cursor, count, |item| keys.push(item.key().to_vec()));
@@ -121,6 +230,15 @@ impl SharedCache {
 
     /// Bytes of the hash tables (every shard's primary and overflow buckets), and log2 of the
     /// primary buckets of all shards together: memcached's `hash_bytes` and `hash_power_level`.
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).hash_power(8).build_shared()?;
+    /// let (bytes, power) = cache.table_size();
+    /// assert_eq!(power, 10); // 4 shards of 2^8 primary buckets
+    /// assert!(bytes >= 4 * 256 * 64); // 64-byte buckets, overflow pool included
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn table_size(&self) -> (u64, u32) {
         let engine = self.shard_at(0).read();
         let bytes = engine.geo.table_len() as u64 * self.shard_count() as u64;
@@ -129,6 +247,18 @@ impl SharedCache {
 }
 
 /// The stored size of an item's record (for dumps that print one).
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{record_size, Builder};
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// cache.set(b"key", b"value", 0, Duration::ZERO)?;
+/// let size = record_size(&cache.get(b"key").unwrap());
+/// assert!(size > b"key".len() + b"value".len()); // and a header of a few bytes
+/// assert_eq!(cache.stats().bytes, size as u64);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 pub fn record_size(item: &Item<'_>) -> usize {
     Segcache::record_len_of(item)
 }

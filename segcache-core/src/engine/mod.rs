@@ -26,6 +26,17 @@ use crate::{Builder, Policy, Result};
 
 /// The engine: one shard's segments, hash table and TTL buckets. Writes take `&mut self`; reads
 /// take `&self` and may run in parallel (the frequency counters they bump are atomic).
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::Segcache;
+///
+/// let mut cache = Segcache::builder().heap_size(4 << 20).build()?;
+/// cache.set(b"user:42", b"alice", 7, Duration::from_secs(60))?; // writes take `&mut self`
+/// let item = cache.get(b"user:42").unwrap(); // reads take `&self` and copy nothing
+/// assert_eq!((item.value(), item.flags()), (&b"alice"[..], 7));
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 pub struct Segcache {
     pub(crate) mem: ShardMem,
     pub(crate) geo: Geometry,
@@ -98,6 +109,13 @@ pub(crate) fn cas_token(stride: u64, offset: u64, c: u32) -> u64 {
 
 impl Segcache {
     /// A [`Builder`] with every setting at its default.
+    ///
+    /// ```
+    /// use segcache_core::Segcache;
+    /// let cache = Segcache::builder().heap_size(4 << 20).build()?;
+    /// assert!(cache.is_empty());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn builder() -> Builder {
         Builder::new()
     }
@@ -145,8 +163,15 @@ impl Segcache {
         engine
     }
 
-    /// [`Error::Forked`] when this process is a `fork()` child of the one that opened the cache:
-    /// there, reads miss and every write fails with that error.
+    /// [`Error::Forked`](crate::Error::Forked) when this process is a `fork()` child of the one
+    /// that opened the cache: there, reads miss and every write fails with that error.
+    ///
+    /// ```
+    /// use segcache_core::Segcache;
+    /// let cache = Segcache::builder().heap_size(4 << 20).build()?;
+    /// assert!(cache.check_fork().is_ok()); // this process opened it
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     #[inline]
     pub fn check_fork(&self) -> Result<()> {
         self.origin.check()
@@ -155,6 +180,15 @@ impl Segcache {
     /// The cache clock, Unix seconds. Never earlier than the last expiry run (which every
     /// second's first write starts): a clock that steps back does not bring back what expired or
     /// was flushed.
+    ///
+    /// ```
+    /// use segcache_core::{Builder, ManualClock};
+    /// let clock = ManualClock::new(1_000);
+    /// let cache = Builder::new().heap_size(4 << 20).clock(clock.clone()).build()?;
+    /// clock.advance(5);
+    /// assert_eq!(cache.now(), 1_005);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn now(&self) -> u32 {
         self.clock.now().max(self.meta().last_expire)
     }
@@ -182,13 +216,42 @@ impl Segcache {
         cas_token(self.cas_stride, self.cas_offset, c)
     }
 
-    /// Largest item (key + value, without client flags) that fits in a segment.
+    /// Largest item (key + value) that fits in a segment whatever its client flags: any item up
+    /// to this size can be stored. (An item with small or no flags has a shorter header, so a few
+    /// bytes more may fit; [`crate::Error::TooLarge`] reports this bound.)
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let mut cache = Builder::new().heap_size(1 << 20).segment_size(64 << 10).build()?;
+    /// let max = cache.max_item_size();
+    /// cache.set(b"k", &vec![0; max - 1], u32::MAX, Duration::ZERO)?; // key and value: `max` bytes
+    /// let over = cache.set(b"k", &vec![0; max + 64], 0, Duration::ZERO);
+    /// assert!(matches!(over, Err(Error::TooLarge { .. })));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn max_item_size(&self) -> usize {
         (self.geo.segment_size - record::MAX_HEADER_LEN - 4).min(record::MAX_VALUE_LEN)
     }
 
     /// Graceful stop: with a persistence path, writes what a warm restart needs and marks the
     /// file clean. Dropping the engine does the same but cannot report an error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-close", std::process::id()));
+    /// let mut cache = Builder::new().heap_size(4 << 20).path(&path).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.close()?;
+    /// let cache = Builder::new().heap_size(4 << 20).path(&path).build()?;
+    /// assert_eq!(cache.get(b"k").unwrap().value(), b"v");
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn close(self) -> Result<()> {
         self.origin.check()?;
         let region = std::sync::Arc::clone(&self.mem.region);

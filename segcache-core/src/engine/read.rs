@@ -19,6 +19,19 @@ use crate::Segcache;
 
 /// How a read treats the item's state (memcached's meta get flags). The default is a plain
 /// read: it marks the item fetched and refreshes its access time, and takes no token.
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, ReadOptions};
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+/// let peek = ReadOptions { no_update: true, ..ReadOptions::default() };
+/// assert!(!cache.get_with_options(b"k", peek).unwrap().fetched());
+/// assert!(!cache.get(b"k").unwrap().fetched()); // the peek left no trace
+/// assert!(cache.get(b"k").unwrap().fetched());
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ReadOptions {
     /// Take the item's recache token if it is up for grabs (memcached's `mg`): the item is stale
@@ -81,6 +94,18 @@ impl Segcache {
     }
 
     /// Looks the key up; `None` if absent, expired or flushed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"v", 3, Duration::ZERO)?;
+    /// let item = cache.get(b"k").unwrap();
+    /// assert_eq!((item.key(), item.value(), item.flags()), (&b"k"[..], &b"v"[..], 3));
+    /// assert!(cache.get(b"absent").is_none());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     #[inline]
     pub fn get(&self, key: &[u8]) -> Option<Item<'_>> {
         self.get_counted_in(key, hash(key), &self.meta().reads)
@@ -96,6 +121,26 @@ impl Segcache {
     /// Looks the key up as `get` does, with `opts` for the item's state: the item reports its
     /// state as found ([`Item::fetched`], [`Item::last_access`], [`Item::is_stale`]) and whether
     /// this read won its recache token ([`Item::won`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ReadOptions};
+    ///
+    /// let clock = segcache_core::ManualClock::new(1_000);
+    /// let mut cache = Builder::new().heap_size(4 << 20).clock(clock.clone()).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::from_secs(30))?;
+    /// clock.advance(25);
+    /// // memcached's `mg k R10`: the first read to see less than 10 s left wins the recache token.
+    /// let claim = ReadOptions {
+    ///     claim_token: true,
+    ///     recache_below: Some(Duration::from_secs(10)),
+    ///     ..ReadOptions::default()
+    /// };
+    /// assert!(cache.get_with_options(b"k", claim).unwrap().won());
+    /// let second = cache.get_with_options(b"k", claim).unwrap();
+    /// assert!(!second.won() && second.token_sent());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn get_with_options(&self, key: &[u8], opts: ReadOptions) -> Option<Item<'_>> {
         self.get_with_options_in(key, hash(key), &self.meta().reads, &opts)
     }
@@ -210,6 +255,17 @@ impl Segcache {
     }
 
     /// Whether the key is present; does not count as a read.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// assert!(cache.contains(b"k") && !cache.contains(b"absent"));
+    /// assert_eq!(cache.stats().get_hits, 0); // not counted as a read
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn contains(&self, key: &[u8]) -> bool {
         self.lookup_lazily(key, hash(key)).is_some()
     }
@@ -224,6 +280,19 @@ impl Segcache {
 
     /// Looks up many keys, calling `f(index, item)` for each hit. The buckets of a batch and then
     /// its items are prefetched before any is read, so the memory misses overlap.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"a", b"1", 0, Duration::ZERO)?;
+    /// cache.set(b"c", b"3", 0, Duration::ZERO)?;
+    /// let mut hits = Vec::new();
+    /// cache.get_many_with(&[b"a", b"b", b"c"], |i, item| hits.push((i, item.value().to_vec())));
+    /// assert_eq!(hits, [(0, b"1".to_vec()), (2, b"3".to_vec())]);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn get_many_with<'a>(&'a self, keys: &[&[u8]], f: impl FnMut(usize, Item<'a>)) {
         self.get_many_counted_in(keys, &self.meta().reads, f)
     }
@@ -286,6 +355,18 @@ impl Segcache {
     }
 
     /// Looks up many keys; `None` for each miss, in the order of `keys`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"a", b"1", 0, Duration::ZERO)?;
+    /// let got = cache.get_many(&[b"a", b"b"]);
+    /// assert_eq!(got[0].unwrap().value(), b"1");
+    /// assert!(got[1].is_none());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn get_many<'a>(&'a self, keys: &[&[u8]]) -> Vec<Option<Item<'a>>> {
         let mut out = vec![None; keys.len()];
         self.get_many_with(keys, |i, item| out[i] = Some(item));

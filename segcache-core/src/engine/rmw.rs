@@ -30,6 +30,16 @@ pub(crate) fn fits_joined(key: &[u8], old: &[u8], added: &[u8], max: usize) -> R
 /// allowed, at least one digit, no overflow, then white space, a NUL or the end; a minus sign
 /// only when the result is below 2^63 read as signed (so "-0" is 0, "-1" is refused). memcached's
 /// `incr` leaves a shrunk number padded with spaces ("5 "), which reads back as 5.
+///
+/// ```
+/// use segcache_core::parse_decimal;
+/// assert_eq!(parse_decimal(b"42"), Some(42));
+/// assert_eq!(parse_decimal(b" 7 "), Some(7)); // spaces around, as memcached's padded numbers
+/// assert_eq!(parse_decimal(b"-0"), Some(0));
+/// assert_eq!(parse_decimal(b"-1"), None);
+/// assert_eq!(parse_decimal(b"12ab"), None);
+/// assert_eq!(parse_decimal(b"18446744073709551616"), None); // 2^64 overflows
+/// ```
 pub fn parse_decimal(v: &[u8]) -> Option<u64> {
     // C's isspace in the "C" locale.
     let space = |c: u8| matches!(c, b' ' | b'\t' | b'\n' | 0x0b | 0x0c | b'\r');
@@ -70,6 +80,19 @@ pub(crate) fn format_decimal(mut n: u64, buf: &mut [u8; 20]) -> &[u8] {
 }
 
 /// What an increment or decrement did (see [`Segcache::add_delta`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, Delta};
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// cache.set(b"n", b"9", 0, Duration::ZERO)?;
+/// let Delta { value, grew, cas } = cache.add_delta(b"n", true, 1)?;
+/// assert_eq!((value, grew), (10, true)); // "10" is longer than "9"
+/// assert_eq!(cache.get(b"n").unwrap().cas(), cas);
+/// assert!(!cache.add_delta(b"n", true, 1)?.grew);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Delta {
     /// The new value.
@@ -82,6 +105,22 @@ pub struct Delta {
 
 /// Conditions of a read-modify-write (append, prepend, incr, decr), checked under the same lock
 /// as the write (memcached's meta `C` and `E`, and its `-I` item size limit).
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, Error, RmwOptions};
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// cache.set(b"log", b"a", 0, Duration::ZERO)?;
+/// let token = cache.get(b"log").unwrap().cas();
+/// // memcached's `ma`/`ms ... MA` with `C<cas>`: only if nobody wrote since the read.
+/// let only_if = RmwOptions { compare: Some(token), ..RmwOptions::default() };
+/// let cas = cache.append_with(b"log", b"b", only_if)?;
+/// assert!(matches!(cache.append_with(b"log", b"c", only_if), Err(Error::Exists)));
+/// let item = cache.get(b"log").unwrap();
+/// assert_eq!((item.value(), item.cas()), (&b"ab"[..], cas));
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Clone, Copy, Default)]
 pub struct RmwOptions<'a> {
     /// Only if the item's CAS value is this ([`Error::Exists`] otherwise).
@@ -106,21 +145,75 @@ impl std::fmt::Debug for RmwOptions<'_> {
 
 impl Segcache {
     /// Appends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"log", b"a", 5, Duration::ZERO)?;
+    /// cache.append(b"log", b"b")?;
+    /// let item = cache.get(b"log").unwrap();
+    /// assert_eq!((item.value(), item.flags()), (&b"ab"[..], 5));
+    /// assert!(matches!(cache.append(b"absent", b"x"), Err(Error::NotStored)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn append(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.append_with(key, value, RmwOptions::default()).map(drop)
     }
 
     /// Prepends to the value, keeping flags and expiry ([`Error::NotStored`] if absent).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"log", b"b", 0, Duration::ZERO)?;
+    /// cache.prepend(b"log", b"a")?;
+    /// assert_eq!(cache.get(b"log").unwrap().value(), b"ab");
+    /// assert!(matches!(cache.prepend(b"absent", b"x"), Err(Error::NotStored)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn prepend(&mut self, key: &[u8], value: &[u8]) -> Result<()> {
         self.prepend_with(key, value, RmwOptions::default()).map(drop)
     }
 
     /// `append` under `opts`; returns the CAS value the item took.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error, RmwOptions};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"abc", 0, Duration::ZERO)?;
+    /// // A size limit of the caller's own (memcached's -I): the joined value may be 4 bytes.
+    /// let small = |_flags: u32, len: usize| len <= 4;
+    /// let opts = RmwOptions { fits: Some(&small), ..RmwOptions::default() };
+    /// cache.append_with(b"k", b"d", opts)?;
+    /// assert!(matches!(cache.append_with(b"k", b"e", opts), Err(Error::NotStored)));
+    /// assert_eq!(cache.get(b"k").unwrap().value(), b"abcd");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn append_with(&mut self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
         self.join(key, value, false, opts)
     }
 
     /// `prepend` under `opts`; returns the CAS value the item took.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, RmwOptions};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"b", 0, Duration::ZERO)?;
+    /// // memcached's `E`: the new version takes a CAS value of the caller's choice.
+    /// let cas = cache.prepend_with(b"k", b"a", RmwOptions { cas: Some(500), ..RmwOptions::default() })?;
+    /// assert_eq!(cas, 500);
+    /// let item = cache.get(b"k").unwrap();
+    /// assert_eq!((item.value(), item.cas()), (&b"ab"[..], 500));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn prepend_with(&mut self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
         self.join(key, value, true, opts)
     }
@@ -148,22 +241,77 @@ impl Segcache {
     }
 
     /// Adds `delta` to a decimal value, wrapping at 2^64; returns the new value.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"hits", b"41", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.incr(b"hits", 1)?, 42);
+    /// assert_eq!(cache.get(b"hits").unwrap().value(), b"42");
+    /// cache.set(b"max", u64::MAX.to_string().as_bytes(), 0, Duration::ZERO)?;
+    /// assert_eq!(cache.incr(b"max", 2)?, 1); // wraps
+    /// cache.set(b"name", b"alice", 0, Duration::ZERO)?;
+    /// assert!(matches!(cache.incr(b"name", 1), Err(Error::NotNumeric)));
+    /// assert!(matches!(cache.incr(b"absent", 1), Err(Error::NotFound)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn incr(&mut self, key: &[u8], delta: u64) -> Result<u64> {
         self.add_delta(key, true, delta).map(|d| d.value)
     }
 
     /// Subtracts `delta` from a decimal value, stopping at 0; returns the new value.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"stock", b"3", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.decr(b"stock", 2)?, 1);
+    /// assert_eq!(cache.decr(b"stock", 5)?, 0); // stops at zero
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn decr(&mut self, key: &[u8], delta: u64) -> Result<u64> {
         self.add_delta(key, false, delta).map(|d| d.value)
     }
 
     /// `incr` (or `decr` when `!incr`), also telling whether the result outgrew the old value
     /// (memcached then writes a new item, and counts it in `total_items`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"n", b"10", 0, Duration::ZERO)?;
+    /// let down = cache.add_delta(b"n", false, 1)?;
+    /// assert_eq!((down.value, down.grew), (9, false));
+    /// let up = cache.add_delta(b"n", true, 91)?;
+    /// assert_eq!((up.value, up.grew), (100, true));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn add_delta(&mut self, key: &[u8], incr: bool, delta: u64) -> Result<Delta> {
         self.add_delta_with(key, incr, delta, RmwOptions::default())
     }
 
     /// `add_delta` under `opts` (`fits` does not apply: a number always fits).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error, RmwOptions};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"n", b"1", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"n").unwrap().cas();
+    /// let only_if = RmwOptions { compare: Some(token), ..RmwOptions::default() };
+    /// let delta = cache.add_delta_with(b"n", true, 1, only_if)?;
+    /// assert_eq!(delta.value, 2);
+    /// assert_eq!(cache.get(b"n").unwrap().cas(), delta.cas);
+    /// assert!(matches!(cache.add_delta_with(b"n", true, 1, only_if), Err(Error::Exists)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn add_delta_with(&mut self, key: &[u8], incr: bool, delta: u64, opts: RmwOptions<'_>) -> Result<Delta> {
         if incr {
             self.arith(key, opts, |n| n.wrapping_add(delta))
@@ -178,6 +326,20 @@ impl Segcache {
     /// suit an append (`expiry_fits`: not later than asked, less than a TTL bucket width
     /// earlier), nothing changes; otherwise the record moves once, copied heap to heap into the
     /// open segment of the new TTL's bucket, and is published like any append.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let mut cache = Builder::new().heap_size(4 << 20).clock(clock.clone()).build()?;
+    /// cache.set(b"session", b"v", 0, Duration::from_secs(10))?;
+    /// cache.touch(b"session", Duration::from_secs(100))?;
+    /// clock.advance(50);
+    /// assert!(cache.get(b"session").is_some());
+    /// assert!(cache.touch(b"absent", Duration::ZERO).is_err());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn touch(&mut self, key: &[u8], ttl: Duration) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;
@@ -187,6 +349,21 @@ impl Segcache {
 
     /// `touch` that does not count as an access: the item's fetched bit stays as it is
     /// (memcached's meta commands set TTLs so: `ma T`, `ma N`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"a", b"v", 0, Duration::ZERO)?;
+    /// cache.set(b"b", b"v", 0, Duration::ZERO)?;
+    /// cache.set_ttl(b"a", Duration::from_secs(60))?;
+    /// cache.touch(b"b", Duration::from_secs(60))?;
+    /// assert!(!cache.get(b"a").unwrap().fetched()); // set_ttl is no access
+    /// assert!(cache.get(b"b").unwrap().fetched()); // touch is one
+    /// assert!(cache.get(b"a").unwrap().ttl().is_some());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn set_ttl(&mut self, key: &[u8], ttl: Duration) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;

@@ -7,6 +7,19 @@ use crate::Stats;
 
 impl Segcache {
     /// The engine's counters and gauges.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.get(b"k");
+    /// cache.get(b"absent");
+    /// let stats = cache.stats();
+    /// assert_eq!((stats.items, stats.sets, stats.get_hits, stats.get_misses), (1, 1, 1, 1));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         let m = self.meta();
         Stats {
@@ -44,11 +57,34 @@ impl Segcache {
     }
 
     /// Live items (expired ones count until their segment is freed).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"a", b"1", 0, Duration::ZERO)?;
+    /// cache.set(b"b", b"2", 0, Duration::ZERO)?;
+    /// cache.set(b"a", b"3", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.len(), 2);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         self.meta().items as usize
     }
 
     /// Whether no item is live.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// assert!(cache.is_empty());
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// assert!(!cache.is_empty());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

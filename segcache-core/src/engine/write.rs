@@ -15,6 +15,21 @@ use crate::Segcache;
 use crate::{Error, Policy, Result};
 
 /// What a store requires of the key's current item ([`Segcache::store_with`]).
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, Error, StoreMode, StoreOptions};
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// let opts = StoreOptions::default();
+/// cache.store_with(b"k", b"1", 0, Duration::ZERO, StoreMode::Add, opts)?;
+/// let again = cache.store_with(b"k", b"2", 0, Duration::ZERO, StoreMode::Add, opts);
+/// assert!(matches!(again, Err(Error::NotStored)));
+/// let cas = cache.get(b"k").unwrap().cas();
+/// cache.store_with(b"k", b"3", 0, Duration::ZERO, StoreMode::Cas(cas), opts)?;
+/// assert_eq!(cache.get(b"k").unwrap().value(), b"3");
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     /// Store whatever is there.
@@ -28,6 +43,18 @@ pub enum Mode {
 }
 
 /// How a store sets the new item's state and CAS value (memcached's meta flags).
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, StoreMode, StoreOptions};
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// // memcached's `ms k E1234`: the client picks the CAS value.
+/// let opts = StoreOptions { cas: Some(1234), ..StoreOptions::default() };
+/// assert_eq!(cache.store_with(b"k", b"v", 0, Duration::ZERO, StoreMode::Set, opts)?, 1234);
+/// assert_eq!(cache.get(b"k").unwrap().cas(), 1234);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct StoreOptions {
     /// The CAS value the item takes (memcached's `E`), instead of a new one from the shard's
@@ -65,28 +92,89 @@ pub(crate) fn check_key(key: &[u8]) -> Result<()> {
 
 impl Segcache {
     /// Stores the item, replacing any other under `key` (`ttl` of zero: never expires).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"first", 0, Duration::ZERO)?; // never expires
+    /// cache.set(b"k", b"second", 9, Duration::from_secs(60))?;
+    /// let item = cache.get(b"k").unwrap();
+    /// assert_eq!((item.value(), item.flags()), (&b"second"[..], 9));
+    /// assert!(item.ttl().unwrap() <= Duration::from_secs(60));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Set).map(drop)
     }
 
     /// Stores only if the key is absent (else [`Error::NotStored`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.add(b"lock", b"owner-1", 0, Duration::from_secs(30))?;
+    /// let taken = cache.add(b"lock", b"owner-2", 0, Duration::from_secs(30));
+    /// assert!(matches!(taken, Err(Error::NotStored)));
+    /// assert_eq!(cache.get(b"lock").unwrap().value(), b"owner-1");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn add(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Add).map(drop)
     }
 
     /// Stores only if the key is present (else [`Error::NotStored`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// assert!(matches!(cache.replace(b"k", b"v", 0, Duration::ZERO), Err(Error::NotStored)));
+    /// cache.set(b"k", b"old", 0, Duration::ZERO)?;
+    /// cache.replace(b"k", b"new", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.get(b"k").unwrap().value(), b"new");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn replace(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Replace).map(drop)
     }
 
     /// Stores only if the item's CAS value is still `cas` ([`Error::Exists`] if it changed,
     /// [`Error::NotFound`] if it is gone).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"v1", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"k").unwrap().cas();
+    /// cache.cas(b"k", b"v2", 0, Duration::ZERO, token)?;
+    /// // The token is spent: the item changed since it was read.
+    /// assert!(matches!(cache.cas(b"k", b"v3", 0, Duration::ZERO, token), Err(Error::Exists)));
+    /// assert!(matches!(cache.cas(b"absent", b"v", 0, Duration::ZERO, token), Err(Error::NotFound)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn cas(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
         self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Cas(cas)).map(drop)
     }
 
     /// Stores the item as `mode` requires, with `opts` for its state and CAS value; returns the
     /// CAS value it got.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, StoreMode, StoreOptions};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// let cas = cache.store_with(b"k", b"v", 0, Duration::ZERO, StoreMode::Set, StoreOptions::default())?;
+    /// assert_eq!(cache.get(b"k").unwrap().cas(), cas);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn store_with(
         &mut self,
         key: &[u8],
@@ -109,6 +197,21 @@ impl Segcache {
     /// given (else keeps its TTL); any token handed out before is forgotten. `compare`: only if
     /// the item's CAS value is that ([`Error::Exists`] otherwise). [`Error::NotFound`] if
     /// absent. Returns the new CAS value.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ReadOptions};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// let cas = cache.invalidate(b"k", None, None, None)?;
+    /// let claim = ReadOptions { claim_token: true, ..ReadOptions::default() };
+    /// let first = cache.get_with_options(b"k", claim).unwrap();
+    /// assert!(first.is_stale() && first.won() && first.cas() == cas);
+    /// let second = cache.get_with_options(b"k", claim).unwrap();
+    /// assert!(second.is_stale() && !second.won() && second.token_sent());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn invalidate(
         &mut self,
         key: &[u8],
@@ -144,12 +247,39 @@ impl Segcache {
     }
 
     /// Removes the key ([`Error::NotFound`] if absent).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.delete(b"k")?;
+    /// assert!(cache.get(b"k").is_none());
+    /// assert!(matches!(cache.delete(b"k"), Err(Error::NotFound)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
         self.delete_if(key, None)
     }
 
     /// Removes the key if its CAS value is `cas` ([`Error::Exists`] if it changed,
     /// [`Error::NotFound`] if absent): memcached's `md key C<cas>`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"k").unwrap().cas();
+    /// cache.set(b"k", b"changed", 0, Duration::ZERO)?;
+    /// assert!(matches!(cache.delete_cas(b"k", token), Err(Error::Exists)));
+    /// let token = cache.get(b"k").unwrap().cas();
+    /// cache.delete_cas(b"k", token)?;
+    /// assert!(!cache.contains(b"k"));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn delete_cas(&mut self, key: &[u8], cas: u64) -> Result<()> {
         self.delete_if(key, Some(cas))
     }

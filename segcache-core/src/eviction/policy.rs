@@ -4,6 +4,20 @@ use std::fmt;
 use std::str::FromStr;
 
 /// How the engine frees a segment when the heap is full.
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, Policy};
+///
+/// let mut cache = Builder::new().heap_size(1 << 20).segment_size(64 << 10).eviction(Policy::Merge).build()?;
+/// for i in 0..20_000 {
+///     cache.set(format!("key{i}").as_bytes(), &[0; 100], 0, Duration::ZERO)?; // never fails
+/// }
+/// let stats = cache.stats();
+/// assert!(stats.evicted_segments > 0 && stats.merged_items > 0);
+/// assert_eq!("s3-fifo".parse::<Policy>()?, Policy::S3Fifo);
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[repr(u8)]
 pub enum Policy {
@@ -30,6 +44,12 @@ pub enum Policy {
 
 impl Policy {
     /// Every policy, in declaration order.
+    ///
+    /// ```
+    /// use segcache_core::Policy;
+    /// assert_eq!(Policy::ALL.len(), 8);
+    /// assert!(Policy::ALL.iter().enumerate().all(|(i, p)| *p as usize == i));
+    /// ```
     pub const ALL: [Policy; 8] = [
         Policy::None,
         Policy::Random,
@@ -42,6 +62,14 @@ impl Policy {
     ];
 
     /// The lower-case name that [`FromStr`] accepts.
+    ///
+    /// ```
+    /// use segcache_core::Policy;
+    /// assert_eq!(Policy::RandomFifo.name(), "random-fifo");
+    /// assert_eq!(Policy::RandomFifo.to_string(), "random-fifo");
+    /// assert_eq!("random-fifo".parse::<Policy>()?, Policy::RandomFifo);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn name(self) -> &'static str {
         match self {
             Policy::None => "none",
@@ -56,6 +84,12 @@ impl Policy {
     }
 
     /// The policy with this `repr(u8)` value.
+    ///
+    /// ```
+    /// use segcache_core::Policy;
+    /// assert_eq!(Policy::from_u8(Policy::S3Fifo as u8), Some(Policy::S3Fifo));
+    /// assert_eq!(Policy::from_u8(200), None);
+    /// ```
     pub fn from_u8(v: u8) -> Option<Policy> {
         Policy::ALL.get(v as usize).copied()
     }

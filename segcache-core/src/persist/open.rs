@@ -11,12 +11,37 @@ use crate::{Builder, Error, Result, Segcache, SharedCache};
 
 impl Builder {
     /// A single-owner engine.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.get(b"k").unwrap().value(), b"v");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn build(self) -> Result<Segcache> {
         let mut engines = self.open_engines(1)?;
         Ok(engines.pop().expect("one engine"))
     }
 
     /// A thread-safe, sharded cache.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// std::thread::scope(|s| {
+    ///     for t in 0..4 {
+    ///         let cache = &cache;
+    ///         s.spawn(move || cache.set(format!("thread{t}").as_bytes(), b"v", 0, Duration::ZERO).unwrap());
+    ///     }
+    /// });
+    /// assert_eq!(cache.len(), 4);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn build_shared(self) -> Result<SharedCache> {
         let shards = self.shard_count()?;
         Ok(SharedCache::from_engines(self.open_engines(shards)?))

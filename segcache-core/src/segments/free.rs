@@ -65,6 +65,22 @@ impl Segcache {
     /// the limit up to the whole heap. Segments held above a lowered limit are given up as new
     /// items need room (by expiry, else by eviction), not at once. `InvalidConfig` when `bytes`
     /// is more than the heap, which cannot grow.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).segment_size(64 << 10).build()?;
+    /// cache.set_memory_limit(1 << 20)?;
+    /// for i in 0..20_000 {
+    ///     cache.set(format!("key{i}").as_bytes(), &[0; 100], 0, Duration::ZERO)?;
+    /// }
+    /// let stats = cache.stats();
+    /// assert!(stats.evicted_items > 0);
+    /// assert!(stats.segments_total - stats.segments_free <= 16); // 1 MiB of 64 KiB segments
+    /// assert!(cache.set_memory_limit(8 << 20).is_err()); // more than the heap
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn set_memory_limit(&mut self, bytes: usize) -> Result<()> {
         if bytes > self.geo.heap_len() {
             return Err(Error::InvalidConfig(format!(
@@ -77,6 +93,16 @@ impl Segcache {
     }
 
     /// The heap this engine may use now: `set_memory_limit`'s, else the whole heap.
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).segment_size(64 << 10).build()?;
+    /// assert_eq!(cache.memory_limit(), 4 << 20);
+    /// cache.set_memory_limit(1 << 20)?;
+    /// assert_eq!(cache.memory_limit(), 1 << 20);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn memory_limit(&self) -> usize {
         self.segment_cap as usize * self.geo.segment_size
     }

@@ -65,6 +65,21 @@ use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
 use crate::{Builder, Item, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
+///
+/// ```
+/// use std::sync::Arc;
+/// use std::time::Duration;
+/// use segcache_core::SharedCache;
+///
+/// let cache = Arc::new(SharedCache::builder().heap_size(8 << 20).build_shared()?);
+/// let writer = {
+///     let cache = Arc::clone(&cache);
+///     std::thread::spawn(move || cache.set(b"k", b"from a thread", 0, Duration::ZERO))
+/// };
+/// writer.join().unwrap()?;
+/// assert_eq!(cache.get(b"k").unwrap().value, b"from a thread");
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
 #[derive(Debug)]
 pub struct SharedCache {
     shards: Box<[ShardLock<Segcache>]>,
@@ -83,6 +98,13 @@ const PEEK_TRIES: u32 = 2;
 
 impl SharedCache {
     /// A [`Builder`] with every setting at its default.
+    ///
+    /// ```
+    /// use segcache_core::SharedCache;
+    /// let cache = SharedCache::builder().heap_size(8 << 20).build_shared()?;
+    /// assert!(cache.is_empty());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn builder() -> Builder {
         Builder::new()
     }
@@ -114,12 +136,26 @@ impl SharedCache {
 
     /// [`Error::Forked`](crate::Error::Forked) when this process is a `fork()` child of the one
     /// that opened the cache: there, reads miss and every write fails with that error.
+    ///
+    /// ```
+    /// use segcache_core::SharedCache;
+    /// let cache = SharedCache::builder().heap_size(8 << 20).build_shared()?;
+    /// assert!(cache.check_fork().is_ok()); // this process opened it
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     #[inline]
     pub fn check_fork(&self) -> Result<()> {
         self.origin.check()
     }
 
     /// Number of shards.
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(8).build_shared()?;
+    /// assert_eq!(cache.shard_count(), 8);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn shard_count(&self) -> usize {
         self.shards.len()
     }
@@ -135,11 +171,32 @@ impl SharedCache {
     }
 
     /// The cache clock's current time, Unix seconds.
+    ///
+    /// ```
+    /// use segcache_core::{Builder, ManualClock};
+    /// let clock = ManualClock::new(1_000);
+    /// let cache = Builder::new().heap_size(8 << 20).clock(clock.clone()).build_shared()?;
+    /// clock.advance(1);
+    /// assert_eq!(cache.now(), 1_001);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn now(&self) -> u32 {
         self.shards[0].read().now()
     }
 
     /// Copies the item out (see `get_with`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 3, Duration::ZERO)?;
+    /// let item = cache.get(b"k").unwrap();
+    /// assert_eq!((item.value, item.flags, item.ttl), (b"v".to_vec(), 3, None));
+    /// assert!(cache.get(b"absent").is_none());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn get(&self, key: &[u8]) -> Option<OwnedItem> {
         self.get_with(key, |i| i.to_owned())
     }
@@ -148,6 +205,18 @@ impl SharedCache {
     /// takes no lock (validated against the shard's writers, and done again if one ran); a
     /// larger one is handed to `f` without a copy, under the shard's read lock: keep `f` short
     /// then, as writers to this shard wait for it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"hello", 0, Duration::ZERO)?;
+    /// let len = cache.get_with(b"k", |item| item.value().len()); // no allocation
+    /// assert_eq!(len, Some(5));
+    /// assert_eq!(cache.get_with(b"absent", |item| item.value().len()), None);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     #[inline]
     pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
         self.get_with_options(key, ReadOptions::default(), f)
@@ -156,6 +225,19 @@ impl SharedCache {
     /// `get_with`, with `opts` for the item's state (see [`Segcache::get_with_options`]). A read
     /// that changes a record (takes a recache token, or refreshes an access time, at most once a
     /// minute per item) takes the shard's read lock; the fetched bit is set without it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ReadOptions};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.invalidate(b"k", None, None, None)?;
+    /// let claim = ReadOptions { claim_token: true, ..ReadOptions::default() };
+    /// assert_eq!(cache.get_with_options(b"k", claim, |item| item.won()), Some(true));
+    /// assert_eq!(cache.get_with_options(b"k", claim, |item| item.won()), Some(false));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     #[inline]
     pub fn get_with_options<R>(&self, key: &[u8], opts: ReadOptions, f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
         if self.origin.forked() {
@@ -212,6 +294,21 @@ impl SharedCache {
 
     /// Copies the value into `buf` (cleared first); returns the item's metadata with an empty
     /// value, or `None` on a miss. Reusing `buf` avoids an allocation per read.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"a", b"first", 1, Duration::ZERO)?;
+    /// cache.set(b"b", b"second", 2, Duration::ZERO)?;
+    /// let mut buf = Vec::new();
+    /// let meta = cache.get_into(b"a", &mut buf).unwrap();
+    /// assert_eq!((buf.as_slice(), meta.flags, meta.value.len()), (&b"first"[..], 1, 0));
+    /// cache.get_into(b"b", &mut buf).unwrap(); // the buffer is reused
+    /// assert_eq!(buf, b"second");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn get_into(&self, key: &[u8], buf: &mut Vec<u8>) -> Option<OwnedItem> {
         self.get_with(key, |item| {
             buf.clear();
@@ -221,6 +318,16 @@ impl SharedCache {
     }
 
     /// Whether the key is present (and not expired).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// assert!(cache.contains(b"k") && !cache.contains(b"absent"));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn contains(&self, key: &[u8]) -> bool {
         if self.origin.forked() {
             return false;
@@ -232,6 +339,19 @@ impl SharedCache {
     /// as `get_with` reads it, after every key's bucket has been prefetched. With one, keys are
     /// grouped by shard so that each shard's read lock is taken once and the engine can overlap
     /// the memory accesses of the keys in one shard (`f` then runs under that lock).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"a", b"1", 0, Duration::ZERO)?;
+    /// cache.set(b"c", b"3", 0, Duration::ZERO)?;
+    /// let mut total = 0;
+    /// cache.get_many_with(&[b"a", b"b", b"c"], |_i, item| total += item.value().len());
+    /// assert_eq!(total, 2);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn get_many_with(&self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'_>)) {
         if self.origin.forked() {
             return;
@@ -276,6 +396,18 @@ impl SharedCache {
     }
 
     /// Copies out every hit; `None` for misses, in the order of `keys`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"a", b"1", 0, Duration::ZERO)?;
+    /// let got = cache.get_many(&[b"a", b"b"]);
+    /// assert_eq!(got[0].as_ref().unwrap().value, b"1");
+    /// assert!(got[1].is_none());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn get_many(&self, keys: &[&[u8]]) -> Vec<Option<OwnedItem>> {
         let mut out = vec![None; keys.len()];
         self.get_many_with(keys, |i, item| out[i] = Some(item.to_owned()));
@@ -283,24 +415,79 @@ impl SharedCache {
     }
 
     /// Stores the item, replacing any other under `key` (`ttl` of zero: never expires).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::from_secs(60))?; // `&self`: from any thread
+    /// assert_eq!(cache.get(b"k").unwrap().value, b"v");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn set(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, value, flags, ttl, Mode::Set).map(drop)
     }
     /// Stores the item only if `key` is absent ([`Error::NotStored`](crate::Error::NotStored) otherwise).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.add(b"k", b"first", 0, Duration::ZERO)?;
+    /// assert!(matches!(cache.add(b"k", b"second", 0, Duration::ZERO), Err(Error::NotStored)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn add(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, value, flags, ttl, Mode::Add).map(drop)
     }
     /// Stores the item only if `key` is present ([`Error::NotStored`](crate::Error::NotStored) otherwise).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// assert!(matches!(cache.replace(b"k", b"v", 0, Duration::ZERO), Err(Error::NotStored)));
+    /// cache.set(b"k", b"old", 0, Duration::ZERO)?;
+    /// cache.replace(b"k", b"new", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.get(b"k").unwrap().value, b"new");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn replace(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, value, flags, ttl, Mode::Replace).map(drop)
     }
     /// Stores only if the item's CAS value is still `cas` ([`Error::Exists`](crate::Error::Exists) if it
     /// changed, [`Error::NotFound`](crate::Error::NotFound) if absent).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v1", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"k").unwrap().cas;
+    /// cache.cas(b"k", b"v2", 0, Duration::ZERO, token)?;
+    /// assert!(matches!(cache.cas(b"k", b"v3", 0, Duration::ZERO, token), Err(Error::Exists)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn cas(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, cas: u64) -> Result<()> {
         self.store(key, value, flags, ttl, Mode::Cas(cas)).map(drop)
     }
     /// Stores as `mode` requires, with `opts` for the item's state and CAS value; returns the
     /// CAS value it got (see [`Segcache::store_with`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, StoreMode, StoreOptions};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// let opts = StoreOptions { cas: Some(77), ..StoreOptions::default() };
+    /// assert_eq!(cache.store_with(b"k", b"v", 0, Duration::ZERO, StoreMode::Set, opts)?, 77);
+    /// assert_eq!(cache.get(b"k").unwrap().cas, 77);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn store_with(
         &self,
         key: &[u8],
@@ -317,11 +504,36 @@ impl SharedCache {
         self.shard(key).write().store_with(key, value, flags, ttl, mode, opts)
     }
     /// Removes the key if its CAS value is `cas` (see [`Segcache::delete_cas`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"k").unwrap().cas;
+    /// assert!(matches!(cache.delete_cas(b"k", token + 1), Err(Error::Exists)));
+    /// cache.delete_cas(b"k", token)?;
+    /// assert!(!cache.contains(b"k"));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().delete_cas(key, cas)
     }
     /// Marks the item stale (see [`Segcache::invalidate`]); returns its new CAS value.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// let cas = cache.invalidate(b"k", Some(Duration::from_secs(30)), None, None)?;
+    /// let stale = cache.get_with(b"k", |item| (item.is_stale(), item.cas())).unwrap();
+    /// assert_eq!(stale, (true, cas));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn invalidate(&self, key: &[u8], ttl: Option<Duration>, compare: Option<u64>, cas: Option<u64>) -> Result<u64> {
         self.origin.check()?;
         self.shard(key).write().invalidate(key, ttl, compare, cas)
@@ -349,33 +561,109 @@ impl SharedCache {
         shard.write().store_hashed(key, h, value, flags, ttl, mode)
     }
     /// Appends to the value, keeping flags and expiry ([`Error::NotStored`](crate::Error::NotStored) if absent).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"log", b"a", 0, Duration::ZERO)?;
+    /// cache.append(b"log", b"b")?;
+    /// assert_eq!(cache.get(b"log").unwrap().value, b"ab");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().append(key, value)
     }
     /// Prepends to the value, keeping flags and expiry ([`Error::NotStored`](crate::Error::NotStored) if absent).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"log", b"b", 0, Duration::ZERO)?;
+    /// cache.prepend(b"log", b"a")?;
+    /// assert_eq!(cache.get(b"log").unwrap().value, b"ab");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn prepend(&self, key: &[u8], value: &[u8]) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().prepend(key, value)
     }
     /// Adds `delta` to a decimal value, wrapping at 2^64; returns the new value.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// if let Err(Error::NotFound) = cache.incr(b"hits", 1) {
+    ///     cache.add(b"hits", b"1", 0, Duration::ZERO)?;
+    /// }
+    /// assert_eq!(cache.incr(b"hits", 1)?, 2);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn incr(&self, key: &[u8], delta: u64) -> Result<u64> {
         self.origin.check()?;
         self.shard(key).write().incr(key, delta)
     }
     /// Subtracts `delta` from a decimal value, stopping at 0; returns the new value.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"stock", b"2", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.decr(b"stock", 5)?, 0); // stops at zero
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn decr(&self, key: &[u8], delta: u64) -> Result<u64> {
         self.origin.check()?;
         self.shard(key).write().decr(key, delta)
     }
     /// `incr` or `decr`, also telling whether the result outgrew the old value (see
     /// [`Segcache::add_delta`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"n", b"99", 0, Duration::ZERO)?;
+    /// let delta = cache.add_delta(b"n", true, 1)?;
+    /// assert_eq!((delta.value, delta.grew), (100, true));
+    /// assert_eq!(cache.get(b"n").unwrap().cas, delta.cas);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn add_delta(&self, key: &[u8], incr: bool, delta: u64) -> Result<crate::Delta> {
         self.origin.check()?;
         self.shard(key).write().add_delta(key, incr, delta)
     }
     /// Sets (or with `None` removes) the function told of each item that expires or is evicted
     /// (see [`Builder::eviction_listener`]).
+    ///
+    /// ```
+    /// use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+    /// use std::sync::Arc;
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock, RemovalListener};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let cache = Builder::new().heap_size(8 << 20).clock(clock.clone()).build_shared()?;
+    /// let expired = Arc::new(AtomicUsize::new(0));
+    /// let count = Arc::clone(&expired);
+    /// cache.set_eviction_listener(Some(RemovalListener::new(move |_, _| {
+    ///     count.fetch_add(1, Relaxed);
+    /// })));
+    /// cache.set(b"k", b"v", 0, Duration::from_secs(5))?;
+    /// clock.advance(10);
+    /// cache.expire();
+    /// assert_eq!(expired.load(Relaxed), 1);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn set_eviction_listener(&self, listener: Option<RemovalListener>) {
         for s in self.shards.iter() {
             s.write().set_eviction_listener(listener.clone());
@@ -383,37 +671,126 @@ impl SharedCache {
     }
     /// `append` under `opts`; returns the CAS value the item took (see
     /// [`Segcache::append_with`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error, RmwOptions};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"log", b"a", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"log").unwrap().cas;
+    /// let only_if = RmwOptions { compare: Some(token), ..RmwOptions::default() };
+    /// let cas = cache.append_with(b"log", b"b", only_if)?;
+    /// assert!(matches!(cache.append_with(b"log", b"c", only_if), Err(Error::Exists)));
+    /// assert_eq!(cache.get(b"log").unwrap().cas, cas);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn append_with(&self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
         self.origin.check()?;
         self.shard(key).write().append_with(key, value, opts)
     }
     /// `prepend` under `opts`; returns the CAS value the item took (see
     /// [`Segcache::prepend_with`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, RmwOptions};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"b", 0, Duration::ZERO)?;
+    /// let cas = cache.prepend_with(b"k", b"a", RmwOptions { cas: Some(500), ..RmwOptions::default() })?;
+    /// let item = cache.get(b"k").unwrap();
+    /// assert_eq!((item.value, item.cas, cas), (b"ab".to_vec(), 500, 500));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn prepend_with(&self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
         self.origin.check()?;
         self.shard(key).write().prepend_with(key, value, opts)
     }
     /// `add_delta` under `opts` (see [`Segcache::add_delta_with`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error, RmwOptions};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"n", b"41", 0, Duration::ZERO)?;
+    /// let token = cache.get(b"n").unwrap().cas;
+    /// let only_if = RmwOptions { compare: Some(token), ..RmwOptions::default() };
+    /// assert_eq!(cache.add_delta_with(b"n", true, 1, only_if)?.value, 42);
+    /// assert!(matches!(cache.add_delta_with(b"n", true, 1, only_if), Err(Error::Exists)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn add_delta_with(&self, key: &[u8], incr: bool, delta: u64, opts: RmwOptions<'_>) -> Result<crate::Delta> {
         self.origin.check()?;
         self.shard(key).write().add_delta_with(key, incr, delta, opts)
     }
     /// Removes the key ([`Error::NotFound`](crate::Error::NotFound) if absent).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Error};
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.delete(b"k")?;
+    /// assert!(matches!(cache.delete(b"k"), Err(Error::NotFound)));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().delete(key)
     }
     /// Sets a new TTL ([`Error::NotFound`](crate::Error::NotFound) if absent); the CAS value stays.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let cache = Builder::new().heap_size(8 << 20).clock(clock.clone()).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::from_secs(10))?;
+    /// let cas = cache.get(b"k").unwrap().cas;
+    /// cache.touch(b"k", Duration::from_secs(100))?;
+    /// clock.advance(50);
+    /// assert_eq!(cache.get(b"k").unwrap().cas, cas);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn touch(&self, key: &[u8], ttl: Duration) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().touch(key, ttl)
     }
     /// Sets a new TTL without counting as an access (see [`Segcache::set_ttl`]).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.set_ttl(b"k", Duration::from_secs(60))?;
+    /// assert_eq!(cache.get_with(b"k", |item| item.fetched()), Some(false));
+    /// assert!(cache.get(b"k").unwrap().ttl.is_some());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn set_ttl(&self, key: &[u8], ttl: Duration) -> Result<()> {
         self.origin.check()?;
         self.shard(key).write().set_ttl(key, ttl)
     }
     /// Reads the item and sets its TTL in one step (memcached `gat`).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// let item = cache.get_and_touch(b"k", Duration::from_secs(60)).unwrap();
+    /// assert_eq!(item.value, b"v");
+    /// assert!(item.ttl.is_some_and(|t| t <= Duration::from_secs(60)));
+    /// assert!(cache.get_and_touch(b"absent", Duration::ZERO).is_none());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn get_and_touch(&self, key: &[u8], ttl: Duration) -> Option<OwnedItem> {
         if self.origin.forked() {
             return None;
@@ -425,6 +802,16 @@ impl SharedCache {
 
     /// Limits the heap the cache uses to `bytes` (split evenly over the shards; see
     /// [`Segcache::set_memory_limit`]), or lifts the limit up to the whole heap.
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
+    /// cache.set_memory_limit(8 << 20)?; // 2 MiB per shard
+    /// assert_eq!(cache.memory_limit(), 8 << 20);
+    /// assert!(cache.set_memory_limit(32 << 20).is_err());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn set_memory_limit(&self, bytes: usize) -> Result<()> {
         self.origin.check()?;
         let per_shard = bytes / self.shards.len();
@@ -438,11 +825,30 @@ impl SharedCache {
     }
 
     /// The heap the cache may use now (see [`SharedCache::set_memory_limit`]).
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
+    /// assert_eq!(cache.memory_limit(), 16 << 20);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn memory_limit(&self) -> usize {
         self.shards.iter().map(|s| s.read().memory_limit()).sum()
     }
 
     /// Removes every item now.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.flush();
+    /// assert!(cache.is_empty());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn flush(&self) {
         if self.origin.forked() {
             return;
@@ -452,6 +858,20 @@ impl SharedCache {
         }
     }
     /// Removes every item stored before `delay` from now, at that time.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let cache = Builder::new().heap_size(8 << 20).clock(clock.clone()).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.flush_after(Duration::from_secs(60));
+    /// assert!(cache.contains(b"k"));
+    /// clock.advance(60);
+    /// assert!(!cache.contains(b"k"));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn flush_after(&self, delay: Duration) {
         if self.origin.forked() {
             return;
@@ -461,6 +881,21 @@ impl SharedCache {
         }
     }
     /// Frees expired segments in every shard; returns the number of items removed.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let cache = Builder::new().heap_size(8 << 20).clock(clock.clone()).build_shared()?;
+    /// for i in 0..100 {
+    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::from_secs(5))?;
+    /// }
+    /// clock.advance(10);
+    /// assert_eq!(cache.expire(), 100);
+    /// assert!(cache.is_empty());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn expire(&self) -> usize {
         if self.origin.forked() {
             return 0;
@@ -470,6 +905,19 @@ impl SharedCache {
 
     /// Counters summed over the shards. Each shard's counters are read under its read lock,
     /// one shard at a time, so readers and writers elsewhere are not held up.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
+    /// for i in 0..10 {
+    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::ZERO)?;
+    /// }
+    /// let stats = cache.stats();
+    /// assert_eq!((stats.items, stats.sets, stats.shards), (10, 10, 4));
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn stats(&self) -> Stats {
         if self.origin.forked() {
             return Stats::default();
@@ -489,6 +937,17 @@ impl SharedCache {
     }
 
     /// Live items.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// cache.set(b"a", b"1", 0, Duration::ZERO)?;
+    /// cache.set(b"b", b"2", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.len(), 2);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn len(&self) -> usize {
         if self.origin.forked() {
             return 0;
@@ -496,12 +955,38 @@ impl SharedCache {
         self.shards.iter().map(|s| s.read().len()).sum()
     }
     /// Whether no item is live.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).build_shared()?;
+    /// assert!(cache.is_empty());
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// assert!(!cache.is_empty());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
 
     /// Graceful stop: with a persistence path, writes everything needed for a warm restart and
     /// marks the file clean. Dropping the cache does the same but cannot report an error.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-shared-close", std::process::id()));
+    /// let cache = Builder::new().heap_size(8 << 20).path(&path).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.close()?; // the file is clean: the next open is warm at once
+    /// let cache = Builder::new().heap_size(8 << 20).path(&path).build_shared()?;
+    /// assert_eq!(cache.get(b"k").unwrap().value, b"v");
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn close(self) -> Result<()> {
         self.origin.check()?;
         let now = self.now();

@@ -35,6 +35,22 @@ pub(crate) fn live_until(expire_at: u32, now: u32) -> bool {
 impl Segcache {
     /// Frees every segment whose items have all expired, from the heads of the TTL chains.
     /// Returns the number of items removed. Writes call it at most once a second.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let mut cache = Builder::new().heap_size(4 << 20).clock(clock.clone()).build()?;
+    /// for i in 0..100 {
+    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::from_secs(5))?;
+    /// }
+    /// cache.set(b"forever", b"v", 0, Duration::ZERO)?;
+    /// clock.advance(10);
+    /// assert_eq!(cache.expire(), 100); // a whole segment freed, no item scanned
+    /// assert_eq!(cache.len(), 1);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn expire(&mut self) -> usize {
         if self.origin.forked() {
             return 0;

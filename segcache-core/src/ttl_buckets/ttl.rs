@@ -12,12 +12,32 @@
 //! Bucket 0 holds items that never expire. An item's TTL is rounded down to its bucket's width,
 //! and a segment takes items whose expiry is less than one width after its own, so an item can
 //! expire early, by less than two widths (three after a merge), and never late.
+//!
+//! ```
+//! use segcache_core::ttl;
+//!
+//! // A TTL of 300 s lies in tier 1: buckets 16 s wide, so it is applied as 288 s.
+//! assert_eq!((ttl::width_of(300), ttl::rounded(300)), (16, 288));
+//! assert_eq!(ttl::bucket_of(300), 256 + 300 / 16);
+//! ```
 
 /// Number of TTL buckets.
+///
+/// ```
+/// use segcache_core::ttl;
+/// assert_eq!(ttl::bucket_of(u32::MAX), ttl::BUCKETS - 1);
+/// ```
 pub const BUCKETS: usize = 1024;
 const TIER_BUCKETS: u32 = 256;
 
 /// The bucket index of a TTL in seconds (0 = never expires).
+///
+/// ```
+/// use segcache_core::ttl;
+/// assert_eq!(ttl::bucket_of(0), 0); // never expires
+/// assert_eq!(ttl::bucket_of(100), 100);
+/// assert_eq!(ttl::bucket_of(300), ttl::bucket_of(303)); // one 16 s bucket
+/// ```
 #[inline]
 pub fn bucket_of(ttl: u32) -> usize {
     let (tier, shift) = tier_of(ttl);
@@ -26,18 +46,37 @@ pub fn bucket_of(ttl: u32) -> usize {
 }
 
 /// Width in seconds of the bucket that holds this TTL.
+///
+/// ```
+/// use segcache_core::ttl;
+/// assert_eq!(ttl::width_of(100), 1);
+/// assert_eq!(ttl::width_of(300), 16);
+/// assert_eq!(ttl::width_of(5_000), 256);
+/// assert_eq!(ttl::width_of(100_000), 4096);
+/// ```
 #[inline]
 pub fn width_of(ttl: u32) -> u32 {
     1 << tier_of(ttl).1
 }
 
 /// The TTL the engine applies: rounded down to its bucket's width.
+///
+/// ```
+/// use segcache_core::ttl;
+/// assert_eq!(ttl::rounded(100), 100);
+/// assert_eq!(ttl::rounded(300), 288); // never longer than asked
+/// ```
 #[inline]
 pub fn rounded(ttl: u32) -> u32 {
     ttl & !(width_of(ttl) - 1)
 }
 
 /// Width in seconds of bucket `index`.
+///
+/// ```
+/// use segcache_core::ttl;
+/// assert_eq!(ttl::width_of_bucket(ttl::bucket_of(300)), ttl::width_of(300));
+/// ```
 #[inline]
 pub fn width_of_bucket(index: usize) -> u32 {
     1 << (4 * (index as u32 / TIER_BUCKETS))
