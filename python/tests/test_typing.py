@@ -59,6 +59,17 @@ GOOD = """
     gone: bool = profile.invalidate(1)
     ck: bytes = profile.cache_key(1)
     cache_of: segcache.Cache = profile.cache
+    info: segcache.CacheInfo = profile.cache_info()
+    hits: int = info.hits + info.misses + info.currsize
+    profile.cache_clear()
+    got: bytes = c.get_or_set("k", lambda: b"v", ttl=5)
+    got2: bytes = c.get_or_set(b"k", lambda: bytearray(b"v"), ttl=timedelta(seconds=5))
+
+    @segcache.memoize(c, lock=False)
+    def unlocked(x: str) -> bytes:
+        return x.encode()
+
+    u: bytes = unlocked("a")
 """
 
 # Every line marked `# E` must be an error, and no other line.
@@ -83,6 +94,10 @@ BAD = """
 
     profile.invalidate("not an int")  # E
     s: str = profile(1)  # E
+    c.get_or_set("k", lambda: "a str")  # E
+    c.get_or_set("k", b"not callable")  # E
+    t: str = c.get_or_set("k", lambda: b"v")  # E
+    profile.cache_info().nope  # E
 """
 
 
