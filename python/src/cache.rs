@@ -936,7 +936,8 @@ impl Cache {
     /// waited on it try again, one of them calling its own loader. A value too large to store
     /// (or refused for lack of memory) is still returned. A loader may use the cache, and may ask
     /// for its own key (that inner call runs its loader at once); loaders that wait for each
-    /// other's keys on two threads deadlock.
+    /// other's keys on two threads deadlock. A thread waiting for another's load cannot be
+    /// interrupted (Ctrl-C) until that load ends.
     #[pyo3(signature = (key, loader, ttl=None))]
     fn get_or_set<'py>(
         &self,
@@ -953,12 +954,10 @@ impl Cache {
             )));
         }
         let ttl = convert::ttl(ttl, self.default_ttl)?;
-        if let Some(v) = self.lookup(py, &k)? {
-            return Ok(v);
-        }
         let loader = loader.clone().unbind();
         let item = self.with(|c| {
-            // Waiting for another thread's load must not hold the GIL that its loader needs.
+            // Waiting for another thread's load must not hold the GIL that its loader needs. The
+            // lookup runs in there too, so that a miss is counted once in the stats.
             py.detach(|| {
                 c.try_get_or_insert_with(&k, ttl, || {
                     Python::attach(|py| {

@@ -396,3 +396,22 @@ def test_cache_info_and_cache_clear(c):
     assert other.cache_info().currsize == 1  # other functions' entries stay
     square(2)
     assert square.cache_info().misses == 1
+
+
+def test_get_or_set_counts_one_miss_per_load(c):
+    before = c.stats()
+    c.get_or_set("counted", lambda: b"v")
+    c.get_or_set("counted", lambda: b"w")
+    after = c.stats()
+    assert after["get_misses"] - before["get_misses"] == 1
+    assert after["get_hits"] - before["get_hits"] == 1
+
+
+def test_memoize_counts_one_cache_miss_per_computation(c):
+    @segcache.memoize(c)
+    def f(x):
+        return x
+
+    before = c.stats()["get_misses"]
+    f(1)
+    assert c.stats()["get_misses"] - before == 1

@@ -257,3 +257,14 @@ fn single_owner_engine() {
     let big = cache.get_or_insert_with(b"big", Duration::ZERO, || vec![1; 100 << 10]).unwrap();
     assert_eq!((big.value.len(), big.cas), (100 << 10, 0));
 }
+
+#[test]
+fn a_load_counts_one_miss_and_a_hit_one_hit() {
+    let cache = shared();
+    let before = cache.stats();
+    cache.get_or_insert_with(b"counted", Duration::ZERO, || b"v".to_vec()).unwrap();
+    cache.get_or_insert_with(b"counted", Duration::ZERO, || unreachable!()).unwrap();
+    let after = cache.stats();
+    assert_eq!(after.get_misses - before.get_misses, 1, "the loader does not look the key up twice");
+    assert_eq!(after.get_hits - before.get_hits, 1);
+}

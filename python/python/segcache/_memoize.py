@@ -268,6 +268,10 @@ def memoize(
         counts_lock = threading.Lock()
         flights: dict[bytes, _Flight] = {}
         flights_lock = threading.Lock()
+        # Computations that ended with a result. A caller notes it before its first lookup; if it
+        # then computes and the count has not moved, no result arrived meanwhile and it need not
+        # look again (each lookup of an absent key counts a miss in the cache's stats).
+        completed = [0]
         # Coroutines: (event loop, key) -> (future of (ok, result), the computing task).
         aflights: dict[tuple[asyncio.AbstractEventLoop, bytes], tuple[asyncio.Future[Any], Any]] = {}
 
@@ -317,6 +321,7 @@ def memoize(
             @functools.wraps(fn)
             async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
                 key = cache_key(*args, **kwargs)
+                seen = completed[0]
                 hit = lookup(key)
                 if hit is not _MISS:
                     count(True)
@@ -336,6 +341,7 @@ def memoize(
                     if ok:
                         count(True)
                         return result
+                    seen = completed[0]
                     hit = lookup(key)  # the computing call failed: look again, then compute
                     if hit is not _MISS:
                         count(True)
@@ -344,15 +350,18 @@ def memoize(
                 aflights[(loop, key)] = (fut, me)
                 outcome: tuple[bool, Any] = (False, None)
                 try:
-                    hit = lookup(key)  # a computation may have ended since the first lookup
-                    if hit is not _MISS:
-                        count(True)
-                        outcome = (True, hit)
-                        return hit
+                    if completed[0] != seen:  # a computation ended since the first lookup
+                        hit = lookup(key)
+                        if hit is not _MISS:
+                            count(True)
+                            outcome = (True, hit)
+                            return hit
                     result = await compute_async(key, args, kwargs)
                     outcome = (True, result)
                     return result
                 finally:
+                    if outcome[0]:
+                        completed[0] += 1
                     del aflights[(loop, key)]
                     fut.set_result(outcome)
 
@@ -368,6 +377,7 @@ def memoize(
             @functools.wraps(fn)
             def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
                 key = cache_key(*args, **kwargs)
+                seen = completed[0]
                 hit = lookup(key)
                 if hit is not _MISS:
                     count(True)
@@ -386,21 +396,25 @@ def memoize(
                     if flight.ok:
                         count(True)
                         return flight.result
+                    seen = completed[0]
                     hit = lookup(key)  # the computing call failed: look again, then compute
                     if hit is not _MISS:
                         count(True)
                         return hit
                 try:
-                    hit = lookup(key)  # a computation may have ended since the first lookup
-                    if hit is not _MISS:
-                        count(True)
-                        flight.ok, flight.result = True, hit
-                        return hit
+                    if completed[0] != seen:  # a computation ended since the first lookup
+                        hit = lookup(key)
+                        if hit is not _MISS:
+                            count(True)
+                            flight.ok, flight.result = True, hit
+                            return hit
                     result = compute(key, args, kwargs)
                     flight.ok, flight.result = True, result
                     return result
                 finally:
                     with flights_lock:
+                        if flight.ok:
+                            completed[0] += 1
                         del flights[key]
                     flight.done.set()
 

@@ -23,6 +23,7 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 use std::time::Duration;
@@ -85,6 +86,16 @@ type FlightShard = Mutex<HashMap<FlightKey, Arc<Flight>>>;
 static FLIGHTS: LazyLock<Box<[FlightShard]>> =
     LazyLock::new(|| (0..FLIGHT_SHARDS).map(|_| Mutex::new(HashMap::new())).collect());
 
+/// Loads that ended with a value, per shard of the in-flight map. A caller reads its shard's count
+/// before its first lookup; if it becomes the loader and the count has not moved, no load of this
+/// shard delivered a value since that lookup missed, so the key is still absent and the caller
+/// need not look again (a second lookup would count a second miss in the stats).
+static DELIVERED: [AtomicU64; FLIGHT_SHARDS] = [const { AtomicU64::new(0) }; FLIGHT_SHARDS];
+
+fn flight_shard(key: &[u8]) -> usize {
+    (hash(key) as usize) % FLIGHT_SHARDS
+}
+
 /// One load in progress.
 struct Flight {
     /// The loading thread, to tell a re-entrant call from a waiter.
@@ -127,6 +138,11 @@ impl Leader {
 
     fn end(&mut self, item: Option<OwnedItem>) {
         if let Some(key) = self.key.take() {
+            if item.is_some() {
+                // Before the flight leaves the map: a caller that then finds no flight sees the
+                // new count (the map's mutex orders the two).
+                DELIVERED[self.shard].fetch_add(1, Ordering::Release);
+            }
             let mut map = lock(&FLIGHTS[self.shard]);
             map.remove(&key);
             if map.is_empty() {
@@ -156,8 +172,7 @@ enum Joined {
     Reentrant,
 }
 
-fn join(cache: usize, key: &[u8]) -> Joined {
-    let shard = (hash(key) as usize) % FLIGHT_SHARDS;
+fn join(cache: usize, key: &[u8], shard: usize) -> Joined {
     let me = thread::current().id();
     let mut map = lock(&FLIGHTS[shard]);
     let fkey = (cache, key.to_vec());
@@ -242,17 +257,21 @@ impl SharedCache {
     ) -> Result<OwnedItem, LoadError<E>> {
         check_key(key)?;
         self.check_fork()?;
+        let shard = flight_shard(key);
+        let mut delivered = DELIVERED[shard].load(Ordering::Acquire);
         if let Some(item) = self.get(key) {
             return Ok(item);
         }
         let id = self as *const SharedCache as usize;
         loop {
-            match join(id, key) {
+            match join(id, key, shard) {
                 Joined::Leader(leader) => {
                     // A load that ended between the miss above and `join` stored the value.
-                    if let Some(item) = self.get(key) {
-                        leader.finish(Some(item.clone()));
-                        return Ok(item);
+                    if DELIVERED[shard].load(Ordering::Acquire) != delivered {
+                        if let Some(item) = self.get(key) {
+                            leader.finish(Some(item.clone()));
+                            return Ok(item);
+                        }
                     }
                     // `leader` is dropped (failing the flight) if the loader panics.
                     let value = loader().map_err(LoadError::Loader)?;
@@ -269,6 +288,7 @@ impl SharedCache {
                         return Ok(item);
                     }
                     // The loader failed: look again, then load or wait for the next loader.
+                    delivered = DELIVERED[shard].load(Ordering::Acquire);
                     if let Some(item) = self.get(key) {
                         return Ok(item);
                     }
