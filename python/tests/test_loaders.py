@@ -415,3 +415,12 @@ def test_memoize_counts_one_cache_miss_per_computation(c):
     before = c.stats()["get_misses"]
     f(1)
     assert c.stats()["get_misses"] - before == 1
+
+
+def test_method_entries_are_invalidated_through_the_class():
+    METHOD_CACHE.clear()
+    a = Service(5)
+    assert a.balance(1) == 501
+    assert Service.balance.invalidate(a, 1) is True
+    assert a.balance(1) == 501
+    assert a.calls == 2

@@ -14,6 +14,8 @@ that object in this process (two equal but distinct instances do not share entri
 held through a weak reference: when the instance dies its token is forgotten, and its entries
 (which no later key can name) stay in the cache until their TTL, eviction or `cache_clear()`.
 Instances that cannot be weakly referenced are keyed by their pickle, as other arguments are.
+A method's `cache_key()` and `invalidate()` take the instance first: `Class.method.invalidate(obj,
+2)` (the wrapper is a plain function: `obj.method.invalidate` would not pass `obj`).
 
 Single flight (`lock=True`, the default): of the concurrent calls with one key, one runs the
 function and the others wait for its result (threads block with the GIL released; coroutines on

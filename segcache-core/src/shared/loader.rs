@@ -76,9 +76,11 @@ impl<E> From<Error> for LoadError<E> {
 /// Shards of the in-flight map.
 const FLIGHT_SHARDS: usize = 64;
 
-/// A cache (by address) and a key. The address is unique while the cache is borrowed, which a
-/// flight's loader does for as long as the flight is registered.
-type FlightKey = (usize, Vec<u8>);
+/// A process, a cache (by address) and a key. The address is unique while the cache is borrowed,
+/// which a flight's loader does for as long as the flight is registered. The process id keeps a
+/// `fork()` child (whose copy of the map may hold its parent's flights, with no thread left to
+/// end them) from waiting on a flight of its parent's.
+type FlightKey = (u32, usize, Vec<u8>);
 
 /// One shard of the in-flight map.
 type FlightShard = Mutex<HashMap<FlightKey, Arc<Flight>>>;
@@ -175,7 +177,7 @@ enum Joined {
 fn join(cache: usize, key: &[u8], shard: usize) -> Joined {
     let me = thread::current().id();
     let mut map = lock(&FLIGHTS[shard]);
-    let fkey = (cache, key.to_vec());
+    let fkey = (std::process::id(), cache, key.to_vec());
     if let Some(f) = map.get(&fkey) {
         return if f.owner == me { Joined::Reentrant } else { Joined::Waiter(Arc::clone(f)) };
     }
