@@ -70,6 +70,16 @@ GOOD = """
         return x.encode()
 
     u: bytes = unlocked("a")
+
+    class Service:
+        @segcache.memoize(c)
+        def balance(self, day: int) -> int:
+            return day
+
+    svc = Service()
+    bal: int = svc.balance(3)
+    via_class: int = Service.balance(svc, 3)
+    dropped: bool = Service.balance.invalidate(svc, 3)
 """
 
 # Every line marked `# E` must be an error, and no other line.
@@ -98,6 +108,14 @@ BAD = """
     c.get_or_set("k", b"not callable")  # E
     t: str = c.get_or_set("k", lambda: b"v")  # E
     profile.cache_info().nope  # E
+
+    class Service:
+        @segcache.memoize(c)
+        def balance(self, day: int) -> int:
+            return day
+
+    Service().balance("monday")  # E
+    b: str = Service().balance(1)  # E
 """
 
 

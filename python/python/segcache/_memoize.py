@@ -38,16 +38,18 @@ import pickle
 import threading
 import warnings
 import weakref
-from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Protocol, TypeVar, Union, overload
 
 from ._errors import NoMemory, TooLarge
 from ._segcache import Cache
 
 if TYPE_CHECKING:
-    from typing_extensions import ParamSpec
+    from typing_extensions import Concatenate, ParamSpec
 
     P = ParamSpec("P")
+    P2 = ParamSpec("P2")
     R = TypeVar("R")
+    S = TypeVar("S")
 
     class Memoized(Generic[P, R]):
         """What `memoize` returns: the function (same signature) plus its cache helpers."""
@@ -59,6 +61,12 @@ if TYPE_CHECKING:
         def invalidate(self, *args: P.args, **kwargs: P.kwargs) -> bool: ...
         def cache_info(self) -> CacheInfo: ...
         def cache_clear(self) -> None: ...
+        # A method: through the class, the function itself; through an instance, bound to it.
+        @overload
+        def __get__(self, instance: None, owner: Any) -> Memoized[P, R]: ...
+        @overload
+        def __get__(self: Memoized[Concatenate[S, P2], R], instance: S, owner: Any) -> Callable[P2, R]: ...
+        def __get__(self, instance: Any, owner: Any) -> Any: ...
 
 _MISS = object()
 
