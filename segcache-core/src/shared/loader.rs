@@ -3,7 +3,8 @@
 //!
 //! # Design
 //! On a miss, the first caller for a key becomes its *loader*: it registers a flight in a
-//! process-wide in-flight map (64 mutex-guarded shards, keyed by the cache's address and the key)
+//! process-wide in-flight map (64 mutex-guarded shards, each a short list of the loads in
+//! progress, found by the cache's address and the key)
 //! and runs its closure with no cache lock held. Other callers for the same key on the same cache
 //! find the flight and wait on its condition variable; a hit never touches the map. When the
 //! loader's closure returns a value, the value is stored (flags 0, the given TTL) and handed to
@@ -20,7 +21,6 @@
 //!   documents the same): keep loaders acyclic.
 //! - Single flight is per process: two processes sharing a cache file may both load a key.
 
-use std::collections::HashMap;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -29,6 +29,7 @@ use std::thread::{self, ThreadId};
 use std::time::Duration;
 
 use crate::engine::write::{check_key, Mode};
+use crate::fork::Origin;
 use crate::hash::hash;
 use crate::{Error, OwnedItem, Segcache, SharedCache, StoreOptions};
 
@@ -76,17 +77,16 @@ impl<E> From<Error> for LoadError<E> {
 /// Shards of the in-flight map.
 const FLIGHT_SHARDS: usize = 64;
 
-/// A process, a cache (by address) and a key. The address is unique while the cache is borrowed,
-/// which a flight's loader does for as long as the flight is registered. The process id keeps a
-/// `fork()` child (whose copy of the map may hold its parent's flights, with no thread left to
-/// end them) from waiting on a flight of its parent's.
-type FlightKey = (u32, usize, Vec<u8>);
+/// A cache (by address) and a key. The address is unique while the cache is borrowed, which a
+/// flight's loader does for as long as the flight is registered.
+type FlightKey = (usize, Vec<u8>);
 
-/// One shard of the in-flight map.
-type FlightShard = Mutex<HashMap<FlightKey, Arc<Flight>>>;
+/// One shard of the in-flight map: the loads in progress whose keys hash to it, few at a time
+/// (searched in turn; no hashing, and an idle shard keeps only its list's spare capacity).
+type FlightShard = Mutex<Vec<(FlightKey, Arc<Flight>)>>;
 
 static FLIGHTS: LazyLock<Box<[FlightShard]>> =
-    LazyLock::new(|| (0..FLIGHT_SHARDS).map(|_| Mutex::new(HashMap::new())).collect());
+    LazyLock::new(|| (0..FLIGHT_SHARDS).map(|_| Mutex::new(Vec::new())).collect());
 
 /// Loads that ended with a value, per shard of the in-flight map. A caller reads its shard's count
 /// before its first lookup; if it becomes the loader and the count has not moved, no load of this
@@ -102,6 +102,9 @@ fn flight_shard(key: &[u8]) -> usize {
 struct Flight {
     /// The loading thread, to tell a re-entrant call from a waiter.
     owner: ThreadId,
+    /// The process that registered it: a `fork()` child's copy of the map may hold its parent's
+    /// flights, which no thread of the child will end, and the child ignores them.
+    origin: Origin,
     /// `None` while loading; then `Some(Some(item))` with the value, `Some(None)` on failure.
     outcome: Mutex<Option<Option<OwnedItem>>>,
     done: Condvar,
@@ -128,32 +131,34 @@ impl Flight {
 /// Held by the loading caller: ends the flight when dropped, as failed unless `finish` ran first
 /// (so a panicking loader wakes its waiters too).
 struct Leader {
-    key: Option<FlightKey>,
+    ended: bool,
     shard: usize,
     flight: Arc<Flight>,
 }
 
 impl Leader {
-    fn finish(mut self, item: Option<OwnedItem>) {
-        self.end(item);
+    /// Ends the flight with `item`, which each waiter gets a copy of.
+    fn finish(mut self, item: &OwnedItem) {
+        self.end(Some(item));
     }
 
-    fn end(&mut self, item: Option<OwnedItem>) {
-        if let Some(key) = self.key.take() {
+    fn end(&mut self, item: Option<&OwnedItem>) {
+        if !std::mem::replace(&mut self.ended, true) {
             if item.is_some() {
                 // Before the flight leaves the map: a caller that then finds no flight sees the
                 // new count (the map's mutex orders the two).
                 DELIVERED[self.shard].fetch_add(1, Ordering::Release);
             }
             let mut map = lock(&FLIGHTS[self.shard]);
-            map.remove(&key);
-            if map.is_empty() {
-                // Idle shards hold no memory (nor leave leak checkers a table to report).
-                map.shrink_to_fit();
+            if let Some(i) = map.iter().position(|(_, f)| Arc::ptr_eq(f, &self.flight)) {
+                map.swap_remove(i);
             }
             drop(map);
-            *lock(&self.flight.outcome) = Some(item);
-            self.flight.done.notify_all();
+            // Out of the map, the flight gains no waiter: with none, nobody needs the outcome.
+            if Arc::strong_count(&self.flight) > 1 {
+                *lock(&self.flight.outcome) = Some(item.cloned());
+                self.flight.done.notify_all();
+            }
         }
     }
 }
@@ -177,13 +182,13 @@ enum Joined {
 fn join(cache: usize, key: &[u8], shard: usize) -> Joined {
     let me = thread::current().id();
     let mut map = lock(&FLIGHTS[shard]);
-    let fkey = (std::process::id(), cache, key.to_vec());
-    if let Some(f) = map.get(&fkey) {
+    if let Some((_, f)) = map.iter().find(|((c, k), f)| *c == cache && k.as_slice() == key && !f.origin.forked()) {
         return if f.owner == me { Joined::Reentrant } else { Joined::Waiter(Arc::clone(f)) };
     }
-    let flight = Arc::new(Flight { owner: me, outcome: Mutex::new(None), done: Condvar::new() });
-    map.insert(fkey.clone(), Arc::clone(&flight));
-    Joined::Leader(Leader { key: Some(fkey), shard, flight })
+    let flight =
+        Arc::new(Flight { owner: me, origin: Origin::here(), outcome: Mutex::new(None), done: Condvar::new() });
+    map.push(((cache, key.to_vec()), Arc::clone(&flight)));
+    Joined::Leader(Leader { ended: false, shard, flight })
 }
 
 /// The item a loaded value becomes: stored when the cache takes it (its CAS value then), or
@@ -271,14 +276,14 @@ impl SharedCache {
                     // A load that ended between the miss above and `join` stored the value.
                     if DELIVERED[shard].load(Ordering::Acquire) != delivered {
                         if let Some(item) = self.get(key) {
-                            leader.finish(Some(item.clone()));
+                            leader.finish(&item);
                             return Ok(item);
                         }
                     }
                     // `leader` is dropped (failing the flight) if the loader panics.
                     let value = loader().map_err(LoadError::Loader)?;
                     let item = self.store_loaded(key, value, ttl);
-                    leader.finish(Some(item.clone()));
+                    leader.finish(&item);
                     return Ok(item);
                 }
                 Joined::Reentrant => {
