@@ -936,8 +936,9 @@ impl Cache {
     /// waited on it try again, one of them calling its own loader. A value too large to store
     /// (or refused for lack of memory) is still returned. A loader may use the cache, and may ask
     /// for its own key (that inner call runs its loader at once); loaders that wait for each
-    /// other's keys on two threads deadlock. A thread waiting for another's load cannot be
-    /// interrupted (Ctrl-C) until that load ends.
+    /// other's keys on two threads deadlock, and so does a loader that calls `close()` (the
+    /// call holds the cache open until it returns). A thread waiting for another's load cannot
+    /// be interrupted (Ctrl-C) until that load ends.
     #[pyo3(signature = (key, loader, ttl=None))]
     fn get_or_set<'py>(
         &self,
