@@ -29,7 +29,7 @@ use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
-use segcache_core::{Error, OwnedItem, Policy, ReadOptions, SharedCache, StoreMode, StoreOptions};
+use segcache_core::{Error, LoadError, OwnedItem, Policy, ReadOptions, SharedCache, StoreMode, StoreOptions};
 
 use crate::clock::ManualClock;
 use crate::convert::{self, key, value};
@@ -927,6 +927,53 @@ impl Cache {
         // guarantees.
         self.store(py, Store::Set, key, d, None, None, None)?;
         Ok(d.clone())
+    }
+
+    /// The value of `key`; on a miss, `loader()`'s value (bytes-like), stored with `ttl` (as in
+    /// `set`) and returned as `bytes`. Single flight: of the threads that miss on `key` at once,
+    /// one calls its loader and the others wait for its value, with the GIL released. An
+    /// exception from `loader` stores nothing and is raised to its own caller; the threads that
+    /// waited on it try again, one of them calling its own loader. A value too large to store
+    /// (or refused for lack of memory) is still returned. A loader may use the cache, and may ask
+    /// for its own key (that inner call runs its loader at once); loaders that wait for each
+    /// other's keys on two threads deadlock, and so does a loader that calls `close()` (the
+    /// call holds the cache open until it returns). A thread waiting for another's load cannot
+    /// be interrupted (Ctrl-C) until that load ends.
+    #[pyo3(signature = (key, loader, ttl=None))]
+    fn get_or_set<'py>(
+        &self,
+        py: Python<'py>,
+        key: &Bound<'py, PyAny>,
+        loader: &Bound<'py, PyAny>,
+        ttl: Option<&Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let k = self::key(key)?;
+        if !loader.is_callable() {
+            return Err(PyTypeError::new_err(format!(
+                "get_or_set: loader must be callable, not {}",
+                convert::type_name(loader)
+            )));
+        }
+        let ttl = convert::ttl(ttl, self.default_ttl)?;
+        let loader = loader.clone().unbind();
+        let item = self.with(|c| {
+            // Waiting for another thread's load must not hold the GIL that its loader needs. The
+            // lookup runs in there too, so that a miss is counted once in the stats.
+            py.detach(|| {
+                c.try_get_or_insert_with(&k, ttl, || {
+                    Python::attach(|py| {
+                        let v = loader.bind(py).call0()?;
+                        let v = value(&v, usize::MAX)?;
+                        Ok::<_, PyErr>(v.as_slice().to_vec())
+                    })
+                })
+            })
+            .map_err(|e| match e {
+                LoadError::Cache(e) => engine_error(e),
+                LoadError::Loader(e) => e,
+            })
+        })?;
+        Ok(PyBytes::new(py, &item.value))
     }
 
     /// Stores every pair of `other` (a mapping, or an iterable of `(key, value)` pairs) and of

@@ -59,6 +59,27 @@ GOOD = """
     gone: bool = profile.invalidate(1)
     ck: bytes = profile.cache_key(1)
     cache_of: segcache.Cache = profile.cache
+    info: segcache.CacheInfo = profile.cache_info()
+    hits: int = info.hits + info.misses + info.currsize
+    profile.cache_clear()
+    got: bytes = c.get_or_set("k", lambda: b"v", ttl=5)
+    got2: bytes = c.get_or_set(b"k", lambda: bytearray(b"v"), ttl=timedelta(seconds=5))
+
+    @segcache.memoize(c, lock=False)
+    def unlocked(x: str) -> bytes:
+        return x.encode()
+
+    u: bytes = unlocked("a")
+
+    class Service:
+        @segcache.memoize(c)
+        def balance(self, day: int) -> int:
+            return day
+
+    svc = Service()
+    bal: int = svc.balance(3)
+    via_class: int = Service.balance(svc, 3)
+    dropped: bool = Service.balance.invalidate(svc, 3)
 """
 
 # Every line marked `# E` must be an error, and no other line.
@@ -83,6 +104,18 @@ BAD = """
 
     profile.invalidate("not an int")  # E
     s: str = profile(1)  # E
+    c.get_or_set("k", lambda: "a str")  # E
+    c.get_or_set("k", b"not callable")  # E
+    t: str = c.get_or_set("k", lambda: b"v")  # E
+    profile.cache_info().nope  # E
+
+    class Service:
+        @segcache.memoize(c)
+        def balance(self, day: int) -> int:
+            return day
+
+    Service().balance("monday")  # E
+    b: str = Service().balance(1)  # E
 """
 
 

@@ -10,6 +10,8 @@
 //! - [`Segcache`]: the single-owner engine (`&mut self` for writes, `&self` for reads).
 //! - [`SharedCache`]: the thread-safe handle over sharded engines.
 //! - [`Builder`]: every setting; `build()` or `build_shared()`.
+//! - [`SharedCache::get_or_insert_with`] / [`SharedCache::try_get_or_insert_with`]: single-flight
+//!   loaders (one loader per missing key at a time; see [`LoadError`]).
 //!
 //! Both handles have the same operations, with memcached's semantics: reads
 //! ([`SharedCache::get`], [`SharedCache::get_with`], [`SharedCache::get_many`]), stores
@@ -64,5 +66,6 @@ pub use eviction::policy::Policy;
 pub use item::{Item, OwnedItem};
 pub use persist::header::FORMAT_VERSION;
 pub use shared::handle::SharedCache;
+pub use shared::loader::LoadError;
 pub use stats::{Figure, FigureKind, Stats};
 pub use ttl_buckets::ttl;

@@ -31,10 +31,13 @@ mod state;
 mod stats;
 mod status;
 mod write;
+// Last, so that cbindgen appends its items to the header after the others.
+mod load;
 
 pub use error::{segcache_last_error, segcache_strerror};
 pub use guard::segcache_debug_panic;
 pub use handle::segcache_t;
+pub use load::{segcache_get_or_load, segcache_load_cb, segcache_load_set, segcache_load_t};
 pub use open::{
     segcache_advance_clock, segcache_close, segcache_config_default, segcache_config_t, segcache_open,
     segcache_policy_t,

@@ -48,13 +48,16 @@ pub enum segcache_status_t {
     /// without touching the cache or its persistence file (and returns this too). Open a new
     /// cache in the child instead.
     SEGCACHE_FORKED = 17,
+    /// `segcache_get_or_load`: the loader callback returned non-zero (or set no value); nothing
+    /// was stored. `segcache_last_error()` names the code.
+    SEGCACHE_LOAD_FAILED = 18,
 }
 
 use segcache_status_t::*;
 
 impl segcache_status_t {
     /// Every status, by value.
-    pub const ALL: [segcache_status_t; 18] = [
+    pub const ALL: [segcache_status_t; 19] = [
         SEGCACHE_OK,
         SEGCACHE_NOT_FOUND,
         SEGCACHE_EXISTS,
@@ -73,6 +76,7 @@ impl segcache_status_t {
         SEGCACHE_PANIC,
         SEGCACHE_INTERNAL_ERROR,
         SEGCACHE_FORKED,
+        SEGCACHE_LOAD_FAILED,
     ];
 
     /// A short static description, NUL-terminated for C.
@@ -96,6 +100,7 @@ impl segcache_status_t {
             SEGCACHE_PANIC => c"internal panic (a bug in segcache)",
             SEGCACHE_INTERNAL_ERROR => c"internal error",
             SEGCACHE_FORKED => c"cache handle used in a child process after fork()",
+            SEGCACHE_LOAD_FAILED => c"the loader failed",
         }
     }
 }

@@ -117,6 +117,11 @@ typedef enum segcache_status_t {
    * cache in the child instead.
    */
   SEGCACHE_FORKED = 17,
+  /**
+   * `segcache_get_or_load`: the loader callback returned non-zero (or set no value); nothing
+   * was stored. `segcache_last_error()` names the code.
+   */
+  SEGCACHE_LOAD_FAILED = 18,
 } segcache_status_t;
 
 /**
@@ -180,6 +185,12 @@ typedef enum segcache_store_mode_t {
    */
   SEGCACHE_STORE_CAS = 3,
 } segcache_store_mode_t;
+
+/**
+ * Where a `segcache_load_cb` puts the value it made: pass it to `segcache_load_set`. Valid only
+ * during the callback.
+ */
+typedef struct segcache_load_t segcache_load_t;
 
 /**
  * A cache: an opaque handle from `segcache_open`, released by `segcache_close`.
@@ -508,9 +519,20 @@ typedef struct segcache_stats_t {
 } segcache_stats_t;
 
 /**
+ * Callback of `segcache_get_or_load`: makes the value of `key` (`key_len` bytes, valid during the
+ * call) and hands it over with `segcache_load_set(load, value, value_len)`, which copies it.
+ * Returns 0 on success; any other value is a failure that `segcache_get_or_load` reports to its
+ * caller as `SEGCACHE_LOAD_FAILED`, storing nothing. Returning 0 without calling
+ * `segcache_load_set` is a failure too. It runs on the calling thread with no lock of the cache
+ * held, so it may use the cache (a call for its own key does not wait for itself: it loads
+ * directly). It must not unwind (no C++ exception, no longjmp).
+ */
+typedef int (*segcache_load_cb)(void *user_data, const uint8_t *key, size_t key_len, struct segcache_load_t *load);
+
+/**
  * Every status, by value.
  */
-#define segcache_status_t_ALL { SEGCACHE_OK, SEGCACHE_NOT_FOUND, SEGCACHE_EXISTS, SEGCACHE_NOT_STORED, SEGCACHE_TOO_LARGE, SEGCACHE_KEY_TOO_LONG, SEGCACHE_NO_MEMORY, SEGCACHE_NOT_NUMERIC, SEGCACHE_INVALID_ARGUMENT, SEGCACHE_INVALID_CONFIG, SEGCACHE_IO_ERROR, SEGCACHE_BAD_FILE, SEGCACHE_LOCKED, SEGCACHE_MAP_FAILED, SEGCACHE_BUFFER_TOO_SMALL, SEGCACHE_PANIC, SEGCACHE_INTERNAL_ERROR, SEGCACHE_FORKED, }
+#define segcache_status_t_ALL { SEGCACHE_OK, SEGCACHE_NOT_FOUND, SEGCACHE_EXISTS, SEGCACHE_NOT_STORED, SEGCACHE_TOO_LARGE, SEGCACHE_KEY_TOO_LONG, SEGCACHE_NO_MEMORY, SEGCACHE_NOT_NUMERIC, SEGCACHE_INVALID_ARGUMENT, SEGCACHE_INVALID_CONFIG, SEGCACHE_IO_ERROR, SEGCACHE_BAD_FILE, SEGCACHE_LOCKED, SEGCACHE_MAP_FAILED, SEGCACHE_BUFFER_TOO_SMALL, SEGCACHE_PANIC, SEGCACHE_INTERNAL_ERROR, SEGCACHE_FORKED, SEGCACHE_LOAD_FAILED, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -951,6 +973,47 @@ enum segcache_status_t segcache_flush_after(const struct segcache_t *cache, uint
  * `cache` is NULL or a live handle; `removed` is NULL or writable.
  */
 enum segcache_status_t segcache_expire(const struct segcache_t *cache, size_t *removed);
+
+/**
+ * Hands the value a `segcache_load_cb` made to `segcache_get_or_load`: copies `value_len` bytes
+ * from `value` (NULL allowed when `value_len` is 0). Called again, the last value wins.
+ *
+ * Returns `SEGCACHE_INVALID_ARGUMENT` when `load` is NULL or `value` is NULL with a non-zero
+ * length. Thread safety: only from the callback that got `load`, during that call.
+ * Ownership: `value` is borrowed for the call; the library copies it.
+ *
+ * # Safety
+ * `load` is NULL or the pointer the callback got; `value` points to `value_len` readable bytes.
+ */
+enum segcache_status_t segcache_load_set(struct segcache_load_t *load, const uint8_t *value, size_t value_len);
+
+/**
+ * Looks `key` up; on a miss, calls `loader(loader_data, key, key_len, load)` to make the value,
+ * stores it with flags 0 and a TTL of `ttl` seconds (0: never expires) and returns it. Single
+ * flight: of the threads that miss on one key at once, one runs its loader and the others wait
+ * for its value (blocking, with no lock held).
+ *
+ * - The value comes back as from `segcache_get`: in `buf[0..*value_len]` with `SEGCACHE_OK`, or
+ *   `SEGCACHE_BUFFER_TOO_SMALL` with the needed length in `*value_len` (the value was stored
+ *   all the same, when the cache could keep it: ask again with a larger buffer). `*meta`
+ *   (optional) gets its CAS value, flags and TTL.
+ * - A value the cache cannot keep (larger than a segment, no memory with eviction off) is still
+ *   returned, with CAS value 0; a later call loads it again.
+ * - The loader returns non-zero (or sets no value): `SEGCACHE_LOAD_FAILED`, nothing stored,
+ *   `segcache_last_error()` names the code. Threads waiting for that load then try again, one of
+ *   them running its own loader.
+ * - `loader` NULL: `SEGCACHE_INVALID_ARGUMENT`. Key and handle checks as for `segcache_get`.
+ * - Loaders of two threads that each ask for the other's key deadlock: keep loaders acyclic.
+ *
+ * Thread safety: any thread; the loader runs on the calling thread.
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `key` points to `key_len` readable bytes; `buf` to `buf_len`
+ * writable bytes (or NULL with 0); `value_len` and `meta` are NULL or writable; `loader` does
+ * not unwind; `loader_data` is passed through untouched.
+ */
+enum segcache_status_t segcache_get_or_load(const struct segcache_t *cache, const uint8_t *key, size_t key_len, uint32_t ttl, segcache_load_cb loader, void *loader_data, uint8_t *buf, size_t buf_len, size_t *value_len, struct segcache_meta_t *meta);
 
 #ifdef __cplusplus
 }  // extern "C"

@@ -182,6 +182,46 @@ public:
         return true;
     }
 
+    /// The item under `key`, or on a miss the value `loader()` makes (anything convertible to
+    /// std::string_view, e.g. std::string), stored with flags 0 and `ttl` seconds (0: never
+    /// expires): see segcache_get_or_load. Single flight: threads that miss on one key at once
+    /// wait for one loader's value. An exception from `loader` stores nothing and is rethrown
+    /// here (threads waiting on it load again); a value the cache cannot keep is still returned
+    /// (cas 0). `loader` may use this cache; loaders that wait for each other's keys deadlock.
+    template <class F>
+    Item get_or_load(std::string_view key, F &&loader, uint32_t ttl = 0) const {
+        struct Ctx { F *f; std::optional<std::string> value; std::exception_ptr err; } ctx{&loader, std::nullopt, nullptr};
+        segcache_load_cb cb = [](void *ud, const uint8_t *, size_t, segcache_load_t *load) -> int {
+            auto *c = static_cast<Ctx *>(ud);
+            try {
+                c->value.emplace(std::string_view((*c->f)()));
+                return segcache_load_set(load, detail::bytes(*c->value), c->value->size()) == SEGCACHE_OK ? 0 : 1;
+            } catch (...) {
+                c->err = std::current_exception();
+                return 1;
+            }
+        };
+        Item item;
+        segcache_meta_t m{};
+        size_t len = 0;
+        for (;;) {
+            item.value.resize(item.value.capacity());
+            auto st = segcache_get_or_load(live(), detail::bytes(key), key.size(), ttl, cb, &ctx,
+                                           reinterpret_cast<uint8_t *>(item.value.data()), item.value.size(), &len, &m);
+            if (ctx.err) std::rethrow_exception(ctx.err);
+            if (st == SEGCACHE_OK) { item.value.resize(len); break; }
+            if (st != SEGCACHE_BUFFER_TOO_SMALL) detail::fail(st, "segcache_get_or_load");
+            // This call's own loader made the value: keep it rather than load again.
+            if (ctx.value) { item.value = std::move(*ctx.value); break; }
+            item.value.reserve(len);
+        }
+        item.flags = m.flags;
+        item.cas = m.cas;
+        item.ttl = m.ttl;
+        item.expire_at = m.expire_at;
+        return item;
+    }
+
     /// Looks up every key; one entry per key, nullopt for misses.
     std::vector<std::optional<Item>> get_many(const std::vector<std::string_view> &keys) const {
         std::vector<const uint8_t *> ptrs;

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdalign.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -72,7 +73,7 @@ static void test_version_and_strerror(void) {
     const char *v = segcache_version();
     CHECK(v != NULL && strncmp(v, "0.", 2) == 0);
     CHECK(SEGCACHE_ABI_VERSION == 0);
-    for (int s = SEGCACHE_OK; s <= SEGCACHE_FORKED; s++) {
+    for (int s = SEGCACHE_OK; s <= SEGCACHE_LOAD_FAILED; s++) {
         const char *m = segcache_strerror(s);
         CHECK(m != NULL && m[0] != '\0' && strcmp(m, "unknown status") != 0);
         for (int t = SEGCACHE_OK; t < s; t++) CHECK(strcmp(segcache_strerror(t), m) != 0);
@@ -80,7 +81,7 @@ static void test_version_and_strerror(void) {
     CHECK(strcmp(segcache_strerror(SEGCACHE_NOT_FOUND), "not found") == 0);
     CHECK(strcmp(segcache_strerror(-1), "unknown status") == 0);
     CHECK(strstr(segcache_strerror(SEGCACHE_FORKED), "fork") != NULL);
-    CHECK(strcmp(segcache_strerror(SEGCACHE_FORKED + 1), "unknown status") == 0);
+    CHECK(strcmp(segcache_strerror(SEGCACHE_LOAD_FAILED + 1), "unknown status") == 0);
     CHECK(strcmp(segcache_strerror(1 << 30), "unknown status") == 0);
 }
 
@@ -1544,6 +1545,172 @@ static void test_state_one_winner(void) {
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
 }
 
+/* ---- single-flight loads: segcache_get_or_load ---- */
+#define LOAD_THREADS 8
+
+struct load_ctx {
+    atomic_int calls;   /* loader runs */
+    atomic_int started; /* threads that began their call */
+    int fail_first;     /* the first run returns this (0: succeed) */
+    const char *value;
+};
+
+/* A slow loader: waits until every thread has started its call (at most ~2 s), so that without
+ * single flight each of them would miss and run it. */
+static int slow_loader(void *ud, const uint8_t *key, size_t key_len, segcache_load_t *load) {
+    struct load_ctx *x = ud;
+    int n = atomic_fetch_add(&x->calls, 1);
+    (void)key;
+    (void)key_len;
+    for (int i = 0; i < 400 && atomic_load(&x->started) < LOAD_THREADS; i++) usleep(5000);
+    usleep(50000);
+    if (n == 0 && x->fail_first) return x->fail_first;
+    return segcache_load_set(load, K(x->value)) == SEGCACHE_OK ? 0 : -1;
+}
+
+struct load_arg {
+    segcache_t *c;
+    struct load_ctx *x;
+    segcache_status_t st;
+    char buf[64];
+};
+
+static void *load_thread(void *p) {
+    struct load_arg *a = p;
+    size_t len = 0;
+    atomic_fetch_add(&a->x->started, 1);
+    a->st = segcache_get_or_load(a->c, K("slow"), 60, slow_loader, a->x, (uint8_t *)a->buf, sizeof a->buf - 1, &len,
+                                 NULL);
+    if (a->st == SEGCACHE_OK) a->buf[len] = '\0';
+    return NULL;
+}
+
+/* Runs LOAD_THREADS threads on one key; returns how many got SEGCACHE_OK with x->value. */
+static int load_race(segcache_t *c, struct load_ctx *x, int *load_failed) {
+    pthread_t th[LOAD_THREADS];
+    struct load_arg a[LOAD_THREADS];
+    int ok = 0;
+    *load_failed = 0;
+    for (int i = 0; i < LOAD_THREADS; i++) {
+        a[i] = (struct load_arg){.c = c, .x = x};
+        CHECK(pthread_create(&th[i], NULL, load_thread, &a[i]) == 0);
+    }
+    for (int i = 0; i < LOAD_THREADS; i++) {
+        CHECK(pthread_join(th[i], NULL) == 0);
+        if (a[i].st == SEGCACHE_OK && strcmp(a[i].buf, x->value) == 0) ok++;
+        if (a[i].st == SEGCACHE_LOAD_FAILED) ++*load_failed;
+    }
+    return ok;
+}
+
+static void test_get_or_load_threads(void) {
+    segcache_t *c = open_small(0);
+    struct load_ctx x = {.value = "loaded once"};
+    int failed_loads = 0;
+    CHECK(load_race(c, &x, &failed_loads) == LOAD_THREADS);
+    CHECK(atomic_load(&x.calls) == 1); /* single flight: one loader for eight threads */
+    CHECK(failed_loads == 0);
+    char buf[64];
+    CHECK_ST(get_str(c, "slow", buf, sizeof buf, NULL), SEGCACHE_OK);
+    CHECK(strcmp(buf, "loaded once") == 0);
+
+    /* The first loader fails: its caller alone sees SEGCACHE_LOAD_FAILED, a waiter loads again. */
+    CHECK_ST(segcache_delete(c, K("slow")), SEGCACHE_OK);
+    struct load_ctx y = {.value = "second try", .fail_first = 42};
+    CHECK(load_race(c, &y, &failed_loads) == LOAD_THREADS - 1);
+    CHECK(failed_loads == 1);
+    CHECK(atomic_load(&y.calls) == 2);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+static int fixed_loader(void *ud, const uint8_t *key, size_t key_len, segcache_load_t *load) {
+    (void)key;
+    (void)key_len;
+    int *calls = ud;
+    ++*calls;
+    return segcache_load_set(load, K("fresh")) == SEGCACHE_OK ? 0 : -1;
+}
+
+static int failing_loader(void *ud, const uint8_t *key, size_t key_len, segcache_load_t *load) {
+    (void)ud;
+    (void)key;
+    (void)key_len;
+    (void)load;
+    return 7;
+}
+
+static int silent_loader(void *ud, const uint8_t *key, size_t key_len, segcache_load_t *load) {
+    (void)ud;
+    (void)key;
+    (void)key_len;
+    (void)load;
+    return 0; /* sets no value */
+}
+
+/* Asks for its own key again from inside the load: must not deadlock. */
+static int reentrant_loader(void *ud, const uint8_t *key, size_t key_len, segcache_load_t *load) {
+    segcache_t *c = ud;
+    int inner_calls = 0;
+    char buf[16];
+    size_t len = 0;
+    if (segcache_get_or_load(c, key, key_len, 0, fixed_loader, &inner_calls, (uint8_t *)buf, sizeof buf, &len,
+                             NULL) != SEGCACHE_OK ||
+        inner_calls != 1)
+        return 1;
+    return segcache_load_set(load, K("outer")) == SEGCACHE_OK ? 0 : -1;
+}
+
+static void test_get_or_load(void) {
+    segcache_t *c = open_small(1000);
+    char buf[64];
+    size_t len = 0;
+    segcache_meta_t m;
+    int calls = 0;
+    /* miss: loads and stores; hit: no call */
+    CHECK_ST(segcache_get_or_load(c, K("k"), 30, fixed_loader, &calls, (uint8_t *)buf, sizeof buf, &len, &m),
+             SEGCACHE_OK);
+    CHECK(len == 5 && memcmp(buf, "fresh", 5) == 0 && calls == 1);
+    CHECK(m.flags == 0 && m.ttl == 30 && m.expire_at == 1030 && m.cas != 0);
+    CHECK_ST(segcache_set(c, K("k"), K("stored"), 9, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_get_or_load(c, K("k"), 30, fixed_loader, &calls, (uint8_t *)buf, sizeof buf, &len, &m),
+             SEGCACHE_OK);
+    CHECK(len == 6 && memcmp(buf, "stored", 6) == 0 && calls == 1 && m.flags == 9);
+    /* buffer too small: the needed length, and the value was stored all the same */
+    CHECK_ST(segcache_get_or_load(c, K("k2"), 0, fixed_loader, &calls, NULL, 0, &len, NULL),
+             SEGCACHE_BUFFER_TOO_SMALL);
+    CHECK(len == 5 && calls == 2);
+    CHECK_ST(get_str(c, "k2", buf, sizeof buf, NULL), SEGCACHE_OK);
+    /* a failing loader: its code in the message, nothing stored, the next call loads again */
+    CHECK_ST(segcache_get_or_load(c, K("e"), 0, failing_loader, NULL, (uint8_t *)buf, sizeof buf, &len, NULL),
+             SEGCACHE_LOAD_FAILED);
+    CHECK(strstr(segcache_last_error(), "returned 7") != NULL);
+    CHECK_ST(segcache_get_or_load(c, K("e"), 0, silent_loader, NULL, (uint8_t *)buf, sizeof buf, &len, NULL),
+             SEGCACHE_LOAD_FAILED);
+    CHECK(strstr(segcache_last_error(), "segcache_load_set") != NULL);
+    CHECK_ST(segcache_contains(c, K("e")), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_get_or_load(c, K("e"), 0, fixed_loader, &calls, (uint8_t *)buf, sizeof buf, &len, NULL),
+             SEGCACHE_OK);
+    CHECK(calls == 3);
+    /* re-entrant: the loader asks for its own key */
+    CHECK_ST(segcache_get_or_load(c, K("re"), 0, reentrant_loader, c, (uint8_t *)buf, sizeof buf, &len, NULL),
+             SEGCACHE_OK);
+    CHECK(len == 5 && memcmp(buf, "outer", 5) == 0);
+    /* bad arguments */
+    CHECK_ST(segcache_get_or_load(c, K("k"), 0, NULL, NULL, (uint8_t *)buf, sizeof buf, &len, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_or_load(NULL, K("k"), 0, fixed_loader, &calls, (uint8_t *)buf, sizeof buf, &len, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_or_load(c, NULL, 1, 0, fixed_loader, &calls, (uint8_t *)buf, sizeof buf, &len, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_or_load(c, K("k"), 0, fixed_loader, &calls, (uint8_t *)buf, sizeof buf, NULL, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_get_or_load(c, K("k"), 0, fixed_loader, &calls, NULL, 8, &len, NULL),
+             SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_load_set(NULL, K("v")), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(calls == 3);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
 int main(void) {
     test_version_and_strerror();
     test_config_default();
@@ -1570,6 +1737,8 @@ int main(void) {
     test_oversized_arguments();
     test_fork();
     test_rewrites();
+    test_get_or_load();
+    test_get_or_load_threads();
     printf("test_segcache: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

@@ -1,6 +1,8 @@
 // Tests of the C++17 wrapper (segcache.hpp): RAII, string_view keys, optional results,
 // exceptions carrying the status, and exceptions from callbacks crossing back safely.
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -226,6 +228,43 @@ int main() {
         CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
         auto it = c.get("k");
         CHECK(it && it->value == "parent" && it->flags == 3);
+    }
+    {
+        // get_or_load: single flight across threads, exceptions rethrown, a big value kept
+        segcache::Cache c(small());
+        constexpr int kThreads = 8;
+        std::atomic<int> calls{0}, started{0};
+        std::vector<std::thread> th;
+        std::vector<std::string> got(kThreads);
+        for (int i = 0; i < kThreads; i++) {
+            th.emplace_back([&, i] {
+                started++;
+                got[i] = c.get_or_load("slow", [&] {
+                    calls++;
+                    for (int j = 0; j < 400 && started.load() < kThreads; j++)
+                        std::this_thread::sleep_for(std::chrono::milliseconds(5));
+                    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+                    return std::string("once");
+                }, 60).value;
+            });
+        }
+        for (auto &t : th) t.join();
+        CHECK(calls.load() == 1);
+        CHECK(std::all_of(got.begin(), got.end(), [](const std::string &v) { return v == "once"; }));
+        CHECK(c.get("slow")->value == "once");
+        auto hit = c.get_or_load("slow", [&]() -> std::string { throw std::logic_error("not called"); });
+        CHECK(hit.value == "once" && hit.ttl > 0);
+        bool threw = false;
+        try {
+            c.get_or_load("err", []() -> std::string { throw std::runtime_error("backend down"); });
+        } catch (const std::runtime_error &e) {
+            threw = std::string(e.what()) == "backend down";
+        }
+        CHECK(threw && !c.contains("err"));
+        auto big = c.get_or_load("big", [] { return std::string(1 << 20, 'b'); });  // larger than a segment
+        CHECK(big.value.size() == (1u << 20) && big.cas == 0 && !c.contains("big"));
+        auto longer = c.get_or_load("longer", [] { return std::string(5000, 'l'); });
+        CHECK(longer.value == std::string(5000, 'l') && longer.cas != 0);
     }
     std::printf("test_segcache_hpp: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;

@@ -2,7 +2,7 @@
 
 import os
 import pathlib
-from collections.abc import ItemsView, Iterable, Iterator, KeysView, Mapping, MutableMapping, ValuesView
+from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, MutableMapping, ValuesView
 from datetime import timedelta
 from typing import Dict, Optional, Tuple, TypeVar, Union, final, overload
 
@@ -174,6 +174,7 @@ class Cache(MutableMapping[Key, bytes]):
     def pop(self, key: Key, default: _T, /) -> Union[bytes, _T]: ...
     def popitem(self) -> Tuple[bytes, bytes]: ...
     def setdefault(self, key: Key, default: bytes) -> bytes: ...
+    def get_or_set(self, key: Key, loader: Callable[[], Value], ttl: TTL = None) -> bytes: ...
     @overload
     def update(self, other: SupportsKeysAndGetItem[_K, Value], /, **kwargs: Value) -> None: ...
     @overload

@@ -2,6 +2,7 @@
 //! take no lock, and stores that rewrite in place under the read lock.
 
 pub(crate) mod handle;
+pub(crate) mod loader;
 pub(crate) mod lock;
 pub(crate) mod peek;
 mod rewrite;
