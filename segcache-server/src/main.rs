@@ -24,6 +24,13 @@ fn main() -> ExitCode {
         }
     };
     logger::init(settings.log_level);
+    // SAFETY: getuid and geteuid have no preconditions.
+    let root = unsafe { libc::getuid() == 0 || libc::geteuid() == 0 };
+    if root && settings.user.is_none() {
+        // As memcached (EX_USAGE); `-u root` is accepted to run as root anyway.
+        eprintln!("segcache-server: can't run as root without the -u switch (-u USER: whom to run as once listening)");
+        return ExitCode::from(64);
+    }
     if settings.coredumps {
         raise_core_limit();
     }
@@ -81,8 +88,7 @@ fn main() -> ExitCode {
             log::info!("running as user {name}");
         }
         (Some(name), false) => log::info!("-u {name} ignored: not started as root"),
-        (None, true) => log::warn!("running as root: pass -u USER to run as another user once listening"),
-        (None, false) => {}
+        (None, _) => {}
     }
     let stop = server.stop_handle();
     std::thread::spawn(move || {

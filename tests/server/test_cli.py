@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import free_port, server_binary, wait_port
+from conftest import as_user, free_port, server_binary, wait_port
 
 MEMCACHED = os.environ.get("SEGCACHE_MEMCACHED_BIN", "/usr/bin/memcached")
 ROOT_USER = ["-u", "root"] if os.geteuid() == 0 else []
@@ -24,7 +24,7 @@ STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z segcache-server ", 
 
 def start(*args: str, tcp: bool = True) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    argv = [str(server_binary()), "-p", str(port), "-t", "2", *args]
+    argv = [str(server_binary()), "-p", str(port), "-t", "2", *as_user(args)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if tcp:
         wait_port(port, proc)
