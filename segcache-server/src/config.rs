@@ -670,14 +670,15 @@ impl Settings {
         })
     }
 
-    /// Whether a text connection must authenticate first (`-Y`).
+    /// Whether a text connection must authenticate first (`-Y`; the server then speaks text only).
     pub fn text_auth(&self) -> bool {
-        self.auth_file.is_some() && self.protocol == Protocol::Ascii
+        self.auth_file.is_some()
     }
 
-    /// Whether a binary connection must authenticate first (`-S`, binary only).
+    /// Whether a binary connection must authenticate first (`-S` without `-Y`; the server then
+    /// speaks binary only).
     pub fn binary_auth(&self) -> bool {
-        self.sasl && self.protocol == Protocol::Binary
+        self.sasl && self.auth_file.is_none()
     }
 
     /// Reads the user file that `-Y` names, or (with `-S` alone) that MEMCACHED_SASL_PWDB names,

@@ -103,9 +103,9 @@ impl Session {
     }
 
     /// Whether the session is between requests (no data block still being dropped, no
-    /// retrieval line still arriving).
+    /// retrieval line still arriving, no authentication value awaited).
     pub fn at_boundary(&self) -> bool {
-        self.swallow == 0 && self.get.is_none()
+        self.swallow == 0 && self.get.is_none() && self.auth_value.is_none()
     }
 
     /// Whether the connection speaks the binary protocol (known once its first byte came).

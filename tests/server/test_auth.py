@@ -9,6 +9,7 @@ Cyrus SASL, given here a sasldb written through libsasl2's own `sasl_setpass` (w
 does) and a config (SASL_CONF_PATH) that offers PLAIN only."""
 
 import os
+import shutil
 import signal
 import socket
 import struct
@@ -496,6 +497,61 @@ def test_sasl_stats(sasl_pair):
     want = {k: v for k, v in bstats(mc).items() if k.startswith("auth_")}
     got = {k: v for k, v in bstats(sc).items() if k.startswith("auth_")}
     assert got == want == {"auth_cmds": "4", "auth_errors": "2"}
+
+
+DALLI = """
+require 'dalli'
+port, user, pass = ARGV
+c = Dalli::Client.new("127.0.0.1:#{port}", username: user, password: pass, socket_timeout: 2)
+begin
+  c.set('k', 'v')
+  puts "get=#{c.get('k').inspect}"
+rescue => e
+  puts "error=#{e.message}"
+end
+"""
+
+PHP_MEMCACHED = """<?php
+[$_, $port, $user, $pass] = $argv;
+$m = new Memcached();
+$m->setOption(Memcached::OPT_BINARY_PROTOCOL, true);
+$m->setSaslAuthData($user, $pass);
+$m->addServer('127.0.0.1', (int)$port);
+echo 'set=', var_export($m->set('k', 'v'), true), ' ', $m->getResultMessage(), "\\n";
+echo 'get=', var_export($m->get('k'), true), "\\n";
+"""
+
+
+def client_argv(client: str, tmp_path) -> list[str]:
+    if client == "dalli":
+        ok = subprocess.run(["ruby", "-e", "require 'dalli'"], capture_output=True).returncode == 0 \
+            if shutil.which("ruby") else False
+        script, argv = tmp_path / "c.rb", ["ruby"]
+        text = DALLI
+    else:
+        ok = subprocess.run(["php", "-r", "exit(class_exists('Memcached') && Memcached::HAVE_SASL ? 0 : 1);"],
+                            capture_output=True).returncode == 0 if shutil.which("php") else False
+        script, argv = tmp_path / "c.php", ["php"]
+        text = PHP_MEMCACHED
+    if not ok:
+        pytest.skip(f"{client} (with SASL) is not installed")
+    script.write_text(text)
+    return [*argv, str(script)]
+
+
+@pytest.mark.parametrize("client", ["dalli", "php-memcached"])
+def test_sasl_clients(client, tmp_path, sasl_pair):
+    """dalli and php-memcached (username/password options) against both: the same outcome."""
+    argv = client_argv(client, tmp_path)
+    for user, password in (("alice", "secret"), ("bob", "wrong")):
+        outs = []
+        for s in sasl_pair:
+            r = subprocess.run([*argv, str(s.port), user, password], capture_output=True, text=True, timeout=60)
+            # Only the outcome lines (dalli logs with timestamps).
+            outs.append([ln for ln in r.stdout.splitlines() if ln.startswith(("get=", "set=", "error="))])
+        assert outs[1] == outs[0], (user, outs)
+        got_v = any(ln in ("get='v'", 'get="v"') for ln in outs[0])
+        assert outs[0] and got_v == (password != "wrong"), outs[0]
 
 
 def test_sasl_needs_its_user_file():

@@ -293,8 +293,9 @@ def test_protocol_binary_refuses_text_connections():
 @pytest.mark.parametrize("args,message", [
     (["-Z"], "TLS"),
     (["-o", "ssl_chain_cert=/etc/cert.pem"], "TLS"),
-    (["-S"], "SASL"),
-    (["-Y", "/etc/mc.auth"], "authentication"),
+    (["-S"], "MEMCACHED_SASL_PWDB"),  # -S needs its user file named
+    (["-Y", "/nonexistent/mc.auth"], "could not open authfile"),
+    (["-S", "-B", "ascii"], "ASCII protocol while using SASL"),
     (["-U", "11211"], "-U 0"),
     (["-C"], "CAS"),
     (["-o", "ext_path=/tmp/x:1G"], "--persist"),
