@@ -292,6 +292,28 @@ def test_auth_stats(tmp_path, both):
         assert st["binding_protocol"] == "ascii", s.name
 
 
+def test_both_s_and_y_speak_text_with_the_file(tmp_path, both):
+    """memcached with -S and -Y and no -B: the text protocol with the file; SASL goes unused."""
+    f = users_file(tmp_path)
+    d = tmp_path / "sasl"
+    d.mkdir()
+    mc_env = make_sasldb(d)  # memcached -S does not start without a SASL config
+    mc, sc = both(["-S", "-Y", str(f)], ["-S", "-Y", str(f)], mc_env=mc_env,
+                  sc_env={**os.environ, "MEMCACHED_SASL_PWDB": "/absent"})
+    got = same(mc, sc, [(b"get k\r\n", 1), (auth_set("bob", "hunter2"), 1), (b"get k\r\n", 1)])
+    assert got == [b"CLIENT_ERROR unauthenticated\r\n", b"STORED\r\n", b"END\r\n"]
+    for s in (mc, sc):
+        c = s.connect()
+        c.send(auth_set("alice", "secret") + b"stats settings\r\n")
+        assert c.line() == b"STORED\r\n"
+        st = {}
+        while (line := c.line()) != b"END\r\n":
+            _, k, v = line.decode().split(" ", 2)
+            st[k] = v.strip()
+        c.close()
+        assert (st["binding_protocol"], st["auth_enabled_sasl"], st["auth_enabled_ascii"]) == ("ascii", "yes", str(f))
+
+
 def test_auth_file_is_checked_at_start(tmp_path):
     # Readable or writable by group or others: refused, with the fix (memcached does not check).
     for mode in (0o644, 0o640, 0o606):

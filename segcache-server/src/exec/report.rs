@@ -115,14 +115,9 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
                 .into(),
             ),
         ),
-        ("auth_enabled_sasl", Val::S(if s.binary_auth() { "yes" } else { "no" }.into())),
-        (
-            "auth_enabled_ascii",
-            Val::S(match (&s.auth_file, s.text_auth()) {
-                (Some(p), true) => p.display().to_string(),
-                _ => "no".into(),
-            }),
-        ),
+        // As memcached: -S is shown even where -Y made the server speak text only.
+        ("auth_enabled_sasl", Val::S(if s.sasl { "yes" } else { "no" }.into())),
+        ("auth_enabled_ascii", Val::S(s.auth_file.as_ref().map_or("no".into(), |p| p.display().to_string()))),
         ("domain_socket", Val::S(s.unix_socket.as_ref().map_or("NULL".into(), |p| p.display().to_string()))),
         ("umask", Val::S(format!("{:o}", s.unix_mask))),
         ("tcp_backlog", Val::U(s.backlog as u64)),
