@@ -3,12 +3,14 @@
 //! users read from the file named by `MEMCACHED_SASL_PWDB`, as memcached built with its own
 //! password database). Both files hold `user:password` lines.
 //!
-//! The file is read once at start, before privileges are dropped; one that group or others may
+//! The file is read at start, before privileges are dropped, and again on SIGHUP (as memcached;
+//! a file that cannot be read then leaves the users as they were); one that group or others may
 //! read or write is refused. A check compares the candidate with every entry, each byte of each,
 //! without an early exit, so that its time does not tell how much of a name or password matched.
 
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
+use std::sync::RwLock;
 
 /// The environment variable that names the SASL user file (memcached's, with `-S`).
 pub const SASL_PWDB_ENV: &str = "MEMCACHED_SASL_PWDB";
@@ -94,6 +96,59 @@ impl Users {
         }
         let authz_ok = authz.is_empty() || authz == user;
         self.check(user, pass) & authz_ok
+    }
+}
+
+/// The users of a file, reloaded on SIGHUP.
+pub struct UserFile {
+    /// Empty for users given in code (tests).
+    path: PathBuf,
+    /// How messages name the file: `-Y` or `MEMCACHED_SASL_PWDB`.
+    what: &'static str,
+    users: RwLock<Users>,
+}
+
+impl std::fmt::Debug for UserFile {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "UserFile({} {}: {:?})", self.what, self.path.display(), self.current())
+    }
+}
+
+impl UserFile {
+    /// Reads `path` (see [`Users::load`]).
+    pub fn load(path: &Path, what: &'static str) -> Result<UserFile, String> {
+        let users = RwLock::new(Users::load(path, what)?);
+        Ok(UserFile { path: path.to_path_buf(), what, users })
+    }
+
+    /// Users given in code, not reloadable.
+    pub fn fixed(users: Users) -> UserFile {
+        UserFile { path: PathBuf::new(), what: "users", users: RwLock::new(users) }
+    }
+
+    /// Reads the file again; on an error the users stay as they were. The number of users.
+    pub fn reload(&self) -> Result<usize, String> {
+        if self.path.as_os_str().is_empty() {
+            return Ok(self.current().len());
+        }
+        let users = Users::load(&self.path, self.what)?;
+        let n = users.len();
+        *self.users.write().unwrap_or_else(|e| e.into_inner()) = users;
+        Ok(n)
+    }
+
+    fn current(&self) -> std::sync::RwLockReadGuard<'_, Users> {
+        self.users.read().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// [`Users::check`] against the users now.
+    pub fn check(&self, user: &[u8], pass: &[u8]) -> bool {
+        self.current().check(user, pass)
+    }
+
+    /// [`Users::check_plain`] against the users now.
+    pub fn check_plain(&self, msg: &[u8]) -> bool {
+        self.current().check_plain(msg)
     }
 }
 
@@ -186,8 +241,15 @@ mod tests {
             std::fs::set_permissions(&f, std::fs::Permissions::from_mode(mode)).unwrap();
             assert!(Users::load(&f, "-Y").unwrap().check(b"alice", b"secret"), "{mode:o}");
         }
+        // Reloaded: the new users; a bad file leaves them as they were.
+        let file = UserFile::load(&f, "-Y").unwrap();
+        std::fs::write(&f, "bob:pw\n").unwrap();
+        assert_eq!(file.reload(), Ok(1));
+        assert!(file.check(b"bob", b"pw") && !file.check(b"alice", b"secret"));
         std::fs::write(&f, "alice\n").unwrap();
         assert!(Users::load(&f, "-Y").unwrap_err().contains("malformed"));
+        assert!(file.reload().unwrap_err().contains("malformed"));
+        assert!(file.check(b"bob", b"pw"));
         assert!(Users::load(&dir.join("absent"), "-Y").unwrap_err().contains("could not open"));
         std::fs::remove_dir_all(&dir).unwrap();
     }

@@ -302,8 +302,8 @@ pub struct Settings {
     /// `-S`: SASL PLAIN over the binary protocol, against `users`.
     pub sasl: bool,
     /// The users of `-Y`, or of MEMCACHED_SASL_PWDB with `-S`: read by [`Settings::load`]
-    /// (`resolve` reads no file); `None` with `-Y` or `-S` lets nobody in.
-    pub users: Option<std::sync::Arc<crate::auth::Users>>,
+    /// (`resolve` reads no file), again on SIGHUP; `None` with `-Y` or `-S` lets nobody in.
+    pub users: Option<std::sync::Arc<crate::auth::UserFile>>,
     /// Not `-F`: `flush_all` is allowed.
     pub flush_enabled: bool,
     /// Not `-X`: `stats cachedump` and `lru_crawler metadump|mgdump` are allowed.
@@ -698,7 +698,7 @@ impl Settings {
             },
             (None, false) => return Ok(()),
         };
-        self.users = Some(std::sync::Arc::new(crate::auth::Users::load(&path, what)?));
+        self.users = Some(std::sync::Arc::new(crate::auth::UserFile::load(&path, what)?));
         Ok(())
     }
 

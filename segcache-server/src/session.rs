@@ -435,13 +435,13 @@ mod tests {
     use std::sync::Arc;
 
     use super::*;
-    use crate::auth::Users;
+    use crate::auth::{UserFile, Users};
     use crate::config::{Protocol, Settings};
     use crate::state::Shared;
 
     fn shared(text: bool) -> Shared {
         let cache = segcache_core::Builder::new().heap_size(4 << 20).segment_size(64 << 10).build_shared().unwrap();
-        let users = Some(Arc::new(Users::parse(b"alice:secret\nbob:hunter2\n").unwrap()));
+        let users = Some(Arc::new(UserFile::fixed(Users::parse(b"alice:secret\nbob:hunter2\n").unwrap())));
         let settings = match text {
             true => Settings {
                 auth_file: Some("/f".into()),

@@ -314,6 +314,31 @@ def test_both_s_and_y_speak_text_with_the_file(tmp_path, both):
         assert (st["binding_protocol"], st["auth_enabled_sasl"], st["auth_enabled_ascii"]) == ("ascii", "yes", str(f))
 
 
+def test_sighup_reloads_the_auth_file(tmp_path, both):
+    f = users_file(tmp_path)
+    mc, sc = both(["-Y", str(f)], ["-Y", str(f)])
+    f.write_text("carol:pw\n")
+    for s in (mc, sc):
+        s.proc.send_signal(signal.SIGHUP)
+    deadline = time.monotonic() + 10
+    for s in (mc, sc):
+        c = s.connect()
+        while True:  # the reload is asynchronous: poll
+            c.send(auth_set("carol", "pw"))
+            if c.line() == b"STORED\r\n":
+                break
+            assert time.monotonic() < deadline, f"{s.name} did not reload"
+            time.sleep(0.05)
+        c.close()
+    assert same(mc, sc, [(auth_set("alice", "secret"), 1)]) == [b"CLIENT_ERROR authentication failure\r\n"]
+    # A file that cannot be used any more leaves the users as they were.
+    f.write_text("nocolon\n")
+    sc.proc.send_signal(signal.SIGHUP)
+    time.sleep(0.3)
+    assert converse(sc, [(auth_set("carol", "pw"), 1)]) == [b"STORED\r\n"]
+    assert sc.proc.poll() is None
+
+
 def test_auth_file_is_checked_at_start(tmp_path):
     # Readable or writable by group or others: refused, with the fix (memcached does not check).
     for mode in (0o644, 0o640, 0o606):
