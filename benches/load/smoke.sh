@@ -45,11 +45,12 @@ start() { # name cmd...
 
 if serves "$PORT"; then echo "smoke: port $PORT is busy" >&2; exit 1; fi
 NAME=""
-if [ -x "$SERVER_BIN" ] && start segcache "$SERVER_BIN" -p "$PORT" -l 127.0.0.1 -m 64 -t 1; then
+# Both refuse to run as root without -u.
+MC_USER=(); [ "$(id -u)" = 0 ] && MC_USER=(-u root)
+if [ -x "$SERVER_BIN" ] && start segcache "$SERVER_BIN" "${MC_USER[@]}" -p "$PORT" -l 127.0.0.1 -m 64 -t 1; then
   :
 else
   echo "smoke: segcache-server does not serve; running against memcached instead"
-  MC_USER=(); [ "$(id -u)" = 0 ] && MC_USER=(-u root)
   start memcached memcached "${MC_USER[@]}" -U 0 -l 127.0.0.1 -p "$PORT" -m 64 -t 1 \
     || { echo "smoke: memcached did not start" >&2; cat "$OUT/memcached.log" >&2; exit 1; }
 fi

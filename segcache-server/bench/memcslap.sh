@@ -24,11 +24,13 @@ trap 'kill "${PIDS[@]}" 2>/dev/null || true' EXIT
 
 memcached -u root -U 0 -l 127.0.0.1 -p "$PORT_MC" -t "$THREADS" -m 64 &
 PIDS+=($!)
-"$BIN" -l 127.0.0.1 -p "$PORT_SC" -t "$THREADS" -m 64 2>/dev/null &
+# As memcached, segcache-server refuses to run as root without -u.
+ROOT_USER=(); [ "$(id -u)" = 0 ] && ROOT_USER=(-u root)
+"$BIN" "${ROOT_USER[@]}" -l 127.0.0.1 -p "$PORT_SC" -t "$THREADS" -m 64 2>/dev/null &
 PIDS+=($!)
 # The same without core pinning: on a machine shared with the load generator (and other work),
 # pinned workers cannot move away from a busy core.
-"$BIN" -l 127.0.0.1 -p "$PORT_NP" -t "$THREADS" -m 64 --no-pin 2>/dev/null &
+"$BIN" "${ROOT_USER[@]}" -l 127.0.0.1 -p "$PORT_NP" -t "$THREADS" -m 64 --no-pin 2>/dev/null &
 PIDS+=($!)
 sleep 1
 

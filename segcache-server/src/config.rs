@@ -91,19 +91,21 @@ pub struct Cli {
     /// Protocol: auto (text or binary, per connection), ascii, binary [default: auto].
     #[arg(short = 'B', long = "protocol", value_name = "NAME")]
     pub protocol: Option<String>,
-    /// memcached's SASL authentication: refused (not supported yet).
+    /// SASL PLAIN authentication over the binary protocol (binary only), against the
+    /// `user:password` file named by the MEMCACHED_SASL_PWDB environment variable.
     #[arg(short = 'S', long = "enable-sasl")]
     pub enable_sasl: bool,
-    /// memcached's -F (no flush_all): refused (not supported yet).
+    /// Refuse `flush_all` (and the binary FLUSH).
     #[arg(short = 'F', long = "disable-flush-all")]
     pub disable_flush_all: bool,
-    /// memcached's -X (no cachedump/metadump): refused (not supported yet).
+    /// Refuse `stats cachedump` and `lru_crawler metadump|mgdump`.
     #[arg(short = 'X', long = "disable-dumping")]
     pub disable_dumping: bool,
-    /// memcached's -W (no watch): refused (not supported yet).
+    /// Refuse `watch`.
     #[arg(short = 'W', long = "disable-watch")]
     pub disable_watch: bool,
-    /// memcached's ASCII authentication file: refused (not supported yet).
+    /// Text protocol authentication (text only): a file of `user:password` lines, mode 600; a
+    /// client's first command is `set <any> 0 0 <n>` of `user password`.
     #[arg(short = 'Y', long = "auth-file", value_name = "FILE")]
     pub auth_file: Option<PathBuf>,
     /// memcached's memory file: segcache's persistence file (`--persist`), a warm restart
@@ -295,6 +297,19 @@ pub struct Settings {
     pub lock_memory: bool,
     /// `-r`: raise the core file limit.
     pub coredumps: bool,
+    /// `-Y`: the text protocol's user file (read at start into `users`).
+    pub auth_file: Option<PathBuf>,
+    /// `-S`: SASL PLAIN over the binary protocol, against `users`.
+    pub sasl: bool,
+    /// The users of `-Y`, or of MEMCACHED_SASL_PWDB with `-S`: read by [`Settings::load`]
+    /// (`resolve` reads no file), again on SIGHUP; `None` with `-Y` or `-S` lets nobody in.
+    pub users: Option<std::sync::Arc<crate::auth::UserFile>>,
+    /// Not `-F`: `flush_all` is allowed.
+    pub flush_enabled: bool,
+    /// Not `-X`: `stats cachedump` and `lru_crawler metadump|mgdump` are allowed.
+    pub dump_enabled: bool,
+    /// Not `-W`: `watch` is allowed.
+    pub watch_enabled: bool,
 }
 
 /// `-B`: the protocols a connection may speak.
@@ -417,18 +432,7 @@ fn refuse_unsupported(cli: &Cli) -> Result<(), String> {
         cli.enable_ssl,
         "-Z (TLS) is not supported yet; terminate TLS in front of segcache-server (stunnel, a proxy)",
     )?;
-    refuse(
-        cli.enable_sasl,
-        "-S (SASL authentication) is not supported yet; listen on a UNIX socket (-s, -a) or a private address instead",
-    )?;
-    refuse(
-        cli.auth_file.is_some(),
-        "-Y (ASCII authentication) is not supported yet; listen on a UNIX socket (-s, -a) or a private address instead",
-    )?;
     refuse(cli.disable_cas, "-C (disable CAS) is not supported: segcache always keeps CAS values; leave -C out")?;
-    refuse(cli.disable_flush_all, "-F (disable flush_all) is not supported yet; leave -F out")?;
-    refuse(cli.disable_dumping, "-X (disable dumping) is not supported yet; leave -X out")?;
-    refuse(cli.disable_watch, "-W (disable watch) is not supported yet; leave -W out")?;
     if let Some(n) = cli.udp_port.filter(|&n| n != 0) {
         return Err(format!("-U {n}: UDP is not supported; use TCP (-p) or a UNIX socket (-s), and -U 0"));
     }
@@ -496,7 +500,9 @@ impl Settings {
             }
             None => FileConfig::default(),
         };
-        Settings::resolve(cli, file)
+        let mut s = Settings::resolve(cli, file)?;
+        s.load_users(std::env::var_os(crate::auth::SASL_PWDB_ENV).map(PathBuf::from))?;
+        Ok(s)
     }
 
     /// Merges flags over the file over the defaults and checks the result.
@@ -583,12 +589,39 @@ impl Settings {
         if reqs_per_event == 0 {
             return Err("requests per event (-R) must be at least 1".into());
         }
-        let protocol = match cli.protocol.as_deref().or(file.protocol.as_deref()) {
+        let protocol_given = cli.protocol.is_some() || file.protocol.is_some();
+        let mut protocol = match cli.protocol.as_deref().or(file.protocol.as_deref()) {
             None | Some("auto") | Some("negotiate") => Protocol::Auto,
             Some("ascii") => Protocol::Ascii,
             Some("binary") => Protocol::Binary,
             Some(p) => return Err(format!("-B {p:?}: expected ascii, binary or auto")),
         };
+        // As memcached: SASL is the binary protocol's, the auth file the text protocol's; each
+        // makes the server speak only that protocol unless -B says otherwise, which it may
+        // not (so with both -S and -Y, and no -B, the text protocol and the file win).
+        if cli.enable_sasl {
+            match protocol_given {
+                false => protocol = Protocol::Binary,
+                true if protocol != Protocol::Binary => {
+                    return Err(
+                        "You cannot allow the ASCII protocol while using SASL (-S speaks -B binary only).".into()
+                    )
+                }
+                true => {}
+            }
+        }
+        if cli.auth_file.is_some() {
+            match protocol_given {
+                false => protocol = Protocol::Ascii,
+                true if protocol != Protocol::Ascii => {
+                    return Err(
+                        "You cannot allow the BINARY protocol while using ascii authentication tokens (-Y speaks -B ascii only)."
+                            .into(),
+                    )
+                }
+                true => {}
+            }
+        }
         let listen: Vec<String> = cli.listen.iter().flat_map(|l| l.split(',')).map(|l| l.trim().to_string()).collect();
         let listen = match listen.is_empty() {
             true => file.listen.unwrap_or_else(|| "127.0.0.1".into()),
@@ -628,7 +661,45 @@ impl Settings {
             admin_port: cli.admin_port.or(file.admin_port),
             log_level,
             shutdown_command: cli.enable_shutdown || file.enable_shutdown.unwrap_or(false),
+            auth_file: cli.auth_file,
+            sasl: cli.enable_sasl,
+            users: None,
+            flush_enabled: !cli.disable_flush_all,
+            dump_enabled: !cli.disable_dumping,
+            watch_enabled: !cli.disable_watch,
         })
+    }
+
+    /// Whether a text connection must authenticate first (`-Y`; the server then speaks text only).
+    pub fn text_auth(&self) -> bool {
+        self.auth_file.is_some()
+    }
+
+    /// Whether a binary connection must authenticate first (`-S` without `-Y`; the server then
+    /// speaks binary only).
+    pub fn binary_auth(&self) -> bool {
+        self.sasl && self.auth_file.is_none()
+    }
+
+    /// Reads the user file that `-Y` names, or (with `-S` alone) that MEMCACHED_SASL_PWDB names,
+    /// into `users`; refuses one that group or others may read or write, and `-S` without
+    /// MEMCACHED_SASL_PWDB.
+    pub fn load_users(&mut self, sasl_pwdb: Option<PathBuf>) -> Result<(), String> {
+        let (path, what) = match (&self.auth_file, self.binary_auth()) {
+            (Some(p), _) => (p.clone(), "-Y"),
+            (None, true) => match sasl_pwdb {
+                Some(p) => (p, crate::auth::SASL_PWDB_ENV),
+                None => {
+                    return Err(format!(
+                        "-S: name the SASL user file (user:password lines, mode 600) in the {} environment variable",
+                        crate::auth::SASL_PWDB_ENV
+                    ))
+                }
+            },
+            (None, false) => return Ok(()),
+        };
+        self.users = Some(std::sync::Arc::new(crate::auth::UserFile::load(&path, what)?));
+        Ok(())
     }
 
     /// The engine builder these settings describe.
@@ -782,8 +853,6 @@ mod tests {
     #[test]
     fn refusals_name_what_to_use() {
         assert!(refused(&["-Z"]).contains("TLS"));
-        assert!(refused(&["-S"]).contains("SASL"));
-        assert!(refused(&["-Y", "/etc/auth"]).contains("authentication"));
         assert!(refused(&["-U", "11211"]).contains("-U 0"));
         assert!(refused(&["-C"]).contains("CAS"));
         assert!(refused(&["-B", "utf8"]).contains("ascii"));
@@ -793,9 +862,43 @@ mod tests {
         assert!(refused(&["-D", "/"]).contains(":"));
         assert!(refused(&["-e", "/a", "--persist", "/b"]).contains("one"));
         assert!(refused(&["-M", "--eviction", "fifo"]).contains("none"));
-        for f in ["-F", "-X", "-W"] {
-            assert!(refused(&[f]).contains(f), "{f}");
-        }
+    }
+
+    #[test]
+    fn command_switches_and_auth() {
+        let d = Settings::resolve(cli(&[]), FileConfig::default()).unwrap();
+        assert!(d.flush_enabled && d.dump_enabled && d.watch_enabled && !d.sasl && d.auth_file.is_none());
+        assert!(!d.text_auth() && !d.binary_auth());
+        let s = Settings::resolve(cli(&["-F", "-X", "-W"]), FileConfig::default()).unwrap();
+        assert!(!s.flush_enabled && !s.dump_enabled && !s.watch_enabled);
+        // -Y: the text protocol only; -S: the binary protocol only (as memcached).
+        let s = Settings::resolve(cli(&["-Y", "/etc/auth"]), FileConfig::default()).unwrap();
+        assert_eq!(s.protocol, Protocol::Ascii);
+        assert!(s.text_auth() && !s.binary_auth());
+        let s = Settings::resolve(cli(&["-S"]), FileConfig::default()).unwrap();
+        assert_eq!(s.protocol, Protocol::Binary);
+        assert!(s.binary_auth() && !s.text_auth());
+        assert_eq!(
+            Settings::resolve(cli(&["-S", "-B", "binary"]), FileConfig::default()).unwrap().protocol,
+            Protocol::Binary
+        );
+        assert_eq!(
+            Settings::resolve(cli(&["-Y", "/f", "-B", "ascii"]), FileConfig::default()).unwrap().protocol,
+            Protocol::Ascii
+        );
+        // Both, no -B: memcached ends on the text protocol with the file.
+        let s = Settings::resolve(cli(&["-S", "-Y", "/f"]), FileConfig::default()).unwrap();
+        assert!(s.text_auth() && !s.binary_auth());
+        assert!(refused(&["-S", "-B", "ascii"]).contains("ASCII protocol while using SASL"));
+        assert!(refused(&["-S", "-B", "auto"]).contains("ASCII protocol while using SASL"));
+        assert!(refused(&["-Y", "/f", "-B", "binary"]).contains("BINARY protocol while using ascii"));
+        assert!(refused(&["-S", "-Y", "/f", "-B", "binary"]).contains("BINARY protocol"));
+        // -S needs its user file named.
+        let mut s = Settings::resolve(cli(&["-S"]), FileConfig::default()).unwrap();
+        assert!(s.load_users(None).unwrap_err().contains("MEMCACHED_SASL_PWDB"));
+        let mut s = Settings::resolve(cli(&[]), FileConfig::default()).unwrap();
+        s.load_users(None).unwrap();
+        assert!(s.users.is_none());
     }
 
     #[test]

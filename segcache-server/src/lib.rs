@@ -11,8 +11,10 @@
 //! - [`Session`]: one connection's protocol state machine, socket-free; a connection's first
 //!   byte chooses text or binary, as in memcached.
 //! - [`Server`]: acceptor, workers, lifecycle.
+//! - [`auth`]: the users of `-Y` and `-S`, and their constant-time check.
 
 mod admin;
+pub mod auth;
 mod config;
 mod exec;
 mod listen;

@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use segcache_server::{logger, Cli, Server, Settings};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 fn main() -> ExitCode {
@@ -24,6 +24,13 @@ fn main() -> ExitCode {
         }
     };
     logger::init(settings.log_level);
+    // SAFETY: getuid and geteuid have no preconditions.
+    let root = unsafe { libc::getuid() == 0 || libc::geteuid() == 0 };
+    if root && settings.user.is_none() {
+        // As memcached (EX_USAGE); `-u root` is accepted to run as root anyway.
+        eprintln!("segcache-server: can't run as root without the -u switch (-u USER: whom to run as once listening)");
+        return ExitCode::from(64);
+    }
     if settings.coredumps {
         raise_core_limit();
     }
@@ -46,7 +53,8 @@ fn main() -> ExitCode {
         }
     }
     // Installed before the (maybe long) start: a stop asked meanwhile is served once listening.
-    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
+    // SIGHUP reloads the auth file (-Y, or MEMCACHED_SASL_PWDB with -S), as memcached.
+    let mut signals = match Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("segcache-server: cannot install signal handlers: {e}");
@@ -54,6 +62,7 @@ fn main() -> ExitCode {
         }
     };
     let user = settings.user.clone();
+    let auth_users = settings.users.clone();
     let pidfile = settings.pidfile.clone();
     let unix_socket = settings.unix_socket.clone();
     let server = match Server::bind(settings) {
@@ -81,13 +90,20 @@ fn main() -> ExitCode {
             log::info!("running as user {name}");
         }
         (Some(name), false) => log::info!("-u {name} ignored: not started as root"),
-        (None, true) => log::warn!("running as root: pass -u USER to run as another user once listening"),
-        (None, false) => {}
+        (None, _) => {}
     }
     let stop = server.stop_handle();
     std::thread::spawn(move || {
         let mut seen = false;
         for sig in signals.forever() {
+            if sig == SIGHUP {
+                match auth_users.as_ref().map(|u| u.reload()) {
+                    Some(Ok(n)) => log::info!("SIGHUP: auth file reloaded, {n} users"),
+                    Some(Err(e)) => log::warn!("SIGHUP: {e}; the users stay as they were"),
+                    None => {}
+                }
+                continue;
+            }
             if seen {
                 // A second signal: the operator does not want to wait for the drain.
                 eprintln!("segcache-server: second signal, exiting now");

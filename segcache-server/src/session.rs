@@ -3,12 +3,18 @@
 //!
 //! As memcached, a connection's first byte picks its protocol for good: the binary protocol's
 //! request magic (`0x80`) makes it a binary connection, anything else a text (and meta) one.
+//!
+//! With `-Y`, a text connection is answered nothing but `CLIENT_ERROR unauthenticated` until
+//! its `set` of `user password` names a user of the file; with `-S`, a binary connection gets
+//! an auth error (and is closed) for anything but VERSION and the SASL exchange until a
+//! SASL PLAIN exchange names one (memcached 1.6.18's `try_read_command_asciiauth` and
+//! `proto_bin.c`, byte for byte).
 
 use memchr::{memchr, memrchr};
 use segcache_core::MAX_KEY_LEN;
 
 use crate::exec::{execute, execute_binary, Flow, GetStream};
-use crate::protocol::binary::{self, REQUEST_MAGIC};
+use crate::protocol::binary::{self, op, Command, Header, Status, HEADER_LEN, REQUEST_MAGIC};
 use crate::protocol::{get_head, parse, FailKind, Parse, MAX_GET_LINE};
 use crate::state::Ctx;
 pub use crate::state::OUT_HIGH_WATER;
@@ -69,6 +75,26 @@ pub struct Session {
     swallow: usize,
     mode: Mode,
     get: Option<GetStream>,
+    /// The client authenticated (only looked at with `-Y` or `-S`).
+    authed: bool,
+    /// `-Y`: the authenticating `set` line came; its value (with its CRLF) is this long.
+    auth_value: Option<usize>,
+    /// `-S`: a SASL_AUTH asked for a SASL_STEP.
+    sasl_step: bool,
+}
+
+/// The text protocol's line before authentication may be this long without its `\n` before the
+/// connection is closed (memcached's).
+const AUTH_LINE_MAX: usize = 2048;
+/// The largest value of the authenticating `set` (the newest memcached's limit; 1.6.18 has none).
+const AUTH_VALUE_MAX: usize = 16384;
+
+/// How a SASL exchange step ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SaslResult {
+    Ok,
+    Continue,
+    Fail,
 }
 
 impl Session {
@@ -77,9 +103,9 @@ impl Session {
     }
 
     /// Whether the session is between requests (no data block still being dropped, no
-    /// retrieval line still arriving).
+    /// retrieval line still arriving, no authentication value awaited).
     pub fn at_boundary(&self) -> bool {
-        self.swallow == 0 && self.get.is_none()
+        self.swallow == 0 && self.get.is_none() && self.auth_value.is_none()
     }
 
     /// Whether the connection speaks the binary protocol (known once its first byte came).
@@ -145,6 +171,9 @@ impl Session {
 
     /// Runs (or rejects) the text or meta request at `input[*pos..]`.
     fn text_step(&mut self, input: &[u8], pos: &mut usize, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Step {
+        if !self.authed && ctx.shared.settings.text_auth() {
+            return self.text_auth(input, pos, out, ctx);
+        }
         if self.get.is_some() {
             return self.get_more(input, pos, out, ctx);
         }
@@ -221,9 +250,147 @@ impl Session {
         Step::Incomplete
     }
 
+    /// `-Y`: memcached's text authentication. The first line must be `set <key> <flags>
+    /// <exptime> <bytes>` (the key, flags and exptime are ignored, and so is `noreply`); its
+    /// value, `user password`, is checked against the file. Anything else is answered
+    /// `CLIENT_ERROR unauthenticated`; a failed attempt may be followed by another.
+    fn text_auth(&mut self, input: &[u8], pos: &mut usize, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Step {
+        let need = match self.auth_value {
+            Some(n) => n,
+            None => {
+                let buf = &input[*pos..];
+                if buf.len() < 2 {
+                    return Step::Incomplete;
+                }
+                let Some(nl) = memchr(b'\n', buf) else {
+                    return if buf.len() > AUTH_LINE_MAX { Step::Close } else { Step::Incomplete };
+                };
+                *pos += nl + 1;
+                let mut t = [&[][..]; 5];
+                let mut n = 0;
+                for tok in buf[..nl].split(|&b| b == b' ').filter(|t| !t.is_empty()).take(5) {
+                    t[n] = tok;
+                    n += 1;
+                }
+                let size = match (n, t[0]) {
+                    (5, b"set") => auth_size(t[4]),
+                    _ => None,
+                };
+                match size {
+                    None => {
+                        out.extend_from_slice(b"CLIENT_ERROR unauthenticated\r\n");
+                        return Step::Next;
+                    }
+                    Some(size) if size > AUTH_VALUE_MAX => {
+                        out.extend_from_slice(b"CLIENT_ERROR auth token too long\r\n");
+                        return Step::Next;
+                    }
+                    Some(size) => {
+                        self.auth_value = Some(size + 2);
+                        size + 2
+                    }
+                }
+            }
+        };
+        let buf = &input[*pos..];
+        if buf.len() < need {
+            return Step::Incomplete;
+        }
+        self.auth_value = None;
+        *pos += need;
+        let Some(value) = buf[..need].strip_suffix(b"\r\n") else {
+            out.extend_from_slice(b"CLIENT_ERROR bad command line termination\r\n");
+            return Step::Next;
+        };
+        // memcached reads the value as a C string: it ends at a NUL.
+        let value = value.split(|&b| b == 0).next().unwrap_or_default();
+        let mut toks = value.split(|&b| b == b' ').filter(|t| !t.is_empty());
+        let (Some(user), Some(pass)) = (toks.next(), toks.next()) else {
+            out.extend_from_slice(b"CLIENT_ERROR bad authentication token format\r\n");
+            return Step::Next;
+        };
+        let ok = ctx.shared.settings.users.as_ref().is_some_and(|u| u.check(user, pass));
+        self.auth_counted(ok, ctx);
+        if ok {
+            self.authed = true;
+            out.extend_from_slice(crate::protocol::reply::STORED);
+        } else {
+            out.extend_from_slice(b"CLIENT_ERROR authentication failure\r\n");
+        }
+        Step::Next
+    }
+
+    fn auth_counted(&self, ok: bool, ctx: &Ctx<'_>) {
+        crate::stats::bump(&ctx.stats.auth_cmds, 1);
+        if !ok {
+            crate::stats::bump(&ctx.stats.auth_errors, 1);
+        }
+    }
+
+    /// `-S`: SASL_LIST_MECHS, SASL_AUTH and SASL_STEP, as memcached with Cyrus SASL offering
+    /// PLAIN. Each starts the exchange over (the connection is no longer authenticated).
+    fn sasl(&mut self, h: &Header, cmd: Command<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+        self.authed = false;
+        let (step, mech, data) = match cmd {
+            Command::Sasl { step, mech, data } => (step, mech, data),
+            _ => {
+                binary::put_response(out, h.opcode, Status::Success, h.opaque, 0, &[], &[], crate::auth::SASL_MECHS);
+                return;
+            }
+        };
+        let check = |msg: &[u8]| match ctx.shared.settings.users.as_ref().is_some_and(|u| u.check_plain(msg)) {
+            true => SaslResult::Ok,
+            false => SaslResult::Fail,
+        };
+        let result = match step {
+            false if !mech.eq_ignore_ascii_case(b"PLAIN") => SaslResult::Fail,
+            // PLAIN without its initial response: the client sends it in a SASL_STEP.
+            false if data.is_empty() => SaslResult::Continue,
+            false => check(data),
+            true if self.sasl_step => check(data),
+            true => SaslResult::Fail,
+        };
+        self.sasl_step = result == SaslResult::Continue;
+        match result {
+            SaslResult::Ok => {
+                self.authed = true;
+                self.auth_counted(true, ctx);
+                binary::put_response(out, h.opcode, Status::Success, h.opaque, 0, &[], &[], b"Authenticated");
+            }
+            SaslResult::Continue => {
+                binary::put_response(out, h.opcode, Status::AuthContinue, h.opaque, 0, &[], &[], &[])
+            }
+            SaslResult::Fail => {
+                self.auth_counted(false, ctx);
+                binary::put_error(out, h, Status::AuthError);
+            }
+        }
+    }
+
     /// Runs (or rejects) the binary request at `input[*pos..]`.
     fn binary_step(&mut self, input: &[u8], pos: &mut usize, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Step {
-        match binary::parse(&input[*pos..], &ctx.shared.limits) {
+        let sasl = ctx.shared.settings.binary_auth();
+        if sasl && !self.authed {
+            // As memcached: after the magic and length checks, before any other, only VERSION
+            // and the SASL exchange are answered; anything else gets an auth error and the
+            // connection is closed.
+            let buf = &input[*pos..];
+            if buf.len() >= HEADER_LEN && buf[0] == REQUEST_MAGIC {
+                let h = Header::decode(buf);
+                let (key, ext) = (u32::from(h.key_len), u32::from(h.extras_len));
+                let lengths_ok = key <= h.body_len && key + ext <= h.body_len;
+                let open = matches!(h.opcode, op::SASL_LIST_MECHS | op::SASL_AUTH | op::SASL_STEP | op::VERSION);
+                if lengths_ok && !open {
+                    binary::put_error(out, &h, Status::AuthError);
+                    return Step::Close;
+                }
+            }
+        }
+        match binary::parse_with(&input[*pos..], &ctx.shared.limits, sasl) {
+            binary::Parse::Done(req, n) if matches!(req.cmd, Command::SaslList | Command::Sasl { .. }) => {
+                self.skip(input, pos, n);
+                self.sasl(&req.header, req.cmd, out, ctx);
+            }
             binary::Parse::Done(req, n) => {
                 self.skip(input, pos, n);
                 if execute_binary(req, out, ctx) == Flow::Close {
@@ -263,5 +430,132 @@ fn unlink(key: &[u8], base64: bool, ctx: &Ctx<'_>) {
     let mut buf = [0u8; 256];
     if let Ok(n) = base64::engine::general_purpose::STANDARD.decode_slice(key, &mut buf) {
         let _ = ctx.shared.cache.delete(&buf[..n]);
+    }
+}
+
+/// The `<bytes>` of the authenticating `set`, read as memcached's `safe_strtoul`: digits, then
+/// the token's end or a space character (the line's `\r`).
+fn auth_size(tok: &[u8]) -> Option<usize> {
+    let digits = tok.iter().take_while(|b| b.is_ascii_digit()).count();
+    let rest = &tok[digits..];
+    if digits == 0 || !(rest.is_empty() || rest[0].is_ascii_whitespace() || rest[0] == 0x0b) {
+        return None;
+    }
+    std::str::from_utf8(&tok[..digits]).ok()?.parse::<u32>().ok().map(|n| n as usize)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::auth::{UserFile, Users};
+    use crate::config::{Protocol, Settings};
+    use crate::state::Shared;
+
+    fn shared(text: bool) -> Shared {
+        let cache = segcache_core::Builder::new().heap_size(4 << 20).segment_size(64 << 10).build_shared().unwrap();
+        let users = Some(Arc::new(UserFile::fixed(Users::parse(b"alice:secret\nbob:hunter2\n").unwrap())));
+        let settings = match text {
+            true => Settings {
+                auth_file: Some("/f".into()),
+                protocol: Protocol::Ascii,
+                users,
+                threads: 1,
+                ..Settings::default()
+            },
+            false => Settings { sasl: true, protocol: Protocol::Binary, users, threads: 1, ..Settings::default() },
+        };
+        Shared::new(cache, settings)
+    }
+
+    /// Feeds `input` cut at `cut` (as two reads), returns the replies and whether it closed.
+    fn feed(shared: &Shared, input: &[u8], cut: usize) -> (Vec<u8>, bool) {
+        let ctx = Ctx::new(shared, 0);
+        let mut s = Session::new();
+        let mut out = Vec::new();
+        let mut buf = input[..cut].to_vec();
+        let mut rest = &input[cut..];
+        loop {
+            let p = s.process(&buf, &mut out, &ctx);
+            if p.close {
+                return (out, true);
+            }
+            buf.drain(..p.consumed);
+            if rest.is_empty() {
+                return (out, false);
+            }
+            buf.extend_from_slice(rest);
+            rest = &[];
+        }
+    }
+
+    #[test]
+    fn text_auth_at_any_cut() {
+        let sh = shared(true);
+        let cases: &[(&[u8], &[u8])] = &[
+            (b"get k\r\n", b"CLIENT_ERROR unauthenticated\r\n"),
+            (
+                b"set a 0 0 11\r\nalice wrong\r\nget k\r\n",
+                b"CLIENT_ERROR authentication failure\r\nCLIENT_ERROR unauthenticated\r\n",
+            ),
+            (b"set a 0 0 12\r\nalice secret\r\nget k\r\n", b"STORED\r\nEND\r\n"),
+            (
+                b"set a 0 0 12\r\nalice secret\r\nset k 0 0 1\r\nv\r\nget k\r\n",
+                b"STORED\r\nSTORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n",
+            ),
+            (b"set a 0 0 5\r\nalice\r\n", b"CLIENT_ERROR bad authentication token format\r\n"),
+            (b"set a 0 0 1\r\nab\r\n", b"CLIENT_ERROR bad command line termination\r\n"),
+            (b"set a 0 0 99999\r\n", b"CLIENT_ERROR auth token too long\r\n"),
+            (b"set a 0 0 -1\r\n", b"CLIENT_ERROR unauthenticated\r\n"),
+        ];
+        for &(input, want) in cases {
+            for cut in 0..=input.len() {
+                let (out, closed) = feed(&sh, input, cut);
+                assert_eq!(out, want, "{:?} cut at {cut}", String::from_utf8_lossy(input));
+                assert!(!closed);
+            }
+        }
+        let t = sh.totals();
+        assert!(t.auth_cmds > 0 && t.auth_errors > 0 && t.auth_errors < t.auth_cmds);
+        let (out, closed) = feed(&sh, &[b'x'; 3000], 3000);
+        assert!(out.is_empty() && closed);
+    }
+
+    fn req(opcode: u8, key: &[u8], value: &[u8]) -> Vec<u8> {
+        binary::request(opcode, key, &[], value, 7, 0)
+    }
+
+    fn status(resp: &[u8]) -> u16 {
+        u16::from_be_bytes([resp[6], resp[7]])
+    }
+
+    #[test]
+    fn sasl_plain() {
+        let sh = shared(false);
+        // Before authentication: an auth error, then closed.
+        let (out, closed) = feed(&sh, &req(op::GET, b"k", b""), 24);
+        assert!(closed && status(&out) == 0x20 && out.ends_with(b"Auth failure."));
+        let (out, closed) = feed(&sh, &req(op::VERSION, b"", b""), 24);
+        assert!(!closed && status(&out) == 0);
+        let (out, _) = feed(&sh, &req(op::SASL_LIST_MECHS, b"", b""), 24);
+        assert!(status(&out) == 0 && out.ends_with(b"PLAIN"));
+        let mut good = req(op::SASL_AUTH, b"PLAIN", b"\0alice\0secret");
+        good.extend(req(op::GET, b"k", b""));
+        for cut in 0..=good.len() {
+            let (out, closed) = feed(&sh, &good, cut);
+            assert!(!closed, "cut {cut}");
+            assert_eq!(&out[24..37], b"Authenticated");
+            assert_eq!(status(&out[37..]), 0x01, "a miss, cut {cut}");
+        }
+        let mut bad = req(op::SASL_AUTH, b"PLAIN", b"\0alice\0nope");
+        bad.extend(req(op::NOOP, b"", b""));
+        let (out, closed) = feed(&sh, &bad, bad.len());
+        assert!(closed && status(&out) == 0x20 && status(&out[37..]) == 0x20);
+        let mut step = req(op::SASL_AUTH, b"PLAIN", b"");
+        step.extend(req(op::SASL_STEP, b"PLAIN", b"\0bob\0hunter2"));
+        step.extend(req(op::NOOP, b"", b""));
+        let (out, closed) = feed(&sh, &step, step.len());
+        assert!(!closed && status(&out) == 0x21 && status(&out[24..]) == 0 && status(&out[24 + 37..]) == 0);
     }
 }

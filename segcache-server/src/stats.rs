@@ -65,6 +65,11 @@ worker_stats! {
     store_too_large,
     /// Storage commands refused because the heap was full and eviction is off.
     store_no_memory,
+    /// Authentication attempts: `-Y`'s `set`, `-S`'s SASL_AUTH and SASL_STEP that end the
+    /// exchange (a SASL_AUTH that asks for a step is not counted).
+    auth_cmds,
+    /// Authentication attempts that failed.
+    auth_errors,
     bytes_read,
     bytes_written,
     /// Items written as new, as memcached counts them: every store, and an incr whose result

@@ -24,6 +24,17 @@ def server_binary() -> Path:
 
 
 
+# As memcached, the server refuses to run as root without -u: the tests, often run as root, say
+# `-u root` then (unless they pass a -u of their own).
+ROOT_USER = ["-u", "root"] if os.geteuid() == 0 else []
+
+
+def as_user(args) -> list[str]:
+    """`args`, with `-u root` when running as root and `args` names no user."""
+    args = list(args)
+    return args if "-u" in args or "--user" in args else [*args, *ROOT_USER]
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -48,7 +59,7 @@ def wait_port(port: int, proc: subprocess.Popen, timeout: float = 10.0) -> None:
 class Server:
     def __init__(self, *args: str, port: int | None = None):
         self.port = port or free_port()
-        self.args = ["-p", str(self.port), "-t", "2", *args]
+        self.args = ["-p", str(self.port), "-t", "2", *as_user(args)]
         self.proc: subprocess.Popen | None = None
 
     def start(self) -> "Server":
@@ -167,7 +178,7 @@ def start_memcached() -> diffkit.Proc:
 
 def start_segcache(*args: str) -> diffkit.Proc:
     port = free_port()
-    argv = [str(server_binary()), "-p", str(port), "-m", "64", "-t", "2", "--no-pin", *args]
+    argv = [str(server_binary()), "-p", str(port), "-m", "64", "-t", "2", "--no-pin", *as_user(args)]
     return diffkit.Proc("segcache-server", argv, port)
 
 

@@ -109,7 +109,9 @@ def start_segcache(binary: str | os.PathLike, args: list[str]) -> Proc:
     # use, and random TTLs fill a 64 MiB heap's few segments per shard long before memcached's
     # 64 MB. The stream compares semantics, not capacity (anonymous memory: pages untouched cost nothing).
     memory = [] if "-m" in args else ["-m", "1024"]
-    argv = [str(binary), "-p", str(port), *memory, *limit, "--no-pin", *args]
+    # As memcached, the server refuses to run as root without -u.
+    user = [] if "-u" in args or os.geteuid() != 0 else ["-u", "root"]
+    argv = [str(binary), "-p", str(port), *memory, *limit, "--no-pin", *user, *args]
     return Proc("segcache-server", argv, port)
 
 

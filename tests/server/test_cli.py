@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import free_port, server_binary, wait_port
+from conftest import as_user, free_port, server_binary, wait_port
 
 MEMCACHED = os.environ.get("SEGCACHE_MEMCACHED_BIN", "/usr/bin/memcached")
 ROOT_USER = ["-u", "root"] if os.geteuid() == 0 else []
@@ -24,7 +24,7 @@ STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z segcache-server ", 
 
 def start(*args: str, tcp: bool = True) -> tuple[subprocess.Popen, int]:
     port = free_port()
-    argv = [str(server_binary()), "-p", str(port), "-t", "2", *args]
+    argv = [str(server_binary()), "-p", str(port), "-t", "2", *as_user(args)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     if tcp:
         wait_port(port, proc)
@@ -293,8 +293,9 @@ def test_protocol_binary_refuses_text_connections():
 @pytest.mark.parametrize("args,message", [
     (["-Z"], "TLS"),
     (["-o", "ssl_chain_cert=/etc/cert.pem"], "TLS"),
-    (["-S"], "SASL"),
-    (["-Y", "/etc/mc.auth"], "authentication"),
+    (["-S"], "MEMCACHED_SASL_PWDB"),  # -S needs its user file named
+    (["-Y", "/nonexistent/mc.auth"], "could not open authfile"),
+    (["-S", "-B", "ascii"], "ASCII protocol while using SASL"),
     (["-U", "11211"], "-U 0"),
     (["-C"], "CAS"),
     (["-o", "ext_path=/tmp/x:1G"], "--persist"),

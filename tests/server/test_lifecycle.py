@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import Raw, Server, free_port, server_binary
+from conftest import ROOT_USER, Raw, Server, free_port, server_binary
 
 
 def stats(port: int, arg: str = "") -> dict[str, str]:
@@ -135,7 +135,7 @@ def test_config_file_and_flags_override_it(fresh_server, tmp_path):
     ],
 )
 def test_bad_settings_exit_with_a_clear_message(args, message):
-    r = subprocess.run([str(server_binary()), "-p", str(free_port()), *args], capture_output=True,
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), *args, *ROOT_USER], capture_output=True,
                        text=True, timeout=10)
     assert r.returncode == 2
     assert message in r.stderr
@@ -149,7 +149,7 @@ def test_bad_config_key_is_named(tmp_path):
 
 
 def test_port_in_use_is_reported(server):
-    r = subprocess.run([str(server_binary()), "-p", str(server.port)], capture_output=True, text=True, timeout=10)
+    r = subprocess.run([str(server_binary()), "-p", str(server.port), *ROOT_USER], capture_output=True, text=True, timeout=10)
     assert r.returncode == 1 and "cannot listen" in r.stderr
 
 
@@ -184,7 +184,7 @@ def test_graceful_stop_then_warm_restart(tmp_path):
 def test_unusable_persistence_file_is_refused_unless_reset(tmp_path):
     path = tmp_path / "garbage.seg"
     path.write_bytes(b"not a segcache file" * 1000)
-    r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path)],
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path), *ROOT_USER],
                        capture_output=True, text=True, timeout=10)
     assert r.returncode == 1 and "garbage.seg" in r.stderr
     s = Server("--persist", str(path), "--reset-bad-file").start()

@@ -38,13 +38,14 @@ pub fn memcached(program: &Path, port: u16, threads: usize, memory_mb: u64, core
     ServerSpec { name: "memcached".into(), program: program.into(), args, port, core, rt_priority: None }
 }
 
-/// segcache-server takes the same -p -l -m -t flags.
+/// segcache-server takes the same -p -l -m -t flags, and refuses root without -u as memcached.
 pub fn segcache(program: &Path, port: u16, threads: usize, memory_mb: u64, core: Option<usize>) -> ServerSpec {
-    let args = ["-l", "127.0.0.1"]
-        .iter()
-        .map(|s| s.to_string())
-        .chain(["-t".into(), threads.to_string(), "-m".into(), memory_mb.to_string(), "-p".into(), port.to_string()])
-        .collect();
+    let mut args: Vec<String> = Vec::new();
+    if is_root() {
+        args.extend(["-u".into(), "root".into()]);
+    }
+    args.extend(["-l", "127.0.0.1"].iter().map(|s| s.to_string()));
+    args.extend(["-t".into(), threads.to_string(), "-m".into(), memory_mb.to_string(), "-p".into(), port.to_string()]);
     ServerSpec { name: "segcache".into(), program: program.into(), args, port, core, rt_priority: None }
 }
 

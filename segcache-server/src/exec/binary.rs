@@ -44,6 +44,10 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
         Command::Arith { incr, key, delta, initial, exptime } => {
             arith(h, quiet, incr, key, delta, initial, exptime, out, ctx)
         }
+        Command::Flush { .. } if !ctx.shared.settings.flush_enabled => {
+            // -F: memcached answers an auth error (quiet or not) and counts nothing.
+            put_error(out, h, Status::AuthError);
+        }
         Command::Flush { exptime } => {
             bump(&ctx.stats.cmd_flush, 1);
             let cache = &ctx.shared.cache;
@@ -64,6 +68,8 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
             return Flow::Close;
         }
         Command::Stat { group } => stat(h, group, out, ctx),
+        // The session runs the SASL exchange (its state is the connection's).
+        Command::SaslList | Command::Sasl { .. } => put_error(out, h, Status::UnknownCommand),
     }
     Flow::Continue
 }

@@ -114,6 +114,9 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
                 .into(),
             ),
         ),
+        // As memcached: -S is shown even where -Y made the server speak text only.
+        ("auth_enabled_sasl", Val::S(if s.sasl { "yes" } else { "no" }.into())),
+        ("auth_enabled_ascii", Val::S(s.auth_file.as_ref().map_or("no".into(), |p| p.display().to_string()))),
         ("domain_socket", Val::S(s.unix_socket.as_ref().map_or("NULL".into(), |p| p.display().to_string()))),
         ("umask", Val::S(format!("{:o}", s.unix_mask))),
         ("tcp_backlog", Val::U(s.backlog as u64)),
@@ -127,7 +130,9 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
         ("persistence_path", Val::S(s.path.as_ref().map_or("none".into(), |p| p.display().to_string()))),
         ("shutdown_command", Val::S(if s.shutdown_command { "yes" } else { "no" }.into())),
         ("detail_enabled", Val::S(if shared.watchers.detail_enabled() { "yes" } else { "no" }.into())),
-        ("dump_enabled", Val::S("yes".into())),
+        ("flush_enabled", Val::S(if s.flush_enabled { "yes" } else { "no" }.into())),
+        ("dump_enabled", Val::S(if s.dump_enabled { "yes" } else { "no" }.into())),
+        ("watch_enabled", Val::S(if s.watch_enabled { "yes" } else { "no" }.into())),
         ("lru_crawler", Val::S("yes".into())),
         ("track_sizes", Val::S(if shared.sizes_enabled.load(Ordering::Relaxed) { "yes" } else { "no" }.into())),
     ])

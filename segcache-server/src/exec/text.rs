@@ -12,7 +12,7 @@ use segcache_core::Item;
 use super::admin::After;
 use super::engine::{do_arith, do_store, touch, Arith, Counted, Stored};
 use super::expiry::Expiry;
-use crate::protocol::{check_key, next_token, put_u64, reply, FailKind, GetHead, Keys, Request, StoreKind};
+use crate::protocol::{check_key, next_token, put_u64, reply, Admin, FailKind, GetHead, Keys, Request, StoreKind};
 use crate::state::Ctx;
 use crate::stats::bump;
 use crate::watch::{uriencode_str, FETCHERS, MUTATIONS};
@@ -69,6 +69,12 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
             out.extend_from_slice(if ok { reply::TOUCHED } else { reply::NOT_FOUND });
             noreply
         }
+        Request::FlushAll { .. } if !ctx.shared.settings.flush_enabled => {
+            // -F: counted, as memcached does, and refused.
+            bump(&ctx.stats.cmd_flush, 1);
+            out.extend_from_slice(b"CLIENT_ERROR flush_all not allowed\r\n");
+            matches!(req, Request::FlushAll { noreply: true, .. })
+        }
         Request::FlushAll { delay, noreply } => {
             bump(&ctx.stats.cmd_flush, 1);
             let cache = &ctx.shared.cache;
@@ -99,7 +105,9 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
             false
         }
         Request::Admin(cmd) => {
-            if super::admin::execute(cmd, out, ctx) == After::Close {
+            if let Some(refusal) = refused(&cmd, ctx) {
+                out.extend_from_slice(refusal);
+            } else if super::admin::execute(cmd, out, ctx) == After::Close {
                 return Flow::Close;
             }
             false
@@ -121,6 +129,19 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
         out.truncate(mark);
     }
     Flow::Continue
+}
+
+/// memcached's refusal of an operator command that `-X` (dumps) or `-W` (`watch`) turned off.
+fn refused(cmd: &Admin<'_>, ctx: &Ctx<'_>) -> Option<&'static [u8]> {
+    let s = &ctx.shared.settings;
+    match cmd {
+        Admin::CacheDump { .. } if !s.dump_enabled => Some(b"CLIENT_ERROR stats cachedump not allowed\r\n"),
+        Admin::Dump { mg: false, .. } if !s.dump_enabled => Some(b"ERROR metadump not allowed\r\n"),
+        // The newest memcached's words (1.6.18 has no mgdump).
+        Admin::Dump { mg: true, .. } if !s.dump_enabled => Some(b"ERROR key dump not allowed\r\n"),
+        Admin::Watch { .. } if !s.watch_enabled => Some(b"CLIENT_ERROR watch commands not allowed\r\n"),
+        _ => None,
+    }
 }
 
 /// Replaces a retrieval reply that grew past the limit with memcached's error for it.

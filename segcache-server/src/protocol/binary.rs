@@ -13,6 +13,8 @@
 //!   then closed;
 //! - an opcode memcached does not serve (including `VERBOSITY` 0x1b, and the SASL opcodes of a
 //!   server without SASL): `UNKNOWN_COMMAND`, its body dropped;
+//! - with SASL ([`parse_with`]), a mechanism name over 32 bytes: `EINVAL`, its body dropped; a
+//!   SASL message larger than an item: `ENOMEM`, its body dropped;
 //! - a value over the item size limit: `E2BIG`, its body dropped even before it arrives.
 //!
 //! The value of a storage request is the only part of a body that must be received whole;
@@ -29,6 +31,8 @@ pub const REQUEST_MAGIC: u8 = 0x80;
 pub const RESPONSE_MAGIC: u8 = 0x81;
 /// Request and response headers are this long.
 pub const HEADER_LEN: usize = 24;
+/// memcached's longest SASL mechanism name (`MAX_SASL_MECH_LEN`).
+pub const MAX_SASL_MECH_LEN: usize = 32;
 /// The `expiration` of an incr/decr that must not create a missing item.
 pub const NO_CREATE: u32 = 0xffff_ffff;
 
@@ -84,6 +88,10 @@ pub enum Status {
     Invalid = 0x04,
     NotStored = 0x05,
     DeltaBadValue = 0x06,
+    /// Not authenticated, or a failed SASL exchange (and `-F`'s FLUSH).
+    AuthError = 0x20,
+    /// A SASL exchange goes on: send SASL_STEP.
+    AuthContinue = 0x21,
     UnknownCommand = 0x81,
     NoMemory = 0x82,
 }
@@ -99,6 +107,8 @@ impl Status {
             Status::Invalid => b"Invalid arguments",
             Status::NotStored => b"Not stored.",
             Status::DeltaBadValue => b"Non-numeric server-side value for incr or decr",
+            Status::AuthError => b"Auth failure.",
+            Status::AuthContinue => b"",
             Status::UnknownCommand => b"Unknown command",
             Status::NoMemory => b"Out of memory",
         }
@@ -119,7 +129,7 @@ pub struct Header {
 
 impl Header {
     /// Decodes the first 24 bytes of `buf` (which must hold them); the magic is not checked.
-    fn decode(buf: &[u8]) -> Header {
+    pub fn decode(buf: &[u8]) -> Header {
         let be16 = |i: usize| u16::from_be_bytes([buf[i], buf[i + 1]]);
         let be32 = |i: usize| u32::from_be_bytes([buf[i], buf[i + 1], buf[i + 2], buf[i + 3]]);
         Header {
@@ -179,6 +189,15 @@ pub enum Command<'a> {
     /// STAT with its (possibly empty) group name in the key.
     Stat {
         group: &'a [u8],
+    },
+    /// SASL_LIST_MECHS (only from [`parse_with`] with SASL on).
+    SaslList,
+    /// SASL_AUTH (`step` false) or SASL_STEP: the mechanism in the key, the client's message
+    /// in the value (only from [`parse_with`] with SASL on).
+    Sasl {
+        step: bool,
+        mech: &'a [u8],
+        data: &'a [u8],
     },
 }
 
@@ -252,8 +271,15 @@ fn be64(b: &[u8]) -> u64 {
     (u64::from(be32(b)) << 32) | u64::from(be32(&b[4..]))
 }
 
-/// Parses the request at the start of `buf` (a binary connection's input).
+/// Parses the request at the start of `buf` (a binary connection's input), as a server without
+/// SASL.
 pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
+    parse_with(buf, limits, false)
+}
+
+/// As [`parse`]; with `sasl`, the SASL opcodes are requests ([`Command::SaslList`],
+/// [`Command::Sasl`]) rather than unknown.
+pub fn parse_with<'a>(buf: &'a [u8], limits: &Limits, sasl: bool) -> Parse<'a> {
     if buf.len() < HEADER_LEN {
         return Parse::Incomplete;
     }
@@ -288,8 +314,30 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
         return fail(h, Some(Status::Invalid), total, true);
     }
     if matches!(cmd, op::SASL_LIST_MECHS | op::SASL_AUTH | op::SASL_STEP) {
-        // As memcached started without `-S`.
-        return fail(h, Some(Status::UnknownCommand), total, false);
+        if !sasl {
+            // As memcached started without `-S`.
+            return fail(h, Some(Status::UnknownCommand), total, false);
+        }
+        if cmd == op::SASL_LIST_MECHS {
+            return Parse::Done(Request { header: h, quiet, cmd: Command::SaslList }, total);
+        }
+        // As memcached: a long mechanism name, or a message that would not fit an item, is
+        // refused and its body dropped.
+        if key_len > MAX_SASL_MECH_LEN {
+            return fail(h, Some(Status::Invalid), total, false);
+        }
+        if !limits.item_fits(key_len, 0, body_len - key_len) {
+            return fail(h, Some(Status::NoMemory), total, false);
+        }
+        if buf.len() < total {
+            return Parse::Incomplete;
+        }
+        let mech = &buf[HEADER_LEN..HEADER_LEN + key_len];
+        let data = &buf[HEADER_LEN + key_len..total];
+        return Parse::Done(
+            Request { header: h, quiet, cmd: Command::Sasl { step: cmd == op::SASL_STEP, mech, data } },
+            total,
+        );
     }
     let head = HEADER_LEN + ext_len + key_len;
     if buf.len() < head {
