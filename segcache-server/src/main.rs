@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use segcache_server::{logger, Cli, Server, Settings};
-use signal_hook::consts::{SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
 
 fn main() -> ExitCode {
@@ -46,7 +46,8 @@ fn main() -> ExitCode {
         }
     }
     // Installed before the (maybe long) start: a stop asked meanwhile is served once listening.
-    let mut signals = match Signals::new([SIGTERM, SIGINT]) {
+    // SIGHUP reloads the TLS certificates (as memcached), and is otherwise ignored.
+    let mut signals = match Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("segcache-server: cannot install signal handlers: {e}");
@@ -85,9 +86,18 @@ fn main() -> ExitCode {
         (None, false) => {}
     }
     let stop = server.stop_handle();
+    let tls = server.tls();
     std::thread::spawn(move || {
         let mut seen = false;
         for sig in signals.forever() {
+            if sig == SIGHUP {
+                if let Some(tls) = &tls {
+                    if let Err(e) = tls.reload() {
+                        log::error!("Could not reload TLS certificates on SIGHUP: {e}");
+                    }
+                }
+                continue;
+            }
             if seen {
                 // A second signal: the operator does not want to wait for the drain.
                 eprintln!("segcache-server: second signal, exiting now");

@@ -292,7 +292,7 @@ def test_protocol_binary_refuses_text_connections():
 
 @pytest.mark.parametrize("args,message", [
     (["-Z"], "TLS"),
-    (["-o", "ssl_chain_cert=/etc/cert.pem"], "TLS"),
+    (["-Z", "-o", "ssl_chain_cert=/nonexistent/cert.pem"], "Error loading the certificate chain"),
     (["-S"], "SASL"),
     (["-Y", "/etc/mc.auth"], "authentication"),
     (["-U", "11211"], "-U 0"),
