@@ -131,11 +131,6 @@ impl Server {
         self.shared.tls.get().cloned()
     }
 
-    /// Every TCP address listened on, each with whether it speaks TLS.
-    pub fn tcp_addrs(&self) -> Vec<(SocketAddr, bool)> {
-        self.listeners.iter().filter_map(|l| l.tcp_addr().map(|a| (a, matches!(l, Listener::Tls(..))))).collect()
-    }
-
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle { stopping: self.shared.stopping.clone(), waker: self.waker.clone() }
     }
