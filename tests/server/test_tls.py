@@ -149,6 +149,28 @@ def test_pymemcache_over_tls_beside_a_plain_listener(server, certs):
     assert peer_cert(server.port, certs) == der(certs / "server.crt")
 
 
+def test_a_large_reply_then_quit_is_sent_whole_before_the_close(server, certs):
+    big = os.urandom(900 << 10)
+    c = tls_client(server.port, context(certs))
+    assert c.set("big", big, noreply=False)
+    c.close()
+    with socket.socket() as raw:
+        # A small receive window and 7 MB of reply read in small pieces: the server's socket
+        # fills again and again, its TLS records wait, and `quit` closes only after the last.
+        raw.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        raw.settimeout(10)
+        raw.connect(("127.0.0.1", server.port))
+        with context(certs).wrap_socket(raw, server_hostname="127.0.0.1") as s:
+            s.sendall(b"get" + b" big" * 8 + b"\r\nquit\r\n")
+            time.sleep(0.5)
+            got = bytearray()
+            while chunk := s.recv(4096):
+                got += chunk
+                time.sleep(0.0005)
+    one = b"VALUE big 0 %d\r\n" % len(big) + big + b"\r\n"
+    assert got == one * 8 + b"END\r\n"
+
+
 def test_openssl_s_client(server, certs):
     r = subprocess.run(["openssl", "s_client", "-connect", f"127.0.0.1:{server.port}", "-CAfile",
                         str(certs / "ca.crt"), "-verify_return_error", "-quiet"],
