@@ -140,6 +140,14 @@ fn absolutize(s: &mut Settings) {
     abs(&mut s.pidfile);
     abs(&mut s.path);
     abs(&mut s.unix_socket);
+    // The TLS files are read again on a reload, long after the chdir.
+    if let Some(t) = s.tls.as_mut() {
+        if t.chain_cert.is_relative() {
+            t.chain_cert = cwd.join(&t.chain_cert);
+        }
+        abs(&mut t.key);
+        abs(&mut t.ca_cert);
+    }
 }
 
 /// fork, the parent exits, setsid, chdir /, stdin and stdout (and stderr unless `keep_stderr`)

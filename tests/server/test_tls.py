@@ -359,3 +359,25 @@ def test_tls_from_the_config_file(certs, tmp_path):
         assert not served(port, context(certs))
     finally:
         sc.stop()
+
+
+def test_a_daemon_reloads_certificates_given_by_relative_paths(certs, tmp_path):
+    # -d runs in /: the files named relative to the start directory must still be found on a
+    # reload.
+    pidfile = tmp_path / "sc.pid"
+    plain, port = free_port(), free_port()
+    subprocess.run([str(server_binary()), "-d", "-P", str(pidfile), "-Z", "-p", str(port), "-l",
+                    f"notls:127.0.0.1:{plain},127.0.0.1:{port}", "-o", "ssl_chain_cert=server.crt,ssl_key=server.key",
+                    "-t", "1", "--no-pin", *ROOT_USER], cwd=certs, check=True, timeout=20)
+    deadline = time.monotonic() + 10
+    while not pidfile.exists():
+        assert time.monotonic() < deadline, "the daemon did not start: were its certificates found after chdir /?"
+        time.sleep(0.05)
+    pid = int(pidfile.read_text())
+    try:
+        assert served(port, context(certs))
+        with socket.create_connection(("127.0.0.1", plain), timeout=10) as s:
+            s.sendall(b"refresh_certs\r\n")
+            assert s.recv(200) == b"OK\r\n"
+    finally:
+        os.kill(pid, signal.SIGTERM)
