@@ -7,6 +7,8 @@ use clap::Parser;
 use segcache_core::{Policy, MAX_SEGMENT_SIZE};
 use serde::Deserialize;
 
+use crate::tls::{MinVersion, TlsSettings, VerifyMode};
+
 /// The largest value the engine can hold is a segment less its headers; segments are at most
 /// 4 MiB, so `-I` is capped just below that.
 pub const MAX_ITEM_SIZE_LIMIT: usize = MAX_SEGMENT_SIZE - 4096;
@@ -112,7 +114,9 @@ pub struct Cli {
     /// after a graceful stop and a recovery after a crash.
     #[arg(short = 'e', long = "memory-file", value_name = "FILE")]
     pub memory_file: Option<PathBuf>,
-    /// memcached's TLS: refused (not supported yet).
+    /// TLS on the TCP listeners (but those `-l` marks `notls:`), with the certificate and key
+    /// of `-o ssl_chain_cert=FILE,ssl_key=FILE` (and `ssl_ca_cert`, `ssl_verify_mode` for
+    /// client certificates).
     #[arg(short = 'Z', long = "enable-ssl")]
     pub enable_ssl: bool,
     /// memcached's NAPI ids: accepted and ignored.
@@ -232,6 +236,31 @@ pub struct FileConfig {
     pub pidfile: Option<PathBuf>,
     #[serde(default)]
     pub engine: EngineFile,
+    #[serde(default)]
+    pub tls: TlsFile,
+}
+
+/// The `[tls]` table: `-Z` and the `-o ssl_*` options.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFile {
+    /// `-Z`.
+    pub enabled: Option<bool>,
+    pub chain_cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+    pub ca_cert: Option<PathBuf>,
+    /// 0..3 or none, request, require, once.
+    pub verify_mode: Option<VerifyModeFile>,
+    /// "tlsv1.2" or "tlsv1.3".
+    pub min_version: Option<String>,
+}
+
+/// `verify_mode` as memcached's number or as a word.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(untagged)]
+pub enum VerifyModeFile {
+    Number(u8),
+    Text(String),
 }
 
 /// The `[engine]` table.
@@ -310,6 +339,8 @@ pub struct Settings {
     pub dump_enabled: bool,
     /// Not `-W`: `watch` is allowed.
     pub watch_enabled: bool,
+    /// `-Z`: TLS on the TCP listeners not marked `notls:`.
+    pub tls: Option<TlsSettings>,
 }
 
 /// `-B`: the protocols a connection may speak.
@@ -372,6 +403,11 @@ pub struct Extended {
     pub idle_timeout: Option<u32>,
     pub hash_power: Option<u8>,
     pub track_sizes: bool,
+    pub ssl_chain_cert: Option<PathBuf>,
+    pub ssl_key: Option<PathBuf>,
+    pub ssl_ca_cert: Option<PathBuf>,
+    pub ssl_verify_mode: Option<VerifyMode>,
+    pub ssl_min_version: Option<MinVersion>,
 }
 
 /// Parses memcached's `-o` lists (each comma separated; `-o` may be repeated).
@@ -402,9 +438,31 @@ pub fn parse_extended(lists: &[String]) -> Result<Extended, String> {
                 x.hash_power = Some(n as u8);
             }
             "track_sizes" => x.track_sizes = true,
+            "ssl_chain_cert" | "ssl_key" | "ssl_ca_cert" | "ssl_verify_mode" | "ssl_min_version" | "ssl_keyformat"
+            | "ssl_wbuf_size" => {
+                let v = value.filter(|v| !v.is_empty()).ok_or_else(|| format!("Missing {name} argument"))?;
+                match name {
+                    "ssl_chain_cert" => x.ssl_chain_cert = Some(v.into()),
+                    "ssl_key" => x.ssl_key = Some(v.into()),
+                    "ssl_ca_cert" => x.ssl_ca_cert = Some(v.into()),
+                    "ssl_verify_mode" => x.ssl_verify_mode = Some(VerifyMode::parse(v)?),
+                    "ssl_min_version" => x.ssl_min_version = Some(MinVersion::parse(v)?),
+                    // memcached's 1 is PEM, the only format read here.
+                    "ssl_keyformat" if v != "1" => {
+                        return Err(format!("-o ssl_keyformat={v}: only 1 (PEM) is supported"));
+                    }
+                    // rustls sizes its own records: accepted and ignored.
+                    "ssl_wbuf_size" => {
+                        number(name)?;
+                    }
+                    _ => {}
+                }
+            }
+            // rustls resumes sessions with its own small cache: accepted and ignored.
+            "ssl_session_cache" => {}
             n if n.starts_with("ssl_") => {
                 return Err(format!(
-                    "-o {n}: TLS is not supported yet; terminate TLS in front of segcache-server (stunnel, a proxy)"
+                    "-o {n}: not supported with rustls (ssl_ciphers, ssl_kernel_tls): see docs/server.md for the TLS options"
                 ));
             }
             n if n.starts_with("ext_") => {
@@ -428,10 +486,6 @@ pub fn parse_extended(lists: &[String]) -> Result<Extended, String> {
 /// memcached's refusals, with what to use instead.
 fn refuse_unsupported(cli: &Cli) -> Result<(), String> {
     let refuse = |on: bool, msg: &str| if on { Err(msg.to_string()) } else { Ok(()) };
-    refuse(
-        cli.enable_ssl,
-        "-Z (TLS) is not supported yet; terminate TLS in front of segcache-server (stunnel, a proxy)",
-    )?;
     refuse(cli.disable_cas, "-C (disable CAS) is not supported: segcache always keeps CAS values; leave -C out")?;
     if let Some(n) = cli.udp_port.filter(|&n| n != 0) {
         return Err(format!("-U {n}: UDP is not supported; use TCP (-p) or a UNIX socket (-s), and -U 0"));
@@ -446,6 +500,37 @@ fn refuse_unsupported(cli: &Cli) -> Result<(), String> {
         return Err("-M means --eviction none: give one of them".into());
     }
     Ok(())
+}
+
+/// `-Z` with the `-o ssl_*` options over the `[tls]` table. As memcached, the options mean
+/// nothing without `-Z`.
+fn resolve_tls(enable_ssl: bool, ext: &Extended, file: TlsFile) -> Result<Option<TlsSettings>, String> {
+    if !(enable_ssl || file.enabled.unwrap_or(false)) {
+        return Ok(None);
+    }
+    let verify_mode = match (ext.ssl_verify_mode, file.verify_mode) {
+        (Some(m), _) => m,
+        (None, Some(VerifyModeFile::Number(n))) => VerifyMode::parse(&n.to_string())?,
+        (None, Some(VerifyModeFile::Text(t))) => VerifyMode::parse(&t)?,
+        (None, None) => VerifyMode::None,
+    };
+    let min_version = match (ext.ssl_min_version, file.min_version) {
+        (Some(v), _) => v,
+        (None, Some(v)) => MinVersion::parse(&v)?,
+        (None, None) => MinVersion::Tls12,
+    };
+    let chain_cert = ext.ssl_chain_cert.clone().or(file.chain_cert).ok_or(
+        "-Z (TLS) needs the server's certificate: -o ssl_chain_cert=FILE (PEM chain, leaf first) and ssl_key=FILE",
+    )?;
+    let t = TlsSettings {
+        chain_cert,
+        key: ext.ssl_key.clone().or(file.key),
+        ca_cert: ext.ssl_ca_cert.clone().or(file.ca_cert),
+        verify_mode,
+        min_version,
+    };
+    t.check()?;
+    Ok(Some(t))
 }
 
 impl Default for Settings {
@@ -509,6 +594,7 @@ impl Settings {
     pub fn resolve(cli: Cli, file: FileConfig) -> Result<Settings, String> {
         refuse_unsupported(&cli)?;
         let ext = parse_extended(&cli.extended)?;
+        let tls = resolve_tls(cli.enable_ssl, &ext, file.tls)?;
         let e = file.engine;
         let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
         let max_item_size = match (cli.max_item_size, file.max_item_size) {
@@ -643,6 +729,7 @@ impl Settings {
             daemon: cli.daemon,
             lock_memory: cli.lock_memory,
             coredumps: cli.enable_coredumps,
+            tls,
             memory_bytes: usize::try_from(memory_mb.saturating_mul(1 << 20))
                 .map_err(|_| format!("memory limit {memory_mb} MB is too large"))?,
             threads,
@@ -838,7 +925,7 @@ mod tests {
     fn extended_options() {
         let x = parse_extended(&["modern,no_lru_crawler, no_lru_maintainer".into(), "hashpower=20,track_sizes".into()])
             .unwrap();
-        assert_eq!(x, Extended { idle_timeout: None, hash_power: Some(20), track_sizes: true });
+        assert_eq!(x, Extended { hash_power: Some(20), track_sizes: true, ..Extended::default() });
         let s =
             Settings::resolve(cli(&["-o", "hashpower=18,idle_timeout=5,lru_crawler"]), FileConfig::default()).unwrap();
         assert_eq!((s.hash_power, s.idle_timeout), (Some(18), 5));
@@ -846,13 +933,16 @@ mod tests {
         assert!(parse_extended(&["idle_timeout=x".into()]).is_err());
         assert!(parse_extended(&["hashpower=70".into()]).is_err());
         assert!(parse_extended(&["frobnicate".into()]).unwrap_err().contains("Illegal suboption"));
-        assert!(parse_extended(&["ssl_chain_cert=/x".into()]).unwrap_err().contains("TLS"));
+        assert_eq!(parse_extended(&["ssl_chain_cert=/x".into()]).unwrap().ssl_chain_cert, Some("/x".into()));
+        assert!(parse_extended(&["ssl_ciphers=x".into()]).unwrap_err().contains("not supported"));
+        assert!(parse_extended(&["ssl_verify_mode=5".into()]).is_err());
         assert!(parse_extended(&["ext_path=/x:1G".into()]).unwrap_err().contains("--persist"));
     }
 
     #[test]
     fn refusals_name_what_to_use() {
-        assert!(refused(&["-Z"]).contains("TLS"));
+        assert!(refused(&["-Z"]).contains("ssl_chain_cert"));
+        assert!(refused(&["-Z", "-o", "ssl_chain_cert=/c,ssl_verify_mode=2"]).contains("ssl_ca_cert"));
         assert!(refused(&["-U", "11211"]).contains("-U 0"));
         assert!(refused(&["-C"]).contains("CAS"));
         assert!(refused(&["-B", "utf8"]).contains("ascii"));

@@ -24,10 +24,12 @@ mod server;
 mod session;
 mod state;
 mod stats;
+mod tls;
 mod watch;
 mod worker;
 
 pub use config::{parse_extended, Cli, Extended, Protocol, Settings};
 pub use server::{start_kind, start_line, Server, StartKind, StopHandle};
 pub use session::{Progress, Session};
+pub use tls::{MinVersion, Tls, TlsSettings, VerifyMode};
 pub use state::{Ctx, Shared};

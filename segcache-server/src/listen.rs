@@ -1,22 +1,25 @@
-//! Listening sockets (TCP, and a UNIX socket as memcached's `-s`) and the client streams they
-//! accept, one type for both so that the workers do not care which.
+//! Listening sockets (TCP, TLS over TCP, and a UNIX socket as memcached's `-s`) and the client
+//! streams they accept, one type for all so that the workers do not care which.
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::os::fd::{AsRawFd, RawFd};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use mio::event::Source;
 use mio::net::{TcpListener, TcpStream, UnixListener, UnixStream};
 use mio::{Interest, Registry, Token};
 
 use crate::config::Settings;
+use crate::tls::{Tls, TlsStream};
 
-/// A client connection, over TCP or a UNIX socket.
+/// A client connection, over TCP, TLS or a UNIX socket.
 #[derive(Debug)]
 pub enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<TlsStream>),
 }
 
 impl Stream {
@@ -25,6 +28,7 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.peer_addr().ok(),
             Stream::Unix(_) => None,
+            Stream::Tls(s) => s.tcp.peer_addr().ok(),
         }
     }
 
@@ -33,14 +37,48 @@ impl Stream {
         match self {
             Stream::Tcp(s) => s.local_addr().ok(),
             Stream::Unix(_) => None,
+            Stream::Tls(s) => s.tcp.local_addr().ok(),
         }
     }
 
     /// memcached's word for the transport in `watch connevents` lines.
     pub fn transport(&self) -> &'static str {
         match self {
-            Stream::Tcp(_) => "tcp",
+            Stream::Tcp(_) | Stream::Tls(_) => "tcp",
             Stream::Unix(_) => "local",
+        }
+    }
+
+    /// Whether a read that returned less than the buffer's room emptied the socket (so that
+    /// edge-triggered readiness fires for the next bytes). Not so for TLS: one read gives the
+    /// plaintext of what rustls decrypted so far, and more records may wait in the socket.
+    pub fn short_read_drains(&self) -> bool {
+        !matches!(self, Stream::Tls(_))
+    }
+
+    /// Whether bytes the worker already handed over (TLS records) still wait to be written.
+    pub fn wants_write(&self) -> bool {
+        match self {
+            Stream::Tls(s) => s.wants_write(),
+            _ => false,
+        }
+    }
+
+    /// Writes what [`Stream::wants_write`] holds, as far as the socket takes it.
+    pub fn push_pending(&mut self) -> io::Result<()> {
+        match self {
+            Stream::Tls(s) => match s.push() {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+                r => r,
+            },
+            _ => Ok(()),
+        }
+    }
+
+    /// Before closing: a TLS connection sends its close_notify.
+    pub fn close_notify(&mut self) {
+        if let Stream::Tls(s) = self {
+            s.close_notify();
         }
     }
 }
@@ -50,6 +88,7 @@ impl AsRawFd for Stream {
         match self {
             Stream::Tcp(s) => s.as_raw_fd(),
             Stream::Unix(s) => s.as_raw_fd(),
+            Stream::Tls(s) => s.tcp.as_raw_fd(),
         }
     }
 }
@@ -59,6 +98,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -68,6 +108,7 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -80,18 +121,21 @@ impl Source for Stream {
         match self {
             Stream::Tcp(s) => s.register(r, t, i),
             Stream::Unix(s) => s.register(r, t, i),
+            Stream::Tls(s) => s.tcp.register(r, t, i),
         }
     }
     fn reregister(&mut self, r: &Registry, t: Token, i: Interest) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.reregister(r, t, i),
             Stream::Unix(s) => s.reregister(r, t, i),
+            Stream::Tls(s) => s.tcp.reregister(r, t, i),
         }
     }
     fn deregister(&mut self, r: &Registry) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.deregister(r),
             Stream::Unix(s) => s.deregister(r),
+            Stream::Tls(s) => s.tcp.deregister(r),
         }
     }
 }
@@ -101,6 +145,8 @@ impl Source for Stream {
 pub enum Listener {
     Tcp(TcpListener, SocketAddr),
     Unix(UnixListener, PathBuf),
+    /// TCP whose connections speak TLS (`-Z`).
+    Tls(TcpListener, SocketAddr, Arc<Tls>),
 }
 
 impl Listener {
@@ -112,6 +158,11 @@ impl Listener {
                 (Stream::Tcp(s), peer.to_string())
             }),
             Listener::Unix(l, path) => l.accept().map(|(s, _)| (Stream::Unix(s), path.display().to_string())),
+            Listener::Tls(l, _, tls) => {
+                let (s, peer) = l.accept()?;
+                let _ = s.set_nodelay(true);
+                Ok((Stream::Tls(Box::new(tls.accept(s)?)), peer.to_string()))
+            }
         }
     }
 
@@ -120,6 +171,15 @@ impl Listener {
         match self {
             Listener::Tcp(_, a) => a.to_string(),
             Listener::Unix(_, p) => format!("unix:{}", p.display()),
+            Listener::Tls(_, a, _) => format!("{a} (TLS)"),
+        }
+    }
+
+    /// The TCP address, TLS or not.
+    pub fn tcp_addr(&self) -> Option<SocketAddr> {
+        match self {
+            Listener::Tcp(_, a) | Listener::Tls(_, a, _) => Some(*a),
+            Listener::Unix(..) => None,
         }
     }
 
@@ -127,6 +187,7 @@ impl Listener {
         match self {
             Listener::Tcp(l, _) => l,
             Listener::Unix(l, _) => l,
+            Listener::Tls(l, _, _) => l,
         }
     }
 }
@@ -136,16 +197,18 @@ impl AsRawFd for Listener {
         match self {
             Listener::Tcp(l, _) => l.as_raw_fd(),
             Listener::Unix(l, _) => l.as_raw_fd(),
+            Listener::Tls(l, _, _) => l.as_raw_fd(),
         }
     }
 }
 
 /// The addresses of `-l` (comma separated, each `host`, `host:port`, `[v6]:port` or a bare IPv6
-/// address) with `port` where none is given.
-pub fn tcp_addrs(listen: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
-    let mut out = Vec::new();
+/// address) with `port` where none is given, each with whether memcached's `notls:` prefix marks
+/// it as a listener without TLS (under `-Z`; without it no listener has TLS).
+pub fn tcp_listens(listen: &str, port: u16) -> Result<Vec<(SocketAddr, bool)>, String> {
+    let mut out: Vec<(SocketAddr, bool)> = Vec::new();
     for entry in listen.split(',').map(str::trim).filter(|e| !e.is_empty()) {
-        // memcached's `notls:` marks a listener without TLS: every listener here is one.
+        let notls = entry.starts_with("notls:");
         let entry = entry.strip_prefix("notls:").unwrap_or(entry);
         let resolved: Vec<SocketAddr> = if let Ok(a) = entry.parse::<SocketAddr>() {
             vec![a]
@@ -159,7 +222,7 @@ pub fn tcp_addrs(listen: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
             (host, p).to_socket_addrs().map_err(|e| format!("cannot resolve listen address {entry}: {e}"))?.collect()
         };
         match resolved.into_iter().next() {
-            Some(a) if !out.contains(&a) => out.push(a),
+            Some(a) if !out.iter().any(|&(b, _)| b == a) => out.push((a, notls)),
             Some(_) => {}
             None => return Err(format!("listen address {entry} resolves to nothing")),
         }
@@ -171,19 +234,24 @@ pub fn tcp_addrs(listen: &str, port: u16) -> Result<Vec<SocketAddr>, String> {
 }
 
 /// Binds what the settings ask: the UNIX socket of `-s` alone (as memcached), else every `-l`
-/// address on TCP. Each listens with the `-b` backlog.
-pub fn bind_all(s: &Settings) -> Result<Vec<Listener>, String> {
+/// address on TCP, with TLS when `tls` is given except where `notls:` says otherwise. Each
+/// listens with the `-b` backlog.
+pub fn bind_all(s: &Settings, tls: Option<&Arc<Tls>>) -> Result<Vec<Listener>, String> {
     if let Some(path) = &s.unix_socket {
         return Ok(vec![bind_unix(path, s.unix_mask, s.backlog)?]);
     }
     let mut out = Vec::new();
-    for addr in tcp_addrs(&s.listen, s.port)? {
+    for (addr, notls) in tcp_listens(&s.listen, s.port)? {
         // std sets SO_REUSEADDR, so a restart does not wait for TIME_WAIT sockets.
         let l = std::net::TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         l.set_nonblocking(true).map_err(|e| e.to_string())?;
         set_backlog(l.as_raw_fd(), s.backlog);
         let addr = l.local_addr().map_err(|e| e.to_string())?;
-        out.push(Listener::Tcp(TcpListener::from_std(l), addr));
+        let l = TcpListener::from_std(l);
+        out.push(match tls.filter(|_| !notls) {
+            Some(tls) => Listener::Tls(l, addr, tls.clone()),
+            None => Listener::Tcp(l, addr),
+        });
     }
     Ok(out)
 }
@@ -220,7 +288,11 @@ fn set_backlog(fd: RawFd, backlog: i32) {
 
 #[cfg(test)]
 mod tests {
-    use super::tcp_addrs;
+    use super::tcp_listens;
+
+    fn tcp_addrs(listen: &str, port: u16) -> Result<Vec<std::net::SocketAddr>, String> {
+        Ok(tcp_listens(listen, port)?.into_iter().map(|(a, _)| a).collect())
+    }
 
     #[test]
     fn listen_lists() {
@@ -228,6 +300,8 @@ mod tests {
         let want: Vec<std::net::SocketAddr> =
             ["127.0.0.1:11211", "127.0.0.2:99", "[::1]:7", "[::1]:11211"].iter().map(|s| s.parse().unwrap()).collect();
         assert_eq!(a, want);
+        let marked: Vec<bool> = tcp_listens("127.0.0.1:1,notls:127.0.0.1:2", 3).unwrap().iter().map(|a| a.1).collect();
+        assert_eq!(marked, [false, true]);
         assert!(tcp_addrs("127.0.0.1:x", 1).is_err());
         assert!(tcp_addrs("", 1).is_err());
     }

@@ -53,7 +53,8 @@ fn main() -> ExitCode {
         }
     }
     // Installed before the (maybe long) start: a stop asked meanwhile is served once listening.
-    // SIGHUP reloads the auth file (-Y, or MEMCACHED_SASL_PWDB with -S), as memcached.
+    // SIGHUP reloads the auth file (-Y, or MEMCACHED_SASL_PWDB with -S) and the TLS certificates,
+    // as memcached; it is otherwise ignored.
     let mut signals = match Signals::new([SIGTERM, SIGINT, SIGHUP]) {
         Ok(s) => s,
         Err(e) => {
@@ -93,6 +94,7 @@ fn main() -> ExitCode {
         (None, _) => {}
     }
     let stop = server.stop_handle();
+    let tls = server.tls();
     std::thread::spawn(move || {
         let mut seen = false;
         for sig in signals.forever() {
@@ -101,6 +103,11 @@ fn main() -> ExitCode {
                     Some(Ok(n)) => log::info!("SIGHUP: auth file reloaded, {n} users"),
                     Some(Err(e)) => log::warn!("SIGHUP: {e}; the users stay as they were"),
                     None => {}
+                }
+                if let Some(tls) = &tls {
+                    if let Err(e) = tls.reload() {
+                        log::error!("Could not reload TLS certificates on SIGHUP: {e}");
+                    }
                 }
                 continue;
             }
@@ -146,6 +153,14 @@ fn absolutize(s: &mut Settings) {
     abs(&mut s.pidfile);
     abs(&mut s.path);
     abs(&mut s.unix_socket);
+    // The TLS files are read again on a reload, long after the chdir.
+    if let Some(t) = s.tls.as_mut() {
+        if t.chain_cert.is_relative() {
+            t.chain_cert = cwd.join(&t.chain_cert);
+        }
+        abs(&mut t.key);
+        abs(&mut t.ca_cert);
+    }
 }
 
 /// fork, the parent exits, setsid, chdir /, stdin and stdout (and stderr unless `keep_stderr`)

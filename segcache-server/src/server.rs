@@ -52,18 +52,17 @@ pub struct Server {
 impl Server {
     /// Builds the engine (warm from its file, if it has one), binds, starts the workers.
     pub fn bind(settings: Settings) -> Result<Server, String> {
+        // Certificates first: a bad one stops the start before the engine is built.
+        let tls = match &settings.tls {
+            Some(t) => Some(Arc::new(crate::tls::Tls::load(t.clone())?)),
+            None => None,
+        };
         let kind = settings.path.as_deref().map_or(StartKind::Cold, start_kind);
         let cache = settings.builder().build_shared().map_err(|e| format!("cannot start the cache engine: {e}"))?;
         crate::logger::notice(&start_line(kind, cache.len(), settings.path.as_deref()));
-        let mut listeners = crate::listen::bind_all(&settings)?;
+        let mut listeners = crate::listen::bind_all(&settings, tls.as_ref())?;
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
-        let addr = listeners
-            .iter()
-            .find_map(|l| match l {
-                Listener::Tcp(_, a) => Some(*a),
-                Listener::Unix(..) => None,
-            })
-            .unwrap_or(unspecified);
+        let addr = listeners.iter().find_map(Listener::tcp_addr).unwrap_or(unspecified);
         let poll = Poll::new().map_err(|e| e.to_string())?;
         for (i, l) in listeners.iter_mut().enumerate() {
             poll.registry()
@@ -77,6 +76,9 @@ impl Server {
         let threads_n = settings.threads;
         let shared = Arc::new(Shared::new(cache, settings));
         let _ = shared.acceptor.set(waker.clone());
+        if let Some(t) = tls {
+            let _ = shared.tls.set(t);
+        }
         if let Some(first) = listeners.first() {
             use std::os::fd::AsRawFd;
             shared.watchers.set_listener(first.as_raw_fd(), addr);
@@ -122,6 +124,11 @@ impl Server {
     /// The admin (metrics) address, when enabled.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().map(|(a, _)| *a)
+    }
+
+    /// The TLS state (`-Z`), to reload the certificates on SIGHUP.
+    pub fn tls(&self) -> Option<Arc<crate::tls::Tls>> {
+        self.shared.tls.get().cloned()
     }
 
     pub fn stop_handle(&self) -> StopHandle {

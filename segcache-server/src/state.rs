@@ -39,6 +39,8 @@ pub struct Shared {
     pub memory_limit: AtomicU64,
     /// Wakes the acceptor (set once the server is bound): `shutdown` stops the server with it.
     pub acceptor: OnceLock<Arc<mio::Waker>>,
+    /// The certificates and counters of `-Z` (set once the server is bound, when TLS is on).
+    pub tls: OnceLock<Arc<crate::tls::Tls>>,
     started: Instant,
     started_unix: u64,
 }
@@ -59,6 +61,7 @@ impl Shared {
             sizes_enabled: AtomicBool::new(false),
             memory_limit: AtomicU64::new(settings.memory_bytes as u64),
             acceptor: OnceLock::new(),
+            tls: OnceLock::new(),
             started: Instant::now(),
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             settings,

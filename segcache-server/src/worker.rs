@@ -234,6 +234,7 @@ impl Worker {
                     "error"
                 }),
             );
+            conn.stream.close_notify();
             let _ = self.poll.registry().deregister(&mut conn.stream);
             self.shared.conns.curr_connections.fetch_sub(1, Ordering::Relaxed);
         }
@@ -392,8 +393,9 @@ impl Conn {
         }
     }
 
+    /// Output not yet written: the worker's, and a TLS record the socket did not take.
     fn pending(&self) -> usize {
-        self.out.len() - self.sent
+        self.out.len() - self.sent + usize::from(self.stream.wants_write())
     }
 
     fn is_idle(&self) -> bool {
@@ -535,7 +537,7 @@ impl Conn {
                     }
                     self.end += n;
                     // After the peer's FIN no new event will come: read on until 0.
-                    drained = n < room && !self.hup;
+                    drained = n < room && !self.hup && self.stream.short_read_drains();
                     bump(&ctx.stats.bytes_read, n as u64);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
@@ -589,6 +591,7 @@ impl Conn {
         if self.out.capacity() > KEEP_BUF {
             self.out.shrink_to(INITIAL_BUF);
         }
-        Ok(())
+        // TLS: the records of what was written (or of the handshake) the socket did not take.
+        self.stream.push_pending()
     }
 }

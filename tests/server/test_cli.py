@@ -292,7 +292,7 @@ def test_protocol_binary_refuses_text_connections():
 
 @pytest.mark.parametrize("args,message", [
     (["-Z"], "TLS"),
-    (["-o", "ssl_chain_cert=/etc/cert.pem"], "TLS"),
+    (["-Z", "-o", "ssl_chain_cert=/nonexistent/cert.pem"], "Error loading the certificate chain"),
     (["-S"], "MEMCACHED_SASL_PWDB"),  # -S needs its user file named
     (["-Y", "/nonexistent/mc.auth"], "could not open authfile"),
     (["-S", "-B", "ascii"], "ASCII protocol while using SASL"),

@@ -4,6 +4,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::io::{self, Read, Write};
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -46,6 +47,9 @@ pub struct ClientConfig {
     /// processes on a shared machine; needs root or CAP_SYS_NICE).
     #[serde(default)]
     pub rt_priority: Option<i32>,
+    /// Speak TLS, checking the server's certificate against this CA file (PEM).
+    #[serde(default)]
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 impl ClientConfig {
@@ -61,6 +65,7 @@ impl ClientConfig {
             seed: 42,
             lag_limit_us: 100.0,
             rt_priority: None,
+            tls_ca: None,
         }
     }
 
@@ -176,7 +181,7 @@ struct InFlight {
 }
 
 struct Conn {
-    stream: Option<TcpStream>,
+    stream: Option<Link>,
     wbuf: Vec<u8>,
     wpos: usize,
     rbuf: Vec<u8>,
@@ -184,17 +189,138 @@ struct Conn {
     last_attempt: Instant,
 }
 
-fn connect(addr: SocketAddr) -> io::Result<TcpStream> {
-    let s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
+fn connect(addr: SocketAddr, tls: Option<&Arc<rustls::ClientConfig>>) -> io::Result<Link> {
+    let mut s = std::net::TcpStream::connect_timeout(&addr, Duration::from_secs(2))?;
     s.set_nodelay(true)?;
+    let tls = match tls {
+        Some(config) => {
+            // The handshake is done here, blocking, before the connection joins the load.
+            let name = rustls_pki_types::ServerName::IpAddress(addr.ip().into());
+            let mut c = rustls::ClientConnection::new(config.clone(), name).map_err(io::Error::other)?;
+            s.set_read_timeout(Some(Duration::from_secs(5)))?;
+            while c.is_handshaking() {
+                c.complete_io(&mut s)?;
+            }
+            Some(c)
+        }
+        None => None,
+    };
     s.set_nonblocking(true)?;
-    Ok(TcpStream::from_std(s))
+    let s = TcpStream::from_std(s);
+    Ok(match tls {
+        Some(c) => Link::Tls(s, Box::new(c)),
+        None => Link::Tcp(s),
+    })
+}
+
+/// The client's config for `--tls-ca`.
+pub fn tls_config(ca: &std::path::Path) -> Result<Arc<rustls::ClientConfig>> {
+    use rustls_pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca)
+        .with_context(|| format!("reading {}", ca.display()))?
+    {
+        roots.add(c.with_context(|| format!("reading {}", ca.display()))?)?;
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    Ok(Arc::new(config))
+}
+
+/// A connection, plain or TLS, read and written as a nonblocking stream: a TLS read runs until
+/// the socket has nothing more (so edge-triggered polling sees every byte), a TLS write hands
+/// the bytes to rustls and writes its records as far as the socket takes them.
+enum Link {
+    Tcp(TcpStream),
+    Tls(TcpStream, Box<rustls::ClientConnection>),
+}
+
+impl Link {
+    fn socket(&mut self) -> &mut TcpStream {
+        match self {
+            Link::Tcp(s) | Link::Tls(s, _) => s,
+        }
+    }
+
+    /// Writes the TLS records waiting; WouldBlock when the socket is full.
+    fn push(&mut self) -> io::Result<()> {
+        if let Link::Tls(s, c) = self {
+            while c.wants_write() {
+                match c.write_tls(s) {
+                    Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn push_some(&mut self) -> io::Result<()> {
+        match self.push() {
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(()),
+            r => r,
+        }
+    }
+}
+
+impl Read for Link {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let (s, c) = match self {
+            Link::Tcp(s) => return s.read(buf),
+            Link::Tls(s, c) => (s, c),
+        };
+        loop {
+            match c.reader().read(buf) {
+                Ok(n) => return Ok(n),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                Err(e) => return Err(e),
+            }
+            match c.read_tls(s) {
+                Ok(0) => return Ok(0),
+                Ok(_) => {}
+                Err(e) => return Err(e),
+            }
+            c.process_new_packets().map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
+        }
+    }
+}
+
+impl Write for Link {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        if let Link::Tcp(s) = self {
+            return s.write(buf);
+        }
+        self.push()?;
+        let n = match self {
+            Link::Tls(_, c) => c.writer().write(buf)?,
+            Link::Tcp(_) => unreachable!(),
+        };
+        self.push_some()?;
+        if n == 0 && !buf.is_empty() {
+            return Err(io::ErrorKind::WouldBlock.into());
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.push_some()
+    }
 }
 
 impl Conn {
-    fn open(addr: SocketAddr, registry: &Registry, token: Token) -> io::Result<Conn> {
-        let mut stream = connect(addr)?;
-        registry.register(&mut stream, token, Interest::READABLE | Interest::WRITABLE)?;
+    fn open(
+        addr: SocketAddr,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        registry: &Registry,
+        token: Token,
+    ) -> io::Result<Conn> {
+        let mut stream = connect(addr, tls)?;
+        registry.register(stream.socket(), token, Interest::READABLE | Interest::WRITABLE)?;
         Ok(Conn {
             stream: Some(stream),
             wbuf: Vec::with_capacity(64 * 1024),
@@ -212,7 +338,7 @@ impl Conn {
     /// Drops the connection; whatever was in flight on it is returned for counting.
     fn close(&mut self, registry: &Registry) -> usize {
         if let Some(mut s) = self.stream.take() {
-            let _ = registry.deregister(&mut s);
+            let _ = registry.deregister(s.socket());
         }
         let lost = self.inflight.len();
         self.inflight.clear();
@@ -223,11 +349,17 @@ impl Conn {
         lost
     }
 
-    fn reopen(&mut self, addr: SocketAddr, registry: &Registry, token: Token) -> bool {
+    fn reopen(
+        &mut self,
+        addr: SocketAddr,
+        tls: Option<&Arc<rustls::ClientConfig>>,
+        registry: &Registry,
+        token: Token,
+    ) -> bool {
         self.last_attempt = Instant::now();
-        match connect(addr) {
+        match connect(addr, tls) {
             Ok(mut s) => {
-                if registry.register(&mut s, token, Interest::READABLE | Interest::WRITABLE).is_ok() {
+                if registry.register(s.socket(), token, Interest::READABLE | Interest::WRITABLE).is_ok() {
                     self.stream = Some(s);
                     return true;
                 }
@@ -253,7 +385,8 @@ impl Conn {
             self.wbuf.clear();
             self.wpos = 0;
         }
-        Ok(())
+        // TLS records the socket did not take yet.
+        s.flush()
     }
 
     /// Reads everything available (edge-triggered polling needs that); Err on EOF or error.
@@ -284,6 +417,7 @@ struct WorkerResult {
 
 struct Worker {
     cfg: ClientConfig,
+    tls: Option<Arc<rustls::ClientConfig>>,
     poll: Poll,
     conns: Vec<Conn>,
     gen: Generator,
@@ -298,14 +432,16 @@ struct Worker {
 impl Worker {
     fn new(cfg: &ClientConfig, wl: &Workload, conns: usize, seed: u64) -> Result<Worker> {
         let poll = Poll::new()?;
+        let tls = cfg.tls_ca.as_deref().map(tls_config).transpose()?;
         let mut v = Vec::with_capacity(conns);
         for i in 0..conns {
-            let c = Conn::open(cfg.addr, poll.registry(), Token(i))
+            let c = Conn::open(cfg.addr, tls.as_ref(), poll.registry(), Token(i))
                 .with_context(|| format!("cannot connect to {}", cfg.addr))?;
             v.push(c);
         }
         Ok(Worker {
             cfg: cfg.clone(),
+            tls,
             poll,
             conns: v,
             gen: Generator::new(wl, seed)?,
@@ -334,7 +470,7 @@ impl Worker {
             }
             k.reconnects += 1;
         });
-        self.conns[c].reopen(self.cfg.addr, self.poll.registry(), Token(c));
+        self.conns[c].reopen(self.cfg.addr, self.tls.as_ref(), self.poll.registry(), Token(c));
     }
 
     fn on_readable(&mut self, c: usize, end: Instant) {
@@ -460,7 +596,7 @@ impl Worker {
                 if late {
                     self.reset(c, true);
                 } else if !self.conns[c].usable() && now - self.conns[c].last_attempt > Duration::from_millis(100) {
-                    self.conns[c].reopen(self.cfg.addr, self.poll.registry(), Token(c));
+                    self.conns[c].reopen(self.cfg.addr, self.tls.as_ref(), self.poll.registry(), Token(c));
                 }
             }
             while pending.front().is_some_and(|&t| now.saturating_duration_since(t) > timeout) {

@@ -77,6 +77,10 @@ struct ClientArgs {
     /// processes on a shared machine do not preempt the measurement. Needs root.
     #[arg(long)]
     rt_priority: Option<i32>,
+    /// Speak TLS to the server (segcache-server -Z, memcached -Z), checking its certificate
+    /// against this CA file (PEM); the certificate must name the server's IP address.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
 }
 
 #[derive(Args, Clone)]
@@ -151,6 +155,10 @@ struct TargetArgs {
     prefill: bool,
     #[arg(long, default_value_t = 4)]
     prefill_conns: usize,
+    /// Prefill through this (plain) address instead of --server: the prefill speaks no TLS,
+    /// so with --tls-ca give the server's `notls:` listener here.
+    #[arg(long)]
+    prefill_server: Option<String>,
 }
 
 #[derive(Args)]
@@ -304,6 +312,7 @@ fn client_config(addr: SocketAddr, a: &ClientArgs) -> Result<ClientConfig> {
     c.interval_ms = a.interval_ms;
     c.seed = a.seed;
     c.rt_priority = a.rt_priority;
+    c.tls_ca = a.tls_ca.clone();
     c.validate()?;
     Ok(c)
 }
@@ -334,6 +343,10 @@ fn print_interval(verbose: bool, iv: &segcache_bench::client::IntervalResult) {
 
 fn do_prefill(t: &TargetArgs, addr: SocketAddr, w: &Workload, seed: u64) -> Result<()> {
     if t.prefill {
+        let addr = match &t.prefill_server {
+            Some(s) => resolve(s)?,
+            None => addr,
+        };
         let p = prefill(addr, w, t.prefill_conns, seed)?;
         eprintln!("prefill: {} keys stored, {} rejected, {:.1} s", p.stored, p.rejected, p.seconds);
     }

@@ -76,6 +76,19 @@ pub fn execute(cmd: Admin<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> After {
                 return After::Close;
             }
         }
+        // memcached's replies: OK, or the error of the load that failed (the old certificates
+        // stay in use).
+        Admin::RefreshCerts => match shared.tls.get() {
+            None => out.extend_from_slice(b"Error TLS not enabled\r\n"),
+            Some(tls) => match tls.reload() {
+                Ok(()) => out.extend_from_slice(reply::OK),
+                Err(e) => {
+                    log::warn!("refresh_certs: {e}");
+                    out.extend_from_slice(e.as_bytes());
+                    out.extend_from_slice(b"\r\n");
+                }
+            },
+        },
         Admin::MemLimit { mb, noreply } => {
             let mark = out.len();
             memlimit(mb, out, ctx);

@@ -85,6 +85,14 @@ fn general(shared: &Shared) -> Vec<Row> {
         ("implementation", Val::S("segcache".into())),
         ("segcache_version", Val::S(env!("CARGO_PKG_VERSION").into())),
     ]));
+    if let Some(tls) = shared.tls.get() {
+        // memcached's TLS counters, shown under -Z only.
+        v.extend(rows([
+            ("ssl_handshake_errors", Val::U(tls.handshake_errors.load(Ordering::Relaxed))),
+            ("ssl_proto_errors", Val::U(tls.proto_errors.load(Ordering::Relaxed))),
+            ("time_since_server_cert_refresh", Val::U(tls.since_refresh())),
+        ]));
+    }
     // Every engine figure under its own name (segcache's), typed by the engine's list.
     v.extend(e.figures().map(|f| (Cow::Owned(format!("engine_{}", f.name)), Val::Figure(f))));
     v
@@ -135,6 +143,20 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
         ("watch_enabled", Val::S(if s.watch_enabled { "yes" } else { "no" }.into())),
         ("lru_crawler", Val::S("yes".into())),
         ("track_sizes", Val::S(if shared.sizes_enabled.load(Ordering::Relaxed) { "yes" } else { "no" }.into())),
+    ])
+    .chain(tls_settings(s.tls.as_ref()))
+}
+
+/// memcached's `ssl_*` settings rows.
+fn tls_settings(t: Option<&crate::tls::TlsSettings>) -> impl Iterator<Item = Row> {
+    let path = |p: Option<&std::path::PathBuf>| Val::S(p.map_or("NULL".into(), |p| p.display().to_string()));
+    rows([
+        ("ssl_enabled", Val::S(if t.is_some() { "yes" } else { "no" }.into())),
+        ("ssl_chain_cert", path(t.map(|t| &t.chain_cert))),
+        ("ssl_key", path(t.and_then(|t| t.key.as_ref().or(Some(&t.chain_cert))))),
+        ("ssl_verify_mode", Val::U(t.map_or(0, |t| u64::from(t.verify_mode.number())))),
+        ("ssl_ca_cert", path(t.and_then(|t| t.ca_cert.as_ref()))),
+        ("ssl_min_version", Val::S(t.map_or("tlsv1.2", |t| t.min_version.name()).into())),
     ])
 }
 

@@ -144,6 +144,8 @@ pub enum Admin<'a> {
     Shutdown { mode_ok: bool },
     /// `cache_memlimit <megabytes> [noreply]`.
     MemLimit { mb: u32, noreply: bool },
+    /// `refresh_certs`: reload the TLS certificates (arguments ignored, as memcached).
+    RefreshCerts,
 }
 
 /// `stats detail`'s argument.
@@ -513,6 +515,7 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             Request::Admin(Admin::Watch { streams: if t.is_empty() { 1 } else { streams } })
         }
         b"shutdown" => Request::Admin(Admin::Shutdown { mode_ok: matches!(t, [] | [b"graceful"]) }),
+        b"refresh_certs" => Request::Admin(Admin::RefreshCerts),
         b"cache_memlimit" => {
             if !(t.len() == 1 || t.len() == 2) {
                 return fail(FailKind::Unknown, used, false);
@@ -809,6 +812,7 @@ mod tests {
         assert_eq!(admin(b"shutdown\r\n"), Admin::Shutdown { mode_ok: true });
         assert_eq!(admin(b"shutdown graceful\r\n"), Admin::Shutdown { mode_ok: true });
         assert_eq!(admin(b"shutdown now\r\n"), Admin::Shutdown { mode_ok: false });
+        assert_eq!(admin(b"refresh_certs\r\n"), Admin::RefreshCerts);
         assert_eq!(admin(b"cache_memlimit 100 noreply\r\n"), Admin::MemLimit { mb: 100, noreply: true });
         assert!(matches!(parse(b"cache_memlimit x noreply\r\n", &L), Parse::Fail(Fail { noreply: true, .. })));
         assert_eq!(failed(b"cache_memlimit\r\n").kind, FailKind::Unknown);
