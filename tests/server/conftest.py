@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def server_binary() -> Path:
     env = os.environ.get("SEGCACHE_SERVER_BIN")
     if env:
-        return Path(env)
+        # Absolute: some tests start it from another working directory.
+        return Path(env).resolve()
     target = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
     return target / "release" / "segcache-server"
 

@@ -305,7 +305,7 @@ def test_protocol_binary_refuses_text_connections():
     (["-a", "9"], "octal"),
 ])
 def test_refused_flags_say_what_to_use(args, message):
-    r = subprocess.run([str(server_binary()), "-p", str(free_port()), *args], capture_output=True, text=True,
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), *args, *ROOT_USER], capture_output=True, text=True,
                        timeout=10)
     assert r.returncode != 0
     assert message in r.stderr, r.stderr

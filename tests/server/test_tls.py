@@ -340,7 +340,7 @@ def test_stats_name_the_tls_figures_as_memcached(server, certs):
 ])
 def test_bad_tls_settings_refuse_to_start(certs, args, message):
     args = [a.format(certs=certs) for a in args]
-    r = subprocess.run([str(server_binary()), "-p", str(free_port()), *args], capture_output=True, text=True,
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), *args, *ROOT_USER], capture_output=True, text=True,
                        timeout=20)
     assert r.returncode != 0
     assert message in r.stderr, r.stderr
