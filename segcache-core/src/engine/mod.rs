@@ -58,6 +58,9 @@ pub struct Segcache {
     pub(crate) pad_numbers: bool,
     /// Segments the shard may hold at once (`set_memory_limit`); all of them unless lowered.
     pub(crate) segment_cap: u32,
+    /// Segments dropped as corrupt since the open: by crash recovery, or by the checks of a
+    /// lazily verified reopen.
+    pub(crate) dropped_segments: u64,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -126,6 +129,7 @@ impl Segcache {
             policy: builder.policy,
             pad_numbers: builder.pad_numbers,
             segment_cap: geo.segments as u32,
+            dropped_segments: 0,
             buckets,
             summary,
             ghost: vec![0; ghost_len],
