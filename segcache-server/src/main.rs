@@ -94,7 +94,7 @@ fn main() -> ExitCode {
                 std::process::exit(1);
             }
             seen = true;
-            log::warn!("signal {sig}: stopping gracefully");
+            log::info!("signal {sig}: stopping gracefully");
             stop.stop();
         }
     });
@@ -130,6 +130,11 @@ fn absolutize(s: &mut Settings) {
     abs(&mut s.pidfile);
     abs(&mut s.path);
     abs(&mut s.unix_socket);
+    if let Some(k) = s.klog.as_mut() {
+        if k.path.is_relative() {
+            k.path = cwd.join(&k.path);
+        }
+    }
 }
 
 /// fork, the parent exits, setsid, chdir /, stdin and stdout (and stderr unless `keep_stderr`)

@@ -8,6 +8,7 @@ use memchr::{memchr, memrchr};
 use segcache_core::MAX_KEY_LEN;
 
 use crate::exec::{execute, execute_binary, Flow, GetStream};
+use crate::observe::Probe;
 use crate::protocol::binary::{self, REQUEST_MAGIC};
 use crate::protocol::{get_head, parse, FailKind, Parse, MAX_GET_LINE};
 use crate::state::Ctx;
@@ -150,8 +151,11 @@ impl Session {
         }
         match parse(&input[*pos..], &ctx.shared.limits) {
             Parse::Done(req, n) => {
+                let probe = Probe::text(ctx, &req, &input[*pos..*pos + n], out.len());
                 *pos += n;
-                if execute(req, out, ctx) == Flow::Close {
+                let flow = execute(req, out, ctx);
+                probe.finish(ctx, out);
+                if flow == Flow::Close {
                     return Step::Close;
                 }
             }
@@ -225,8 +229,11 @@ impl Session {
     fn binary_step(&mut self, input: &[u8], pos: &mut usize, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Step {
         match binary::parse(&input[*pos..], &ctx.shared.limits) {
             binary::Parse::Done(req, n) => {
+                let probe = Probe::binary(ctx, &req, out.len());
                 self.skip(input, pos, n);
-                if execute_binary(req, out, ctx) == Flow::Close {
+                let flow = execute_binary(req, out, ctx);
+                probe.finish(ctx, out);
+                if flow == Flow::Close {
                     return Step::Close;
                 }
             }
