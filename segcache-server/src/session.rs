@@ -96,6 +96,7 @@ impl Session {
 
     /// As [`Session::process`], but returns once `budget` is spent (after at least one request).
     pub fn process_within(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>, budget: Budget) -> Progress {
+        crate::observe::begin_batch(ctx);
         let mut pos = 0;
         let mut requests = 0;
         loop {

@@ -2,9 +2,10 @@
 //! ([`latency`]), the sampled command log ([`klog`]) and the hot-key view ([`hotkeys`]).
 //!
 //! Each worker has a [`WorkerObs`] of its own. The request path calls [`Probe::text`] or
-//! [`Probe::binary`] before running a request and [`Probe::finish`] after: two clock reads and
-//! a histogram bump (no lock, no atomic read-modify-write), and a countdown per sampler; only a
-//! sampled request formats a log line or touches the hot-key map.
+//! [`Probe::binary`] before running a request and [`Probe::finish`] after: one clock read per
+//! request (a request starts where the one before it in the same batch ended: see
+//! [`begin_batch`]), a histogram bump (no lock, no atomic read-modify-write) and a countdown per
+//! sampler; only a sampled request formats a log line or touches the hot-key map.
 
 pub mod hotkeys;
 pub mod klog;
@@ -47,6 +48,9 @@ pub struct WorkerObs {
     /// Requests until the next one counted by the hot-key view.
     hot_left: AtomicU64,
     klog: Option<KlogSender>,
+    /// When the previous request of the current batch finished (ns since `Observe::base`, plus
+    /// one; 0 at a batch's start): the next one starts there, so a request costs one clock read.
+    last_end: AtomicU64,
 }
 
 /// Every worker's share, the command log's writer and the settings.
@@ -55,6 +59,8 @@ pub struct Observe {
     pub workers: Box<[WorkerObs]>,
     pub klog: Option<Klog>,
     pub hot: HotKeySettings,
+    /// The origin of the workers' clock readings.
+    base: Instant,
 }
 
 impl Observe {
@@ -75,7 +81,7 @@ impl Observe {
         for w in &shares {
             w.hot_left.store(hot.sample, Relaxed);
         }
-        Ok(Observe { workers: shares.into(), klog, hot })
+        Ok(Observe { workers: shares.into(), klog, hot, base: Instant::now() })
     }
 
     /// Stops the command log's writer once it has written what is queued (call after the
@@ -127,11 +133,33 @@ fn countdown(left: &AtomicU64, every: u64) -> bool {
     }
 }
 
+/// A batch of requests begins (the requests one read brought): its first request reads the
+/// clock; each next one starts when the one before it finished (its parsing counts as its own).
+#[inline]
+pub fn begin_batch(ctx: &Ctx<'_>) {
+    ctx.shared.observe.workers[ctx.worker].last_end.store(0, Relaxed);
+}
+
+/// Nanoseconds since `base`.
+#[inline]
+fn clock(base: Instant) -> u64 {
+    base.elapsed().as_nanos() as u64
+}
+
+/// Where a request of worker `w` starts: the previous one's end in this batch, else now.
+#[inline]
+fn start_of(ctx: &Ctx<'_>, w: &WorkerObs) -> u64 {
+    match w.last_end.load(Relaxed) {
+        0 => clock(ctx.shared.observe.base),
+        t => t - 1,
+    }
+}
+
 /// One request in flight: its kind, its start, and whether the command log takes it.
 #[derive(Debug)]
 pub struct Probe<'r> {
     kind: Kind,
-    start: Instant,
+    start: u64,
     mark: usize,
     /// The request's text for the command log, when sampled.
     log: Option<Logged<'r>>,
@@ -166,7 +194,7 @@ impl<'r> Probe<'r> {
             let end = memchr::memchr(b'\n', raw).map_or(raw.len(), |i| i + 1);
             Logged::Line(&raw[..end])
         });
-        Probe { kind, start: Instant::now(), mark, log }
+        Probe { kind, start: start_of(ctx, w), mark, log }
     }
 
     /// Before running the binary request `req`.
@@ -187,14 +215,16 @@ impl<'r> Probe<'r> {
             }
             Logged::Binary(s)
         });
-        Probe { kind, start: Instant::now(), mark, log }
+        Probe { kind, start: start_of(ctx, w), mark, log }
     }
 
     /// After the request ran and appended its reply to `out`.
     #[inline]
     pub fn finish(self, ctx: &Ctx<'_>, out: &[u8]) {
         let w = &ctx.shared.observe.workers[ctx.worker];
-        w.latency.record(self.kind, self.start.elapsed().as_nanos() as u64);
+        let end = clock(ctx.shared.observe.base);
+        w.latency.record(self.kind, end.saturating_sub(self.start));
+        w.last_end.store(end + 1, Relaxed);
         if let Some(log) = self.log {
             write_log(ctx, w, log, out.get(self.mark..).unwrap_or_default());
         }
