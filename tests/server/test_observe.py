@@ -94,6 +94,24 @@ def test_the_start_line_in_each_start_mode(tmp_path):
                      r"listening on 127\.0\.0\.1:", line), line
 
 
+def test_the_start_line_counts_the_segments_a_crash_recovery_dropped(tmp_path):
+    path = tmp_path / "cache.seg"
+    proc, port = start("-m", "64", "--persist", str(path))
+    send_all(port, b"".join(b"set k%d 0 0 12 noreply\r\nvalue-%06d\r\n" % (i, i) for i in range(3000)) + b"mn\r\n",
+             b"MN\r\n")
+    proc.kill()  # a crash; then one value is damaged in the file
+    proc.wait()
+    data = bytearray(path.read_bytes())
+    at = data.find(b"value-001234")
+    assert at > 0
+    data[at + 2] ^= 0x20
+    path.write_bytes(bytes(data))
+    proc, port = start("-m", "64", "--persist", str(path))
+    line = notice(stop(proc))
+    m = re.search(r"recovered after a crash from \S+: (\d+) items back in \d+ ms, 1 corrupt segment dropped;", line)
+    assert m and 0 < int(m.group(1)) < 3000, line
+
+
 def raw_get(port: int, path: str) -> tuple[int, str]:
     """GET over a plain socket (faster than urllib: the poll below must be quick)."""
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
