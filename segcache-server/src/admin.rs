@@ -101,9 +101,8 @@ pub fn spawn(health: Arc<Health>, host: &str, port: u16) -> io::Result<(SocketAd
     let addr = listener.local_addr()?;
     log::info!("admin endpoint on http://{addr}/ (/metrics, /healthz, /readyz)");
     let thread = std::thread::Builder::new().name("admin".into()).spawn(move || {
-        let shared = health;
         let mut clients: Vec<JoinHandle<()>> = Vec::new();
-        while !shared.is_done() {
+        while !health.is_done() {
             clients.retain(|c| !c.is_finished());
             match listener.accept() {
                 Ok((stream, _)) => {
@@ -112,9 +111,9 @@ pub fn spawn(health: Arc<Health>, host: &str, port: u16) -> io::Result<(SocketAd
                         refuse(stream);
                         continue;
                     }
-                    let shared = shared.clone();
+                    let health = health.clone();
                     let spawned = std::thread::Builder::new().name("admin-client".into()).spawn(move || {
-                        if let Err(e) = serve(stream, &shared) {
+                        if let Err(e) = serve(stream, &health) {
                             log::debug!("admin request failed: {e}");
                         }
                     });
@@ -147,8 +146,8 @@ fn refuse(stream: TcpStream) {
 }
 
 /// Why a wait ended early.
-fn gave_up(shared: &Health, deadline: Instant, what: &str) -> Option<io::Error> {
-    if shared.is_done() {
+fn gave_up(health: &Health, deadline: Instant, what: &str) -> Option<io::Error> {
+    if health.is_done() {
         Some(io::Error::new(io::ErrorKind::Interrupted, format!("server stopping while {what}")))
     } else if Instant::now() >= deadline {
         Some(io::Error::new(io::ErrorKind::TimedOut, format!("admin client too slow {what}")))
@@ -167,13 +166,13 @@ fn slice_until(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now()).clamp(Duration::from_millis(1), SLICE)
 }
 
-fn serve(mut stream: TcpStream, shared: &Health) -> io::Result<()> {
+fn serve(mut stream: TcpStream, health: &Health) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     let deadline = Instant::now() + REQUEST_TIME;
     let mut req = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
-        if let Some(e) = gave_up(shared, deadline, "sending its request") {
+        if let Some(e) = gave_up(health, deadline, "sending its request") {
             return Err(e);
         }
         stream.set_read_timeout(Some(slice_until(deadline)))?;
@@ -191,13 +190,13 @@ fn serve(mut stream: TcpStream, shared: &Health) -> io::Result<()> {
     let mut parts = first.split(|&b| b == b' ');
     let (method, path) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
     let (status, body) = match (method, path) {
-        (b"GET", b"/metrics") => match shared.shared() {
+        (b"GET", b"/metrics") => match health.shared() {
             Some(s) => ("200 OK", prometheus(&s)),
             None => ("503 Service Unavailable", "starting: the cache is opening\n".to_string()),
         },
         (b"GET", b"/healthz") => ("200 OK", "ok\n".to_string()),
         (b"GET", b"/readyz") => {
-            let (status, why) = shared.ready();
+            let (status, why) = health.ready();
             (status, why.to_string())
         }
         (b"GET", _) => ("404 Not Found", "not found; try /metrics, /healthz or /readyz\n".to_string()),
@@ -212,7 +211,7 @@ fn serve(mut stream: TcpStream, shared: &Health) -> io::Result<()> {
     let deadline = Instant::now() + REPLY_TIME;
     let mut sent = 0;
     while sent < reply.len() {
-        if let Some(e) = gave_up(shared, deadline, "reading the reply") {
+        if let Some(e) = gave_up(health, deadline, "reading the reply") {
             return Err(e);
         }
         stream.set_write_timeout(Some(slice_until(deadline)))?;

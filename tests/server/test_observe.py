@@ -276,6 +276,9 @@ def test_hot_keys_in_stats_and_metrics():
     try:
         reqs = b'get a"b\\c\r\n' * 50 + b"get warm\r\n" * 20 + b"".join(b"get cold%d\r\n" % i for i in range(100))
         send_all(port, reqs + b"mn\r\n", b"MN\r\n")
+        settings = send_all(port, b"stats settings\r\n", b"END\r\n").decode()
+        assert "STAT hotkey_sample 1\r\n" in settings and "STAT hotkey_top 3\r\n" in settings
+        assert "STAT klog_file none\r\n" in settings and "STAT busy_poll_us 0\r\n" in settings
         raw = send_all(port, b"stats hotkeys\r\n", b"END\r\n").decode()
         assert 'STAT hotkey:1 a"b\\c 50\r\n' in raw, raw
         assert "STAT hotkey:2 warm 20\r\n" in raw, raw
