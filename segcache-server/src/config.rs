@@ -287,9 +287,9 @@ pub struct Settings {
     /// `-o busy_poll_us=N`: SO_BUSY_POLL on accepted sockets (0: off).
     pub busy_poll_us: u32,
     /// `-o klog_file=PATH,...`: the sampled command log, when on.
-    pub klog: Option<crate::observe::klog::KlogSettings>,
+    pub klog: Option<KlogSettings>,
     /// `-o hotkey_sample=N,hotkey_top=K`.
-    pub hotkeys: crate::observe::HotKeySettings,
+    pub hotkeys: HotKeySettings,
     pub log_level: log::LevelFilter,
     /// `-A`: the `shutdown` command is allowed.
     pub shutdown_command: bool,
@@ -319,6 +319,31 @@ pub struct Settings {
     pub lock_memory: bool,
     /// `-r`: raise the core file limit.
     pub coredumps: bool,
+}
+
+/// `-o klog_file=PATH,klog_sample=N,klog_max_bytes=SIZE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KlogSettings {
+    pub path: PathBuf,
+    /// Log one request in this many.
+    pub sample: u64,
+    /// Rotate once the file would grow past this.
+    pub max_bytes: u64,
+}
+
+/// The hot-key settings: `-o hotkey_sample=N,hotkey_top=K`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotKeySettings {
+    /// Count one request in this many (0: off).
+    pub sample: u64,
+    /// Keys shown.
+    pub top: usize,
+}
+
+impl Default for HotKeySettings {
+    fn default() -> Self {
+        HotKeySettings { sample: 100, top: 10 }
+    }
 }
 
 /// `-B`: the protocols a connection may speak.
@@ -648,11 +673,11 @@ impl Settings {
                 if max_bytes < 4096 {
                     return Err(format!("-o klog_max_bytes must be at least 4k, got {max_bytes}"));
                 }
-                Some(crate::observe::klog::KlogSettings { path, sample, max_bytes })
+                Some(KlogSettings { path, sample, max_bytes })
             }
             None => None,
         };
-        let hotkeys = crate::observe::HotKeySettings {
+        let hotkeys = HotKeySettings {
             sample: ext.hotkey_sample.or(file.hotkey_sample).unwrap_or(100),
             top: ext.hotkey_top.or(file.hotkey_top).unwrap_or(10),
         };

@@ -96,7 +96,7 @@ impl Session {
 
     /// As [`Session::process`], but returns once `budget` is spent (after at least one request).
     pub fn process_within(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>, budget: Budget) -> Progress {
-        crate::observe::begin_batch(ctx);
+        crate::observe::begin_batch(&ctx.shared.observe, ctx.worker);
         let mut pos = 0;
         let mut requests = 0;
         loop {
@@ -152,10 +152,10 @@ impl Session {
         }
         match parse(&input[*pos..], &ctx.shared.limits) {
             Parse::Done(req, n) => {
-                let probe = Probe::text(ctx, &req, &input[*pos..*pos + n], out.len());
+                let probe = Probe::text(&ctx.shared.observe, ctx.worker, &req, &input[*pos..*pos + n], out.len());
                 *pos += n;
                 let flow = execute(req, out, ctx);
-                probe.finish(ctx, out);
+                probe.finish(&ctx.shared.observe, ctx.worker, ctx.conn.map(|c| c.peer), out);
                 if flow == Flow::Close {
                     return Step::Close;
                 }
@@ -230,10 +230,10 @@ impl Session {
     fn binary_step(&mut self, input: &[u8], pos: &mut usize, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Step {
         match binary::parse(&input[*pos..], &ctx.shared.limits) {
             binary::Parse::Done(req, n) => {
-                let probe = Probe::binary(ctx, &req, out.len());
+                let probe = Probe::binary(&ctx.shared.observe, ctx.worker, &req, out.len());
                 self.skip(input, pos, n);
                 let flow = execute_binary(req, out, ctx);
-                probe.finish(ctx, out);
+                probe.finish(&ctx.shared.observe, ctx.worker, ctx.conn.map(|c| c.peer), out);
                 if flow == Flow::Close {
                     return Step::Close;
                 }

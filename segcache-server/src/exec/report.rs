@@ -193,7 +193,7 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
             out.extend_from_slice(b"STAT sizes_status disabled\r\n");
         }
         Some(b"conns") => super::admin::conns(out, ctx),
-        Some(b"hotkeys") => crate::observe::write_hotkeys(out, ctx),
+        Some(b"hotkeys") => crate::observe::write_hotkeys(out, &ctx.shared.observe),
         // memcached's answers to these without their arguments.
         Some(b"cachedump") => out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n"),
         Some(b"detail") => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
@@ -224,7 +224,7 @@ pub fn prometheus(shared: &Shared) -> String {
         };
         let _ = writeln!(s, "# TYPE segcache_{name} {kind}\nsegcache_{name} {x}");
     }
-    crate::observe::prometheus(&mut s, shared);
+    crate::observe::prometheus(&mut s, &shared.observe);
     s
 }
 

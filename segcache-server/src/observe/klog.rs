@@ -27,15 +27,7 @@ const IDLE: Duration = Duration::from_millis(5);
 /// The longest request text logged.
 pub const MAX_REQUEST: usize = 1024;
 
-/// `-o klog_file=PATH,klog_sample=N,klog_max_bytes=SIZE`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct KlogSettings {
-    pub path: PathBuf,
-    /// Log one request in this many.
-    pub sample: u64,
-    /// Rotate once the file would grow past this.
-    pub max_bytes: u64,
-}
+pub use crate::config::KlogSettings;
 
 /// Counters of the command log.
 #[derive(Debug, Default)]

@@ -13,30 +13,16 @@ pub mod latency;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
+use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::time::Instant;
 
+pub use crate::config::HotKeySettings;
 use crate::protocol::binary::{Command as BinCommand, Request as BinRequest};
 use crate::protocol::{MetaCmd, Request, StoreKind};
-use crate::state::Ctx;
 use hotkeys::HotKeys;
 use klog::{Klog, KlogSender};
 pub use latency::Kind;
-
-/// The hot-key settings: `-o hotkey_sample=N,hotkey_top=K`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct HotKeySettings {
-    /// Count one request in this many (0: off).
-    pub sample: u64,
-    /// Keys shown.
-    pub top: usize,
-}
-
-impl Default for HotKeySettings {
-    fn default() -> Self {
-        HotKeySettings { sample: 100, top: 10 }
-    }
-}
 
 /// One worker's share.
 #[derive(Debug, Default)]
@@ -82,6 +68,11 @@ impl Observe {
             w.hot_left.store(hot.sample, Relaxed);
         }
         Ok(Observe { workers: shares.into(), klog, hot, base: Instant::now() })
+    }
+
+    /// Seconds since start (the hot-key window's clock).
+    pub fn now(&self) -> u64 {
+        self.base.elapsed().as_secs()
     }
 
     /// Stops the command log's writer once it has written what is queued (call after the
@@ -136,8 +127,8 @@ fn countdown(left: &AtomicU64, every: u64) -> bool {
 /// A batch of requests begins (the requests one read brought): its first request reads the
 /// clock; each next one starts when the one before it finished (its parsing counts as its own).
 #[inline]
-pub fn begin_batch(ctx: &Ctx<'_>) {
-    ctx.shared.observe.workers[ctx.worker].last_end.store(0, Relaxed);
+pub fn begin_batch(o: &Observe, worker: usize) {
+    o.workers[worker].last_end.store(0, Relaxed);
 }
 
 /// Nanoseconds since `base`.
@@ -148,9 +139,9 @@ fn clock(base: Instant) -> u64 {
 
 /// Where a request of worker `w` starts: the previous one's end in this batch, else now.
 #[inline]
-fn start_of(ctx: &Ctx<'_>, w: &WorkerObs) -> u64 {
+fn start_of(o: &Observe, w: &WorkerObs) -> u64 {
     match w.last_end.load(Relaxed) {
-        0 => clock(ctx.shared.observe.base),
+        0 => clock(o.base),
         t => t - 1,
     }
 }
@@ -175,11 +166,11 @@ impl<'r> Probe<'r> {
     /// Before running the text or meta request `req`, received as `raw`; `mark` is the output's
     /// length before its reply.
     #[inline]
-    pub fn text(ctx: &Ctx<'_>, req: &Request<'_>, raw: &'r [u8], mark: usize) -> Probe<'r> {
-        let w = &ctx.shared.observe.workers[ctx.worker];
+    pub fn text(o: &Observe, worker: usize, req: &Request<'_>, raw: &'r [u8], mark: usize) -> Probe<'r> {
+        let w = &o.workers[worker];
         let kind = text_kind(req);
-        if countdown(&w.hot_left, ctx.shared.observe.hot.sample) {
-            let now = ctx.shared.uptime();
+        if countdown(&w.hot_left, o.hot.sample) {
+            let now = o.now();
             match req {
                 Request::Get { keys, .. } | Request::Gat { keys, .. } => (*keys).for_each(|k| w.hot.record(k, now)),
                 Request::Store { key, .. }
@@ -190,24 +181,24 @@ impl<'r> Probe<'r> {
                 _ => {}
             }
         }
-        let log = (w.klog.is_some() && countdown(&w.klog_left, klog_sample(ctx))).then(|| {
+        let log = (w.klog.is_some() && countdown(&w.klog_left, klog_sample(o))).then(|| {
             let end = memchr::memchr(b'\n', raw).map_or(raw.len(), |i| i + 1);
             Logged::Line(&raw[..end])
         });
-        Probe { kind, start: start_of(ctx, w), mark, log }
+        Probe { kind, start: start_of(o, w), mark, log }
     }
 
     /// Before running the binary request `req`.
     #[inline]
-    pub fn binary(ctx: &Ctx<'_>, req: &BinRequest<'_>, mark: usize) -> Probe<'r> {
-        let w = &ctx.shared.observe.workers[ctx.worker];
+    pub fn binary(o: &Observe, worker: usize, req: &BinRequest<'_>, mark: usize) -> Probe<'r> {
+        let w = &o.workers[worker];
         let (kind, key) = binary_kind(req);
         if let Some(key) = key {
-            if countdown(&w.hot_left, ctx.shared.observe.hot.sample) {
-                w.hot.record(key, ctx.shared.uptime());
+            if countdown(&w.hot_left, o.hot.sample) {
+                w.hot.record(key, o.now());
             }
         }
-        let log = (w.klog.is_some() && countdown(&w.klog_left, klog_sample(ctx))).then(|| {
+        let log = (w.klog.is_some() && countdown(&w.klog_left, klog_sample(o))).then(|| {
             let mut s = format!("{} opcode={:#04x}", kind.name(), req.header.opcode);
             if let Some(key) = key {
                 s.push_str(" key=");
@@ -215,28 +206,29 @@ impl<'r> Probe<'r> {
             }
             Logged::Binary(s)
         });
-        Probe { kind, start: start_of(ctx, w), mark, log }
+        Probe { kind, start: start_of(o, w), mark, log }
     }
 
     /// After the request ran and appended its reply to `out`.
     #[inline]
-    pub fn finish(self, ctx: &Ctx<'_>, out: &[u8]) {
-        let w = &ctx.shared.observe.workers[ctx.worker];
-        let end = clock(ctx.shared.observe.base);
+    /// `peer`: the client, when the request came on a connection.
+    pub fn finish(self, o: &Observe, worker: usize, peer: Option<SocketAddr>, out: &[u8]) {
+        let w = &o.workers[worker];
+        let end = clock(o.base);
         w.latency.record(self.kind, end.saturating_sub(self.start));
         w.last_end.store(end + 1, Relaxed);
         if let Some(log) = self.log {
-            write_log(ctx, w, log, out.get(self.mark..).unwrap_or_default());
+            write_log(o, w, peer, log, out.get(self.mark..).unwrap_or_default());
         }
     }
 }
 
 /// Queues the command log's line for a sampled request that replied `reply`.
 #[cold]
-fn write_log(ctx: &Ctx<'_>, w: &WorkerObs, log: Logged<'_>, reply: &[u8]) {
-    let (Some(tx), Some(klog)) = (&w.klog, &ctx.shared.observe.klog) else { return };
-    let peer = match ctx.conn {
-        Some(c) if c.peer.port() != 0 => c.peer.to_string(),
+fn write_log(o: &Observe, w: &WorkerObs, peer: Option<SocketAddr>, log: Logged<'_>, reply: &[u8]) {
+    let (Some(tx), Some(klog)) = (&w.klog, &o.klog) else { return };
+    let peer = match peer {
+        Some(p) if p.port() != 0 => p.to_string(),
         Some(_) => "unix".to_string(),
         None => "-".to_string(),
     };
@@ -249,8 +241,8 @@ fn write_log(ctx: &Ctx<'_>, w: &WorkerObs, log: Logged<'_>, reply: &[u8]) {
     tx.send(line, &klog.stats);
 }
 
-fn klog_sample(ctx: &Ctx<'_>) -> u64 {
-    ctx.shared.observe.klog.as_ref().map_or(0, |k| k.settings.sample)
+fn klog_sample(o: &Observe) -> u64 {
+    o.klog.as_ref().map_or(0, |k| k.settings.sample)
 }
 
 fn store_kind(kind: StoreKind) -> Kind {
@@ -309,9 +301,8 @@ fn label(s: &str) -> String {
 }
 
 /// `stats hotkeys`: the merged view, then each worker's.
-pub fn write_hotkeys(out: &mut Vec<u8>, ctx: &Ctx<'_>) {
-    let o = &ctx.shared.observe;
-    let now = ctx.shared.uptime();
+pub fn write_hotkeys(out: &mut Vec<u8>, o: &Observe) {
+    let now = o.now();
     let mut s = String::new();
     let _ = write!(
         s,
@@ -335,8 +326,7 @@ pub fn write_hotkeys(out: &mut Vec<u8>, ctx: &Ctx<'_>) {
 }
 
 /// The Prometheus text of the latency summaries, the hot keys and the command log's counters.
-pub fn prometheus(s: &mut String, ctx_shared: &crate::state::Shared) {
-    let o = &ctx_shared.observe;
+pub fn prometheus(s: &mut String, o: &Observe) {
     let m = o.latency();
     s.push_str(
         "# HELP segcache_request_duration_seconds Time to run one request, from parsed to reply buffered, since start.\n\
@@ -352,7 +342,7 @@ pub fn prometheus(s: &mut String, ctx_shared: &crate::state::Shared) {
         let _ = writeln!(s, "segcache_request_duration_seconds_count{{command=\"{name}\"}} {}", h.count());
     }
     if o.hot.sample > 0 {
-        let now = ctx_shared.uptime();
+        let now = o.now();
         s.push_str(
             "# HELP segcache_hotkey_requests Estimated requests for the hottest keys over the last minute (sampled).\n\
              # TYPE segcache_hotkey_requests gauge\n",
