@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CARGO ?= cargo
 
-.PHONY: test deps venv lint test-rust test-c python-wheel wheel-venv test-python bench-python test-server test-clients \
+.PHONY: install test deps venv lint test-rust test-c python-wheel wheel-venv test-python bench-python test-server test-clients \
         test-bench fuzz-build test-restart
 
 test: deps lint doc test-rust fuzz-build test-c test-python test-server test-clients test-bench test-restart
@@ -193,3 +193,10 @@ test-bench: deps
 test-restart: deps
 	$(CARGO) test --release -p segcache-restart-bench
 	SIZES=64MiB STEADY_ITEMS=100000 PORT=21988 bash benches/restart/run.sh
+
+# The server binary to $(DESTDIR)$(PREFIX)/bin (docs/server.md, "Install"); `cargo install --path
+# segcache-server` does the same into ~/.cargo/bin.
+PREFIX ?= /usr/local
+install:
+	$(CARGO) build --release -p segcache-server
+	install -D -m 0755 "$${CARGO_TARGET_DIR:-target}/release/segcache-server" "$(DESTDIR)$(PREFIX)/bin/segcache-server"

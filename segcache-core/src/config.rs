@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::clock::{Clock, SystemClock};
-use crate::engine::removal::{RemovalCause, RemovalListener};
+use crate::listener::{RemovalCause, RemovalListener};
 use crate::{Error, Policy, Result};
 
 /// Smallest segment size. Slots address bytes within a segment with 22 bits.

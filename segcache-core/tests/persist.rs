@@ -312,12 +312,14 @@ fn lazy_verify_serves_at_once_and_drops_only_a_damaged_segment() {
     };
     let before_write = served(&c);
     assert!(before_write > 0 && before_write < 3000, "only the damaged segment is lost ({before_write} served)");
+    assert_eq!(c.dropped_segments(), 0, "not dropped until the checks run");
     // A shard's first write (or `expire`, which every shard runs) checks the rest and drops
     // the damaged segment for good.
     c.set(b"after", b"1", 0, Duration::ZERO).unwrap();
     c.expire();
     assert_eq!(served(&c), before_write);
     assert_eq!(c.len(), before_write + 1, "the dropped items are no longer counted");
+    assert_eq!(c.dropped_segments(), 1, "the damaged segment is reported");
     c.close().unwrap();
     // What was kept is sound: a strict reopen accepts it.
     let c = builder(&path, &clock).build_shared().unwrap();

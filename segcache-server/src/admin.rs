@@ -1,5 +1,10 @@
-//! The admin port: Prometheus metrics at `http://127.0.0.1:PORT/metrics`. Off unless
-//! `--admin-port` (or `admin_port` in the file) is given; always bound to loopback.
+//! The admin endpoint: `/metrics` (Prometheus text), `/healthz` (the process is alive) and
+//! `/readyz` (the server is serving: 503 while the cache is still opening, say while a warm
+//! start checks its file, and once a stop has begun). Off unless `--admin-port` (or
+//! `admin_port` in the file) is given; bound to `--admin-listen` (loopback by default).
+//!
+//! It starts before the cache opens, so that a supervisor sees the process alive (and not yet
+//! ready) during a long warm start; [`Health`] carries the state it reports.
 //!
 //! Each client gets a thread of its own (at most [`MAX_CLIENTS`] at once; past that a client is
 //! answered 503 at once), and a deadline for its whole request and for its whole reply, so a client
@@ -9,7 +14,8 @@
 
 use std::io::{self, Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -32,15 +38,71 @@ const ACCEPT_POLL: Duration = Duration::from_millis(50);
 const BUSY: &[u8] =
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\nRetry-After: 1\r\n\r\n";
 
-/// Binds 127.0.0.1:`port` and serves until the server stops.
-pub fn spawn(shared: Arc<Shared>, port: u16) -> io::Result<(SocketAddr, JoinHandle<()>)> {
-    let listener = TcpListener::bind(("127.0.0.1", port))?;
+const STARTING: u8 = 0;
+const SERVING: u8 = 1;
+const DRAINING: u8 = 2;
+
+/// What the admin endpoint reports, from before the cache opens to after the workers stop.
+#[derive(Debug, Default)]
+pub struct Health {
+    state: AtomicU8,
+    /// The server's state once it is up (taken back before the cache closes).
+    shared: RwLock<Option<Arc<Shared>>>,
+    /// The admin endpoint stops (after the drain, so that `/readyz` says 503 through it).
+    done: AtomicBool,
+}
+
+impl Health {
+    /// The server is up: serve `/metrics` from `shared`, answer ready.
+    pub fn serving(&self, shared: Arc<Shared>) {
+        *self.shared.write().unwrap_or_else(|e| e.into_inner()) = Some(shared);
+        self.state.store(SERVING, Ordering::SeqCst);
+    }
+
+    /// A stop has begun: no longer ready.
+    pub fn draining(&self) {
+        self.state.store(DRAINING, Ordering::SeqCst);
+    }
+
+    /// Stops the endpoint and lets go of the server's state.
+    pub fn done(&self) {
+        self.done.store(true, Ordering::SeqCst);
+    }
+
+    /// Drops the endpoint's handle on the server's state (once its threads are joined).
+    pub fn release(&self) {
+        self.shared.write().unwrap_or_else(|e| e.into_inner()).take();
+    }
+
+    fn shared(&self) -> Option<Arc<Shared>> {
+        self.shared.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn is_done(&self) -> bool {
+        self.done.load(Ordering::Relaxed)
+    }
+
+    /// `/readyz`: the status and why.
+    fn ready(&self) -> (&'static str, &'static str) {
+        let stopping = self.shared().is_some_and(|s| s.is_stopping());
+        match self.state.load(Ordering::SeqCst) {
+            SERVING if !stopping => ("200 OK", "ready\n"),
+            STARTING => ("503 Service Unavailable", "starting: the cache is opening\n"),
+            _ => ("503 Service Unavailable", "draining: the server is stopping\n"),
+        }
+    }
+}
+
+/// Binds `host`:`port` and serves until [`Health::done`].
+pub fn spawn(health: Arc<Health>, host: &str, port: u16) -> io::Result<(SocketAddr, JoinHandle<()>)> {
+    let host = host.strip_prefix('[').and_then(|h| h.strip_suffix(']')).unwrap_or(host);
+    let listener = TcpListener::bind((host, port))?;
     listener.set_nonblocking(true)?;
     let addr = listener.local_addr()?;
-    log::info!("metrics on http://{addr}/metrics");
+    log::info!("admin endpoint on http://{addr}/ (/metrics, /healthz, /readyz)");
     let thread = std::thread::Builder::new().name("admin".into()).spawn(move || {
         let mut clients: Vec<JoinHandle<()>> = Vec::new();
-        while !shared.is_stopping() {
+        while !health.is_done() {
             clients.retain(|c| !c.is_finished());
             match listener.accept() {
                 Ok((stream, _)) => {
@@ -49,9 +111,9 @@ pub fn spawn(shared: Arc<Shared>, port: u16) -> io::Result<(SocketAddr, JoinHand
                         refuse(stream);
                         continue;
                     }
-                    let shared = shared.clone();
+                    let health = health.clone();
                     let spawned = std::thread::Builder::new().name("admin-client".into()).spawn(move || {
-                        if let Err(e) = serve(stream, &shared) {
+                        if let Err(e) = serve(stream, &health) {
                             log::debug!("admin request failed: {e}");
                         }
                     });
@@ -84,8 +146,8 @@ fn refuse(stream: TcpStream) {
 }
 
 /// Why a wait ended early.
-fn gave_up(shared: &Shared, deadline: Instant, what: &str) -> Option<io::Error> {
-    if shared.is_stopping() {
+fn gave_up(health: &Health, deadline: Instant, what: &str) -> Option<io::Error> {
+    if health.is_done() {
         Some(io::Error::new(io::ErrorKind::Interrupted, format!("server stopping while {what}")))
     } else if Instant::now() >= deadline {
         Some(io::Error::new(io::ErrorKind::TimedOut, format!("admin client too slow {what}")))
@@ -104,13 +166,13 @@ fn slice_until(deadline: Instant) -> Duration {
     deadline.saturating_duration_since(Instant::now()).clamp(Duration::from_millis(1), SLICE)
 }
 
-fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
+fn serve(mut stream: TcpStream, health: &Health) -> io::Result<()> {
     stream.set_nonblocking(false)?;
     let deadline = Instant::now() + REQUEST_TIME;
     let mut req = Vec::with_capacity(1024);
     let mut chunk = [0u8; 1024];
     while !req.windows(4).any(|w| w == b"\r\n\r\n") && !req.windows(2).any(|w| w == b"\n\n") {
-        if let Some(e) = gave_up(shared, deadline, "sending its request") {
+        if let Some(e) = gave_up(health, deadline, "sending its request") {
             return Err(e);
         }
         stream.set_read_timeout(Some(slice_until(deadline)))?;
@@ -128,9 +190,17 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
     let mut parts = first.split(|&b| b == b' ');
     let (method, path) = (parts.next().unwrap_or_default(), parts.next().unwrap_or_default());
     let (status, body) = match (method, path) {
-        (b"GET", b"/metrics") => ("200 OK", prometheus(shared)),
-        (b"GET", _) => ("404 Not Found", "not found; try /metrics\n".to_string()),
-        _ => ("405 Method Not Allowed", "only GET /metrics\n".to_string()),
+        (b"GET", b"/metrics") => match health.shared() {
+            Some(s) => ("200 OK", prometheus(&s)),
+            None => ("503 Service Unavailable", "starting: the cache is opening\n".to_string()),
+        },
+        (b"GET", b"/healthz") => ("200 OK", "ok\n".to_string()),
+        (b"GET", b"/readyz") => {
+            let (status, why) = health.ready();
+            (status, why.to_string())
+        }
+        (b"GET", _) => ("404 Not Found", "not found; try /metrics, /healthz or /readyz\n".to_string()),
+        _ => ("405 Method Not Allowed", "only GET\n".to_string()),
     };
     let mut reply = format!(
         "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
@@ -141,7 +211,7 @@ fn serve(mut stream: TcpStream, shared: &Shared) -> io::Result<()> {
     let deadline = Instant::now() + REPLY_TIME;
     let mut sent = 0;
     while sent < reply.len() {
-        if let Some(e) = gave_up(shared, deadline, "reading the reply") {
+        if let Some(e) = gave_up(health, deadline, "reading the reply") {
             return Err(e);
         }
         stream.set_write_timeout(Some(slice_until(deadline)))?;

@@ -174,9 +174,12 @@ pub struct Cli {
     /// Cores to pin workers to, comma separated (worker i gets the (i mod n)-th) [default: all].
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
     pub cores: Option<Vec<usize>>,
-    /// Serve Prometheus metrics on 127.0.0.1:PORT/metrics [default: off].
+    /// Serve the admin endpoint (/metrics, /healthz, /readyz) on PORT [default: off].
     #[arg(long, value_name = "PORT")]
     pub admin_port: Option<u16>,
+    /// The address the admin endpoint binds [default: 127.0.0.1].
+    #[arg(long, value_name = "ADDR")]
+    pub admin_listen: Option<String>,
     /// Log level: error, warn, info, debug, trace (overrides -v).
     #[arg(long)]
     pub log_level: Option<String>,
@@ -217,6 +220,19 @@ pub struct FileConfig {
     pub pin: Option<bool>,
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,
+    pub admin_listen: Option<String>,
+    /// `-o busy_poll_us=N`.
+    pub busy_poll_us: Option<u32>,
+    /// `-o klog_file=PATH`.
+    pub klog_file: Option<PathBuf>,
+    /// `-o klog_sample=N`.
+    pub klog_sample: Option<u64>,
+    /// `-o klog_max_bytes=SIZE`.
+    pub klog_max_bytes: Option<Size>,
+    /// `-o hotkey_sample=N`.
+    pub hotkey_sample: Option<u64>,
+    /// `-o hotkey_top=K`.
+    pub hotkey_top: Option<usize>,
     pub enable_shutdown: Option<bool>,
     /// `-s`.
     pub unix_socket: Option<PathBuf>,
@@ -297,6 +313,14 @@ pub struct Settings {
     pub pin: bool,
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,
+    /// `--admin-listen`: the admin endpoint's address (loopback unless told).
+    pub admin_listen: String,
+    /// `-o busy_poll_us=N`: SO_BUSY_POLL on accepted sockets (0: off).
+    pub busy_poll_us: u32,
+    /// `-o klog_file=PATH,...`: the sampled command log, when on.
+    pub klog: Option<KlogSettings>,
+    /// `-o hotkey_sample=N,hotkey_top=K`.
+    pub hotkeys: HotKeySettings,
     pub log_level: log::LevelFilter,
     /// `-A`: the `shutdown` command is allowed.
     pub shutdown_command: bool,
@@ -341,6 +365,31 @@ pub struct Settings {
     pub watch_enabled: bool,
     /// `-Z`: TLS on the TCP listeners not marked `notls:`.
     pub tls: Option<TlsSettings>,
+}
+
+/// `-o klog_file=PATH,klog_sample=N,klog_max_bytes=SIZE`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KlogSettings {
+    pub path: PathBuf,
+    /// Log one request in this many.
+    pub sample: u64,
+    /// Rotate once the file would grow past this.
+    pub max_bytes: u64,
+}
+
+/// The hot-key settings: `-o hotkey_sample=N,hotkey_top=K`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct HotKeySettings {
+    /// Count one request in this many (0: off).
+    pub sample: u64,
+    /// Keys shown.
+    pub top: usize,
+}
+
+impl Default for HotKeySettings {
+    fn default() -> Self {
+        HotKeySettings { sample: 100, top: 10 }
+    }
 }
 
 /// `-B`: the protocols a connection may speak.
@@ -408,6 +457,12 @@ pub struct Extended {
     pub ssl_ca_cert: Option<PathBuf>,
     pub ssl_verify_mode: Option<VerifyMode>,
     pub ssl_min_version: Option<MinVersion>,
+    pub busy_poll_us: Option<u32>,
+    pub klog_file: Option<PathBuf>,
+    pub klog_sample: Option<u64>,
+    pub klog_max_bytes: Option<u64>,
+    pub hotkey_sample: Option<u64>,
+    pub hotkey_top: Option<usize>,
 }
 
 /// Parses memcached's `-o` lists (each comma separated; `-o` may be repeated).
@@ -460,6 +515,21 @@ pub fn parse_extended(lists: &[String]) -> Result<Extended, String> {
             }
             // rustls resumes sessions with its own small cache: accepted and ignored.
             "ssl_session_cache" => {}
+            "busy_poll_us" => {
+                let n = number(name)?;
+                x.busy_poll_us = Some(u32::try_from(n).map_err(|_| format!("-o busy_poll_us: {n} is too large"))?);
+            }
+            "klog_file" => match value {
+                Some(p) if !p.is_empty() => x.klog_file = Some(PathBuf::from(p)),
+                _ => return Err("-o klog_file needs a path: klog_file=PATH".into()),
+            },
+            "klog_sample" => x.klog_sample = Some(number(name)?),
+            "klog_max_bytes" => {
+                x.klog_max_bytes =
+                    Some(parse_size(value.ok_or("-o klog_max_bytes needs a size: klog_max_bytes=SIZE")?)?);
+            }
+            "hotkey_sample" => x.hotkey_sample = Some(number(name)?),
+            "hotkey_top" => x.hotkey_top = Some(number(name)? as usize),
             n if n.starts_with("ssl_") => {
                 return Err(format!(
                     "-o {n}: not supported with rustls (ssl_ciphers, ssl_kernel_tls): see docs/server.md for the TLS options"
@@ -708,6 +778,31 @@ impl Settings {
                 true => {}
             }
         }
+        let klog = match ext.klog_file.or(file.klog_file) {
+            Some(path) => {
+                let sample = ext.klog_sample.or(file.klog_sample).unwrap_or(100);
+                let max_bytes = match (ext.klog_max_bytes, file.klog_max_bytes) {
+                    (Some(n), _) => n,
+                    (None, Some(s)) => s.bytes()?,
+                    (None, None) => 1 << 30,
+                };
+                if sample == 0 {
+                    return Err("-o klog_sample must be at least 1 (one request in N is logged)".into());
+                }
+                if max_bytes < 4096 {
+                    return Err(format!("-o klog_max_bytes must be at least 4k, got {max_bytes}"));
+                }
+                Some(KlogSettings { path, sample, max_bytes })
+            }
+            None => None,
+        };
+        let hotkeys = HotKeySettings {
+            sample: ext.hotkey_sample.or(file.hotkey_sample).unwrap_or(100),
+            top: ext.hotkey_top.or(file.hotkey_top).unwrap_or(10),
+        };
+        if hotkeys.top == 0 || hotkeys.top > 1000 {
+            return Err(format!("-o hotkey_top must be from 1 to 1000, got {}", hotkeys.top));
+        }
         let listen: Vec<String> = cli.listen.iter().flat_map(|l| l.split(',')).map(|l| l.trim().to_string()).collect();
         let listen = match listen.is_empty() {
             true => file.listen.unwrap_or_else(|| "127.0.0.1".into()),
@@ -746,6 +841,10 @@ impl Settings {
             pin: !cli.no_pin && file.pin.unwrap_or(true),
             cores: cores_list,
             admin_port: cli.admin_port.or(file.admin_port),
+            admin_listen: cli.admin_listen.or(file.admin_listen).unwrap_or_else(|| "127.0.0.1".into()),
+            busy_poll_us: ext.busy_poll_us.or(file.busy_poll_us).unwrap_or(0),
+            klog,
+            hotkeys,
             log_level,
             shutdown_command: cli.enable_shutdown || file.enable_shutdown.unwrap_or(false),
             auth_file: cli.auth_file,
@@ -919,6 +1018,36 @@ mod tests {
         assert_eq!(s.listen, "127.0.0.1,::1,127.0.0.2:99");
         let s = Settings::resolve(cli(&["-B", "binary"]), FileConfig::default()).unwrap();
         assert_eq!(s.protocol, Protocol::Binary);
+    }
+
+    #[test]
+    fn observability_options() {
+        let s = Settings::default();
+        assert_eq!((s.admin_listen.as_str(), s.busy_poll_us, s.klog.is_none()), ("127.0.0.1", 0, true));
+        assert_eq!((s.hotkeys.sample, s.hotkeys.top), (100, 10));
+        let s = Settings::resolve(
+            cli(&[
+                "-o",
+                "klog_file=/tmp/k.log,klog_sample=10,klog_max_bytes=1m",
+                "-o",
+                "busy_poll_us=50,hotkey_sample=0,hotkey_top=3",
+                "--admin-listen",
+                "0.0.0.0",
+            ]),
+            FileConfig::default(),
+        )
+        .unwrap();
+        let k = s.klog.unwrap();
+        assert_eq!((k.path.to_str(), k.sample, k.max_bytes), (Some("/tmp/k.log"), 10, 1 << 20));
+        assert_eq!((s.busy_poll_us, s.hotkeys.sample, s.hotkeys.top, s.admin_listen.as_str()), (50, 0, 3, "0.0.0.0"));
+        let file: FileConfig =
+            toml::from_str("klog_file = \"k\"\nklog_max_bytes = \"64k\"\nbusy_poll_us = 20\nadmin_listen = \"::1\"\n")
+                .unwrap();
+        let s = Settings::resolve(cli(&[]), file).unwrap();
+        assert_eq!(s.klog.map(|k| (k.sample, k.max_bytes)), Some((100, 64 << 10)));
+        assert_eq!((s.busy_poll_us, s.admin_listen.as_str()), (20, "::1"));
+        assert!(Settings::resolve(cli(&["-o", "klog_file=/k,klog_sample=0"]), FileConfig::default()).is_err());
+        assert!(parse_extended(&["klog_file".into()]).unwrap_err().contains("klog_file=PATH"));
     }
 
     #[test]

@@ -19,6 +19,7 @@ mod config;
 mod exec;
 mod listen;
 pub mod logger;
+pub mod observe;
 pub mod protocol;
 mod server;
 mod session;
@@ -29,7 +30,7 @@ mod watch;
 mod worker;
 
 pub use config::{parse_extended, Cli, Extended, Protocol, Settings};
-pub use server::{start_kind, start_line, Server, StartKind, StopHandle};
+pub use server::{start_kind, start_line, Opened, Server, StartKind, StopHandle};
 pub use session::{Progress, Session};
-pub use tls::{MinVersion, Tls, TlsSettings, VerifyMode};
 pub use state::{Ctx, Shared};
+pub use tls::{MinVersion, Tls, TlsSettings, VerifyMode};

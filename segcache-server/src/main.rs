@@ -117,7 +117,7 @@ fn main() -> ExitCode {
                 std::process::exit(1);
             }
             seen = true;
-            log::warn!("signal {sig}: stopping gracefully");
+            log::info!("signal {sig}: stopping gracefully");
             stop.stop();
         }
     });
@@ -160,6 +160,11 @@ fn absolutize(s: &mut Settings) {
         }
         abs(&mut t.key);
         abs(&mut t.ca_cert);
+    }
+    if let Some(k) = s.klog.as_mut() {
+        if k.path.is_relative() {
+            k.path = cwd.join(&k.path);
+        }
     }
 }
 

@@ -7,11 +7,14 @@ use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
 
+use crate::admin::Health;
 use crate::config::Settings;
 use crate::listen::Listener;
+use crate::observe::Observe;
 use crate::state::Shared;
 use crate::worker::{self, WorkerHandle};
 
@@ -47,19 +50,49 @@ pub struct Server {
     workers: Vec<WorkerHandle>,
     threads: Vec<JoinHandle<()>>,
     admin: Option<(SocketAddr, JoinHandle<()>)>,
+    health: Arc<Health>,
+    /// SO_BUSY_POLL was refused once: not tried again.
+    busy_poll_refused: bool,
 }
 
 impl Server {
     /// Builds the engine (warm from its file, if it has one), binds, starts the workers.
     pub fn bind(settings: Settings) -> Result<Server, String> {
+        // The admin endpoint first: it answers /healthz, and /readyz with 503, while the cache
+        // opens (a warm start may check gigabytes).
+        let health = Arc::new(Health::default());
+        let mut admin = match settings.admin_port {
+            Some(port) => Some(
+                crate::admin::spawn(health.clone(), &settings.admin_listen, port)
+                    .map_err(|e| format!("cannot start the admin endpoint {}:{port}: {e}", settings.admin_listen))?,
+            ),
+            None => None,
+        };
+        let started = Self::start(settings, &health, &mut admin);
+        if started.is_err() {
+            health.done();
+            if let Some((_, t)) = admin.take() {
+                let _ = t.join();
+            }
+        }
+        started
+    }
+
+    fn start(
+        settings: Settings,
+        health: &Arc<Health>,
+        admin: &mut Option<(SocketAddr, JoinHandle<()>)>,
+    ) -> Result<Server, String> {
         // Certificates first: a bad one stops the start before the engine is built.
         let tls = match &settings.tls {
             Some(t) => Some(Arc::new(crate::tls::Tls::load(t.clone())?)),
             None => None,
         };
         let kind = settings.path.as_deref().map_or(StartKind::Cold, start_kind);
+        let opening = Instant::now();
         let cache = settings.builder().build_shared().map_err(|e| format!("cannot start the cache engine: {e}"))?;
-        crate::logger::notice(&start_line(kind, cache.len(), settings.path.as_deref()));
+        let opened =
+            Opened { kind, items: cache.len(), took: opening.elapsed(), dropped_segments: cache.dropped_segments() };
         let mut listeners = crate::listen::bind_all(&settings, tls.as_ref())?;
         let unspecified = SocketAddr::from(([0, 0, 0, 0], 0));
         let addr = listeners.iter().find_map(Listener::tcp_addr).unwrap_or(unspecified);
@@ -72,9 +105,12 @@ impl Server {
         let waker = Arc::new(Waker::new(poll.registry(), WAKER).map_err(|e| e.to_string())?);
 
         let cores = pin_plan(&settings);
-        let admin_port = settings.admin_port;
         let threads_n = settings.threads;
-        let shared = Arc::new(Shared::new(cache, settings));
+        let observe = Observe::new(threads_n, settings.klog.clone(), settings.hotkeys).map_err(|e| {
+            let path = settings.klog.as_ref().map(|k| k.path.display().to_string()).unwrap_or_default();
+            format!("cannot open the command log {path}: {e}")
+        })?;
+        let shared = Arc::new(Shared::with_observe(cache, settings, observe));
         let _ = shared.acceptor.set(waker.clone());
         if let Some(t) = tls {
             let _ = shared.tls.set(t);
@@ -98,21 +134,22 @@ impl Server {
             workers.push(handle);
             threads.push(thread);
         }
-        let admin = match admin_port {
-            Some(port) => Some(
-                crate::admin::spawn(shared.clone(), port)
-                    .map_err(|e| format!("cannot start the admin port {port}: {e}"))?,
-            ),
-            None => None,
-        };
         let names: Vec<String> = listeners.iter().map(Listener::describe).collect();
-        log::info!(
-            "listening on {} with {threads_n} workers, {} MiB, eviction {}",
+        let admin_addr = admin.as_ref().map(|(a, _)| format!("; admin on http://{a}/")).unwrap_or_default();
+        let klog =
+            shared.settings.klog.as_ref().map(|k| format!("; command log {} (1 in {})", k.path.display(), k.sample));
+        crate::logger::notice(&format!(
+            "{}; listening on {} with {threads_n} workers, {} MiB, eviction {}{admin_addr}{}",
+            start_line(&opened, shared.settings.path.as_deref()),
             names.join(", "),
             shared.settings.memory_bytes >> 20,
-            shared.settings.eviction
-        );
-        Ok(Server { shared, poll, waker, listeners, addr, workers, threads, admin })
+            shared.settings.eviction,
+            klog.unwrap_or_default()
+        ));
+        health.serving(shared.clone());
+        let admin = admin.take();
+        let health = health.clone();
+        Ok(Server { shared, poll, waker, listeners, addr, workers, threads, admin, health, busy_poll_refused: false })
     }
 
     /// The (first) TCP address the server listens on; `0.0.0.0:0` when it listens on a UNIX
@@ -155,6 +192,7 @@ impl Server {
                 }
             }
         }
+        self.health.draining();
         log::info!("stopping: no longer accepting connections");
         for l in self.listeners.drain(..) {
             if let Listener::Unix(_, path) = &l {
@@ -167,9 +205,12 @@ impl Server {
         for t in self.threads.drain(..) {
             let _ = t.join();
         }
+        self.shared.observe.finish();
+        self.health.done();
         if let Some((_, t)) = self.admin.take() {
             let _ = t.join();
         }
+        self.health.release();
         drop(self.workers);
         match Arc::try_unwrap(self.shared) {
             Ok(shared) => {
@@ -195,6 +236,10 @@ impl Server {
                         let _ = stream.write(TOO_MANY);
                         continue;
                     }
+                    let us = self.shared.settings.busy_poll_us;
+                    if us > 0 && !self.busy_poll_refused && !busy_poll(&stream, us) {
+                        self.busy_poll_refused = true;
+                    }
                     conns.curr_connections.fetch_add(1, Ordering::Relaxed);
                     conns.total_connections.fetch_add(1, Ordering::Relaxed);
                     let w = *next % self.workers.len();
@@ -215,6 +260,34 @@ impl Server {
             }
         }
     }
+}
+
+/// `-o busy_poll_us=N`: SO_BUSY_POLL on a client socket (a read on it with no data spins on
+/// the device queue for up to N µs instead of sleeping). Values above the `net.core.busy_read`
+/// sysctl need CAP_NET_ADMIN: `false` (and a warning) when refused.
+fn busy_poll(stream: &crate::listen::Stream, us: u32) -> bool {
+    use std::os::fd::AsRawFd;
+    if matches!(stream, crate::listen::Stream::Unix(_)) {
+        return true;
+    }
+    let us: libc::c_int = us.min(i32::MAX as u32) as libc::c_int;
+    // SAFETY: setsockopt reads one c_int from a live local for the socket we own.
+    let rc = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_BUSY_POLL,
+            (&us as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if rc != 0 {
+        log::warn!(
+            "-o busy_poll_us={us}: SO_BUSY_POLL refused ({}); values above net.core.busy_read need CAP_NET_ADMIN; going on without busy polling",
+            io::Error::last_os_error()
+        );
+    }
+    rc == 0
 }
 
 /// The cores the workers are pinned to, or `None` for no pinning.
@@ -267,27 +340,45 @@ pub fn start_kind(path: &Path) -> StartKind {
     }
 }
 
-/// The line that says how the cache started.
-pub fn start_line(kind: StartKind, items: usize, path: Option<&Path>) -> String {
+/// How the cache opened: what the file said, what came back, how long it took.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Opened {
+    pub kind: StartKind,
+    /// Items in the cache once open.
+    pub items: usize,
+    /// Time to open (map, and check or rebuild, the file).
+    pub took: Duration,
+    /// Segments dropped as corrupt while opening (after a crash).
+    pub dropped_segments: u64,
+}
+
+/// The part of the start line that says how the cache came up.
+pub fn start_line(o: &Opened, path: Option<&Path>) -> String {
+    let (items, ms) = (o.items, o.took.as_millis());
     let s = if items == 1 { "" } else { "s" };
-    match (kind, path) {
-        (StartKind::Cold, None) => "cold start: the cache is empty (no persistence file)".into(),
-        (StartKind::Cold, Some(p)) => format!("cold start: the cache is empty (new persistence file {})", p.display()),
-        (StartKind::Warm, Some(p)) if items == 0 => {
-            format!("warm start from {}: 0 items back (the file held none, or it was unusable and reset)", p.display())
+    let path = path.unwrap_or(Path::new("")).display();
+    match o.kind {
+        StartKind::Cold if path.to_string().is_empty() => {
+            format!("cold start: the cache is empty (no persistence file), opened in {ms} ms")
         }
-        (StartKind::Warm, p) => {
-            format!("warm start from {}: {items} item{s} back", p.unwrap_or(Path::new("")).display())
-        }
-        (StartKind::Recovered, p) => {
-            format!("recovered after a crash from {}: {items} item{s} back", p.unwrap_or(Path::new("")).display())
+        StartKind::Cold => format!("cold start: the cache is empty (new persistence file {path}), opened in {ms} ms"),
+        StartKind::Warm if items == 0 => format!(
+            "warm start from {path}: 0 items back in {ms} ms (the file held none, or it was unusable and reset)"
+        ),
+        StartKind::Warm => format!("warm start from {path}: {items} item{s} back in {ms} ms"),
+        StartKind::Recovered => {
+            let d = o.dropped_segments;
+            let ds = if d == 1 { "" } else { "s" };
+            format!(
+                "recovered after a crash from {path}: {items} item{s} back in {ms} ms, {d} corrupt segment{ds} dropped"
+            )
         }
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use super::{start_kind, start_line, StartKind};
+    use super::{start_kind, start_line, Opened, StartKind};
     use std::time::Duration;
 
     #[test]
@@ -305,9 +396,23 @@ mod tests {
         cache.close().unwrap();
         assert_eq!(start_kind(&path), StartKind::Warm);
         let cache = open().build_shared().unwrap();
+        let opened = Opened {
+            kind: StartKind::Warm,
+            items: cache.len(),
+            took: Duration::from_millis(12),
+            dropped_segments: cache.dropped_segments(),
+        };
         assert_eq!(
-            start_line(StartKind::Warm, cache.len(), Some(&path)),
-            format!("warm start from {}: 1 item back", path.display())
+            start_line(&opened, Some(&path)),
+            format!("warm start from {}: 1 item back in 12 ms", path.display())
+        );
+        let crashed = Opened { kind: StartKind::Recovered, items: 2, dropped_segments: 1, ..opened };
+        assert_eq!(
+            start_line(&crashed, Some(&path)),
+            format!(
+                "recovered after a crash from {}: 2 items back in 12 ms, 1 corrupt segment dropped",
+                path.display()
+            )
         );
         cache.close().unwrap();
         std::fs::write(&path, b"not a cache file").unwrap();

@@ -14,6 +14,7 @@ use memchr::{memchr, memrchr};
 use segcache_core::MAX_KEY_LEN;
 
 use crate::exec::{execute, execute_binary, Flow, GetStream};
+use crate::observe::Probe;
 use crate::protocol::binary::{self, op, Command, Header, Status, HEADER_LEN, REQUEST_MAGIC};
 use crate::protocol::{get_head, parse, FailKind, Parse, MAX_GET_LINE};
 use crate::state::Ctx;
@@ -121,6 +122,7 @@ impl Session {
 
     /// As [`Session::process`], but returns once `budget` is spent (after at least one request).
     pub fn process_within(&mut self, input: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>, budget: Budget) -> Progress {
+        crate::observe::begin_batch(&ctx.shared.observe, ctx.worker);
         let mut pos = 0;
         let mut requests = 0;
         loop {
@@ -179,8 +181,11 @@ impl Session {
         }
         match parse(&input[*pos..], &ctx.shared.limits) {
             Parse::Done(req, n) => {
+                let probe = Probe::text(&ctx.shared.observe, ctx.worker, &req, &input[*pos..*pos + n], out.len());
                 *pos += n;
-                if execute(req, out, ctx) == Flow::Close {
+                let flow = execute(req, out, ctx);
+                probe.finish(&ctx.shared.observe, ctx.worker, ctx.conn.map(|c| c.peer), out);
+                if flow == Flow::Close {
                     return Step::Close;
                 }
             }
@@ -392,8 +397,11 @@ impl Session {
                 self.sasl(&req.header, req.cmd, out, ctx);
             }
             binary::Parse::Done(req, n) => {
+                let probe = Probe::binary(&ctx.shared.observe, ctx.worker, &req, out.len());
                 self.skip(input, pos, n);
-                if execute_binary(req, out, ctx) == Flow::Close {
+                let flow = execute_binary(req, out, ctx);
+                probe.finish(&ctx.shared.observe, ctx.worker, ctx.conn.map(|c| c.peer), out);
+                if flow == Flow::Close {
                     return Step::Close;
                 }
             }

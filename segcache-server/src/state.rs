@@ -7,6 +7,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use segcache_core::SharedCache;
 
 use crate::config::Settings;
+use crate::observe::Observe;
 use crate::protocol::Limits;
 use crate::stats::{ConnStats, Totals, WorkerStats};
 use crate::watch::{ConnEntry, Watchers};
@@ -41,12 +42,20 @@ pub struct Shared {
     pub acceptor: OnceLock<Arc<mio::Waker>>,
     /// The certificates and counters of `-Z` (set once the server is bound, when TLS is on).
     pub tls: OnceLock<Arc<crate::tls::Tls>>,
+    /// Latency histograms, the command log and the hot-key view (one share per worker).
+    pub observe: Observe,
     started: Instant,
     started_unix: u64,
 }
 
 impl Shared {
     pub fn new(cache: SharedCache, settings: Settings) -> Shared {
+        let observe = Observe::new(settings.threads, None, settings.hotkeys).expect("no command log to open");
+        Shared::with_observe(cache, settings, observe)
+    }
+
+    /// As [`Shared::new`], with the observers given (a command log already opened).
+    pub fn with_observe(cache: SharedCache, settings: Settings, observe: Observe) -> Shared {
         let workers = (0..settings.threads).map(|_| WorkerStats::default()).collect();
         let limits = Limits { max_item_size: settings.max_item_size, max_response: settings.max_reply_size };
         Shared {
@@ -62,6 +71,7 @@ impl Shared {
             memory_limit: AtomicU64::new(settings.memory_bytes as u64),
             acceptor: OnceLock::new(),
             tls: OnceLock::new(),
+            observe,
             started: Instant::now(),
             started_unix: SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             settings,
@@ -113,12 +123,15 @@ pub struct Ctx<'a> {
     pub stats: &'a WorkerStats,
     /// The client connection the request came on, when it came on a socket.
     pub conn: Option<&'a ConnEntry>,
+    /// The worker's index (into `shared.workers` and `shared.observe.workers`).
+    pub worker: usize,
 }
 
 impl<'a> Ctx<'a> {
     /// The context of worker `i`.
     pub fn new(shared: &'a Shared, i: usize) -> Ctx<'a> {
-        Ctx { shared, stats: &shared.workers[i % shared.workers.len()], conn: None }
+        let worker = i % shared.workers.len();
+        Ctx { shared, stats: &shared.workers[worker], conn: None, worker }
     }
 
     /// This context for a request that came on connection `conn`.

@@ -49,9 +49,7 @@ impl VerifyMode {
             "1" | "request" => Ok(VerifyMode::Request),
             "2" | "require" => Ok(VerifyMode::Require),
             "3" | "once" => Ok(VerifyMode::Once),
-            other => Err(format!(
-                "ssl_verify_mode {other:?}: expected 0 (none), 1 (request), 2 (require) or 3 (once)"
-            )),
+            other => Err(format!("ssl_verify_mode {other:?}: expected 0 (none), 1 (request), 2 (require) or 3 (once)")),
         }
     }
 }
@@ -211,8 +209,7 @@ fn build_config(s: &TlsSettings) -> Result<Arc<ServerConfig>, String> {
             builder.with_client_cert_verifier(verifier.build().map_err(|e| fail(&e))?)
         }
     };
-    let config =
-        builder.with_single_cert(chain, key).map_err(|e| format!("Error validating the certificate: {e}"))?;
+    let config = builder.with_single_cert(chain, key).map_err(|e| format!("Error validating the certificate: {e}"))?;
     Ok(Arc::new(config))
 }
 

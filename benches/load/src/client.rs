@@ -217,9 +217,7 @@ fn connect(addr: SocketAddr, tls: Option<&Arc<rustls::ClientConfig>>) -> io::Res
 pub fn tls_config(ca: &std::path::Path) -> Result<Arc<rustls::ClientConfig>> {
     use rustls_pki_types::pem::PemObject;
     let mut roots = rustls::RootCertStore::empty();
-    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca)
-        .with_context(|| format!("reading {}", ca.display()))?
-    {
+    for c in rustls_pki_types::CertificateDer::pem_file_iter(ca).with_context(|| format!("reading {}", ca.display()))? {
         roots.add(c.with_context(|| format!("reading {}", ca.display()))?)?;
     }
     let provider = Arc::new(rustls::crypto::ring::default_provider());

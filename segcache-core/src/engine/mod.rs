@@ -71,7 +71,10 @@ pub struct Segcache {
     /// Segments the shard may hold at once (`set_memory_limit`); all of them unless lowered.
     pub(crate) segment_cap: u32,
     /// Told of items that expire or are evicted (`Builder::eviction_listener`).
-    pub(crate) listener: Option<removal::RemovalListener>,
+    pub(crate) listener: Option<crate::listener::RemovalListener>,
+    /// Segments dropped as corrupt since the open: by crash recovery, or by the checks of a
+    /// lazily verified reopen.
+    pub(crate) dropped_segments: u64,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -148,6 +151,7 @@ impl Segcache {
             pad_numbers: builder.pad_numbers,
             segment_cap: geo.segments as u32,
             listener: builder.listener.clone(),
+            dropped_segments: 0,
             buckets,
             summary,
             ghost: vec![0; ghost_len],

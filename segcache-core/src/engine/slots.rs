@@ -3,8 +3,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::engine::removal::RemovalCause;
 use crate::hashtable::slot::{self, Loc};
+use crate::listener::RemovalCause;
 use crate::record::{self};
 use crate::Segcache;
 use crate::{Error, Policy, Result};

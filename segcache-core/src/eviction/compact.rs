@@ -1,10 +1,10 @@
 //! Compaction: copying the frequently read live items of source segments into destinations.
 
 use crate::engine::memory::prefetch;
-use crate::engine::removal::RemovalCause;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Table;
+use crate::listener::RemovalCause;
 use crate::segments::header::{SegHeader, NONE, POOL_MAIN, POOL_SMALL, SEG_SEALED, SEG_SPARE};
 use crate::Segcache;
 use crate::{Policy, Result};

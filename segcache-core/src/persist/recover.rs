@@ -74,6 +74,7 @@ impl Segcache {
                 dropped += 1;
             }
         }
+        self.dropped_segments += dropped;
         if dropped > 0 {
             eprintln!(
                 "segcache: warning: {dropped} segment(s) did not match their checksums after reopening \
@@ -214,6 +215,7 @@ impl Segcache {
             }
         }
         self.fit_spare_to_policy();
+        self.dropped_segments += corrupt;
         (recovered, corrupt)
     }
 

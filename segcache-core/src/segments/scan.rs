@@ -1,10 +1,10 @@
 //! Scans of a segment's records: its live items, and clearing it.
 
 use crate::engine::memory::prefetch;
-use crate::engine::removal::RemovalCause;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self, Loc};
+use crate::listener::RemovalCause;
 use crate::record::{self};
 use crate::Segcache;
 

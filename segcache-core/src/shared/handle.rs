@@ -936,6 +936,16 @@ impl SharedCache {
         total
     }
 
+    /// Segments dropped as corrupt (with their items) since the cache was opened: by the
+    /// rebuild after a crash, or by the checks of a lazily verified reopen (`Builder::lazy_verify`,
+    /// which may drop some at the first write).
+    pub fn dropped_segments(&self) -> u64 {
+        if self.origin.forked() {
+            return 0;
+        }
+        self.shards.iter().map(|s| s.read().dropped_segments).sum()
+    }
+
     /// Live items.
     ///
     /// ```

@@ -135,6 +135,12 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
         ("shards", Val::U(shared.cache.shard_count() as u64)),
         ("pin_threads", Val::S(if s.pin { "yes" } else { "no" }.into())),
         ("admin_port", Val::U(s.admin_port.map_or(0, u64::from))),
+        ("admin_listen", Val::S(s.admin_listen.clone())),
+        ("busy_poll_us", Val::U(u64::from(s.busy_poll_us))),
+        ("klog_file", Val::S(s.klog.as_ref().map_or("none".into(), |k| k.path.display().to_string()))),
+        ("klog_sample", Val::U(s.klog.as_ref().map_or(0, |k| k.sample))),
+        ("hotkey_sample", Val::U(s.hotkeys.sample)),
+        ("hotkey_top", Val::U(s.hotkeys.top as u64)),
         ("persistence_path", Val::S(s.path.as_ref().map_or("none".into(), |p| p.display().to_string()))),
         ("shutdown_command", Val::S(if s.shutdown_command { "yes" } else { "no" }.into())),
         ("detail_enabled", Val::S(if shared.watchers.detail_enabled() { "yes" } else { "no" }.into())),
@@ -213,6 +219,7 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
             out.extend_from_slice(b"STAT sizes_status disabled\r\n");
         }
         Some(b"conns") => super::admin::conns(out, ctx),
+        Some(b"hotkeys") => crate::observe::write_hotkeys(out, &ctx.shared.observe),
         // memcached's answers to these without their arguments.
         Some(b"cachedump") => out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n"),
         Some(b"detail") => out.extend_from_slice(b"CLIENT_ERROR usage: stats detail on|off|dump\r\n"),
@@ -243,6 +250,7 @@ pub fn prometheus(shared: &Shared) -> String {
         };
         let _ = writeln!(s, "# TYPE segcache_{name} {kind}\nsegcache_{name} {x}");
     }
+    crate::observe::prometheus(&mut s, &shared.observe);
     s
 }
 
