@@ -169,6 +169,11 @@ impl Watchers {
                 continue;
             }
             let was_empty = buf.is_empty();
+            // As memcached: the lines a watcher missed are counted in a line before the next.
+            let missed = w.skipped.swap(0, Relaxed);
+            if missed > 0 {
+                let _ = write!(SkipLine(&mut buf), "skipped={missed}\n");
+            }
             buf.extend_from_slice(line.as_bytes());
             drop(buf);
             self.sent.fetch_add(1, Relaxed);
@@ -273,9 +278,44 @@ pub fn uriencode_str(out: &mut String, key: &[u8]) {
     out.push_str(&String::from_utf8_lossy(&v));
 }
 
+/// Writes formatted text into a watcher's byte buffer.
+struct SkipLine<'a>(&'a mut Vec<u8>);
+
+impl std::fmt::Write for SkipLine<'_> {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.0.extend_from_slice(s.as_bytes());
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A watcher that does not read in time misses lines, counted in `log_watcher_skipped`, and
+    /// is told how many in a `skipped=N` line before the next one it gets (as memcached).
+    #[test]
+    fn a_slow_watcher_is_told_what_it_missed() {
+        let poll = mio::Poll::new().unwrap();
+        let waker = Arc::new(Waker::new(poll.registry(), mio::Token(0)).unwrap());
+        let watchers = Watchers::default();
+        let w = watchers.add(MUTATIONS, waker);
+        let long = "x".repeat(1000);
+        let mut n = 0;
+        while watchers.skipped.load(Relaxed) < 3 {
+            watchers.log(MUTATIONS, |l| l.push_str(&long));
+            n += 1;
+        }
+        let mut out = Vec::new();
+        w.drain_into(&mut out);
+        assert_eq!(out.iter().filter(|&&b| b == b'\n').count(), n - 3);
+        watchers.log(MUTATIONS, |l| l.push_str("next"));
+        out.clear();
+        w.drain_into(&mut out);
+        let text = String::from_utf8(out).unwrap();
+        assert!(text.starts_with("skipped=3\nts="), "{text}");
+        assert!(text.ends_with("next\n"));
+    }
 
     #[test]
     fn keys_are_url_encoded_as_memcached_does() {
