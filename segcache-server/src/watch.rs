@@ -172,7 +172,7 @@ impl Watchers {
             // As memcached: the lines a watcher missed are counted in a line before the next.
             let missed = w.skipped.swap(0, Relaxed);
             if missed > 0 {
-                let _ = write!(SkipLine(&mut buf), "skipped={missed}\n");
+                buf.extend_from_slice(format!("skipped={missed}\n").as_bytes());
             }
             buf.extend_from_slice(line.as_bytes());
             drop(buf);
@@ -276,16 +276,6 @@ pub fn uriencode_str(out: &mut String, key: &[u8]) {
     let mut v = Vec::with_capacity(key.len());
     uriencode(&mut v, key);
     out.push_str(&String::from_utf8_lossy(&v));
-}
-
-/// Writes formatted text into a watcher's byte buffer.
-struct SkipLine<'a>(&'a mut Vec<u8>);
-
-impl std::fmt::Write for SkipLine<'_> {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.0.extend_from_slice(s.as_bytes());
-        Ok(())
-    }
 }
 
 #[cfg(test)]
