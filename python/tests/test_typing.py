@@ -1,7 +1,10 @@
-"""The stub under `mypy --strict`: documented uses pass, wrong key and value types fail.
+"""The stub under `mypy --strict` and pyright's strict mode: documented uses pass, wrong key and
+value types fail.
 
 mypy checks the installed package (its `_segcache.pyi` and `py.typed`), as a user's project would."""
 
+import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -149,3 +152,30 @@ def test_the_package_passes_mypy_strict(tmp_path):
         capture_output=True, text=True, cwd=tmp_path,
     )
     assert r.returncode == 0, r.stdout + r.stderr
+
+
+def pyright(tmp_path, name, source):
+    """pyright in strict mode over `source`, against this interpreter's installed package."""
+    f = tmp_path / name
+    f.write_text(textwrap.dedent(source))
+    (tmp_path / "pyrightconfig.json").write_text('{"typeCheckingMode": "strict"}')
+    r = subprocess.run(
+        [sys.executable, "-m", "pyright", "--pythonpath", sys.executable, "--outputjson", str(f)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    errors = [d for d in json.loads(r.stdout)["generalDiagnostics"] if d["severity"] == "error"]
+    return errors, f.read_text().splitlines()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pyright") is None, reason="pyright is in python/tests/requirements.txt")
+def test_documented_uses_pass_pyright_strict(tmp_path):
+    errors, _ = pyright(tmp_path, "good.py", GOOD)
+    assert errors == [], errors
+
+
+@pytest.mark.skipif(importlib.util.find_spec("pyright") is None, reason="pyright is in python/tests/requirements.txt")
+def test_wrong_types_fail_pyright_strict(tmp_path):
+    errors, lines = pyright(tmp_path, "bad.py", BAD)
+    want = {i + 1 for i, line in enumerate(lines) if line.endswith("# E")}
+    got = {d["range"]["start"]["line"] + 1 for d in errors}
+    assert got == want, errors
