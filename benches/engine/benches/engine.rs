@@ -1,5 +1,6 @@
 //! One-thread latency of each cache, criterion, all libraries in the same run:
-//! get hit (random order), get miss, set (key formatting included), and 16-key batch reads.
+//! get hit (random order), get miss, set of a present key (key formatting included), 16-key
+//! batch reads, and insert (a key never stored before, at steady state: see `bench_insert`).
 //!
 //! `BENCH_ITEMS` (default 1,000,000) sets the item count; every cache is sized to hold all of
 //! them, filled once, and checked to return every one before it is timed.
@@ -131,6 +132,37 @@ fn bench_store<S: Store>(c: &mut Criterion, lib: Lib, s: &mut S, d: &Data) {
     g.finish();
 }
 
+/// Keys inserted per item before `insert` is timed: enough that every cache is full and evicting
+/// (ours and Pelikan hold about 3x the items in the heap `Sizing::holding` gives them; the
+/// count-sized peers 1.25x).
+const INSERT_WARM: usize = 4;
+
+/// Inserts of new keys: each iteration stores a key never stored before (formatting included,
+/// as in `set`), into a cache that is full and evicting (steady state, not first touch of a
+/// fresh heap: the `insert` binary times that too). Runs last on a cache: it evicts the items
+/// the other groups read.
+fn bench_insert<S: Store>(c: &mut Criterion, lib: Lib, s: &mut S, n: usize) {
+    // Key numbers from 10^12 on: never among the filled ones.
+    let mut next = 1_000_000_000_000u64;
+    let mut k = [0u8; 16];
+    for _ in 0..INSERT_WARM * n {
+        format_key(next, &mut k);
+        s.set(&k, &VALUE);
+        next += 1;
+    }
+    s.settle();
+    let mut g = c.benchmark_group("insert");
+    g.bench_function(lib.arg(), |b| {
+        b.iter(|| {
+            let mut k = [0u8; 16];
+            format_key(next, &mut k);
+            next += 1;
+            black_box(s.set(&k, &VALUE))
+        })
+    });
+    g.finish();
+}
+
 fn batch_group(c: &mut Criterion) -> BenchmarkGroup<'_, WallTime> {
     let mut g = c.benchmark_group("get_many16");
     g.throughput(Throughput::Elements(BATCH as u64));
@@ -190,23 +222,29 @@ fn engine(c: &mut Criterion) {
     fill(Lib::Ours, &mut &shared, &d);
     bench_store(c, Lib::Ours, &mut &shared, &d);
     bench_ours_batches(c, &single, &shared, &d);
+    bench_insert(c, Lib::OursSingle, &mut single, n);
+    bench_insert(c, Lib::Ours, &mut &shared, n);
     drop((single, shared));
 
     let p = store::build_pelikan(&size);
     fill(Lib::Pelikan, &mut &p, &d);
     bench_store(c, Lib::Pelikan, &mut &p, &d);
+    bench_insert(c, Lib::Pelikan, &mut &p, n);
     drop(p);
     let q = store::build_quick(&size);
     fill(Lib::QuickCache, &mut &q, &d);
     bench_store(c, Lib::QuickCache, &mut &q, &d);
+    bench_insert(c, Lib::QuickCache, &mut &q, n);
     drop(q);
     let m = store::build_moka(&size);
     fill(Lib::Moka, &mut &m, &d);
     bench_store(c, Lib::Moka, &mut &m, &d);
+    bench_insert(c, Lib::Moka, &mut &m, n);
     drop(m);
     let l = store::build_lru(&size);
     fill(Lib::Lru, &mut &l, &d);
     bench_store(c, Lib::Lru, &mut &l, &d);
+    bench_insert(c, Lib::Lru, &mut &l, n);
 }
 
 /// The floor: one dependent DRAM miss, a pointer chase through `BENCH_CHASE_MIB` (default 512)

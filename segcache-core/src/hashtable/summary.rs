@@ -13,6 +13,23 @@ impl Table<'_> {
         self.summary[(hash & self.mask) as usize].load(Relaxed) & summary_bit(tag_of(hash)) != 0
     }
 
+    /// Whether the chain may hold an item with the hash's tag: the summary, then (when its bit
+    /// is set) the tags of the chain's slots. `false` means certainly not when no writer changed
+    /// the chain meanwhile. Safe without a lock (atomic loads, bounds-checked links), where it is
+    /// only a hint: `SharedCache::set` skips the shared-lock rewrite attempt for new keys with it,
+    /// since the summary alone lets through about half of them once chains are full.
+    #[inline]
+    pub fn may_hold_tag(&self, hash: u64) -> bool {
+        if !self.may_hold(hash) {
+            return false;
+        }
+        let tag = tag_of(hash);
+        let mut cut = false;
+        let found = self.scan_cut(hash, &mut cut, |_, v| slot_tag(v) == tag);
+        // A link out of range (a writer relinking the chain meanwhile) ends the scan: say maybe.
+        found || cut
+    }
+
     /// Recomputes the chain's summary from its slots (after items left it).
     pub fn refresh_summary(&self, hash: u64) {
         let mut bits = 0;

@@ -65,7 +65,24 @@ impl<'a> Table<'a> {
 
     /// Calls `f` on every item slot of the hash's chain until it returns `true`; returns that slot.
     #[inline]
-    pub(crate) fn scan(&self, hash: u64, mut f: impl FnMut(&'a AtomicU64, u64) -> bool) -> Option<&'a AtomicU64> {
+    pub(crate) fn scan(&self, hash: u64, f: impl FnMut(&'a AtomicU64, u64) -> bool) -> Option<&'a AtomicU64> {
+        self.scan_links(hash, &mut false, f)
+    }
+
+    /// `scan`, returning only whether `f` matched; sets `cut` when a link out of range ended
+    /// the walk early (only a chain changing under a reader without a lock has one).
+    #[inline]
+    pub(crate) fn scan_cut(&self, hash: u64, cut: &mut bool, f: impl FnMut(&'a AtomicU64, u64) -> bool) -> bool {
+        self.scan_links(hash, cut, f).is_some()
+    }
+
+    #[inline(always)]
+    fn scan_links(
+        &self,
+        hash: u64,
+        cut: &mut bool,
+        mut f: impl FnMut(&'a AtomicU64, u64) -> bool,
+    ) -> Option<&'a AtomicU64> {
         let head = self.head(hash);
         let chain = info_chain_len(head.slots[0].load(Relaxed));
         let mut bucket = head;
@@ -80,7 +97,11 @@ impl<'a> Table<'a> {
             }
             if depth < chain {
                 let next = bucket.slots[SLOTS - 1].load(Relaxed) as usize;
-                bucket = self.buckets.get(next)?;
+                let Some(b) = self.buckets.get(next) else {
+                    *cut = true;
+                    return None;
+                };
+                bucket = b;
                 first = 0;
             }
         }
@@ -435,6 +456,43 @@ mod tests {
         assert_eq!(summary[0].load(Relaxed), before);
         t.clear();
         assert_eq!(summary[0].load(Relaxed), 0);
+    }
+
+    /// `may_hold_tag` lets `SharedCache::set` skip the shared-lock rewrite for a key it calls
+    /// absent, so it must never call a present key absent: every item of a chain that spans
+    /// overflow buckets is seen, a tag whose summary bit another tag set is not, and a chain
+    /// cut by a link out of range (a writer relinking it under a reader) says maybe.
+    #[test]
+    fn may_hold_tag_sees_every_item_of_a_long_chain() {
+        // Even tags 2..=20 in chain 0: bits 0, 2, 4 and 6 of the summary set.
+        let hashes: Vec<u64> = (1..=10).map(|i| (2 * i) << 52).collect();
+        let (buckets, summary, mask) = table(16);
+        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let mut pool = Pool::default();
+        for &h in &hashes {
+            let slot = t.empty_slot(h, &mut pool).expect("pool has room");
+            t.put(h, slot, pack(tag_of(h), 0, Loc { seg: (h >> 52) as u32, offset: 0 }));
+        }
+        assert!(info_chain_len(t.head(0).slots[0].load(Relaxed)) >= 1, "the chain spans an overflow bucket");
+        for &h in &hashes {
+            assert!(t.may_hold(h) && t.may_hold_tag(h), "tag {} is in the chain", h >> 52);
+        }
+        // Tags 26 and 34 share bit 2 with tags 2, 10 and 18, but no slot holds them.
+        for tag in [26u64, 34] {
+            assert!(t.may_hold(tag << 52), "the summary lets tag {tag} through");
+            assert!(!t.may_hold_tag(tag << 52), "no slot holds tag {tag}");
+        }
+        // An odd tag stops at the summary.
+        assert!(!t.may_hold_tag(3 << 52));
+        // A link out of range ends the walk before the items behind it: maybe, not no.
+        let link = &t.head(0).slots[SLOTS - 1];
+        let saved = link.load(Relaxed);
+        link.store(u64::from(u32::MAX), Relaxed);
+        let last = *hashes.last().unwrap();
+        assert!(t.may_hold_tag(last), "a cut chain is not proof of absence");
+        assert!(t.may_hold_tag(26 << 52), "nor for a tag that is absent");
+        link.store(saved, Relaxed);
+        assert!(!t.may_hold_tag(26 << 52));
     }
 
     #[test]

@@ -209,6 +209,12 @@ impl<T> ShardLock<T> {
         self.value.get_mut()
     }
 
+    /// Exclusive locks taken so far (tests: which path a write took).
+    #[cfg(test)]
+    pub(crate) fn writes(&self) -> u64 {
+        self.seq.load(Acquire) / 2
+    }
+
     /// The slot that this thread counts its reads in.
     #[inline]
     pub fn own_slot(&self) -> &ReaderSlot {

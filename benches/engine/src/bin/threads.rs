@@ -1,15 +1,18 @@
 //! Throughput of each library's shared handle with 1, 2, ... threads on one cache of 1M items:
-//! read-only (uniform and Zipf keys), 90:10 and 50:50 get:set (Zipf keys). Plain std threads
+//! read-only (uniform and Zipf keys), 90:10 and 50:50 get:set (Zipf keys), and inserts of new
+//! keys (every operation a set of a key never stored before: the cache fills, then evicts at
+//! steady state; ours holds about 3x `--items` before it evicts). Plain std threads
 //! time themselves for a fixed duration; each cell is the best of `--reps` runs, because the
 //! machine may be shared and interference only ever lowers a figure. Prints markdown tables.
 
 use std::hint::black_box;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
 
-use segcache_engine_benches::keys::{keys, Key, VALUE};
+use segcache_engine_benches::keys::{format_key, keys, Key, VALUE};
 use segcache_engine_benches::store::{with_cache, Lib, SharedStore, Sizing, Store, Visit};
 use segcache_engine_benches::workload::{ops, KeyDist, SET_BIT};
 
@@ -32,7 +35,7 @@ struct Args {
     #[arg(long, default_value_t = 3)]
     reps: usize,
     /// Only the workloads whose set percentage is in this list (e.g. `50` for the 50:50 mix
-    /// alone, as when profiling one); all of them when left out.
+    /// alone, as when profiling one; `100` for the inserts of new keys); all of them when left out.
     #[arg(long, value_delimiter = ',')]
     set_pct: Vec<u32>,
     /// Ours: shards other than the default (exploration).
@@ -59,9 +62,19 @@ struct Op {
 struct Workload {
     name: &'static str,
     set_pct: u32,
+    /// Every operation a set of a new key, formatted in the loop from a counter (`streams`
+    /// empty): key numbers are handed out by `NEXT_NEW`, so no run repeats another's keys.
+    fresh: bool,
     /// One stream per thread (for the largest thread count).
     streams: Vec<Vec<Op>>,
 }
+
+/// The set percentage that selects the new-key workload in `--set-pct`.
+const INSERT_PCT: u32 = 100;
+
+/// The first key number of the next run of new keys; each run takes `NEW_PER_RUN` per thread.
+static NEXT_NEW: AtomicU64 = AtomicU64::new(1 << 40);
+const NEW_PER_RUN: u64 = 1 << 36;
 
 const WORKLOADS: [(&str, KeyDist, u32); 4] = [
     ("read-only, uniform", KeyDist::Uniform, 0),
@@ -72,7 +85,7 @@ const WORKLOADS: [(&str, KeyDist, u32); 4] = [
 
 fn workloads(a: &Args, keys: &[Key]) -> Vec<Workload> {
     let max_t = a.threads.iter().copied().max().unwrap_or(1);
-    WORKLOADS
+    let mut w: Vec<Workload> = WORKLOADS
         .iter()
         .enumerate()
         .filter(|(_, w)| a.set_pct.is_empty() || a.set_pct.contains(&w.2))
@@ -85,9 +98,40 @@ fn workloads(a: &Args, keys: &[Key]) -> Vec<Workload> {
                         .collect()
                 })
                 .collect();
-            Workload { name, set_pct, streams }
+            Workload { name, set_pct, fresh: false, streams }
         })
-        .collect()
+        .collect();
+    if a.set_pct.is_empty() || a.set_pct.contains(&INSERT_PCT) {
+        w.push(Workload { name: "insert new keys", set_pct: INSERT_PCT, fresh: true, streams: Vec::new() });
+    }
+    w
+}
+
+/// Sets new keys `first, first + 1, ...` until `dur` has passed; returns as `worker` does.
+fn inserter<S: Store>(mut s: S, first: u64, dur: Duration) -> (u64, u64, Duration) {
+    let start = Instant::now();
+    let deadline = start + dur;
+    let mut k: Key = [0; 16];
+    let mut n = 0u64;
+    loop {
+        for _ in 0..1024 {
+            format_key(first + n, &mut k);
+            s.set(&k, &VALUE);
+            n += 1;
+        }
+        if Instant::now() >= deadline {
+            return (n, 0, start.elapsed());
+        }
+    }
+}
+
+/// One thread's share of a run: the workload's stream, or new keys from `first`.
+fn work<S: Store>(s: S, w: &Workload, t: usize, first: u64, dur: Duration) -> (u64, u64, Duration) {
+    if w.fresh {
+        inserter(s, first + t as u64 * NEW_PER_RUN, dur)
+    } else {
+        worker(s, &w.streams[t], dur)
+    }
 }
 
 /// Runs `ops` (cycled) until `dur` has passed; returns (operations, hits, elapsed).
@@ -133,16 +177,15 @@ fn pin_to(pin: bool, t: usize) {
 
 fn run_shared<S: SharedStore>(s: &S, w: &Workload, threads: usize, dur: Duration, pin: bool) -> Cell {
     let barrier = Barrier::new(threads);
+    let first = NEXT_NEW.fetch_add(threads as u64 * NEW_PER_RUN, Relaxed);
     let results: Vec<(u64, u64, Duration)> = std::thread::scope(|sc| {
-        let hs: Vec<_> = w.streams[..threads]
-            .iter()
-            .enumerate()
-            .map(|(t, ops)| {
+        let hs: Vec<_> = (0..threads)
+            .map(|t| {
                 let b = &barrier;
                 sc.spawn(move || {
                     pin_to(pin, t);
                     b.wait();
-                    worker(s, ops, dur)
+                    work(s, w, t, first, dur)
                 })
             })
             .collect();
@@ -229,10 +272,11 @@ impl Visit for &Measure<'_> {
                     .map(|&t| {
                         (t == 1).then(|| {
                             let run = |cache: &mut segcache_core::Segcache| {
+                                let first = NEXT_NEW.fetch_add(NEW_PER_RUN, Relaxed);
                                 std::thread::scope(|sc| {
                                     sc.spawn(|| {
                                         pin_to(self.a.pin, 0);
-                                        worker(cache, &w.streams[0], self.dur())
+                                        work(cache, w, 0, first, self.dur())
                                     })
                                     .join()
                                     .expect("worker thread")
