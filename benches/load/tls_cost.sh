@@ -37,7 +37,7 @@ COMMON=(--rate "$RATE" --duration-s 10 --workload momento --connections 16 --pin
 for round in $(seq 1 "$ROUNDS"); do
   for server in segcache memcached; do
     if [ "$server" = segcache ]; then
-      chrt -f 50 taskset -c 0 "$S" -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 --no-pin -m 64 >/dev/null 2>&1 &
+      chrt -f 50 taskset -c 0 "$S" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 --no-pin -m 64 >/dev/null 2>&1 &
     else
       chrt -f 50 taskset -c 0 "$MC" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 -U 0 -m 64 >/dev/null 2>&1 &
     fi
