@@ -4,6 +4,8 @@
 # TLS). Rounds are interleaved so that a busy machine's noise shows as spread between them.
 # Server on core 0 (SCHED_FIFO 50), client on core 1 (SCHED_FIFO 60): run as root.
 # Usage: benches/load/tls_cost.sh [rate] [rounds]  (binaries from ${CARGO_TARGET_DIR:-target}/release)
+# With TLS_RAMP=1 it also ramps each server and listener (momento workload, 16 connections, steps
+# of RAMP_STEP req/s, 5 s each) to the highest rate inside the 1 ms p99.9 SLO.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 BIN_DIR="$(realpath "${CARGO_TARGET_DIR:-target}/release")"
@@ -50,6 +52,36 @@ for round in $(seq 1 "$ROUNDS"); do
     kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
   done
 done
+if [ "${TLS_RAMP:-0}" = 1 ]; then
+  STEP="${RAMP_STEP:-10000}"
+  for server in segcache memcached; do
+    if [ "$server" = segcache ]; then
+      chrt -f 50 taskset -c 0 "$S" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 --no-pin -m 64 >/dev/null 2>&1 &
+    else
+      chrt -f 50 taskset -c 0 "$MC" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 -U 0 -m 64 >/dev/null 2>&1 &
+    fi
+    PID=$!
+    sleep 1
+    RAMP=(--server-pid "$PID" --prefill --prefill-server "127.0.0.1:$PLAIN" --workload momento --connections 16
+          --pin-cores 1 --rt-priority 60 --start "$STEP" --step "$STEP" --stop 300000)
+    "$B" ramp --server "127.0.0.1:$PLAIN" --name "$server-plain" "${RAMP[@]}" --out "$OUT/ramp-$server-plain" \
+      >/dev/null 2>&1
+    "$B" ramp --server "127.0.0.1:$TLS" --tls-ca "$OUT/ca.crt" --name "$server-tls" "${RAMP[@]}" \
+      --out "$OUT/ramp-$server-tls" >/dev/null 2>&1
+    kill "$PID"; wait "$PID" 2>/dev/null || true; PID=""
+  done
+  python3 - "$OUT" <<'PY'
+import glob, json, sys
+print("| server | highest rate inside the 1 ms p99.9 SLO, req/s | CPU us/req at that step |")
+print("|---|---|---|")
+for f in sorted(glob.glob(f"{sys.argv[1]}/ramp-*/results.json")):
+    s = json.load(open(f))["workloads"][0]["servers"][0]
+    best = s.get("max_rate_within_slo")
+    cpu = next((st.get("server_cpu_us_per_req") for st in s.get("steps", []) if st.get("target_rate") == best), None)
+    name = f.split("/")[-2].removeprefix("ramp-")
+    print(f"| {name} | {best if best is not None else 'none'} | {cpu if cpu is not None else '-'} |")
+PY
+fi
 python3 - "$OUT" <<'PY'
 import glob, json, statistics, sys
 rows = {}
