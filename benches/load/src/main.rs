@@ -276,9 +276,9 @@ struct CompareArgs {
     /// sweep.md and sweep.png (p99.9 and p99.99 vs connections).
     #[arg(long)]
     conns: Option<String>,
-    /// The sweep's request rate (req/s).
-    #[arg(long, default_value_t = 40_000.0)]
-    rate: f64,
+    /// The sweep's request rate (req/s): one for every count, or one per count ("40000,40000,40000,20000").
+    #[arg(long, value_delimiter = ',', default_value = "40000")]
+    rate: Vec<f64>,
     /// The sweep's idle connections for the servers' RSS (default: the largest count; 0 skips it).
     #[arg(long)]
     idle_conns: Option<usize>,
@@ -477,7 +477,7 @@ fn main() -> Result<()> {
                     servers,
                     client: client_config(SocketAddr::from(([127, 0, 0, 1], a.base_port)), &a.client)?,
                     conns,
-                    rate: a.rate,
+                    rates: a.rate.clone(),
                     step: a.plan.step_duration()?,
                     prefill_conns: a.prefill_conns,
                     idle_conns,

@@ -169,10 +169,11 @@ pub fn plot_sweep(path: &Path, r: &crate::sweep::SweepReport) -> Result<()> {
     let y_max = pts.iter().map(|p| p.step.latency.p9999_us / 1000.0).fold(0.01, f64::max).min(60_000.0) * 1.5;
     let root = BitMapBackend::new(path, (1100, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
+    let rates: Vec<String> = r.rates.iter().map(|x| format!("{x:.0}")).collect();
     let title = format!(
-        "{} at {:.0} req/s: tail latency vs connections",
+        "{} at {} req/s: tail latency vs connections",
         r.workload.as_ref().map_or("workload", |w| w.name.as_str()),
-        r.rate
+        rates.join("/")
     );
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))

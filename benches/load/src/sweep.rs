@@ -46,6 +46,18 @@ pub fn parse_conns(s: &str) -> Result<Vec<usize>> {
     Ok(v)
 }
 
+/// The rate of each of `n` counts: one rate for all, or one each; all positive.
+pub fn rates_per_count(rates: &[f64], n: usize) -> Result<Vec<f64>> {
+    if let Some(r) = rates.iter().find(|r| !(**r > 0.0 && r.is_finite())) {
+        bail!("rates must be positive, got {r}");
+    }
+    match rates.len() {
+        1 => Ok(vec![rates[0]; n]),
+        k if k == n => Ok(rates.to_vec()),
+        k => bail!("{k} rates for {n} connection counts: give one rate, or one per count"),
+    }
+}
+
 /// Whether the generator kept its schedule in one step, and why not.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct GeneratorVerdict {
@@ -172,7 +184,8 @@ pub struct SweepReport {
     pub loadavg_end: String,
     pub nofile: Nofile,
     pub workload: Option<Workload>,
-    pub rate: f64,
+    /// The rate of each connection count, in the order of the counts.
+    pub rates: Vec<f64>,
     pub step_seconds: f64,
     pub threads: usize,
     pub servers: Vec<SweepServer>,
@@ -190,7 +203,8 @@ pub struct SweepConfig {
     /// Its `connections` is replaced by each count of the sweep.
     pub client: ClientConfig,
     pub conns: Vec<usize>,
-    pub rate: f64,
+    /// One rate for every count, or one per count.
+    pub rates: Vec<f64>,
     pub step: Duration,
     pub prefill_conns: usize,
     /// Idle connections for the resident-set measurement (0: skip it).
@@ -238,9 +252,7 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
     if cfg.servers.is_empty() || cfg.conns.is_empty() {
         bail!("need at least one server and one connection count");
     }
-    if !(cfg.rate > 0.0 && cfg.rate.is_finite()) {
-        bail!("the sweep's rate must be positive, got {}", cfg.rate);
-    }
+    let rates = rates_per_count(&cfg.rates, cfg.conns.len())?;
     cfg.workload.validate()?;
     std::fs::create_dir_all(&cfg.out).with_context(|| format!("creating {}", cfg.out.display()))?;
     let most = cfg.conns.iter().copied().max().unwrap_or(0).max(cfg.idle_conns) as u64;
@@ -255,7 +267,7 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
         loadavg_start: loadavg(),
         nofile: nofile.clone(),
         workload: Some(cfg.workload.clone()),
-        rate: cfg.rate,
+        rates: rates.clone(),
         step_seconds: cfg.step.as_secs_f64(),
         threads: cfg.client.threads,
         servers: cfg.servers.iter().map(|s| SweepServer { name: s.name.clone(), command: s.command_line() }).collect(),
@@ -283,6 +295,34 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
             .with_context(|| format!("prefilling {}", srv.name))?;
         say(&pb, format!("prefilled {} with {} keys in {:.1} s", srv.name, p.stored, p.seconds));
     }
+    // Idle connections first, on fresh servers (after the prefill): once a step has held
+    // thousands of busy connections, the allocator keeps what it freed and the difference shows nothing.
+    if cfg.idle_conns > 0 {
+        if fits(cfg.idle_conns) {
+            for srv in running.iter_mut() {
+                pb.set_message(format!("{}: RSS with {} idle connections", srv.name, cfg.idle_conns));
+                let idle = idle_rss(&srv.name, srv.addr, srv.pid, cfg.idle_conns)?;
+                say(
+                    &pb,
+                    format!(
+                        "{}: RSS {:.1} MiB -> {:.1} MiB with {} idle connections ({:.0} bytes each)",
+                        idle.server,
+                        idle.rss_before_kb as f64 / 1024.0,
+                        idle.rss_idle_kb as f64 / 1024.0,
+                        idle.connections,
+                        idle.bytes_per_conn
+                    ),
+                );
+                r.idle.push(idle);
+                std::thread::sleep(Duration::from_millis(300));
+            }
+        } else {
+            r.skipped.push(format!(
+                "idle RSS with {} connections skipped: the open-file limit is {}",
+                cfg.idle_conns, nofile.soft
+            ));
+        }
+    }
     let ns = cfg.servers.len();
     for (round, &conns) in cfg.conns.iter().enumerate() {
         if !fits(conns) {
@@ -290,6 +330,7 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
             continue;
         }
         let order: Vec<usize> = if round.is_multiple_of(2) { (0..ns).collect() } else { (0..ns).rev().collect() };
+        let rate = rates[round];
         for i in order {
             let srv = &mut running[i];
             if !srv.alive() {
@@ -298,9 +339,9 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
             let mut client = cfg.client.clone();
             client.addr = srv.addr;
             client.connections = conns.max(client.threads);
-            let label = format!("{} at {conns} connections, {:.0} req/s", srv.name, cfg.rate);
+            let label = format!("{} at {conns} connections, {rate:.0} req/s", srv.name);
             pb.set_message(label.clone());
-            let step = run_step(&client, &cfg.workload, cfg.rate, cfg.step, Some(srv.pid), |iv| {
+            let step = run_step(&client, &cfg.workload, rate, cfg.step, Some(srv.pid), |iv| {
                 pb.set_message(format!("{label}: p99.9 {:.3} ms", iv.latency.p999_us / 1000.0));
             })
             .with_context(|| label.clone())?;
@@ -328,32 +369,6 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
         // Partial results survive a later failure.
         write_sweep(&cfg.out, &r)?;
     }
-    if cfg.idle_conns > 0 {
-        if fits(cfg.idle_conns) {
-            for srv in running.iter_mut() {
-                pb.set_message(format!("{}: RSS with {} idle connections", srv.name, cfg.idle_conns));
-                let idle = idle_rss(&srv.name, srv.addr, srv.pid, cfg.idle_conns)?;
-                say(
-                    &pb,
-                    format!(
-                        "{}: RSS {:.1} MiB -> {:.1} MiB with {} idle connections ({:.0} bytes each)",
-                        idle.server,
-                        idle.rss_before_kb as f64 / 1024.0,
-                        idle.rss_idle_kb as f64 / 1024.0,
-                        idle.connections,
-                        idle.bytes_per_conn
-                    ),
-                );
-                r.idle.push(idle);
-                std::thread::sleep(Duration::from_millis(300));
-            }
-        } else {
-            r.skipped.push(format!(
-                "idle RSS with {} connections skipped: the open-file limit is {}",
-                cfg.idle_conns, nofile.soft
-            ));
-        }
-    }
     drop(running);
     r.loadavg_end = loadavg();
     pb.finish_and_clear();
@@ -370,7 +385,7 @@ fn points_of<'a>(r: &'a SweepReport, server: &'a str) -> impl Iterator<Item = &'
 pub fn sweep_markdown(r: &SweepReport) -> String {
     let base = r.servers.first().map(|s| s.name.as_str()).unwrap_or("");
     let mut s = format!(
-        "| connections | server | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | p99.9 x {base} | server us/req | CPU x {base} | server RSS MiB | generator lag p99.9 ms | sent > 1 ms late | generator kept schedule |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| connections | server | target req/s | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | p99.9 x {base} | server us/req | CPU x {base} | server RSS MiB | generator lag p99.9 ms | sent > 1 ms late | generator kept schedule |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     let mut counts: Vec<usize> = r.points.iter().map(|p| p.connections).collect();
     counts.dedup();
@@ -389,8 +404,9 @@ pub fn sweep_markdown(r: &SweepReport) -> String {
                     _ => "-".into(),
                 };
                 s.push_str(&format!(
-                    "| {n} | {} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {cpu_ratio} | {} | {:.3} | {:.3}% | {} |\n",
+                    "| {n} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {cpu_ratio} | {} | {:.3} | {:.3}% | {} |\n",
                     p.server,
+                    st.target_rate,
                     st.achieved_rate,
                     l.p50_us / 1000.0,
                     l.p99_us / 1000.0,
@@ -411,7 +427,7 @@ pub fn sweep_markdown(r: &SweepReport) -> String {
 
 fn full_markdown(r: &SweepReport) -> String {
     let mut md = format!(
-        "# Connection sweep\n\nCommand: `{}`\n\nMachine: {} ({} cores, kernel {}); load average {} at the start, {} at the end.\n\nOpen files: soft limit {} (was {}), hard {}.\n\n{:.0} req/s, {} s per step, {} generator thread(s); the servers alternate which goes first at each count.\n\n",
+        "# Connection sweep\n\nCommand: `{}`\n\nMachine: {} ({} cores, kernel {}); load average {} at the start, {} at the end.\n\nOpen files: soft limit {} (was {}), hard {}.\n\n{:?} req/s, {} s per step, {} generator thread(s); the servers alternate which goes first at each count.\n\n",
         r.command,
         r.machine.cpu_model,
         r.machine.cores,
@@ -421,7 +437,7 @@ fn full_markdown(r: &SweepReport) -> String {
         r.nofile.soft,
         r.nofile.soft_before,
         r.nofile.hard,
-        r.rate,
+        r.rates,
         r.step_seconds,
         r.threads,
     );

@@ -6,7 +6,9 @@ use std::time::Duration;
 use segcache_bench::client::{late_fraction, ClientConfig, StepResult, LATE_NS};
 use segcache_bench::histo;
 use segcache_bench::server::ServerSpec;
-use segcache_bench::sweep::{judge_generator, parse_conns, read_sweep, run_sweep, SweepConfig, MAX_LATE_FRACTION};
+use segcache_bench::sweep::{
+    judge_generator, parse_conns, rates_per_count, read_sweep, run_sweep, SweepConfig, MAX_LATE_FRACTION,
+};
 use segcache_bench::workload::Workload;
 
 fn free_port() -> u16 {
@@ -32,6 +34,10 @@ fn connection_lists_parse_with_k_suffixes() {
     for bad in ["", "0", "16,,32", "abc", "1k5", "16,16", "-3"] {
         assert!(parse_conns(bad).is_err(), "{bad:?} should be rejected");
     }
+    assert_eq!(rates_per_count(&[40e3], 3).unwrap(), vec![40e3; 3]);
+    assert_eq!(rates_per_count(&[40e3, 40e3, 20e3], 3).unwrap(), vec![40e3, 40e3, 20e3]);
+    assert!(rates_per_count(&[40e3, 20e3], 3).is_err());
+    assert!(rates_per_count(&[0.0], 1).is_err());
 }
 
 #[test]
@@ -91,7 +97,7 @@ fn a_sweep_runs_every_server_at_every_count_and_writes_its_outputs() {
         servers: vec![mock_spec("base", 0), mock_spec("other", 0)],
         client: ClientConfig::new("127.0.0.1:1".parse().unwrap()),
         conns: vec![4, 40],
-        rate: 400.0,
+        rates: vec![400.0],
         step: Duration::from_millis(500),
         prefill_conns: 2,
         idle_conns: 60,
