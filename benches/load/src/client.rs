@@ -650,6 +650,9 @@ pub fn run_step(
         }
         bail!("{e}");
     }
+    // Thousands of fresh connections: let the server accept and register them all before the
+    // first send, so the step measures serving them, not their hand-off (1 s at 10,000).
+    std::thread::sleep(Duration::from_millis((cfg.connections as u64 / 10).min(1000)));
     let server_cpu0 = server_pid.map(cpu::process_cpu).transpose().context("reading server CPU")?;
     let self_cpu0 = cpu::self_cpu()?;
     // A small head start so every worker has its start time before the first send is due.
