@@ -376,6 +376,18 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
     Ok(r)
 }
 
+/// The median over the step's intervals of their p99.9 (microseconds): a tail that one stall
+/// of the shared machine in one interval does not set. None without intervals.
+pub fn median_interval_p999(step: &StepResult) -> Option<f64> {
+    let mut v: Vec<f64> = step.intervals.iter().filter(|i| i.latency.count > 0).map(|i| i.latency.p999_us).collect();
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let m = v.len() / 2;
+    Some(if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
+}
+
 fn points_of<'a>(r: &'a SweepReport, server: &'a str) -> impl Iterator<Item = &'a SweepPoint> + 'a {
     r.points.iter().filter(move |p| p.server == server)
 }
@@ -385,7 +397,7 @@ fn points_of<'a>(r: &'a SweepReport, server: &'a str) -> impl Iterator<Item = &'
 pub fn sweep_markdown(r: &SweepReport) -> String {
     let base = r.servers.first().map(|s| s.name.as_str()).unwrap_or("");
     let mut s = format!(
-        "| connections | server | target req/s | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | p99.9 x {base} | server us/req | CPU x {base} | server RSS MiB | generator lag p99.9 ms | sent > 1 ms late | generator kept schedule |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "| connections | server | target req/s | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | p99.9 x {base} | median 1 s p99.9 ms | server us/req | CPU x {base} | server RSS MiB | generator lag p99.9 ms | sent > 1 ms late | generator kept schedule |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
     );
     let mut counts: Vec<usize> = r.points.iter().map(|p| p.connections).collect();
     counts.dedup();
@@ -404,7 +416,7 @@ pub fn sweep_markdown(r: &SweepReport) -> String {
                     _ => "-".into(),
                 };
                 s.push_str(&format!(
-                    "| {n} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {cpu_ratio} | {} | {:.3} | {:.3}% | {} |\n",
+                    "| {n} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {cpu_ratio} | {} | {:.3} | {:.3}% | {} |\n",
                     p.server,
                     st.target_rate,
                     st.achieved_rate,
@@ -413,6 +425,7 @@ pub fn sweep_markdown(r: &SweepReport) -> String {
                     l.p999_us / 1000.0,
                     l.p9999_us / 1000.0,
                     ratio(l.p999_us, b.map(|b| b.step.latency.p999_us)),
+                    median_interval_p999(st).map_or("-".into(), |m| format!("{:.3}", m / 1000.0)),
                     st.server_cpu_us_per_req.map_or("-".into(), |c| format!("{c:.1}")),
                     st.server_rss_kb.map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
                     st.send_lag.p999_us / 1000.0,

@@ -62,6 +62,24 @@ fn step(rate: f64, secs: f64, sent: u64, late: f64) -> StepResult {
 }
 
 #[test]
+fn the_interval_median_ignores_one_stalled_second() {
+    use segcache_bench::client::IntervalResult;
+    use segcache_bench::sweep::median_interval_p999;
+    let iv = |p999: f64| {
+        let mut i = IntervalResult::default();
+        i.latency.count = 100;
+        i.latency.p999_us = p999;
+        i
+    };
+    let mut s = StepResult::default();
+    assert_eq!(median_interval_p999(&s), None);
+    s.intervals = vec![iv(500.0), iv(50_000.0), iv(700.0)];
+    assert_eq!(median_interval_p999(&s), Some(700.0));
+    s.intervals.push(iv(900.0));
+    assert_eq!(median_interval_p999(&s), Some(800.0));
+}
+
+#[test]
 fn the_verdict_flags_a_generator_that_fell_behind() {
     // On time: every scheduled request sent (one short per thread is the schedule's rounding).
     let ok = judge_generator(&step(40_000.0, 10.0, 399_999, 0.0004), 1000, 1);
