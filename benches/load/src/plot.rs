@@ -185,7 +185,8 @@ pub fn plot_sweep(path: &Path, r: &crate::sweep::SweepReport) -> Result<()> {
     chart
         .configure_mesh()
         .x_desc("connections (log)")
-        .y_desc("latency (ms, log)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_desc("latency (ms, log); a cross: the generator fell behind")
         .label_style(("sans-serif", 14))
         .light_line_style(RGBColor(240, 240, 240))
         .draw()
