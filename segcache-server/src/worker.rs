@@ -416,16 +416,24 @@ impl Conn {
         self.out.len() - self.sent
     }
 
-    /// Gives back to `pool` the buffers that hold nothing (between requests, output written).
+    /// Gives back to `pool` the buffers of [`INITIAL_BUF`] bytes that hold nothing (between
+    /// requests, output written); past [`POOL_MAX`] spares they are freed. A buffer grown for
+    /// large values stays with its connection (up to `KEEP_BUF`), as before.
     fn park(&mut self, pool: &mut BufPool) {
-        if self.start == self.end && self.buf.len() == INITIAL_BUF && pool.input.len() < POOL_MAX {
+        if self.start == self.end && self.buf.len() == INITIAL_BUF {
             self.start = 0;
             self.end = 0;
-            pool.input.push(std::mem::take(&mut self.buf));
+            let buf = std::mem::take(&mut self.buf);
+            if pool.input.len() < POOL_MAX {
+                pool.input.push(buf);
+            }
         }
-        if self.out.is_empty() && self.out.capacity() == INITIAL_BUF && pool.output.len() < POOL_MAX {
+        if self.out.is_empty() && self.out.capacity() == INITIAL_BUF {
             self.sent = 0;
-            pool.output.push(std::mem::take(&mut self.out));
+            let out = std::mem::take(&mut self.out);
+            if pool.output.len() < POOL_MAX {
+                pool.output.push(out);
+            }
         }
     }
 
