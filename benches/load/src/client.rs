@@ -24,6 +24,9 @@ use crate::workload::{Generator, Workload};
 const TIMER: Token = Token(usize::MAX - 1);
 /// The longest a worker blocks in epoll, so timeouts and intervals are checked regularly.
 const MAX_BLOCK: Duration = Duration::from_millis(5);
+/// How often every connection is checked for a timed-out request: a scan of all connections
+/// each loop turn costs more than the sends themselves at thousands of connections.
+const TIMEOUT_SCAN: Duration = Duration::from_millis(10);
 
 /// How the client connects and paces.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -173,6 +176,25 @@ pub struct StepResult {
     pub server_cpu_us_per_req: Option<f64>,
     /// The harness sent on time (send lag p99.9 under the limit) and sent every scheduled request.
     pub kept_schedule: bool,
+    /// Fraction of the sampled sends the harness made more than [`LATE_NS`] after their due
+    /// time. Above 0.1% the step's p99.9 holds the generator's lateness, not only the server's.
+    #[serde(default)]
+    pub late_fraction: f64,
+    /// The server's largest resident set (VmRSS, KiB) seen at the step's interval ends.
+    #[serde(default)]
+    pub server_rss_kb: Option<u64>,
+}
+
+/// A send more than this late (1 ms) counts in [`StepResult::late_fraction`].
+pub const LATE_NS: u64 = 1_000_000;
+
+/// Fraction of the samples in `lag` (nanoseconds) above [`LATE_NS`].
+pub fn late_fraction(lag: &Histogram<u64>) -> f64 {
+    if lag.is_empty() {
+        return 0.0;
+    }
+    // count_between covers whole buckets: start at the first bucket past the limit's.
+    lag.count_between(lag.next_non_equivalent(LATE_NS), histo::MAX_NS) as f64 / lag.len() as f64
 }
 
 struct InFlight {
@@ -537,6 +559,7 @@ impl Worker {
         let mut rr = 0usize;
         let mut scheduling = true;
         let mut ivl_idx = 0u64;
+        let mut last_scan = start;
         let n = self.conns.len();
         let depth = self.cfg.depth;
 
@@ -586,7 +609,11 @@ impl Worker {
             }
             // 3. Timeouts: the oldest request on each connection, and requests never sent.
             let now = Instant::now();
-            for c in 0..n {
+            let scan = now.saturating_duration_since(last_scan) >= TIMEOUT_SCAN;
+            if scan {
+                last_scan = now;
+            }
+            for c in (0..n).filter(|_| scan) {
                 let late = match self.conns[c].inflight.front() {
                     Some(f) => now.saturating_duration_since(f.due) > timeout,
                     None => false,
@@ -611,8 +638,7 @@ impl Worker {
                 ivl_idx = idx;
             }
             // 5. Done? After the end, wait for outstanding replies up to the timeout.
-            let idle = pending.is_empty() && self.conns.iter().all(|c| c.inflight.is_empty());
-            if !scheduling && idle {
+            if !scheduling && pending.is_empty() && self.conns.iter().all(|c| c.inflight.is_empty()) {
                 break;
             }
             if !scheduling && now > end + timeout {
@@ -625,7 +651,9 @@ impl Worker {
                 break;
             }
             // 6. Sleep until the next send (timerfd), a reply, or MAX_BLOCK.
-            let can_send = self.conns.iter().any(|c| c.usable() && c.inflight.len() < depth);
+            // Step 2 left requests pending only when no connection had room; when it took them
+            // all, assume one still has (a wrong guess only wakes the loop once more).
+            let can_send = pending.is_empty();
             let mut wait = MAX_BLOCK;
             if scheduling && can_send {
                 let next = sched.next_due();
@@ -756,6 +784,9 @@ pub fn run_step(
         }
         bail!("{e}");
     }
+    // Thousands of fresh connections: let the server accept and register them all before the
+    // first send, so the step measures serving them, not their hand-off (1 s at 10,000).
+    std::thread::sleep(Duration::from_millis((cfg.connections as u64 / 10).min(1000)));
     let server_cpu0 = server_pid.map(cpu::process_cpu).transpose().context("reading server CPU")?;
     let self_cpu0 = cpu::self_cpu()?;
     // A small head start so every worker has its start time before the first send is due.
@@ -770,6 +801,7 @@ pub fn run_step(
     let mut lag = histo::new_hist();
     let mut done = 0;
     let mut errors = Vec::new();
+    let mut rss_kb: Option<u64> = None;
     let ivl_s = cfg.interval_ms as f64 / 1000.0;
     while done < threads {
         let Ok(msg) = rx.recv() else { break };
@@ -790,6 +822,9 @@ pub fn run_step(
                     };
                     on_interval(&ir);
                     reported.push(ir);
+                    if let Some(kb) = server_pid.and_then(cpu::process_rss_kb) {
+                        rss_kb = Some(rss_kb.map_or(kb, |m: u64| m.max(kb)));
+                    }
                 }
             }
             Msg::Done(Ok(w)) => {
@@ -818,6 +853,10 @@ pub fn run_step(
     };
     reported.sort_by(|a, b| a.t_s.total_cmp(&b.t_s));
     let send_lag = histo::summarize(&lag);
+    let late = late_fraction(&lag);
+    if let Some(kb) = server_pid.and_then(cpu::process_rss_kb) {
+        rss_kb = Some(rss_kb.map_or(kb, |m| m.max(kb)));
+    }
     let scheduled = (rate * duration.as_secs_f64()).round() as u64;
     let kept_schedule = send_lag.p999_us <= cfg.lag_limit_us && totals.sent + threads as u64 >= scheduled;
     Ok(StepResult {
@@ -834,5 +873,7 @@ pub fn run_step(
         server_cpu_s: server_cpu,
         server_cpu_us_per_req: server_cpu.map(|s| s * 1e6 / totals.completed.max(1) as f64),
         kept_schedule,
+        late_fraction: late,
+        server_rss_kb: rss_kb,
     })
 }

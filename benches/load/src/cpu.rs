@@ -32,6 +32,17 @@ pub fn process_cpu(pid: u32) -> io::Result<Duration> {
     read_cpu(&format!("/proc/{pid}/stat"))
 }
 
+/// The resident set size (VmRSS, KiB) of process `pid`; None when it is gone.
+pub fn process_rss_kb(pid: u32) -> Option<u64> {
+    parse_vm_rss(&std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?)
+}
+
+/// Parses the `VmRSS:` line (in kB) of a /proc/<pid>/status.
+pub fn parse_vm_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmRSS:"))?;
+    line["VmRSS:".len()..].split_whitespace().next()?.parse().ok()
+}
+
 /// CPU time used so far by this process.
 pub fn self_cpu() -> io::Result<Duration> {
     read_cpu("/proc/self/stat")

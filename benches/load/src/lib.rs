@@ -18,6 +18,7 @@
 //! - [`plot`]: PNG plots of latency against throughput.
 //! - [`server`]: starting and stopping the servers under test.
 //! - [`compare`]: the memcached vs segcache-server comparison.
+//! - [`sweep`]: the connection-count sweep (tail latency vs connections, generator lateness).
 //! - [`mock`]: a mock memcache server with an injected delay, for tests.
 
 pub mod client;
@@ -32,5 +33,6 @@ pub mod ramp;
 pub mod rate;
 pub mod report;
 pub mod server;
+pub mod sweep;
 pub mod timer;
 pub mod workload;

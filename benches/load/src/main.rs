@@ -1,7 +1,7 @@
 //! segcache-bench: open-loop memcache load generator. See docs/load.md.
 
 use std::net::{SocketAddr, ToSocketAddrs};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
@@ -14,6 +14,7 @@ use segcache_bench::prefill::prefill;
 use segcache_bench::ramp::{run_ramp, RampPlan, Slo};
 use segcache_bench::report::{self, Report, ServerRun, WorkloadRun};
 use segcache_bench::server;
+use segcache_bench::sweep;
 use segcache_bench::workload::{parse_ratio, parse_value_len, Workload};
 
 #[derive(Parser)]
@@ -256,7 +257,8 @@ struct CompareArgs {
     /// Workload presets to run.
     #[arg(long, value_delimiter = ',', default_value = "momento,twitter,zipf")]
     workloads: Vec<String>,
-    /// Servers to run; the first is the baseline.
+    /// Servers to run; the first is the baseline. NAME=PATH adds another segcache-server
+    /// binary under that name (a before/after in the same run).
     #[arg(long, value_delimiter = ',', default_value = "memcached,segcache")]
     servers: Vec<String>,
     #[arg(long, default_value = "memcached")]
@@ -277,6 +279,25 @@ struct CompareArgs {
     base_port: u16,
     #[arg(long, default_value_t = 4)]
     prefill_conns: usize,
+    /// Connection-count sweep instead of the ramp, e.g. "16,1k,5k,10k": one step per count at
+    /// --rate on the first of --workloads, every server at each count; writes sweep.json,
+    /// sweep.md and sweep.png (p99.9 and p99.99 vs connections).
+    #[arg(long)]
+    conns: Option<String>,
+    /// The sweep's request rate (req/s): one for every count, or one per count ("40000,40000,40000,20000").
+    #[arg(long, value_delimiter = ',', default_value = "40000")]
+    rate: Vec<f64>,
+    /// The sweep's idle connections for the servers' RSS (default: the largest count; 0 skips it).
+    #[arg(long)]
+    idle_conns: Option<usize>,
+}
+
+/// Replaces the value of `flag` in `args`, or appends the pair.
+fn set_arg(args: &mut Vec<String>, flag: &str, value: String) {
+    match args.iter().position(|a| a == flag) {
+        Some(i) if i + 1 < args.len() => args[i + 1] = value,
+        _ => args.extend([flag.to_string(), value]),
+    }
 }
 
 #[derive(Args)]
@@ -438,11 +459,50 @@ fn main() -> Result<()> {
                 servers.push(match name.as_str() {
                     "memcached" => server::memcached(&a.memcached, port, a.server_threads, a.memory_mb, core),
                     "segcache" => server::segcache(&a.segcache, port, a.server_threads, a.memory_mb, core),
-                    other => bail!("unknown server {other:?} (expected memcached or segcache)"),
+                    other => match other.split_once('=') {
+                        // Another segcache-server build beside the first, for a before/after.
+                        Some((label, path)) if !label.is_empty() && !path.is_empty() => {
+                            let mut s = server::segcache(Path::new(path), port, a.server_threads, a.memory_mb, core);
+                            s.name = label.to_string();
+                            s
+                        }
+                        _ => bail!("unknown server {other:?} (expected memcached, segcache or NAME=PATH of a segcache-server)"),
+                    },
                 });
             }
             for s in servers.iter_mut() {
                 s.rt_priority = a.client.rt_priority;
+            }
+            if let Some(list) = &a.conns {
+                let conns = sweep::parse_conns(list)?;
+                let most = conns.iter().copied().max().unwrap_or(0);
+                let idle_conns = a.idle_conns.unwrap_or(most);
+                for s in servers.iter_mut() {
+                    // Both servers' connection limit (-c) must admit the largest count, and
+                    // both take a listen backlog (-b).
+                    set_arg(&mut s.args, "-c", (most.max(idle_conns) + 1024).to_string());
+                    set_arg(&mut s.args, "-b", "4096".to_string());
+                }
+                let name = a.workloads.first().map_or("momento", |w| w.as_str());
+                let cfg = sweep::SweepConfig {
+                    out: a.out.clone(),
+                    workload: Workload::preset(name, a.memory_mb)?,
+                    servers,
+                    client: client_config(SocketAddr::from(([127, 0, 0, 1], a.base_port)), &a.client)?,
+                    conns,
+                    rates: a.rate.clone(),
+                    step: a.plan.step_duration()?,
+                    prefill_conns: a.prefill_conns,
+                    idle_conns,
+                    command: command_line(),
+                };
+                let r = sweep::run_sweep(&cfg)?;
+                println!("{}", sweep::sweep_markdown(&r));
+                for p in r.points.iter().filter(|p| !p.generator.kept) {
+                    println!("{}: {}", p.server, p.generator.note);
+                }
+                eprintln!("wrote {}/sweep.json, sweep.md, sweep.png", a.out.display());
+                return Ok(());
             }
             let workloads = a.workloads.iter().map(|n| Workload::preset(n, a.memory_mb)).collect::<Result<Vec<_>>>()?;
             let cfg = CompareConfig {

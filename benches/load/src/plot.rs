@@ -154,6 +154,79 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, plotters::coord::Shift>, p: &Pan
     Ok(())
 }
 
+/// The sweep's chart: p99.9 and p99.99 against the connection count (both axes log), one
+/// colour per server; a cross over a point marks a step whose generator fell behind.
+pub fn plot_sweep(path: &Path, r: &crate::sweep::SweepReport) -> Result<()> {
+    register_font();
+    let err = |e: DrawingAreaErrorKind<_>| anyhow!("plot: {e}");
+    let pts: Vec<_> = r.points.iter().filter(|p| p.step.latency.count > 0).collect();
+    if pts.is_empty() {
+        return Err(anyhow!("nothing to plot"));
+    }
+    let x_min = pts.iter().map(|p| p.connections as f64).fold(f64::MAX, f64::min) / 1.5;
+    let x_max = pts.iter().map(|p| p.connections as f64).fold(1.0, f64::max) * 1.5;
+    let y_min = pts.iter().map(|p| p.step.latency.p999_us / 1000.0).fold(f64::MAX, f64::min).max(0.001) / 1.5;
+    let y_max = pts.iter().map(|p| p.step.latency.p9999_us / 1000.0).fold(0.01, f64::max).min(60_000.0) * 1.5;
+    let root = BitMapBackend::new(path, (1100, 560)).into_drawing_area();
+    root.fill(&WHITE).map_err(err)?;
+    let rates: Vec<String> = r.rates.iter().map(|x| format!("{x:.0}")).collect();
+    let title = format!(
+        "{} at {} req/s: tail latency vs connections",
+        r.workload.as_ref().map_or("workload", |w| w.name.as_str()),
+        rates.join("/")
+    );
+    let mut chart = ChartBuilder::on(&root)
+        .caption(title, ("sans-serif", 20))
+        .margin(12)
+        .x_label_area_size(40)
+        .y_label_area_size(60)
+        .build_cartesian_2d((x_min..x_max).log_scale(), (y_min..y_max).log_scale())
+        .map_err(err)?;
+    chart
+        .configure_mesh()
+        .x_desc("connections (log)")
+        .x_label_formatter(&|x| format!("{x:.0}"))
+        .y_desc("latency (ms, log); a cross: the generator fell behind")
+        .label_style(("sans-serif", 14))
+        .light_line_style(RGBColor(240, 240, 240))
+        .draw()
+        .map_err(err)?;
+    for (i, srv) in r.servers.iter().enumerate() {
+        let color = COLORS[i % COLORS.len()];
+        let mut mine: Vec<_> = pts.iter().filter(|p| p.server == srv.name).collect();
+        mine.sort_by_key(|p| p.connections);
+        type Pick = fn(&crate::sweep::SweepPoint) -> f64;
+        let series: [(&str, Pick, u32); 2] =
+            [("p99.9", |p| p.step.latency.p999_us, 3), ("p99.99", |p| p.step.latency.p9999_us, 1)];
+        for (label, get, width) in series {
+            let data: Vec<(f64, f64)> =
+                mine.iter().map(|p| (p.connections as f64, (get(p) / 1000.0).clamp(y_min, y_max))).collect();
+            chart
+                .draw_series(LineSeries::new(data.clone(), color.stroke_width(width)))
+                .map_err(err)?
+                .label(format!("{} {label}", srv.name))
+                .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(width)));
+            if width > 1 {
+                chart.draw_series(data.iter().map(|&p| Circle::new(p, 4, color.filled()))).map_err(err)?;
+            } else {
+                chart.draw_series(data.iter().map(|&p| TriangleMarker::new(p, 4, color))).map_err(err)?;
+            }
+            let late = mine.iter().zip(&data).filter(|(p, _)| !p.generator.kept).map(|(_, &d)| d);
+            chart.draw_series(late.map(|d| Cross::new(d, 8, BLACK.stroke_width(2)))).map_err(err)?;
+        }
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .background_style(WHITE.mix(0.85))
+        .border_style(BLACK)
+        .label_font(("sans-serif", 13))
+        .draw()
+        .map_err(err)?;
+    root.present().map_err(|e| anyhow!("plot: writing {}: {e}", path.display()))?;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
