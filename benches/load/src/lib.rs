@@ -18,7 +18,8 @@
 //! - [`plot`]: PNG plots of latency against throughput.
 //! - [`server`]: starting and stopping the servers under test.
 //! - [`compare`]: the memcached vs segcache-server comparison.
-//! - [`sweep`]: the connection-count sweep (tail latency vs connections, generator lateness).
+//! - [`sweep`]: the connection-count sweep (tail latency vs connections, generator lateness);
+//!   [`sweep_report`]: what it records.
 //! - [`mock`]: a mock memcache server with an injected delay, for tests.
 
 pub mod client;
@@ -34,5 +35,6 @@ pub mod rate;
 pub mod report;
 pub mod server;
 pub mod sweep;
+pub mod sweep_report;
 pub mod timer;
 pub mod workload;

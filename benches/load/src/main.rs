@@ -466,7 +466,9 @@ fn main() -> Result<()> {
                             s.name = label.to_string();
                             s
                         }
-                        _ => bail!("unknown server {other:?} (expected memcached, segcache or NAME=PATH of a segcache-server)"),
+                        _ => bail!(
+                            "unknown server {other:?} (expected memcached, segcache or NAME=PATH of a segcache-server)"
+                        ),
                     },
                 });
             }

@@ -156,7 +156,7 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, plotters::coord::Shift>, p: &Pan
 
 /// The sweep's chart: p99.9 and p99.99 against the connection count (both axes log), one
 /// colour per server; a cross over a point marks a step whose generator fell behind.
-pub fn plot_sweep(path: &Path, r: &crate::sweep::SweepReport) -> Result<()> {
+pub fn plot_sweep(path: &Path, r: &crate::sweep_report::SweepReport) -> Result<()> {
     register_font();
     let err = |e: DrawingAreaErrorKind<_>| anyhow!("plot: {e}");
     let pts: Vec<_> = r.points.iter().filter(|p| p.step.latency.count > 0).collect();
@@ -195,7 +195,7 @@ pub fn plot_sweep(path: &Path, r: &crate::sweep::SweepReport) -> Result<()> {
         let color = COLORS[i % COLORS.len()];
         let mut mine: Vec<_> = pts.iter().filter(|p| p.server == srv.name).collect();
         mine.sort_by_key(|p| p.connections);
-        type Pick = fn(&crate::sweep::SweepPoint) -> f64;
+        type Pick = fn(&crate::sweep_report::SweepPoint) -> f64;
         let series: [(&str, Pick, u32); 2] =
             [("p99.9", |p| p.step.latency.p999_us, 3), ("p99.99", |p| p.step.latency.p9999_us, 1)];
         for (label, get, width) in series {

@@ -8,14 +8,14 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
-use serde::{Deserialize, Serialize};
 
 use crate::client::{run_step, ClientConfig, StepResult, LATE_NS};
 use crate::compare::{now_unix, progress_bar, say};
 use crate::cpu;
 use crate::prefill::prefill;
-use crate::report::{self, Machine};
+use crate::report;
 use crate::server::ServerSpec;
+pub use crate::sweep_report::{GeneratorVerdict, IdleRss, Nofile, SweepPoint, SweepReport, SweepServer};
 use crate::workload::Workload;
 
 /// More sends than this fraction over [`LATE_NS`] late and a step's p99.9 measures the
@@ -56,19 +56,6 @@ pub fn rates_per_count(rates: &[f64], n: usize) -> Result<Vec<f64>> {
         k if k == n => Ok(rates.to_vec()),
         k => bail!("{k} rates for {n} connection counts: give one rate, or one per count"),
     }
-}
-
-/// Whether the generator kept its schedule in one step, and why not.
-#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
-pub struct GeneratorVerdict {
-    pub kept: bool,
-    pub scheduled: u64,
-    pub sent: u64,
-    pub lag_p999_us: f64,
-    pub late_fraction: f64,
-    pub cpu_util: f64,
-    /// One line for people: what went wrong, or that it kept up.
-    pub note: String,
 }
 
 /// Judges the generator's own timeliness in `step` at `conns` connections with `threads`
@@ -119,14 +106,6 @@ pub fn judge_generator(step: &StepResult, conns: usize, threads: usize) -> Gener
     }
 }
 
-/// The open-file limit, before and after the harness raised its soft limit.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct Nofile {
-    pub soft_before: u64,
-    pub soft: u64,
-    pub hard: u64,
-}
-
 /// Raises the soft RLIMIT_NOFILE to `want` (at most the hard limit). The servers the harness
 /// starts inherit it.
 pub fn raise_nofile(want: u64) -> Result<Nofile> {
@@ -148,53 +127,6 @@ pub fn raise_nofile(want: u64) -> Result<Nofile> {
     Ok(Nofile { soft_before: before, soft: target.max(before), hard })
 }
 
-/// One server at one connection count.
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct SweepPoint {
-    pub connections: usize,
-    pub server: String,
-    pub step: StepResult,
-    pub generator: GeneratorVerdict,
-}
-
-/// A server's resident set with many idle connections open (each has served one `version`).
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct IdleRss {
-    pub server: String,
-    pub connections: usize,
-    pub rss_before_kb: u64,
-    pub rss_idle_kb: u64,
-    pub bytes_per_conn: f64,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct SweepServer {
-    pub name: String,
-    pub command: String,
-}
-
-#[derive(Clone, Debug, Default, Serialize, Deserialize)]
-pub struct SweepReport {
-    pub tool: String,
-    pub command: String,
-    pub started_unix: u64,
-    pub machine: Machine,
-    /// The 1-minute load average when the sweep started (other work on the machine).
-    pub loadavg_start: String,
-    pub loadavg_end: String,
-    pub nofile: Nofile,
-    pub workload: Option<Workload>,
-    /// The rate of each connection count, in the order of the counts.
-    pub rates: Vec<f64>,
-    pub step_seconds: f64,
-    pub threads: usize,
-    pub servers: Vec<SweepServer>,
-    pub points: Vec<SweepPoint>,
-    /// Connection counts not run, and why (the open-file limit).
-    pub skipped: Vec<String>,
-    pub idle: Vec<IdleRss>,
-}
-
 pub struct SweepConfig {
     pub out: PathBuf,
     pub workload: Workload,
@@ -213,7 +145,12 @@ pub struct SweepConfig {
 }
 
 fn loadavg() -> String {
-    std::fs::read_to_string("/proc/loadavg").unwrap_or_default().split_whitespace().take(3).collect::<Vec<_>>().join(" ")
+    std::fs::read_to_string("/proc/loadavg")
+        .unwrap_or_default()
+        .split_whitespace()
+        .take(3)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// Opens `n` connections to `addr`, has each answer one `version`, and measures `pid`'s
