@@ -21,6 +21,7 @@
 //!   documents the same): keep loaders acyclic.
 //! - Single flight is per process: two processes sharing a cache file may both load a key.
 
+use std::convert::Infallible;
 use std::fmt;
 use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -71,6 +72,14 @@ impl<E: std::error::Error + 'static> std::error::Error for LoadError<E> {
 impl<E> From<Error> for LoadError<E> {
     fn from(e: Error) -> Self {
         LoadError::Cache(e)
+    }
+}
+
+/// The error of a load whose loader cannot fail.
+fn cache_error(e: LoadError<Infallible>) -> Error {
+    match e {
+        LoadError::Cache(e) => e,
+        LoadError::Loader(never) => match never {},
     }
 }
 
@@ -226,10 +235,7 @@ impl SharedCache {
         ttl: Duration,
         loader: impl FnOnce() -> Vec<u8>,
     ) -> Result<OwnedItem, Error> {
-        self.try_get_or_insert_with(key, ttl, || Ok::<_, std::convert::Infallible>(loader())).map_err(|e| match e {
-            LoadError::Cache(e) => e,
-            LoadError::Loader(never) => match never {},
-        })
+        self.try_get_or_insert_with(key, ttl, || Ok::<_, Infallible>(loader())).map_err(cache_error)
     }
 
     /// [`get_or_insert_with`](SharedCache::get_or_insert_with) with a loader that may fail.
@@ -336,10 +342,7 @@ impl Segcache {
         ttl: Duration,
         loader: impl FnOnce() -> Vec<u8>,
     ) -> Result<OwnedItem, Error> {
-        self.try_get_or_insert_with(key, ttl, || Ok::<_, std::convert::Infallible>(loader())).map_err(|e| match e {
-            LoadError::Cache(e) => e,
-            LoadError::Loader(never) => match never {},
-        })
+        self.try_get_or_insert_with(key, ttl, || Ok::<_, Infallible>(loader())).map_err(cache_error)
     }
 
     /// The single-owner form of [`SharedCache::try_get_or_insert_with`]: a failing loader's
