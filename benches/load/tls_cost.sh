@@ -35,16 +35,20 @@ trap cleanup EXIT
 )
 LISTEN="notls:127.0.0.1:$PLAIN,127.0.0.1:$TLS"
 SSL="ssl_chain_cert=$OUT/srv.crt,ssl_key=$OUT/srv.key"
+# Starts segcache or memcached on core 0 with both listeners; its pid in PID.
+start_server() {
+  if [ "$1" = segcache ]; then
+    chrt -f 50 taskset -c 0 "$S" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 --no-pin -m 64 >/dev/null 2>&1 &
+  else
+    chrt -f 50 taskset -c 0 "$MC" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 -U 0 -m 64 >/dev/null 2>&1 &
+  fi
+  PID=$!
+  sleep 1
+}
 COMMON=(--rate "$RATE" --duration-s 10 --workload momento --connections 16 --pin-cores 1 --rt-priority 60)
 for round in $(seq 1 "$ROUNDS"); do
   for server in segcache memcached; do
-    if [ "$server" = segcache ]; then
-      chrt -f 50 taskset -c 0 "$S" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 --no-pin -m 64 >/dev/null 2>&1 &
-    else
-      chrt -f 50 taskset -c 0 "$MC" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 -U 0 -m 64 >/dev/null 2>&1 &
-    fi
-    PID=$!
-    sleep 1
+    start_server "$server"
     "$B" run --server "127.0.0.1:$PLAIN" --server-pid "$PID" --prefill "${COMMON[@]}" \
       --json "$OUT/$server-plain-$round.json" >/dev/null 2>&1
     "$B" run --server "127.0.0.1:$TLS" --server-pid "$PID" --tls-ca "$OUT/ca.crt" "${COMMON[@]}" \
@@ -55,13 +59,7 @@ done
 if [ "${TLS_RAMP:-0}" = 1 ]; then
   STEP="${RAMP_STEP:-10000}"
   for server in segcache memcached; do
-    if [ "$server" = segcache ]; then
-      chrt -f 50 taskset -c 0 "$S" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 --no-pin -m 64 >/dev/null 2>&1 &
-    else
-      chrt -f 50 taskset -c 0 "$MC" -u root -Z -p "$TLS" -l "$LISTEN" -o "$SSL" -t 1 -U 0 -m 64 >/dev/null 2>&1 &
-    fi
-    PID=$!
-    sleep 1
+    start_server "$server"
     RAMP=(--server-pid "$PID" --prefill --prefill-server "127.0.0.1:$PLAIN" --workload momento --connections 16
           --pin-cores 1 --rt-priority 60 --start "$STEP" --step "$STEP" --stop 300000)
     "$B" ramp --server "127.0.0.1:$PLAIN" --name "$server-plain" "${RAMP[@]}" --out "$OUT/ramp-$server-plain" \
