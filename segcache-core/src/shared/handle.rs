@@ -945,6 +945,13 @@ impl SharedCache {
     /// Segments dropped as corrupt (with their items) since the cache was opened: by the
     /// rebuild after a crash, or by the checks of a lazily verified reopen (`Builder::lazy_verify`,
     /// which may drop some at the first write).
+    ///
+    /// # Examples
+    /// ```
+    /// let cache = segcache_core::Builder::new().heap_size(8 << 20).build_shared()?;
+    /// assert_eq!(cache.dropped_segments(), 0); // a fresh cache dropped nothing
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
     pub fn dropped_segments(&self) -> u64 {
         if self.origin.forked() {
             return 0;
