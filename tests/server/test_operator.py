@@ -611,11 +611,12 @@ EVICTION_LINE = re.compile(rb"ts=\d+\.\d+ gid=\d+ type=eviction key=(ev\d{6}) fe
 
 def test_watch_evictions_names_each_evicted_item(pair):
     """`watch evictions` streams one memcached-shaped line per evicted item; every key named is
-    gone, and this server reports as many as its `evictions` count grew by (while nothing is
-    skipped)."""
+    gone, and this server reports as many as its `evictions` count grew by, less the lines its
+    watchers missed (`skipped=N`)."""
     value = b"v" * 1000
     for proc in pair:
-        before = int(stat_map(talk(proc.port, b"stats\r\n"))["evictions"])
+        stats = stat_map(talk(proc.port, b"stats\r\n"))
+        before, skipped_before = int(stats["evictions"]), int(stats["log_watcher_skipped"])
         with socket.create_connection(("127.0.0.1", proc.port), timeout=10) as w:
             w.sendall(b"watch evictions\r\n")
             assert w.recv(100) == b"OK\r\n"
@@ -642,7 +643,9 @@ def test_watch_evictions_names_each_evicted_item(pair):
             assert m, (proc.name, line)
             keys.append(m.group(1))
         if proc.name == "segcache-server":
-            skipped = int(stat_map(talk(proc.port, b"stats\r\n"))["log_watcher_skipped"])
-            assert len(keys) + skipped == evicted and missed <= skipped, (len(keys), evicted, skipped, missed)
+            # (Other watchers of the module's server may miss lines meanwhile too.)
+            skipped = int(stat_map(talk(proc.port, b"stats\r\n"))["log_watcher_skipped"]) - skipped_before
+            assert len(keys) + missed <= evicted and missed <= skipped, (len(keys), evicted, skipped, missed)
+            assert skipped > 0 or len(keys) == evicted, (len(keys), evicted)
         gone = talk(proc.port, b"".join(b"mg %s v\r\n" % k for k in keys[:50]))
         assert gone == b"EN\r\n" * len(keys[:50]), proc.name
