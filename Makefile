@@ -15,10 +15,11 @@ test: deps lint doc test-rust fuzz-build test-c test-python test-server test-cli
 	@echo "make test: every suite passed"
 
 # Debian packages the suites use: memcached (peer), libmemcached-tools (memccapable),
-# nutcracker (twemproxy), valgrind, pkg-config, cmake (the C library's find_package test).
+# nutcracker (twemproxy), valgrind, pkg-config, cmake (the C library's find_package test), and
+# Ruby's dalli and PHP's memcached extension (test_auth.py logs in with them over SASL).
 deps:
 	@missing=""
-	for p in memcached libmemcached-tools nutcracker valgrind pkg-config cmake; do
+	for p in memcached libmemcached-tools nutcracker valgrind pkg-config cmake ruby ruby-dalli php-cli php-memcached; do
 	  dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"
 	done
 	if [ -n "$$missing" ]; then
