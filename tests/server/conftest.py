@@ -36,6 +36,25 @@ def as_user(args) -> list[str]:
     return args if "-u" in args or "--user" in args else [*args, *ROOT_USER]
 
 
+def spawn(*args: str, wait: bool = True) -> tuple[subprocess.Popen, int]:
+    """The server on a free port with `args` (and `-u root` when root), stderr piped; with
+    `wait`, once it answers."""
+    port = free_port()
+    argv = [str(server_binary()), "-p", str(port), "-t", "2", *as_user(args)]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    if wait:
+        wait_port(port, proc)
+    return proc, port
+
+
+def stop_logged(proc: subprocess.Popen, timeout: float = 30) -> str:
+    """Stops a `spawn`ed server with SIGTERM, checks it exited cleanly; returns its log."""
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=timeout)
+    assert proc.returncode == 0, err
+    return err
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

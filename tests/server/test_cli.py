@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 from pymemcache.client.base import Client
 
-from conftest import as_user, free_port, server_binary, wait_port
+from conftest import free_port, server_binary, spawn
+from conftest import stop_logged as stop
 
 MEMCACHED = os.environ.get("SEGCACHE_MEMCACHED_BIN", "/usr/bin/memcached")
 ROOT_USER = ["-u", "root"] if os.geteuid() == 0 else []
@@ -23,19 +24,7 @@ STAMP = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z segcache-server ", 
 
 
 def start(*args: str, tcp: bool = True) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    argv = [str(server_binary()), "-p", str(port), "-t", "2", *as_user(args)]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if tcp:
-        wait_port(port, proc)
-    return proc, port
-
-
-def stop(proc: subprocess.Popen) -> str:
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=20)
-    assert proc.returncode == 0, err
-    return err
+    return spawn(*args, wait=tcp)
 
 
 def command(port_or_path, data: bytes, until: bytes = b"END\r\n") -> bytes:

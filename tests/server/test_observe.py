@@ -16,25 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import free_port, server_binary, wait_port
+from conftest import free_port, spawn
+from conftest import stop_logged as stop
 
-ROOT_USER = ["-u", "root"] if os.geteuid() == 0 else []
 
 
 def start(*args: str, wait: bool = True) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    argv = [str(server_binary()), "-p", str(port), "-t", "2", "--no-pin", *ROOT_USER, *args]
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    if wait:
-        wait_port(port, proc)
-    return proc, port
-
-
-def stop(proc: subprocess.Popen) -> str:
-    proc.send_signal(signal.SIGTERM)
-    _, err = proc.communicate(timeout=30)
-    assert proc.returncode == 0, err
-    return err
+    return spawn("--no-pin", *args, wait=wait)
 
 
 def http(port: int, path: str, host: str = "127.0.0.1", timeout: float = 5.0) -> tuple[int, str]:
