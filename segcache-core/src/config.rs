@@ -87,6 +87,7 @@ pub struct Builder {
     pub(crate) lazy_verify: bool,
     pub(crate) pad_numbers: bool,
     pub(crate) listener: Option<RemovalListener>,
+    pub(crate) multi_process: bool,
 }
 
 impl Default for Builder {
@@ -119,6 +120,7 @@ impl Builder {
             lazy_verify: false,
             pad_numbers: false,
             listener: None,
+            multi_process: false,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -259,6 +261,46 @@ impl Builder {
         self
     }
 
+    /// Share the cache file between processes (default `false`): any number of processes that
+    /// open the same [`Builder::path`] with `build_shared` read and write one cache, with the
+    /// guarantees threads have on one [`SharedCache`](crate::SharedCache). Pre-fork servers
+    /// (gunicorn, uWSGI, php-fpm, `multiprocessing` pools) keep one copy of the cache instead of
+    /// one per worker.
+    ///
+    /// - Every lock, sequence number, counter and tag summary lives in the mapping. A process
+    ///   killed at any instant, even holding a shard's lock, costs the others at most its
+    ///   write in flight: the next process to take that lock rebuilds the shard from its
+    ///   segments (a warning on stderr), and nobody waits on the dead process.
+    /// - A handle opened before `fork()` works in the children: each joins the file as a
+    ///   process of its own at its first use (or at [`SharedCache::check_fork`]).
+    /// - The first process to open the file verifies it (or rebuilds it after a crash), as a
+    ///   single process would; the last to close it closes it cleanly, for a warm restart. A
+    ///   process whose settings differ from those of the processes using the file (layout,
+    ///   policy, `pad_numbers`) gets [`Error::BadFile`](crate::Error::BadFile), and a cache
+    ///   opened without this setting [`Error::Locked`](crate::Error::Locked) while they use it.
+    /// - Readers that need a shard's lock (values over 512 bytes, `get_many`) take it
+    ///   exclusively; smaller reads take no lock, as with threads. Needs a `path`; not with
+    ///   `lazy_verify`. Linux only.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-multi", std::process::id()));
+    /// let builder = Builder::new().heap_size(8 << 20).path(&path).multi_process(true);
+    /// let a = builder.clone().build_shared()?; // as two processes would
+    /// let b = builder.build_shared()?;
+    /// a.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// assert_eq!(b.get(b"k").unwrap().value, b"v");
+    /// drop((a, b)); // the last to close leaves the file clean
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn multi_process(mut self, shared: bool) -> Self {
+        self.multi_process = shared;
+        self
+    }
+
     /// Reopening a gracefully closed file: `false` (default) checks every segment against its
     /// checksum before the open returns, so that any damage fails the open with
     /// [`Error::BadFile`] (or starts empty, with [`Builder::reset_bad_file`]). `true` checks only
@@ -390,6 +432,14 @@ impl Builder {
             if !(4..=32).contains(&p) {
                 return Err(Error::InvalidConfig(format!("hash_power must be from 4 to 32, got {p}")));
             }
+        }
+        if self.multi_process && self.path.is_none() {
+            return Err(Error::InvalidConfig("multi_process needs a path: processes share the cache's file".into()));
+        }
+        if self.multi_process && self.lazy_verify {
+            return Err(Error::InvalidConfig(
+                "lazy_verify cannot be combined with multi_process: the first process verifies the file for all".into(),
+            ));
         }
         Ok(())
     }

@@ -3,22 +3,39 @@
 //! keep a private copy of an anonymous heap; instead the child's handle refuses every operation
 //! with [`Error::Forked`](crate::Error::Forked). A `fork()` handler bumps a process-wide
 //! generation in the child, so the check is one relaxed load and a compare.
+//!
+//! A cache that processes share (`Builder::multi_process`) is the exception: its child joins the
+//! file as a process of its own at its first use (`SharedCache::attach`) and then adopts the
+//! new generation ([`Origin::adopt`]), for the handle and every engine under it at once.
 
-use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
-use std::sync::Once;
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+use std::sync::{Arc, Once};
 
 use crate::{Error, Result};
 
 /// How many `fork()`s lie between the first process that opened a cache and this one.
 static GENERATION: AtomicU32 = AtomicU32::new(0);
 
+/// This process's id, for spreading processes over the reader slots of a shared cache (0 until
+/// the first `Origin::here`).
+static SALT: AtomicUsize = AtomicUsize::new(0);
+
 extern "C" fn in_child() {
     GENERATION.fetch_add(1, Relaxed);
+    // SAFETY: `getpid` is async-signal-safe.
+    SALT.store(unsafe { libc::getpid() } as usize, Relaxed);
 }
 
-/// The process generation a cache was opened in.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Origin(u32);
+/// A number that differs between processes, cheap to read (see `ShardLock::own_slot`).
+#[inline]
+pub(crate) fn process_salt() -> usize {
+    SALT.load(Relaxed)
+}
+
+/// The process generation a cache was opened in (or, shared between processes, last joined in).
+/// Clones share it.
+#[derive(Debug, Clone)]
+pub(crate) struct Origin(Arc<AtomicU32>);
 
 impl Origin {
     /// This process's generation; registers the `fork()` handler on first use.
@@ -30,19 +47,26 @@ impl Origin {
             let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
             // Without the handler (ENOMEM only) no fork is detected; nothing else breaks.
             debug_assert_eq!(rc, 0, "pthread_atfork failed");
+            // SAFETY: `getpid` has no preconditions.
+            SALT.store(unsafe { libc::getpid() } as usize, Relaxed);
         });
-        Origin(GENERATION.load(Relaxed))
+        Origin(Arc::new(AtomicU32::new(GENERATION.load(Relaxed))))
     }
 
     /// Whether this process is a `fork()` child of the one the cache was opened in.
     #[inline]
-    pub fn forked(self) -> bool {
-        GENERATION.load(Relaxed) != self.0
+    pub fn forked(&self) -> bool {
+        GENERATION.load(Relaxed) != self.0.load(Relaxed)
+    }
+
+    /// The cache now belongs to this process (a child that joined a shared cache).
+    pub fn adopt(&self) {
+        self.0.store(GENERATION.load(Relaxed), Relaxed);
     }
 
     /// [`Error::Forked`] in a `fork()` child of the opening process.
     #[inline]
-    pub fn check(self) -> Result<()> {
+    pub fn check(&self) -> Result<()> {
         if self.forked() {
             Err(Error::Forked)
         } else {

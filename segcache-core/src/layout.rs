@@ -1,11 +1,17 @@
 //! The position-independent layout shared by anonymous and file-backed heaps.
 //!
 //! ```text
-//! [file header: 4 KiB][shard 0 metadata]..[shard N-1 metadata][pad to 2 MiB]
+//! [file header: 4 KiB][shard 0 lock]..[shard N-1 lock][shard 0 reader slots]..[shard N-1 reader slots]
+//!     [shard 0 metadata]..[shard N-1 metadata][shard 0 tag summary]..[shard N-1 tag summary][pad to 2 MiB]
 //!     [shard 0 table]..[shard N-1 table][pad to 2 MiB][shard 0 heap]..[shard N-1 heap]
 //! shard metadata = [ShardMeta][TTL buckets][segment headers]
 //! shard table    = [primary buckets][overflow pool]
 //! ```
+//!
+//! The locks, reader slots and tag summaries coordinate the processes that share a cache
+//! (`Builder::multi_process`): they live in the mapping so that every process sees the same ones.
+//! They carry nothing across a restart (the first process to open the file sets them up), so no
+//! checksum covers them. Pages of them that no process touches cost no memory.
 //!
 //! The tables sit together on 2 MiB boundaries so that huge pages back them: a lookup reads a
 //! random bucket, and with 4 KiB pages it would pay a TLB miss on top of the cache miss.
@@ -16,11 +22,16 @@
 use crate::engine::meta::ShardMeta;
 use crate::hashtable::bucket::Bucket;
 use crate::segments::header::SegHeader;
+use crate::shared::lock::ReaderSlot;
+use crate::shared::mapped::MappedLock;
 use crate::ttl;
 use crate::ttl_buckets::bucket::TtlBucket;
 
 pub const FILE_HEADER_LEN: usize = 4096;
 pub const HUGE_PAGE: usize = 2 << 20;
+/// Reader slots per shard in the mapping, for processes that share a cache: threads of every
+/// process count their reads there (see `ShardLock`).
+pub const MAPPED_SLOTS: usize = 64;
 /// Sizes of one shard.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Geometry {
@@ -55,6 +66,10 @@ impl Geometry {
     pub fn heap_len(&self) -> usize {
         self.segments * self.segment_size
     }
+    /// Bytes of one shard's tag summary (one byte per primary bucket), rounded to a cache line.
+    pub fn summary_len(&self) -> usize {
+        round_up(self.primary_buckets(), 64)
+    }
 }
 
 /// Where each part of a whole region (all shards) lies.
@@ -65,16 +80,28 @@ pub struct Layout {
 }
 
 impl Layout {
+    /// Where shard `shard`'s lock lies (one cache-line pair each).
+    pub fn lock_start(&self, shard: usize) -> usize {
+        FILE_HEADER_LEN + shard * std::mem::size_of::<MappedLock>()
+    }
+    /// Where shard `shard`'s reader slots lie.
+    pub fn slots_start(&self, shard: usize) -> usize {
+        round_up(self.lock_start(self.shards), 4096) + shard * MAPPED_SLOTS * std::mem::size_of::<ReaderSlot>()
+    }
     pub fn meta_start(&self, shard: usize) -> usize {
-        FILE_HEADER_LEN + shard * self.geometry.meta_len()
+        round_up(self.slots_start(self.shards), 4096) + shard * self.geometry.meta_len()
     }
     pub fn metas_end(&self) -> usize {
         self.meta_start(self.shards)
     }
+    /// Where shard `shard`'s tag summary lies.
+    pub fn summary_start(&self, shard: usize) -> usize {
+        self.metas_end() + shard * self.geometry.summary_len()
+    }
     /// Where shard `shard`'s table starts: 2 MiB-aligned for the first, and for every shard
     /// whose table is a multiple of 2 MiB.
     pub fn table_start(&self, shard: usize) -> usize {
-        round_up(self.metas_end(), HUGE_PAGE) + shard * self.geometry.table_len()
+        round_up(self.summary_start(self.shards), HUGE_PAGE) + shard * self.geometry.table_len()
     }
     pub fn heap_start(&self, shard: usize) -> usize {
         round_up(self.table_start(self.shards), HUGE_PAGE) + shard * self.geometry.heap_len()
@@ -105,6 +132,8 @@ mod tests {
         assert_eq!(std::mem::size_of::<Bucket>(), 64);
         assert_eq!(std::mem::size_of::<SegHeader>(), 56);
         assert_eq!(std::mem::size_of::<TtlBucket>(), 24);
+        assert_eq!(std::mem::size_of::<MappedLock>(), 128);
+        assert_eq!(std::mem::size_of::<ReaderSlot>(), 256);
     }
 
     #[test]
@@ -114,7 +143,8 @@ mod tests {
             let l = Layout { geometry: g, shards: 4 };
             assert!(g.meta_len() >= g.segs_offset() + 8 * 56);
             assert_eq!(l.meta_start(1) - l.meta_start(0), g.meta_len());
-            assert!(l.table_start(0) >= l.metas_end());
+            assert!(l.slots_start(0) >= l.lock_start(4) && l.meta_start(0) >= l.slots_start(4));
+            assert!(l.summary_start(0) >= l.metas_end() && l.table_start(0) >= l.summary_start(4));
             assert_eq!(l.table_start(0) % HUGE_PAGE, 0);
             assert_eq!(l.table_start(1) - l.table_start(0), g.table_len());
             if g.primary_buckets() * 64 >= HUGE_PAGE {

@@ -540,23 +540,24 @@ fn engine(policy: Policy, small: bool, clock: &Arc<ManualClock>) -> Builder {
     Builder::new().heap_size(heap).segment_size(16 << 10).eviction(policy).clock(clock.clone())
 }
 
-/// Runs `ops` through `Segcache` and `SharedCache` (with `shards`), each with and without a file.
+/// Runs `ops` through `Segcache` and `SharedCache` (with `shards`), each with and without a file,
+/// and through a `SharedCache` whose file processes share (its locks in the mapping).
 fn run_all(policy: Policy, small: bool, shards: usize, evicts: bool, ops: &[Op]) {
-    for file in [false, true] {
-        for shared in [false, true] {
-            let clock = ManualClock::new(T0);
-            let tmp = TempFile::new();
-            let mut b = engine(policy, small, &clock);
-            if file {
-                b = b.path(&tmp.0);
-            }
-            if shared {
-                let mut c = b.shards(shards).build_shared().unwrap();
-                run(&mut c, clock, evicts, ops.to_vec());
-            } else {
-                let mut c = b.build().unwrap();
-                run(&mut c, clock, evicts, ops.to_vec());
-            }
+    let handles =
+        [(false, false, false), (false, true, false), (true, false, false), (true, true, false), (true, true, true)];
+    for (file, shared, multi) in handles {
+        let clock = ManualClock::new(T0);
+        let tmp = TempFile::new();
+        let mut b = engine(policy, small, &clock);
+        if file {
+            b = b.path(&tmp.0).multi_process(multi);
+        }
+        if shared {
+            let mut c = b.shards(shards).build_shared().unwrap();
+            run(&mut c, clock, evicts, ops.to_vec());
+        } else {
+            let mut c = b.build().unwrap();
+            run(&mut c, clock, evicts, ops.to_vec());
         }
     }
 }

@@ -20,6 +20,7 @@ use crate::clock::Clock;
 use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::Geometry;
+use crate::persist::file::Found;
 use crate::persist::region::ShardMem;
 use crate::record::{self};
 use crate::{Builder, Policy, Result};
@@ -44,9 +45,8 @@ pub struct Segcache {
     pub(crate) policy: Policy,
     /// The shard's buckets (primary, then the overflow pool).
     pub(crate) buckets: &'static [Bucket],
-    /// The tag summary of each chain (see `table`): in process memory, not in the region, since
-    /// it is rebuilt on every open. Leaked from a `Box` so that tables can be `'static` like the
-    /// buckets; `Drop` takes it back.
+    /// The tag summary of each chain (see `table`), in the region so that processes sharing the
+    /// cache share it; rebuilt by the first process to open a file.
     pub(crate) summary: &'static [AtomicU8],
     /// S3-FIFO ghost: fingerprints of keys recently dropped from the small pool, direct-mapped.
     pub(crate) ghost: Vec<u32>,
@@ -87,13 +87,15 @@ impl Drop for Segcache {
     /// A file-backed engine takes its segments' checksums for the next open (the region, once
     /// its last engine is gone, then seals the file: see `persist::close`).
     fn drop(&mut self) {
-        if !self.origin.forked() && self.mem.region.file.as_ref().is_some_and(|f| f.active.load(Relaxed)) {
+        let sealing = self
+            .mem
+            .region
+            .file
+            .as_ref()
+            .is_some_and(|f| f.active.load(Relaxed) && f.sharing.as_ref().is_none_or(|s| s.is_last()));
+        if !self.origin.forked() && sealing {
             self.seal_for_close();
         }
-        let summary: &'static [AtomicU8] = std::mem::take(&mut self.summary);
-        // SAFETY: `summary` came from `Box::leak` in `from_mem` and is released once, here; the
-        // tables that borrowed it are temporaries of this engine's methods, all finished.
-        drop(unsafe { Box::from_raw(summary as *const [AtomicU8] as *mut [AtomicU8]) });
     }
 }
 
@@ -125,19 +127,20 @@ impl Segcache {
 
     /// An engine over `mem`; `fresh` lays out empty structures, otherwise they are used as found
     /// (a reopened file, already validated or rebuilt).
-    pub(crate) fn from_mem(mem: ShardMem, geo: Geometry, builder: &Builder, fresh: bool) -> Segcache {
+    pub(crate) fn from_mem(mem: ShardMem, geo: Geometry, builder: &Builder, found: Found) -> Segcache {
         let n = geo.primary_buckets() + geo.overflow_buckets();
         // SAFETY: `mem.buckets` points at `n` buckets inside the region that `mem` keeps alive
         // for as long as this engine exists; buckets are atomics, so shared references are sound.
         let buckets: &'static [Bucket] = unsafe { std::slice::from_raw_parts(mem.buckets, n) };
-        let summary: &'static [AtomicU8] = Box::leak((0..geo.primary_buckets()).map(|_| AtomicU8::new(0)).collect());
+        // SAFETY: as for the buckets: `mem.summary` points at one atomic byte per primary bucket.
+        let summary: &'static [AtomicU8] = unsafe { std::slice::from_raw_parts(mem.summary, geo.primary_buckets()) };
         let ghost_len = if builder.policy == Policy::S3Fifo {
             (geo.segments * geo.segment_size / 10 / 64).next_power_of_two().max(64)
         } else {
             0
         };
         let durable = mem.region.file.is_some();
-        let origin = mem.region.origin;
+        let origin = mem.region.origin.clone();
         let (cas_stride, cas_offset) = (mem.region.layout.shards as u64, mem.index as u64);
         let mut engine = Segcache {
             durable,
@@ -158,11 +161,12 @@ impl Segcache {
             scratch: Vec::new(),
             origin,
         };
-        // Metadata found in a file is left untouched until it is verified or rebuilt.
-        if fresh {
-            engine.reset(true);
-        } else {
-            engine.table().rebuild_summary();
+        // Metadata found in a file is left untouched until it is verified or rebuilt; a file that
+        // other processes use is live.
+        match found {
+            Found::Fresh => engine.reset(true),
+            Found::Clean | Found::Crashed => engine.table().rebuild_summary(),
+            Found::Joined => {}
         }
         engine
     }

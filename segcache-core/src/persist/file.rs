@@ -22,6 +22,7 @@ use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, FILE_HEADER_LEN};
 use crate::persist::header::Header;
 use crate::persist::region::{advise_huge_pages, PersistFile, Region};
+use crate::persist::share::{self, Entry, Sharing};
 use crate::{Error, Result};
 
 /// How a file was found at open.
@@ -33,6 +34,8 @@ pub(crate) enum Found {
     Clean,
     /// Not closed: rebuild the index from the segments.
     Crashed,
+    /// Live, in use by other processes (`Builder::multi_process`): use as is.
+    Joined,
 }
 
 fn io_err(path: &Path) -> impl FnOnce(std::io::Error) -> Error + '_ {
@@ -45,14 +48,43 @@ fn bad(path: &Path, reason: impl Into<String>) -> Error {
 
 /// Opens (or creates) and locks the file, checks its header and maps it. The caller verifies or
 /// rebuilds the contents according to the returned [`Found`], and on a content problem calls
-/// [`reset`] or gives up.
-pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Region, Found)> {
+/// [`reset`] or gives up. `sharing`: the settings word of a process that shares the file with
+/// others (`Builder::multi_process`); the caller ends the opening with [`opened`].
+pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool, sharing: Option<u32>) -> Result<(Region, Found)> {
     let file =
         OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io_err(path))?;
-    lock(&file, path)?;
+    let (sharing, entry) = match sharing {
+        None => {
+            lock(&file, path)?;
+            (None, Entry::First)
+        }
+        Some(settings) => {
+            let (s, entry) = Sharing::enter(path, settings)?;
+            (Some(s), entry)
+        }
+    };
     let want = Header::for_layout(&layout);
     let len = file.metadata().map_err(io_err(path))?.len();
-    let found = if len == 0 {
+    let found = if entry == Entry::Join {
+        let mut head = vec![0u8; FILE_HEADER_LEN.min(len as usize)];
+        file.read_exact_at(&mut head, 0).map_err(io_err(path))?;
+        let h = Header::decode(&head).map_err(|reason| bad(path, reason))?;
+        if let Some(reason) = h.mismatch(&want) {
+            return Err(bad(path, reason));
+        }
+        let settings = sharing.as_ref().map_or(0, |s| s.settings);
+        if h.sharing != settings {
+            return Err(bad(
+                path,
+                format!(
+                    "in use by processes with other settings: {} there, {} here",
+                    share::describe(h.sharing),
+                    share::describe(settings)
+                ),
+            ));
+        }
+        Found::Joined
+    } else if len == 0 {
         Found::Fresh
     } else {
         let mut head = vec![0u8; FILE_HEADER_LEN.min(len as usize)];
@@ -97,8 +129,9 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
         file: Some(PersistFile {
             path: path.to_path_buf(),
             _file: file,
-            active: std::sync::atomic::AtomicBool::new(false),
+            active: std::sync::atomic::AtomicBool::new(found == Found::Joined),
             closed: false,
+            sharing,
         }),
         origin: crate::fork::Origin::here(),
     };
@@ -108,8 +141,38 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool) -> Result<(Regi
 /// The contents are accepted: mark the file in use (not clean until the next graceful close).
 pub(crate) fn mark_open(region: &Region) {
     if let Some(pf) = region.file.as_ref() {
-        write_header(region, &Header::for_layout(&region.layout));
+        let mut h = Header::for_layout(&region.layout);
+        h.sharing = pf.sharing.as_ref().map_or(0, |s| s.settings);
+        write_header(region, &h);
         pf.active.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// A `fork()` child joining a shared file: the file is still the one its handle was made for
+/// (the processes using it now may have reopened it with other settings).
+pub(crate) fn check_joined(region: &Region) -> Result<()> {
+    let Some(pf) = region.file.as_ref() else { return Ok(()) };
+    let h = read_header(region).map_err(|reason| bad(&pf.path, reason))?;
+    let settings = pf.sharing.as_ref().map_or(0, |s| s.settings);
+    match h.mismatch(&Header::for_layout(&region.layout)) {
+        Some(reason) => Err(bad(&pf.path, reason)),
+        None if h.sharing != settings && h.clean == 0 => Err(bad(
+            &pf.path,
+            format!(
+                "in use by processes with other settings: {} there, {} here",
+                share::describe(h.sharing),
+                share::describe(settings)
+            ),
+        )),
+        None => Ok(()),
+    }
+}
+
+/// The opening is over: a process sharing the file lets the next one in.
+pub(crate) fn opened(region: &Region) -> Result<()> {
+    match region.file.as_ref().and_then(|pf| pf.sharing.as_ref()) {
+        Some(s) => s.opened(),
+        None => Ok(()),
     }
 }
 
@@ -167,7 +230,10 @@ fn write_header(region: &Region, h: &Header) {
 /// Graceful close: checksum of the metadata, mark clean, flush to the file. Idempotent.
 fn close_region(region: &mut Region, now: u32) -> Result<()> {
     let Some(pf) = region.file.as_ref() else { return Ok(()) };
-    if pf.closed || !pf.active.load(std::sync::atomic::Ordering::Relaxed) {
+    if pf.closed
+        || !pf.active.load(std::sync::atomic::Ordering::Relaxed)
+        || pf.sharing.as_ref().is_some_and(|s| !s.is_last())
+    {
         return Ok(());
     }
     let path = pf.path.clone();
@@ -185,19 +251,13 @@ fn close_region(region: &mut Region, now: u32) -> Result<()> {
     Ok(())
 }
 
-/// An advisory exclusive lock for as long as the file is open: a second cache (in this process
-/// or another) gets [`Error::Locked`].
+/// The users lock, exclusive, for as long as the file is open (see `share`): a second cache (in
+/// this process or another, shared between processes or not) gets [`Error::Locked`].
 fn lock(file: &File, path: &Path) -> Result<()> {
-    // SAFETY: flock on a valid, open descriptor.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc == 0 {
-        return Ok(());
-    }
-    let err = std::io::Error::last_os_error();
-    if err.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        Err(Error::Locked { path: path.to_path_buf() })
-    } else {
-        Err(Error::Io { path: path.to_path_buf(), source: err })
+    match share::byte_lock(file.as_raw_fd(), share::USERS, libc::F_WRLCK, false) {
+        Ok(true) => Ok(()),
+        Ok(false) => Err(Error::Locked { path: path.to_path_buf() }),
+        Err(source) => Err(Error::Io { path: path.to_path_buf(), source }),
     }
 }
 
@@ -211,6 +271,9 @@ impl Drop for Region {
         let now = crate::clock::Clock::now(&crate::clock::SystemClock);
         if let Err(e) = close_region(self, now) {
             eprintln!("segcache: warning: graceful close failed: {e}");
+        }
+        if let Some(s) = self.file.as_ref().and_then(|pf| pf.sharing.as_ref()) {
+            s.release();
         }
     }
 }

@@ -7,13 +7,15 @@ const MAGIC: [u8; 8] = *b"SEGCACHE";
 /// 4: records carry a 32-bit CAS counter (`record`), shards a CAS counter (`ShardMeta::next_cas`).
 /// 5: records carry a control byte (1-3 byte value lengths, stale and won bits, client-chosen CAS)
 /// and an access byte; slots a fetched bit.
+/// 7: the header names the settings of the processes sharing the file; the region holds their
+/// locks, reader slots and the tag summaries.
 ///
 /// ```
 /// // A file written by another format version is refused with `Error::BadFile`
 /// // (or started over, with `Builder::reset_bad_file`).
 /// assert!(segcache_core::FORMAT_VERSION >= 5);
 /// ```
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 
 /// The header's fields, in file order (little-endian, fixed offsets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -27,9 +29,12 @@ pub(crate) struct Header {
     pub clean: u32,
     pub meta_checksum: u64,
     pub closed_at: u32,
+    /// The settings that processes sharing the file must agree on beyond its layout (see
+    /// `Sharing`); written by the first of them, checked by the others.
+    pub sharing: u32,
 }
 
-const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4 + 4 + 8 + 4 + 8 + 4;
+const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4 + 4 + 8 + 4 + 8 + 4 + 4;
 
 impl Header {
     pub(crate) fn for_layout(layout: &Layout) -> Header {
@@ -43,6 +48,7 @@ impl Header {
             clean: 0,
             meta_checksum: 0,
             closed_at: 0,
+            sharing: 0,
         }
     }
 
@@ -59,6 +65,7 @@ impl Header {
         w.put(&self.clean.to_le_bytes());
         w.put(&self.meta_checksum.to_le_bytes());
         w.put(&self.closed_at.to_le_bytes());
+        w.put(&self.sharing.to_le_bytes());
         let sum = xxhash_rust::xxh3::xxh3_64(&b[..HEADER_BYTES]);
         b[HEADER_BYTES..].copy_from_slice(&sum.to_le_bytes());
         b
@@ -93,6 +100,7 @@ impl Header {
             clean: u32_at(44),
             meta_checksum: u64_at(48),
             closed_at: u32_at(56),
+            sharing: u32_at(60),
         })
     }
 

@@ -6,3 +6,4 @@ pub(crate) mod header;
 pub(crate) mod open;
 pub(crate) mod recover;
 pub(crate) mod region;
+pub(crate) mod share;

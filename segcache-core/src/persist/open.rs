@@ -4,9 +4,13 @@
 use std::sync::Arc;
 
 use crate::hashtable::slot::{self};
+use crate::layout::MAPPED_SLOTS;
 use crate::layout::{self, Geometry, Layout};
 use crate::persist::file::{self, Found};
 use crate::persist::region::Region;
+use crate::persist::share;
+use crate::shared::lock::ReaderSlot;
+use crate::shared::mapped::MappedLock;
 use crate::{Builder, Error, Result, Segcache, SharedCache};
 
 impl Builder {
@@ -22,6 +26,9 @@ impl Builder {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn build(self) -> Result<Segcache> {
+        if self.multi_process {
+            return Err(Error::InvalidConfig("multi_process needs the thread-safe handle: use build_shared".into()));
+        }
         let mut engines = self.open_engines(1)?;
         Ok(engines.pop().expect("one engine"))
     }
@@ -44,7 +51,7 @@ impl Builder {
     /// ```
     pub fn build_shared(self) -> Result<SharedCache> {
         let shards = self.shard_count()?;
-        Ok(SharedCache::from_engines(self.open_engines(shards)?))
+        Ok(SharedCache::from_engines(self.open_engines(shards)?, self.multi_process))
     }
 
     fn layout(&self, shards: usize) -> Result<Layout> {
@@ -71,14 +78,17 @@ impl Builder {
         let layout = self.layout(shards)?;
         let (region, found) = match &self.path {
             None => (Region::anonymous(layout)?, Found::Fresh),
-            Some(path) => file::open(path, layout, self.reset_bad_file)?,
+            Some(path) => {
+                let sharing = self.multi_process.then(|| share::settings_word(self));
+                file::open(path, layout, self.reset_bad_file, sharing)?
+            }
         };
         let region = Arc::new(region);
         let geo = layout.geometry;
         let mut engines: Vec<Segcache> =
-            (0..shards).map(|i| Segcache::from_mem(region.shard(i), geo, self, found == Found::Fresh)).collect();
+            (0..shards).map(|i| Segcache::from_mem(region.shard(i), geo, self, found)).collect();
         match found {
-            Found::Fresh => {}
+            Found::Fresh | Found::Joined => {}
             Found::Clean => {
                 // Metadata and segments are checked at once, the metadata first among the errors:
                 // a corrupt segment header can make its segment look corrupt too.
@@ -123,9 +133,35 @@ impl Builder {
                 }
             }
         }
-        file::mark_open(&region);
+        if found != Found::Joined {
+            if self.multi_process {
+                init_locks(&region)
+                    .map_err(|source| Error::Io { path: self.path.clone().unwrap_or_default(), source })?;
+            }
+            file::mark_open(&region);
+        }
+        file::opened(&region)?;
         Ok(engines)
     }
+}
+
+/// Sets up every shard's lock and empties its reader slots in the mapping, for the processes that
+/// will share the file; the first of them does it, holding the door (see `share`).
+fn init_locks(region: &Region) -> std::io::Result<()> {
+    let layout = region.layout;
+    for i in 0..layout.shards {
+        // SAFETY: both lie inside the mapping (`Layout`), and no other process uses them until
+        // this one opens the door; a zeroed reader slot is an empty one.
+        unsafe {
+            MappedLock::init(region.base().add(layout.lock_start(i)) as *mut MappedLock)?;
+            std::ptr::write_bytes(
+                region.base().add(layout.slots_start(i)),
+                0,
+                MAPPED_SLOTS * std::mem::size_of::<ReaderSlot>(),
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Verifies every engine's segments, spread over the available cores.

@@ -219,6 +219,18 @@ impl Segcache {
         (recovered, corrupt)
     }
 
+    /// After a process died holding this shard's lock (`Builder::multi_process`): whatever it
+    /// was changing may be half done, so the shard is rebuilt from its segments as after a
+    /// crash. Its write in flight is lost; everything else stays.
+    pub(crate) fn repair_after_death(&mut self) {
+        let (items, corrupt) = self.rebuild();
+        eprintln!(
+            "segcache: warning: a process died holding shard {}'s lock; the shard was rebuilt from its segments \
+             ({items} items, {corrupt} segments dropped)",
+            self.mem.index
+        );
+    }
+
     /// Points the record's key at `loc`, marking any other copy dead. `false` if the record is
     /// unreadable or there is no room for it in its hash chain.
     fn index_recovered(&mut self, loc: Loc, h: u64) -> bool {

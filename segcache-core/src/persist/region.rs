@@ -3,6 +3,7 @@
 
 use std::fs::File;
 use std::path::PathBuf;
+use std::sync::atomic::AtomicU8;
 use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -12,6 +13,8 @@ use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, HUGE_PAGE};
 use crate::segments::header::SegHeader;
+use crate::shared::lock::ReaderSlot;
+use crate::shared::mapped::MappedLock;
 use crate::ttl_buckets::bucket::TtlBucket;
 use crate::{Error, Result};
 
@@ -43,6 +46,8 @@ pub(crate) struct PersistFile {
     /// vouch for them. A file rejected at open is left exactly as it was found.
     pub active: std::sync::atomic::AtomicBool,
     pub closed: bool,
+    /// This process's membership, when processes share the file (`Builder::multi_process`).
+    pub sharing: Option<crate::persist::share::Sharing>,
 }
 
 impl Region {
@@ -73,6 +78,9 @@ impl Region {
                 ttl: base.add(meta + g.ttl_offset()) as *mut TtlBucket,
                 segs: base.add(meta + g.segs_offset()) as *mut SegHeader,
                 buckets: base.add(self.layout.table_start(i)) as *const Bucket,
+                summary: base.add(self.layout.summary_start(i)) as *const AtomicU8,
+                lock: base.add(self.layout.lock_start(i)) as *mut MappedLock,
+                slots: base.add(self.layout.slots_start(i)) as *const ReaderSlot,
                 heap: base.add(self.layout.heap_start(i)),
                 index: i,
             }
@@ -119,6 +127,11 @@ pub(crate) struct ShardMem {
     pub ttl: *mut TtlBucket,
     pub segs: *mut SegHeader,
     pub buckets: *const Bucket,
+    /// The tag summary, one byte per primary bucket.
+    pub summary: *const AtomicU8,
+    /// The shard's lock and reader slots for processes that share the cache.
+    pub lock: *mut MappedLock,
+    pub slots: *const ReaderSlot,
     pub heap: *mut u8,
     /// The shard's index in the region.
     pub index: usize,

@@ -50,6 +50,7 @@
 //!   evenly this approximates the global policy.
 
 use std::mem::MaybeUninit;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::engine::memory::prefetch;
@@ -60,9 +61,13 @@ use crate::fork::Origin;
 use crate::hash::{hash, shard_of};
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::table::Table;
+use crate::layout;
+use crate::persist::file;
+use crate::persist::region::Region;
+use crate::persist::share::Entry;
 use crate::shared::lock::{self, ShardLock};
 use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
-use crate::{Builder, Item, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
+use crate::{Builder, Error, Item, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
 ///
@@ -90,6 +95,10 @@ pub struct SharedCache {
     /// The process that opened the cache (see `fork`): checked before any lock is taken, since a
     /// `fork()` child may have inherited a lock held by one of its parent's threads.
     origin: Origin,
+    /// The memory of every shard (dropped after the engines over it).
+    region: Arc<Region>,
+    /// Held by a `fork()` child while it joins a cache shared between processes.
+    joining: Mutex<()>,
 }
 
 /// Lock-free read attempts that a writer may overlap before the reader takes the lock: after two
@@ -109,11 +118,60 @@ impl SharedCache {
         Builder::new()
     }
 
-    pub(crate) fn from_engines(engines: Vec<Segcache>) -> Self {
+    /// The handle over `engines`; `multi_process`: their locks are those in the mapping.
+    pub(crate) fn from_engines(engines: Vec<Segcache>, multi_process: bool) -> Self {
         let slots = lock::default_slots();
         let views = engines.iter().map(ShardView::of).collect();
-        let origin = engines[0].origin;
-        SharedCache { shards: engines.into_iter().map(|e| ShardLock::new(e, slots)).collect(), views, origin }
+        let origin = engines[0].origin.clone();
+        let region = Arc::clone(&engines[0].mem.region);
+        let lock = |e: Segcache| {
+            if !multi_process {
+                return ShardLock::new(e, slots);
+            }
+            // SAFETY: the lock and slots lie in the mapping (`Layout`), which the engine keeps
+            // alive as long as the `ShardLock` that holds both; the first process set them up.
+            let (lock, slots) =
+                unsafe { (&*e.mem.lock, std::slice::from_raw_parts(e.mem.slots, layout::MAPPED_SLOTS)) };
+            ShardLock::mapped(e, lock, slots, Segcache::repair_after_death)
+        };
+        let shards = engines.into_iter().map(lock).collect();
+        SharedCache { shards, views, origin, region, joining: Mutex::new(()) }
+    }
+
+    /// `Ok` in the process that opened the cache. In a `fork()` child, a cache shared between
+    /// processes joins the file as this process's own; any other fails with `Error::Forked`.
+    #[inline]
+    fn attach(&self) -> Result<()> {
+        if self.origin.forked() {
+            return self.join_after_fork();
+        }
+        Ok(())
+    }
+
+    #[inline]
+    fn attached(&self) -> bool {
+        self.attach().is_ok()
+    }
+
+    #[cold]
+    fn join_after_fork(&self) -> Result<()> {
+        let Some(sharing) = self.region.file.as_ref().and_then(|f| f.sharing.as_ref()) else {
+            return Err(Error::Forked);
+        };
+        let _joining = self.joining.lock().unwrap_or_else(|e| e.into_inner());
+        if !self.origin.forked() {
+            return Ok(());
+        }
+        if sharing.join_after_fork()? == Entry::First {
+            // The parent closed the file meanwhile, leaving it as it was: in use again.
+            file::check_joined(&self.region)?;
+            file::mark_open(&self.region);
+        } else {
+            file::check_joined(&self.region)?;
+        }
+        sharing.opened()?;
+        self.origin.adopt();
+        Ok(())
     }
 
     /// The key's hash and shard index.
@@ -135,7 +193,10 @@ impl SharedCache {
     }
 
     /// [`Error::Forked`](crate::Error::Forked) when this process is a `fork()` child of the one
-    /// that opened the cache: there, reads miss and every write fails with that error.
+    /// that opened the cache: there, reads miss and every write fails with that error. A cache
+    /// shared between processes ([`Builder::multi_process`]) instead joins the file as this
+    /// process's own, which every operation also does at its first use in the child: call this
+    /// right after `fork()` to have it done, and any error reported, at a time of your choosing.
     ///
     /// ```
     /// use segcache_core::SharedCache;
@@ -145,7 +206,7 @@ impl SharedCache {
     /// ```
     #[inline]
     pub fn check_fork(&self) -> Result<()> {
-        self.origin.check()
+        self.attach()
     }
 
     /// Number of shards.
@@ -165,9 +226,10 @@ impl SharedCache {
         &self.shards[i]
     }
 
-    /// Whether this process is a `fork()` child of the one that opened the cache.
+    /// Whether this process may not use the cache: a `fork()` child of the one that opened it,
+    /// unless it could join a cache shared between processes.
     pub(crate) fn origin_forked(&self) -> bool {
-        self.origin.forked()
+        !self.attached()
     }
 
     /// The cache clock's current time, Unix seconds.
@@ -240,7 +302,7 @@ impl SharedCache {
     /// ```
     #[inline]
     pub fn get_with_options<R>(&self, key: &[u8], opts: ReadOptions, f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
-        if self.origin.forked() {
+        if !self.attached() {
             return None;
         }
         let (h, i) = self.locate(key);
@@ -329,7 +391,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn contains(&self, key: &[u8]) -> bool {
-        if self.origin.forked() {
+        if !self.attached() {
             return false;
         }
         self.shard(key).read().contains(key)
@@ -353,7 +415,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn get_many_with(&self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'_>)) {
-        if self.origin.forked() {
+        if !self.attached() {
             return;
         }
         // Every shard lies in one region, so they all rewrite in place or none does.
@@ -500,7 +562,7 @@ impl SharedCache {
         if opts == StoreOptions::default() {
             return self.store(key, value, flags, ttl, mode);
         }
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().store_with(key, value, flags, ttl, mode, opts)
     }
     /// Removes the key if its CAS value is `cas` (see [`Segcache::delete_cas`]).
@@ -518,7 +580,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<()> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().delete_cas(key, cas)
     }
     /// Marks the item stale (see [`Segcache::invalidate`]); returns its new CAS value.
@@ -535,7 +597,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn invalidate(&self, key: &[u8], ttl: Option<Duration>, compare: Option<u64>, cas: Option<u64>) -> Result<u64> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().invalidate(key, ttl, compare, cas)
     }
     /// The key is hashed once, for its shard and its bucket. A `set` of an existing key whose
@@ -543,7 +605,7 @@ impl SharedCache {
     /// (`Segcache::rewrite_shared`), which leaves the shard's lock line alone.
     #[inline]
     fn store(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<u64> {
-        self.origin.check()?;
+        self.attach()?;
         let (h, i) = self.index(key);
         let (shard, view) = (&self.shards[i], &self.views[i]);
         let secs = crate::ttl_buckets::expire::ttl_secs(ttl);
@@ -579,7 +641,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn append(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().append(key, value)
     }
     /// Prepends to the value, keeping flags and expiry ([`Error::NotStored`](crate::Error::NotStored) if absent).
@@ -595,7 +657,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn prepend(&self, key: &[u8], value: &[u8]) -> Result<()> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().prepend(key, value)
     }
     /// Adds `delta` to a decimal value, wrapping at 2^64; returns the new value.
@@ -612,7 +674,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn incr(&self, key: &[u8], delta: u64) -> Result<u64> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().incr(key, delta)
     }
     /// Subtracts `delta` from a decimal value, stopping at 0; returns the new value.
@@ -627,7 +689,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn decr(&self, key: &[u8], delta: u64) -> Result<u64> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().decr(key, delta)
     }
     /// `incr` or `decr`, also telling whether the result outgrew the old value (see
@@ -645,7 +707,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn add_delta(&self, key: &[u8], incr: bool, delta: u64) -> Result<crate::Delta> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().add_delta(key, incr, delta)
     }
     /// Sets (or with `None` removes) the function told of each item that expires or is evicted
@@ -692,7 +754,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn append_with(&self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().append_with(key, value, opts)
     }
     /// `prepend` under `opts`; returns the CAS value the item took (see
@@ -710,7 +772,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn prepend_with(&self, key: &[u8], value: &[u8], opts: RmwOptions<'_>) -> Result<u64> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().prepend_with(key, value, opts)
     }
     /// `add_delta` under `opts` (see [`Segcache::add_delta_with`]).
@@ -728,7 +790,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn add_delta_with(&self, key: &[u8], incr: bool, delta: u64, opts: RmwOptions<'_>) -> Result<crate::Delta> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().add_delta_with(key, incr, delta, opts)
     }
     /// Removes the key ([`Error::NotFound`](crate::Error::NotFound) if absent).
@@ -744,7 +806,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn delete(&self, key: &[u8]) -> Result<()> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().delete(key)
     }
     /// Sets a new TTL ([`Error::NotFound`](crate::Error::NotFound) if absent); the CAS value stays.
@@ -763,7 +825,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn touch(&self, key: &[u8], ttl: Duration) -> Result<()> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().touch(key, ttl)
     }
     /// Sets a new TTL without counting as an access (see [`Segcache::set_ttl`]).
@@ -780,7 +842,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn set_ttl(&self, key: &[u8], ttl: Duration) -> Result<()> {
-        self.origin.check()?;
+        self.attach()?;
         self.shard(key).write().set_ttl(key, ttl)
     }
     /// Reads the item and sets its TTL in one step (memcached `gat`).
@@ -798,7 +860,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn get_and_touch(&self, key: &[u8], ttl: Duration) -> Option<OwnedItem> {
-        if self.origin.forked() {
+        if !self.attached() {
             return None;
         }
         let mut engine = self.shard(key).write();
@@ -819,7 +881,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn set_memory_limit(&self, bytes: usize) -> Result<()> {
-        self.origin.check()?;
+        self.attach()?;
         let per_shard = bytes / self.shards.len();
         if per_shard > self.shards[0].read().geo.heap_len() {
             return Err(crate::Error::InvalidConfig(format!("memory limit {bytes} is more than the heap")));
@@ -856,7 +918,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn flush(&self) {
-        if self.origin.forked() {
+        if !self.attached() {
             return;
         }
         for s in self.shards.iter() {
@@ -879,7 +941,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn flush_after(&self, delay: Duration) {
-        if self.origin.forked() {
+        if !self.attached() {
             return;
         }
         for s in self.shards.iter() {
@@ -903,7 +965,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn expire(&self) -> usize {
-        if self.origin.forked() {
+        if !self.attached() {
             return 0;
         }
         self.shards.iter().map(|s| s.write().expire()).sum()
@@ -925,7 +987,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn stats(&self) -> Stats {
-        if self.origin.forked() {
+        if !self.attached() {
             return Stats::default();
         }
         let mut total = Stats::default();
@@ -953,7 +1015,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn dropped_segments(&self) -> u64 {
-        if self.origin.forked() {
+        if !self.attached() {
             return 0;
         }
         self.shards.iter().map(|s| s.read().dropped_segments).sum()
@@ -972,7 +1034,7 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn len(&self) -> usize {
-        if self.origin.forked() {
+        if !self.attached() {
             return 0;
         }
         self.shards.iter().map(|s| s.read().len()).sum()
@@ -1011,9 +1073,9 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn close(self) -> Result<()> {
-        self.origin.check()?;
+        self.attach()?;
         let now = self.now();
-        let region = std::sync::Arc::clone(&self.shards[0].read().mem.region);
+        let region = Arc::clone(&self.region);
         drop(self);
         crate::persist::file::close_last(region, now)
     }
@@ -1062,8 +1124,19 @@ fn deliver<R>(
 
 impl Drop for SharedCache {
     /// Moves the reads counted in reader slots into each engine's own counters, which a
-    /// file-backed cache keeps across a restart.
+    /// file-backed cache keeps across a restart. A process sharing the cache with others first
+    /// finds out whether it is the last to leave: only the last moves the counts (the slots are
+    /// everybody's), and its engines and region, dropped next, close the file cleanly.
     fn drop(&mut self) {
+        if self.origin.forked() {
+            return;
+        }
+        if let Some(sharing) = self.region.file.as_ref().and_then(|f| f.sharing.as_ref()) {
+            sharing.leave();
+            if !sharing.is_last() {
+                return;
+            }
+        }
         for shard in self.shards.iter_mut() {
             let (reads, sets) = slot_counts(shard);
             shard.get_mut().count_slots(reads, sets);

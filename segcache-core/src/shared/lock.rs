@@ -26,12 +26,18 @@
 //! Each slot also carries its reader's hit and miss counters, on a line of their own so that
 //! counting a read writes no line that writers load.
 //!
+//! In a cache that processes share (`Builder::multi_process`), the lock is the shard's
+//! [`MappedLock`] in the mapping instead, taken exclusively by readers and writers alike, its
+//! sequence number serves the optimistic readers, and the reader slots (for their counters) lie
+//! in the mapping too, indexed by thread and process.
+//!
 //! The protocol is checked with loom: `RUSTFLAGS="--cfg loom" cargo test -p segcache-core --lib lock`.
 
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 
 use crate::engine::meta::ReadCounters;
+use crate::shared::mapped::{MappedLock, Taken};
 #[cfg(loom)]
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(loom)]
@@ -41,7 +47,8 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 
 /// One reader's slot, on cache lines of its own (128 bytes: adjacent-line prefetch pairs lines).
-#[repr(align(128))]
+/// All zeroes is an empty slot, as the mapping of a shared cache holds them.
+#[repr(C, align(128))]
 #[derive(Debug)]
 pub struct ReaderSlot {
     /// Read guards held through this slot.
@@ -53,6 +60,7 @@ pub struct ReaderSlot {
 }
 
 /// The counters of one reader slot.
+#[repr(C)]
 #[derive(Debug, Default)]
 pub struct SlotCounters {
     pub reads: ReadCounters,
@@ -61,7 +69,7 @@ pub struct SlotCounters {
 }
 
 /// A value on cache lines of its own.
-#[repr(align(128))]
+#[repr(C, align(128))]
 #[derive(Debug, Default)]
 pub struct Padded<T>(pub T);
 
@@ -78,6 +86,9 @@ impl ReaderSlot {
     }
 }
 
+/// Makes a shard's value whole again after a process died holding its mapped lock.
+pub type Repair<T> = fn(&mut T);
+
 /// A reader-writer lock over `T` with one reader slot per thread (see the module docs).
 #[repr(align(128))]
 pub struct ShardLock<T> {
@@ -85,7 +96,12 @@ pub struct ShardLock<T> {
     /// Bumped by each writer as it takes the lock (to odd) and as it leaves (to even), for
     /// optimistic readers.
     seq: AtomicU64,
-    slots: Box<[ReaderSlot]>,
+    /// In a cache that processes share: the lock in the mapping, and how to repair `T` after
+    /// a process died holding it.
+    mapped: Option<(&'static MappedLock, Repair<T>)>,
+    /// Boxed here, or in the mapping when `mapped` (then `owned` is false).
+    slots: &'static [ReaderSlot],
+    owned: bool,
     value: UnsafeCell<T>,
 }
 
@@ -113,16 +129,62 @@ impl<T> ShardLock<T> {
     /// `slots` is rounded up to a power of two.
     pub fn new(value: T, slots: usize) -> Self {
         let n = slots.max(1).next_power_of_two();
+        let slots: Box<[ReaderSlot]> = (0..n).map(|_| ReaderSlot::new()).collect();
         ShardLock {
             writer: AtomicBool::new(false),
             seq: AtomicU64::new(0),
-            slots: (0..n).map(|_| ReaderSlot::new()).collect(),
+            mapped: None,
+            slots: Box::leak(slots),
+            owned: true,
             value: UnsafeCell::new(value),
         }
     }
 
+    /// A lock shared with other processes: `lock` and `slots` (a power of two of them) lie in
+    /// the mapping that `value` keeps alive; `repair` makes `value` whole again after a process
+    /// died holding the lock.
+    pub fn mapped(value: T, lock: &'static MappedLock, slots: &'static [ReaderSlot], repair: Repair<T>) -> Self {
+        debug_assert!(slots.len().is_power_of_two());
+        ShardLock {
+            writer: AtomicBool::new(false),
+            seq: AtomicU64::new(0),
+            mapped: Some((lock, repair)),
+            slots,
+            owned: false,
+            value: UnsafeCell::new(value),
+        }
+    }
+
+    /// The sequence number optimistic readers watch.
+    #[inline]
+    fn seq(&self) -> &AtomicU64 {
+        match self.mapped {
+            Some((m, _)) => &m.seq,
+            None => &self.seq,
+        }
+    }
+
     pub fn read(&self) -> ReadGuard<'_, T> {
+        if let Some((m, repair)) = self.mapped {
+            self.take_mapped(m, repair);
+            return ReadGuard { lock: self, slot: self.own_slot() };
+        }
         self.read_in(thread_index())
+    }
+
+    /// Takes the mapped lock; after a holder died, repairs the shard first, with the sequence
+    /// number odd so that optimistic readers throw away what they read meanwhile.
+    fn take_mapped(&self, m: &MappedLock, repair: Repair<T>) {
+        if m.lock() == Taken::OwnerDied {
+            let s = m.seq.load(Relaxed);
+            // The dead holder may have left it odd; it must move either way.
+            m.seq.store((s | 1) + 2, Relaxed);
+            fence(Release);
+            // SAFETY: the mutex is ours: no other guard of this lock exists in any process.
+            repair(unsafe { &mut *self.value.get() });
+            m.seq.store((s | 1) + 3, Release);
+            m.mark_consistent();
+        }
     }
 
     /// A read counted in slot `index` (modulo the slots).
@@ -156,11 +218,17 @@ impl<T> ShardLock<T> {
     pub fn read_optimistic<R>(&self, tries: u32, mut read: impl FnMut() -> R) -> Option<R> {
         let mut spins = 0;
         let mut failed = 0;
+        let seq = self.seq();
         while failed < tries {
-            let before = self.seq.load(Acquire);
+            let before = seq.load(Acquire);
             if before & 1 != 0 {
                 // A writer holds the lock: wait for it rather than read what it is changing.
-                while self.seq.load(Relaxed) == before {
+                // Not for long: a writer in another process may have died holding it, and only
+                // taking the lock repairs that.
+                while seq.load(Relaxed) == before {
+                    if spins >= ODD_WAIT {
+                        return None;
+                    }
                     relax(&mut spins);
                 }
                 continue;
@@ -169,7 +237,7 @@ impl<T> ShardLock<T> {
             // Pairs with the writer's release fence: if `read` saw anything a writer stored
             // after making `seq` odd, the load below sees `seq` moved.
             fence(Acquire);
-            if self.seq.load(Relaxed) == before {
+            if seq.load(Relaxed) == before {
                 return Some(r);
             }
             failed += 1;
@@ -178,6 +246,13 @@ impl<T> ShardLock<T> {
     }
 
     pub fn write(&self) -> WriteGuard<'_, T> {
+        if let Some((m, repair)) = self.mapped {
+            self.take_mapped(m, repair);
+            let seq = m.seq.load(Relaxed) + 1;
+            m.seq.store(seq, Relaxed);
+            fence(Release);
+            return WriteGuard { lock: self, seq: seq + 1 };
+        }
         let mut spins = 0;
         // Straight to the read-modify-write: loading the flag first would fetch its line shared,
         // then again exclusive, two transfers from the last writer's core instead of one.
@@ -212,20 +287,39 @@ impl<T> ShardLock<T> {
     /// Exclusive locks taken so far (tests: which path a write took).
     #[cfg(test)]
     pub(crate) fn writes(&self) -> u64 {
-        self.seq.load(Acquire) / 2
+        self.seq().load(Acquire) / 2
     }
 
-    /// The slot that this thread counts its reads in.
+    /// The slot that this thread counts its reads in: by thread, and in the mapping by process
+    /// too, so that the first threads of two processes rarely share one.
     #[inline]
     pub fn own_slot(&self) -> &ReaderSlot {
-        &self.slots[thread_index() & (self.slots.len() - 1)]
+        let i = match self.mapped {
+            Some(_) => thread_index().wrapping_add(crate::fork::process_salt()),
+            None => thread_index(),
+        };
+        &self.slots[i & (self.slots.len() - 1)]
     }
 
     /// Every reader slot, for summing their counters.
     pub fn slots(&self) -> &[ReaderSlot] {
-        &self.slots
+        self.slots
     }
 }
+
+impl<T> Drop for ShardLock<T> {
+    fn drop(&mut self) {
+        if self.owned {
+            // SAFETY: `slots` came from `Box::leak` in `new` and is released once, here.
+            drop(unsafe { Box::from_raw(self.slots as *const [ReaderSlot] as *mut [ReaderSlot]) });
+        }
+    }
+}
+
+/// How long an optimistic reader waits for a writer before it takes the lock instead (looks,
+/// the later ones yielding the processor): bounded, since only taking the lock repairs a shard
+/// whose writer died.
+const ODD_WAIT: u32 = 10_000;
 
 pub struct ReadGuard<'a, T> {
     lock: &'a ShardLock<T>,
@@ -243,14 +337,20 @@ impl<T> Deref for ReadGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
         // SAFETY: this guard is counted in a slot that the writer waits on, and no writer held
-        // the lock when it was counted, so no `&mut T` exists while it lives.
+        // the lock when it was counted (or, when `mapped`, it holds the mutex), so no `&mut T`
+        // exists while it lives.
         unsafe { &*self.lock.value.get() }
     }
 }
 
 impl<T> Drop for ReadGuard<'_, T> {
     fn drop(&mut self) {
-        self.slot.readers.fetch_sub(1, Release);
+        match self.lock.mapped {
+            Some((m, _)) => m.unlock(),
+            None => {
+                self.slot.readers.fetch_sub(1, Release);
+            }
+        }
     }
 }
 
@@ -263,7 +363,8 @@ pub struct WriteGuard<'a, T> {
 impl<T> Deref for WriteGuard<'_, T> {
     type Target = T;
     fn deref(&self) -> &T {
-        // SAFETY: the writer flag is ours and every reader slot was seen empty after raising it.
+        // SAFETY: the writer flag is ours and every reader slot was seen empty after raising it
+        // (or, when `mapped`, the mutex is ours).
         unsafe { &*self.lock.value.get() }
     }
 }
@@ -277,6 +378,11 @@ impl<T> DerefMut for WriteGuard<'_, T> {
 
 impl<T> Drop for WriteGuard<'_, T> {
     fn drop(&mut self) {
+        if let Some((m, _)) = self.lock.mapped {
+            m.seq.store(self.seq, Release);
+            m.unlock();
+            return;
+        }
         self.lock.seq.store(self.seq, Release);
         self.lock.writer.store(false, Release);
     }

@@ -4,5 +4,6 @@
 pub(crate) mod handle;
 pub(crate) mod loader;
 pub(crate) mod lock;
+pub(crate) mod mapped;
 pub(crate) mod peek;
 mod rewrite;
