@@ -75,7 +75,9 @@ pub struct ShardMeta {
     pub free_head: u32,
     pub free_count: u32,
     pub spare: u32,
-    pub _reserved: u32,
+    /// Segments the shard may hold at once (`set_memory_limit`); 0: all of them. In the region,
+    /// so that every process sharing the cache keeps one limit; reset at each open.
+    pub segment_cap: u32,
     /// Overflow buckets handed out and given back.
     pub overflow: Pool,
     pub next_seq: u64,

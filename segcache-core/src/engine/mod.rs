@@ -68,8 +68,6 @@ pub struct Segcache {
     pub(crate) cas_offset: u64,
     /// `Builder::pad_numbers`.
     pub(crate) pad_numbers: bool,
-    /// Segments the shard may hold at once (`set_memory_limit`); all of them unless lowered.
-    pub(crate) segment_cap: u32,
     /// Told of items that expire or are evicted (`Builder::eviction_listener`).
     pub(crate) listener: Option<crate::listener::RemovalListener>,
     /// Segments dropped as corrupt since the open: by crash recovery, or by the checks of a
@@ -152,7 +150,6 @@ impl Segcache {
             clock: builder.clock.clone(),
             policy: builder.policy,
             pad_numbers: builder.pad_numbers,
-            segment_cap: geo.segments as u32,
             listener: builder.listener.clone(),
             dropped_segments: 0,
             buckets,

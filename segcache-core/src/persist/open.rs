@@ -134,6 +134,8 @@ impl Builder {
             }
         }
         if found != Found::Joined {
+            // A memory limit is a setting of the running cache, not of the file.
+            engines.iter_mut().for_each(|e| e.meta_mut().segment_cap = 0);
             if self.multi_process {
                 init_locks(&region)
                     .map_err(|source| Error::Io { path: self.path.clone().unwrap_or_default(), source })?;

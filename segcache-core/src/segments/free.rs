@@ -28,7 +28,7 @@ impl Segcache {
     /// A free segment for a new item, unless the shard holds its cap (`set_memory_limit`).
     fn take_free(&mut self) -> Option<u32> {
         let in_use = self.geo.segments as u32 - self.meta().free_count;
-        if in_use >= self.segment_cap {
+        if in_use >= self.segment_cap() {
             return None;
         }
         self.pop_free()
@@ -47,7 +47,7 @@ impl Segcache {
         // Merges and promotions can free nothing when they keep everything; a bounded number of
         // rounds, then plain FIFO, which always frees a segment. Above a lowered cap, each round
         // frees one more segment.
-        let over = (self.geo.segments as u32 - self.meta().free_count).saturating_sub(self.segment_cap) as usize;
+        let over = (self.geo.segments as u32 - self.meta().free_count).saturating_sub(self.segment_cap()) as usize;
         for round in 0..=(2 * self.geo.segments + over) {
             if let Some(id) = self.take_free() {
                 return Ok(id);
@@ -88,8 +88,16 @@ impl Segcache {
                 self.geo.heap_len()
             )));
         }
-        self.segment_cap = (bytes / self.geo.segment_size).max(1) as u32;
+        self.meta_mut().segment_cap = (bytes / self.geo.segment_size).max(1) as u32;
         Ok(())
+    }
+
+    /// Segments the shard may hold at once.
+    fn segment_cap(&self) -> u32 {
+        match self.meta().segment_cap {
+            0 => self.geo.segments as u32,
+            cap => cap,
+        }
     }
 
     /// The heap this engine may use now: `set_memory_limit`'s, else the whole heap.
@@ -104,6 +112,6 @@ impl Segcache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn memory_limit(&self) -> usize {
-        self.segment_cap as usize * self.geo.segment_size
+        self.segment_cap() as usize * self.geo.segment_size
     }
 }

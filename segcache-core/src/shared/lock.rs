@@ -225,10 +225,12 @@ impl<T> ShardLock<T> {
                 // A writer holds the lock: wait for it rather than read what it is changing.
                 // Not for long: a writer in another process may have died holding it, and only
                 // taking the lock repairs that.
+                let mut waited = 0;
                 while seq.load(Relaxed) == before {
-                    if spins >= ODD_WAIT {
+                    if waited >= ODD_WAIT {
                         return None;
                     }
+                    waited += 1;
                     relax(&mut spins);
                 }
                 continue;
