@@ -69,6 +69,8 @@ test-rust:
 	$(CARGO) test --workspace --release
 	# The shard lock's protocol under loom's model checker (its own target dir: other RUSTFLAGS).
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom $(CARGO) test --release -p segcache-core --lib lock
+	# Processes sharing one file: the pre-fork example runs its workers and checks what they stored.
+	$(CARGO) run --release -p segcache-core --example prefork
 
 # cargo-fuzz targets: built (not run) to keep them compiling. See README for running them.
 fuzz-build:

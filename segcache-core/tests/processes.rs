@@ -481,14 +481,13 @@ fn a_child_outlives_its_parents_handle() {
         let mut b = [0u8; 1];
         // SAFETY: `r` is the pipe's read end, `b` a valid one-byte buffer.
         unsafe { libc::read(r, b.as_mut_ptr().cast(), 1) };
-        cache.get(b"k").is_some_and(|i| i.value == b"parent")
+        let ok = cache.get(b"k").is_some_and(|i| i.value == b"parent")
             && cache.set(b"k", b"child", 0, NO_TTL).is_ok()
-            && cache.get(b"k").is_some_and(|i| i.value == b"child")
-            // SAFETY: the child's only copy of the handle, dropped once: it leaves last.
-            && {
-                drop(unsafe { std::ptr::read(&cache) });
-                true
-            }
+            && cache.get(b"k").is_some_and(|i| i.value == b"child");
+        // SAFETY: the child's only copy of the handle, dropped once (the child then `_exit`s):
+        // it leaves the file last.
+        drop(unsafe { std::ptr::read(&cache) });
+        ok
     });
     cache.close().unwrap();
     // SAFETY: `w` is the pipe's write end.
