@@ -267,7 +267,7 @@ impl Builder {
     /// (gunicorn, uWSGI, php-fpm, `multiprocessing` pools) keep one copy of the cache instead of
     /// one per worker.
     ///
-    /// - Every lock, sequence number, counter and tag summary lives in the mapping. A process
+    /// - Every lock, sequence number, counter, tag summary and S3-FIFO ghost lives in the mapping. A process
     ///   killed at any instant, even holding a shard's lock, costs the others at most its
     ///   write in flight: the next process to take that lock rebuilds the shard from its
     ///   segments (a warning on stderr), and nobody waits on the dead process.

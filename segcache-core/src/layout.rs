@@ -2,16 +2,18 @@
 //!
 //! ```text
 //! [file header: 4 KiB][shard 0 lock]..[shard N-1 lock][shard 0 reader slots]..[shard N-1 reader slots]
-//!     [shard 0 metadata]..[shard N-1 metadata][shard 0 tag summary]..[shard N-1 tag summary][pad to 2 MiB]
+//!     [shard 0 metadata]..[shard N-1 metadata][shard 0 tag summary]..[shard N-1 tag summary]
+//!     [shard 0 ghost]..[shard N-1 ghost][pad to 2 MiB]
 //!     [shard 0 table]..[shard N-1 table][pad to 2 MiB][shard 0 heap]..[shard N-1 heap]
 //! shard metadata = [ShardMeta][TTL buckets][segment headers]
 //! shard table    = [primary buckets][overflow pool]
 //! ```
 //!
-//! The locks, reader slots and tag summaries coordinate the processes that share a cache
-//! (`Builder::multi_process`): they live in the mapping so that every process sees the same ones.
-//! They carry nothing across a restart (the first process to open the file sets them up), so no
-//! checksum covers them. Pages of them that no process touches cost no memory.
+//! The locks, reader slots, tag summaries and S3-FIFO ghosts coordinate the processes that share a
+//! cache (`Builder::multi_process`): they live in the mapping so that every process sees the same
+//! ones. They carry nothing a restart needs (the first process to open the file sets them up), so
+//! no checksum covers them. Pages of them that no process touches (a ghost under another policy)
+//! cost no memory.
 //!
 //! The tables sit together on 2 MiB boundaries so that huge pages back them: a lookup reads a
 //! random bucket, and with 4 KiB pages it would pay a TLB miss on top of the cache miss.
@@ -70,6 +72,11 @@ impl Geometry {
     pub fn summary_len(&self) -> usize {
         round_up(self.primary_buckets(), 64)
     }
+    /// Entries of one shard's S3-FIFO ghost (a fingerprint each): about one per ten items of
+    /// 64 bytes the heap holds, a power of two.
+    pub fn ghost_entries(&self) -> usize {
+        (self.segments * self.segment_size / 10 / 64).next_power_of_two().max(64)
+    }
 }
 
 /// Where each part of a whole region (all shards) lies.
@@ -98,10 +105,14 @@ impl Layout {
     pub fn summary_start(&self, shard: usize) -> usize {
         self.metas_end() + shard * self.geometry.summary_len()
     }
+    /// Where shard `shard`'s S3-FIFO ghost lies.
+    pub fn ghost_start(&self, shard: usize) -> usize {
+        round_up(self.summary_start(self.shards), 4096) + shard * self.geometry.ghost_entries() * 4
+    }
     /// Where shard `shard`'s table starts: 2 MiB-aligned for the first, and for every shard
     /// whose table is a multiple of 2 MiB.
     pub fn table_start(&self, shard: usize) -> usize {
-        round_up(self.summary_start(self.shards), HUGE_PAGE) + shard * self.geometry.table_len()
+        round_up(self.ghost_start(self.shards), HUGE_PAGE) + shard * self.geometry.table_len()
     }
     pub fn heap_start(&self, shard: usize) -> usize {
         round_up(self.table_start(self.shards), HUGE_PAGE) + shard * self.geometry.heap_len()
@@ -144,7 +155,8 @@ mod tests {
             assert!(g.meta_len() >= g.segs_offset() + 8 * 56);
             assert_eq!(l.meta_start(1) - l.meta_start(0), g.meta_len());
             assert!(l.slots_start(0) >= l.lock_start(4) && l.meta_start(0) >= l.slots_start(4));
-            assert!(l.summary_start(0) >= l.metas_end() && l.table_start(0) >= l.summary_start(4));
+            assert!(l.summary_start(0) >= l.metas_end() && l.ghost_start(0) >= l.summary_start(4));
+            assert!(l.table_start(0) >= l.ghost_start(4));
             assert_eq!(l.table_start(0) % HUGE_PAGE, 0);
             assert_eq!(l.table_start(1) - l.table_start(0), g.table_len());
             if g.primary_buckets() * 64 >= HUGE_PAGE {

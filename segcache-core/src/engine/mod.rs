@@ -13,7 +13,7 @@ pub(crate) mod slots;
 pub(crate) mod stats;
 pub(crate) mod write;
 
-use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::clock::Clock;
@@ -48,8 +48,9 @@ pub struct Segcache {
     /// The tag summary of each chain (see `table`), in the region so that processes sharing the
     /// cache share it; rebuilt by the first process to open a file.
     pub(crate) summary: &'static [AtomicU8],
-    /// S3-FIFO ghost: fingerprints of keys recently dropped from the small pool, direct-mapped.
-    pub(crate) ghost: Vec<u32>,
+    /// S3-FIFO ghost: fingerprints of keys recently dropped from the small pool, direct-mapped;
+    /// in the region, so that processes sharing the cache share it. Empty under other policies.
+    pub(crate) ghost: &'static [AtomicU32],
     /// Holds an old value while its item is rewritten (append, incr, touch), since the rewrite
     /// may evict the segment it came from.
     pub(crate) scratch: Vec<u8>,
@@ -132,11 +133,9 @@ impl Segcache {
         let buckets: &'static [Bucket] = unsafe { std::slice::from_raw_parts(mem.buckets, n) };
         // SAFETY: as for the buckets: `mem.summary` points at one atomic byte per primary bucket.
         let summary: &'static [AtomicU8] = unsafe { std::slice::from_raw_parts(mem.summary, geo.primary_buckets()) };
-        let ghost_len = if builder.policy == Policy::S3Fifo {
-            (geo.segments * geo.segment_size / 10 / 64).next_power_of_two().max(64)
-        } else {
-            0
-        };
+        let ghost_len = if builder.policy == Policy::S3Fifo { geo.ghost_entries() } else { 0 };
+        // SAFETY: as for the buckets: `mem.ghost` points at `ghost_entries` atomic words.
+        let ghost: &'static [AtomicU32] = unsafe { std::slice::from_raw_parts(mem.ghost, ghost_len) };
         let durable = mem.region.file.is_some();
         let origin = mem.region.origin.clone();
         let (cas_stride, cas_offset) = (mem.region.layout.shards as u64, mem.index as u64);
@@ -154,7 +153,7 @@ impl Segcache {
             dropped_segments: 0,
             buckets,
             summary,
-            ghost: vec![0; ghost_len],
+            ghost,
             scratch: Vec::new(),
             origin,
         };

@@ -3,6 +3,7 @@
 use crate::segments::header::{POOL_MAIN, POOL_SMALL, SEG_SEALED};
 use crate::Segcache;
 use crate::{Policy, Result};
+use std::sync::atomic::Ordering::Relaxed;
 
 /// Segments promoted at once by `S3Fifo` (with 2, too little of the small pool's read items
 /// would be kept: 0.79 against 0.86 on the Zipf bench).
@@ -40,12 +41,12 @@ impl Segcache {
     }
 
     pub(crate) fn ghost_hit(&self, h: u64) -> bool {
-        self.ghost_slot(h).is_some_and(|(i, fp)| self.ghost[i] == fp)
+        self.ghost_slot(h).is_some_and(|(i, fp)| self.ghost[i].load(Relaxed) == fp)
     }
 
     pub(crate) fn ghost_insert(&mut self, h: u64) {
         if let Some((i, fp)) = self.ghost_slot(h) {
-            self.ghost[i] = fp;
+            self.ghost[i].store(fp, Relaxed);
         }
     }
 }

@@ -3,7 +3,7 @@
 
 use std::fs::File;
 use std::path::PathBuf;
-use std::sync::atomic::AtomicU8;
+use std::sync::atomic::{AtomicU32, AtomicU8};
 use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
@@ -79,6 +79,7 @@ impl Region {
                 segs: base.add(meta + g.segs_offset()) as *mut SegHeader,
                 buckets: base.add(self.layout.table_start(i)) as *const Bucket,
                 summary: base.add(self.layout.summary_start(i)) as *const AtomicU8,
+                ghost: base.add(self.layout.ghost_start(i)) as *const AtomicU32,
                 lock: base.add(self.layout.lock_start(i)) as *mut MappedLock,
                 slots: base.add(self.layout.slots_start(i)) as *const ReaderSlot,
                 heap: base.add(self.layout.heap_start(i)),
@@ -129,6 +130,8 @@ pub(crate) struct ShardMem {
     pub buckets: *const Bucket,
     /// The tag summary, one byte per primary bucket.
     pub summary: *const AtomicU8,
+    /// The S3-FIFO ghost, `Geometry::ghost_entries` fingerprints.
+    pub ghost: *const AtomicU32,
     /// The shard's lock and reader slots for processes that share the cache.
     pub lock: *mut MappedLock,
     pub slots: *const ReaderSlot,
