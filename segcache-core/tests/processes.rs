@@ -559,3 +559,63 @@ fn a_crash_of_every_process_leaves_the_file_recoverable() {
     drop(cache);
     let _ = std::fs::remove_file(&path);
 }
+
+/// The kill loop on a heap that writes keep full, so that workers die in the middle of merges
+/// and evictions too: every value read stays intact and the survivor's own writes are read back.
+#[test]
+fn workers_killed_while_the_heap_merges_leave_nothing_wrong() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let _watchdog = Watchdog::start(Duration::from_secs(240));
+    let path = tmp("merge");
+    let open = |path: &Path| builder(path, 2 << 20).segment_size(32 << 10).shards(2).build_shared();
+    let cache = open(&path).unwrap();
+    let mut rng = Rng(0xfeed);
+    for round in 0..60u32 {
+        let pids: Vec<i32> = (0..2u32)
+            .map(|i| {
+                let cache = &cache;
+                let writer = 1 + round * 2 + i;
+                fork(move || {
+                    let mut rng = Rng(u64::from(writer) * 7919 + 1);
+                    for version in 1.. {
+                        let k = shared_key(rng.below(2_000));
+                        cache.set(&k, &value(&k, writer, version, 100 + rng.below(900) as usize), 0, NO_TTL).unwrap();
+                        let probe = shared_key(rng.below(2_000));
+                        if cache.get(&probe).is_some_and(|item| check(&probe, &item.value).is_none()) {
+                            return false;
+                        }
+                    }
+                    true
+                })
+            })
+            .collect();
+        std::thread::sleep(Duration::from_millis(10 + rng.below(60)));
+        for &pid in &pids {
+            kill(pid);
+        }
+        for pid in pids {
+            assert_eq!(wait(pid), None, "round {round}: a worker saw a wrong value");
+        }
+        for i in 0..2_000 {
+            let k = shared_key(i);
+            if let Some(item) = cache.get(&k) {
+                assert!(check(&k, &item.value).is_some(), "round {round}: torn value under {k:?}");
+            }
+        }
+        let k = parent_key(u64::from(round));
+        cache.set(&k, &value(&k, 0, round + 1, 64), 0, NO_TTL).unwrap();
+        assert_eq!(cache.get(&k).map(|i| i.value), Some(value(&k, 0, round + 1, 64)));
+    }
+    let stats = cache.stats();
+    assert!(stats.evicted_items + stats.merged_items > 0, "the heap never filled: {stats:?}");
+    drop(cache);
+    let fresh = open(&path).unwrap();
+    for i in 0..2_000 {
+        let k = shared_key(i);
+        if let Some(item) = fresh.get(&k) {
+            assert!(check(&k, &item.value).is_some(), "torn value under {k:?} after reopening");
+        }
+    }
+    drop(fresh);
+    let _ = std::fs::remove_file(&path);
+}
