@@ -75,15 +75,17 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
-    /// Another process (or another cache in this process) holds the persistence file open.
+    /// Another process (or another cache in this process) holds the persistence file open, and
+    /// the two do not both share it between processes (`Builder::multi_process`).
     #[error("persistence file {path} is in use by another cache")]
     Locked {
         /// The file.
         path: PathBuf,
     },
     /// The handle was opened in another process and inherited across `fork()`: open a new cache
-    /// in this process instead. (Using it would share a file's mapping without its locks, or a
-    /// private copy of an anonymous heap that no other process sees.)
+    /// in this process instead, or share the file between processes (`Builder::multi_process`).
+    /// (Using it would share a file's mapping without its locks, or a private copy of an
+    /// anonymous heap that no other process sees.)
     #[error("cache used in a child process after fork(): open a new cache in this process")]
     Forked,
     /// Anonymous memory for the heap could not be mapped.
