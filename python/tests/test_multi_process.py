@@ -225,7 +225,7 @@ def test_workers_killed_while_writing_cost_the_others_nothing(tmp_path, deadline
     path = tmp_path / "cache.dat"
     c = segcache.Cache(**settings(path))
     rng = random.Random(os.getpid())
-    rounds, per_round = 6, 3
+    rounds, per_round = 12, 3
     writers = []
     present = 0
     for r in range(rounds):

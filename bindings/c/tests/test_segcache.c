@@ -1717,7 +1717,7 @@ static void test_get_or_load(void) {
 /* ---- multi_process: processes that share one cache file ---- */
 
 #define MP_KEYS 128
-#define MP_WRITERS 32
+#define MP_WRITERS 64
 #define MP_VALUE_MAX 2048
 /* Seconds a worker process may take before SIGALRM ends it (a hang fails the test); generous
  * for valgrind on a busy machine. */
@@ -2032,7 +2032,7 @@ static void test_mp_kill_loop(void) {
     CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
     struct mp_shared *sh = mp_shared_new();
     unsigned seed = (unsigned)getpid();
-    enum { ROUNDS = 8, PER_ROUND = 3 };
+    enum { ROUNDS = 20, PER_ROUND = 3 };
     _Static_assert(ROUNDS * PER_ROUND <= MP_WRITERS, "one writer number per worker");
     int present = 0, killed = 0;
     for (int round = 0; round < ROUNDS; round++) {
