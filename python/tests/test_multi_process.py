@@ -170,7 +170,12 @@ def test_pre_fork_pool_shares_one_cache(tmp_path, deadline):
     path = tmp_path / "cache.dat"
     c = segcache.Cache(**settings(path))
     assert c.multi_process
-    pids = {w: fork_worker(lambda w=w: work(c, w, tmp_path, 2000, w)) for w in range(4)}
+    def worker(w):
+        bad = work(c, w, tmp_path, 2000, w)
+        c.close()  # leaves the cache; the parent and the other workers go on
+        return bad
+
+    pids = {w: fork_worker(lambda w=w: worker(w)) for w in range(4)}
     for w, pid in pids.items():
         status = wait_exit(pid, deadline)
         assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, (w, status)
