@@ -1725,7 +1725,7 @@ static void test_get_or_load(void) {
 /* Seconds one multi-process test may take in the parent. */
 #define MP_TEST_ALARM 400
 
-static const char *self_path; /* argv[0]: the spawn test runs this binary again */
+static const char *self_path; /* this binary: the spawn test runs it again */
 
 static uint64_t fnv1a(const uint8_t *p, size_t n) {
     uint64_t h = 0xcbf29ce484222325ull;
@@ -2164,7 +2164,12 @@ static void test_mp_settings(void) {
 }
 
 int main(int argc, char **argv) {
-    self_path = argv[0];
+    /* the spawn test runs this binary again: argv[0] when it names a path (valgrind runs the
+     * test binary from it too), else what the kernel says */
+    static char exe[4096];
+    ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (exe_len > 0) exe[exe_len] = '\0';
+    self_path = strchr(argv[0], '/') != NULL || exe_len <= 0 ? argv[0] : exe;
     if (argc == 4 && strcmp(argv[1], "--mp-spawn-child") == 0) return mp_spawn_child(argv[2], atoi(argv[3]));
     test_version_and_strerror();
     test_config_default();
