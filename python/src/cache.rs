@@ -23,7 +23,8 @@
 //! the same check joins the file as this process's own (`SharedCache::check_fork`), and every
 //! method works there. Its `close()` in a child leaves the cache as any process does; it takes
 //! the write side with `try_write`, since a thread of the parent that held the read side when
-//! it forked does not exist in the child to release it (then the child leaves at its exit).
+//! it forked does not exist in the child to release it (then the child leaves when the object
+//! is dropped, or at its exit).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -747,7 +748,8 @@ impl Cache {
             return Err(engine_error(e));
         }
         // A child sharing the cache (`multi_process`) leaves it as any process does, if no
-        // thread of the parent held the read side when it forked (else it leaves at its exit).
+        // thread held the read side (one of the parent's when it forked, say): else it leaves
+        // when the object is dropped, or at its exit, and calls raise `Closed` meanwhile.
         if self.opener != std::process::id() {
             self.closing.store(true, Ordering::Relaxed);
             let taken = self.inner.try_write().and_then(|mut slot| slot.take());
