@@ -18,6 +18,13 @@
 //! engine raises `segcache.ForkedError` (reads included, rather than missing): the engine's
 //! check is one relaxed load, made in [`Cache::with`]. `close()` there lets the child's copy go
 //! (the engine's drop leaves the parent's file alone) and raises it too.
+//!
+//! A cache opened with `multi_process=True` is shared by processes through its file: in a child
+//! the same check joins the file as this process's own (`SharedCache::check_fork`), and every
+//! method works there. Its `close()` in a child leaves the cache as any process does; it takes
+//! the write side with `try_write`, since a thread of the parent that held the read side when
+//! it forked does not exist in the child to release it (then the child leaves when the object
+//! is dropped, or at its exit).
 
 use std::collections::VecDeque;
 use std::path::PathBuf;
@@ -50,6 +57,10 @@ pub struct Cache {
     heap_size: usize,
     segment_size: usize,
     policy: Policy,
+    /// `multi_process=True`: shared by processes through `path`.
+    multi_process: bool,
+    /// The process that opened the cache (`multi_process` children tell themselves apart by it).
+    opener: u32,
     /// Where the last `popitem()` found a key: the next one starts its scan there.
     pop_hint: AtomicU64,
 }
@@ -296,7 +307,7 @@ impl Cache {
     #[new]
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
-                        lazy_verify=false))]
+                        lazy_verify=false, multi_process=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -310,6 +321,7 @@ impl Cache {
         clock: Option<&Bound<'_, PyAny>>,
         reset_bad_file: bool,
         lazy_verify: bool,
+        multi_process: bool,
     ) -> PyResult<Self> {
         let heap_size = match heap_size {
             Some(v) => convert::size(v, "heap_size")?,
@@ -343,7 +355,8 @@ impl Cache {
             .segment_size(segment_size)
             .eviction(policy)
             .reset_bad_file(reset_bad_file)
-            .lazy_verify(lazy_verify);
+            .lazy_verify(lazy_verify)
+            .multi_process(multi_process);
         if let Some(v) = hash_power.filter(|v| !v.is_none()) {
             b = b.hash_power(convert::int_in_range(v, "hash_power", 4, 32)? as u8);
         }
@@ -369,6 +382,8 @@ impl Cache {
             heap_size,
             segment_size,
             policy,
+            multi_process,
+            opener: std::process::id(),
             pop_hint: AtomicU64::new(0),
         })
     }
@@ -732,6 +747,17 @@ impl Cache {
             }
             return Err(engine_error(e));
         }
+        // A child sharing the cache (`multi_process`) leaves it as any process does, if no
+        // thread held the read side (one of the parent's when it forked, say): else it leaves
+        // when the object is dropped, or at its exit, and calls raise `Closed` meanwhile.
+        if self.opener != std::process::id() {
+            self.closing.store(true, Ordering::Relaxed);
+            let taken = self.inner.try_write().and_then(|mut slot| slot.take());
+            return match taken {
+                Some(c) => py.detach(move || c.close()).map_err(engine_error),
+                None => Ok(()),
+            };
+        }
         // The write lock is taken with the GIL released: readers that hold the read side may need
         // the GIL to finish.
         self.closing.store(true, Ordering::Relaxed);
@@ -773,6 +799,12 @@ impl Cache {
     #[getter]
     fn eviction(&self) -> &'static str {
         self.policy.name()
+    }
+
+    /// Whether the cache is shared by processes through its file (`multi_process=True`).
+    #[getter]
+    fn multi_process(&self) -> bool {
+        self.multi_process
     }
 
     fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {

@@ -83,6 +83,8 @@ GOOD = """
     bal: int = svc.balance(3)
     via_class: int = Service.balance(svc, 3)
     dropped: bool = Service.balance.invalidate(svc, 3)
+    shared = segcache.Cache(path="cache.dat", heap_size="64MiB", multi_process=True)
+    is_shared: bool = shared.multi_process
 """
 
 # Every line marked `# E` must be an error, and no other line.
@@ -119,6 +121,8 @@ BAD = """
 
     Service().balance("monday")  # E
     b: str = Service().balance(1)  # E
+    segcache.Cache(path="c.dat", multi_process="yes")  # E
+    m: str = c.multi_process  # E
 """
 
 

@@ -18,6 +18,8 @@ pub(crate) const MAGIC: u64 = 0x5345_4743_4143_4845; // "SEGCACHE"
 /// Processes: a handle belongs to the process that opened it. In a `fork()` child every call on
 /// an inherited handle returns `SEGCACHE_FORKED`, reads included; `segcache_close` there frees it
 /// without touching the cache or its persistence file. Open a new cache in the child instead.
+/// A handle opened with `multi_process` is the exception: a child joins the cache at its first
+/// call, and its `segcache_close` leaves the cache as any other process's does.
 pub struct segcache_t {
     pub(crate) magic: u64,
     pub(crate) cache: SharedCache,

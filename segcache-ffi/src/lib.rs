@@ -15,7 +15,8 @@
 //! - Keys, values and paths are borrowed for the duration of the call only; the library copies what
 //!   it keeps.
 //! - A handle used in a `fork()` child of the process that opened it returns `SEGCACHE_FORKED`
-//!   from every call (`segcache_close` frees it there and leaves the cache's file alone).
+//!   from every call (`segcache_close` frees it there and leaves the cache's file alone), unless
+//!   it was opened with `multi_process`: then the child joins the cache at its first call.
 #![warn(missing_docs)]
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]

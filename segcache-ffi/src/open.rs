@@ -73,10 +73,21 @@ pub struct segcache_config_t {
     /// 0 (default): the system clock. Otherwise the cache runs on a manual clock that starts at
     /// this Unix time and moves only with `segcache_advance_clock` (for tests and simulations).
     pub manual_clock_start: u32,
+    /// Share the cache between processes (default false): every process that opens the same
+    /// `path` with this set reads and writes one cache, with the guarantees threads have on one
+    /// handle. A handle opened before `fork()` works in the children (pre-fork servers): each
+    /// child joins the file at its first call. A process killed at any instant, even inside a
+    /// call, costs the others at most its write in flight. Needs `path`; not with `lazy_verify`
+    /// (`SEGCACHE_INVALID_CONFIG`). Settings that differ from those of the processes using the
+    /// file (sizes, shards, eviction) give `SEGCACHE_BAD_FILE`; a cache opened without this
+    /// setting while they use the file gets `SEGCACHE_LOCKED`, and so does one opened with it
+    /// while a single-process cache holds the file. The last process to close leaves the file
+    /// clean for a warm restart. Linux only.
+    pub multi_process: bool,
 }
 
 /// Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
-/// count, merge eviction, no persistence file, system clock).
+/// count, merge eviction, no persistence file, system clock, not shared between processes).
 ///
 /// Returns `SEGCACHE_INVALID_ARGUMENT` when `config` is NULL.
 /// Ownership: `config` is the caller's. Thread safety: any thread.
@@ -97,6 +108,7 @@ pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t)
             reset_bad_file: false,
             lazy_verify: false,
             manual_clock_start: 0,
+            multi_process: false,
         };
         // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
         unsafe { put(config, defaults) };
@@ -117,7 +129,8 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
         .segment_size(cfg.segment_size)
         .eviction(policy)
         .reset_bad_file(cfg.reset_bad_file)
-        .lazy_verify(cfg.lazy_verify);
+        .lazy_verify(cfg.lazy_verify)
+        .multi_process(cfg.multi_process);
     if cfg.hash_power != 0 {
         b = b.hash_power(cfg.hash_power);
     }
@@ -184,7 +197,8 @@ pub unsafe extern "C" fn segcache_open(
 ///
 /// In a `fork()` child of the process that opened the cache it frees the child's copy of the
 /// handle without writing to the cache or its file (the parent's stay as they were) and returns
-/// `SEGCACHE_FORKED`.
+/// `SEGCACHE_FORKED`. A cache opened with `multi_process` is the exception: there the child
+/// leaves the cache as any process does (the last one to leave closes the file cleanly).
 ///
 /// Ownership: takes the handle; it must not be used afterwards.
 /// Thread safety: call it once, after every other call on this handle has returned.

@@ -46,7 +46,8 @@ pub enum segcache_status_t {
     /// The handle was opened in another process and inherited across `fork()`. In the child,
     /// every call on it returns this, reads included; `segcache_close` there frees the handle
     /// without touching the cache or its persistence file (and returns this too). Open a new
-    /// cache in the child instead.
+    /// cache in the child instead. Not for a cache opened with `multi_process`: its children
+    /// join it.
     SEGCACHE_FORKED = 17,
     /// `segcache_get_or_load`: the loader callback returned non-zero (or set no value); nothing
     /// was stored. `segcache_last_error()` names the code.

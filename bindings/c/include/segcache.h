@@ -12,7 +12,8 @@
  *   segcache_last_error() on the calling thread.
  * - A segcache_t may be used from any number of threads at once, except segcache_close.
  * - A segcache_t belongs to the process that opened it: in a fork() child every call on it returns
- *   SEGCACHE_FORKED (segcache_close frees it there and leaves the cache's file alone).
+ *   SEGCACHE_FORKED (segcache_close frees it there and leaves the cache's file alone), unless it
+ *   was opened with multi_process set: then the child joins the cache at its first call.
  * - No panic of the Rust implementation unwinds into C: it becomes SEGCACHE_PANIC.
  */
 
@@ -114,7 +115,8 @@ typedef enum segcache_status_t {
    * The handle was opened in another process and inherited across `fork()`. In the child,
    * every call on it returns this, reads included; `segcache_close` there frees the handle
    * without touching the cache or its persistence file (and returns this too). Open a new
-   * cache in the child instead.
+   * cache in the child instead. Not for a cache opened with `multi_process`: its children
+   * join it.
    */
   SEGCACHE_FORKED = 17,
   /**
@@ -201,6 +203,8 @@ typedef struct segcache_load_t segcache_load_t;
  * Processes: a handle belongs to the process that opened it. In a `fork()` child every call on
  * an inherited handle returns `SEGCACHE_FORKED`, reads included; `segcache_close` there frees it
  * without touching the cache or its persistence file. Open a new cache in the child instead.
+ * A handle opened with `multi_process` is the exception: a child joins the cache at its first
+ * call, and its `segcache_close` leaves the cache as any other process's does.
  */
 typedef struct segcache_t segcache_t;
 
@@ -252,6 +256,19 @@ typedef struct segcache_config_t {
    * this Unix time and moves only with `segcache_advance_clock` (for tests and simulations).
    */
   uint32_t manual_clock_start;
+  /**
+   * Share the cache between processes (default false): every process that opens the same
+   * `path` with this set reads and writes one cache, with the guarantees threads have on one
+   * handle. A handle opened before `fork()` works in the children (pre-fork servers): each
+   * child joins the file at its first call. A process killed at any instant, even inside a
+   * call, costs the others at most its write in flight. Needs `path`; not with `lazy_verify`
+   * (`SEGCACHE_INVALID_CONFIG`). Settings that differ from those of the processes using the
+   * file (sizes, shards, eviction) give `SEGCACHE_BAD_FILE`; a cache opened without this
+   * setting while they use the file gets `SEGCACHE_LOCKED`, and so does one opened with it
+   * while a single-process cache holds the file. The last process to close leaves the file
+   * clean for a warm restart. Linux only.
+   */
+  bool multi_process;
 } segcache_config_t;
 
 /**
@@ -576,7 +593,7 @@ enum segcache_status_t segcache_debug_panic(void);
 
 /**
  * Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
- * count, merge eviction, no persistence file, system clock).
+ * count, merge eviction, no persistence file, system clock, not shared between processes).
  *
  * Returns `SEGCACHE_INVALID_ARGUMENT` when `config` is NULL.
  * Ownership: `config` is the caller's. Thread safety: any thread.
@@ -612,7 +629,8 @@ enum segcache_status_t segcache_open(const struct segcache_config_t *config, str
  *
  * In a `fork()` child of the process that opened the cache it frees the child's copy of the
  * handle without writing to the cache or its file (the parent's stay as they were) and returns
- * `SEGCACHE_FORKED`.
+ * `SEGCACHE_FORKED`. A cache opened with `multi_process` is the exception: there the child
+ * leaves the cache as any process does (the last one to leave closes the file cleanly).
  *
  * Ownership: takes the handle; it must not be used afterwards.
  * Thread safety: call it once, after every other call on this handle has returned.

@@ -12,6 +12,8 @@
 // - fork(): in a child, every call on a Cache opened before the fork throws segcache::Error
 //   with status SEGCACHE_FORKED (reads included); close() there frees the child's copy (and
 //   throws), the destructor frees it silently, and neither touches the parent's cache or file.
+//   A Cache opened with Config::multi_process is the exception: the child joins the cache
+//   (one file shared by processes) at its first call, and its destructor leaves it.
 #ifndef SEGCACHE_HPP
 #define SEGCACHE_HPP
 
@@ -88,6 +90,7 @@ struct Config {
     Config &reset_bad_file(bool v) { raw.reset_bad_file = v; return *this; }
     Config &lazy_verify(bool v) { raw.lazy_verify = v; return *this; }
     Config &manual_clock(uint32_t start) { raw.manual_clock_start = start; return *this; }
+    Config &multi_process(bool v) { raw.multi_process = v; return *this; }  // needs file()
 };
 
 /// An item copied out of the cache.

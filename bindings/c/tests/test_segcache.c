@@ -1,11 +1,13 @@
 /*
  * Tests of the segcache C API: every function, every status, the bad-argument paths, several
- * threads at once, and persistence. Built with gcc -std=c11 -Wall -Wextra -Werror and run plain,
- * under valgrind and under AddressSanitizer by `make -C bindings/c test`.
+ * threads at once, persistence, and processes that share one cache file (multi_process). Built
+ * with gcc -std=c11 -Wall -Wextra -Werror and run plain, under valgrind and under
+ * AddressSanitizer by `make -C bindings/c test`.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdalign.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -98,6 +100,7 @@ static void test_config_default(void) {
     CHECK(cfg.reset_bad_file == false);
     CHECK(cfg.lazy_verify == false);
     CHECK(cfg.manual_clock_start == 0);
+    CHECK(cfg.multi_process == false);
     CHECK_ST(segcache_config_default(NULL), SEGCACHE_INVALID_ARGUMENT);
     CHECK(strstr(segcache_last_error(), "config") != NULL);
 }
@@ -1711,7 +1714,463 @@ static void test_get_or_load(void) {
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
 }
 
-int main(void) {
+/* ---- multi_process: processes that share one cache file ---- */
+
+#define MP_KEYS 128
+#define MP_WRITERS 64
+#define MP_VALUE_MAX 2048
+/* Seconds a worker process may take before SIGALRM ends it (a hang fails the test); generous
+ * for valgrind on a busy machine. */
+#define MP_ALARM 120
+/* Seconds one multi-process test may take in the parent. */
+#define MP_TEST_ALARM 400
+
+static const char *self_path; /* this binary: the spawn test runs it again */
+
+static uint64_t fnv1a(const uint8_t *p, size_t n) {
+    uint64_t h = 0xcbf29ce484222325ull;
+    for (size_t i = 0; i < n; i++) {
+        h ^= p[i];
+        h *= 0x100000001b3ull;
+    }
+    return h;
+}
+
+/* The value `writer` stores under `key` at `version`: "<key> <writer> <version> ", then a
+ * payload whose length (16 to 1515 bytes: both sides of the 512-byte lock-free read) and bytes
+ * follow from those three, then the FNV-1a of everything before it as 16 hex digits. */
+static size_t mp_value(char *out, const char *key, uint32_t writer, uint32_t version) {
+    int n = snprintf(out, MP_VALUE_MAX, "%s %u %u ", key, writer, version);
+    uint64_t seed = fnv1a((const uint8_t *)out, (size_t)n);
+    size_t len = (size_t)n + 16 + (size_t)(seed % 1500);
+    for (size_t i = (size_t)n; i < len; i++) out[i] = (char)('a' + (seed + i * 7) % 26);
+    snprintf(out + len, 17, "%016llx", (unsigned long long)fnv1a((const uint8_t *)out, len));
+    return len + 16;
+}
+
+/* Whether buf[0..len] is whole and was made by mp_value for `key`; its writer and version then. */
+static int mp_check(const char *key, const uint8_t *buf, size_t len, uint32_t *writer, uint32_t *version) {
+    char copy[MP_VALUE_MAX], want[MP_VALUE_MAX], k[64];
+    unsigned w = 0, v = 0;
+    if (len < 20 || len >= MP_VALUE_MAX) return 0;
+    memcpy(copy, buf, len);
+    copy[len] = '\0';
+    if (sscanf(copy, "%63s %u %u ", k, &w, &v) != 3 || strcmp(k, key) != 0) return 0;
+    if (mp_value(want, key, w, v) != len || memcmp(want, buf, len) != 0) return 0;
+    *writer = w;
+    *version = v;
+    return 1;
+}
+
+/* What the workers of a test tell each other and the parent, in memory that fork() shares. */
+struct mp_shared {
+    atomic_uint started[MP_WRITERS][MP_KEYS]; /* the last version a writer began to store */
+    atomic_uint acked[MP_WRITERS][MP_KEYS];   /* the last version whose store returned OK */
+    atomic_int bad;                           /* wrong results seen by any worker */
+};
+
+static struct mp_shared *mp_shared_new(void) {
+    void *p = mmap(NULL, sizeof(struct mp_shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) abort();
+    return p; /* zeroed */
+}
+
+static segcache_config_t mp_config(const char *path) {
+    segcache_config_t cfg;
+    if (segcache_config_default(&cfg) != SEGCACHE_OK) abort();
+    cfg.heap_size = 8u << 20;
+    cfg.segment_size = 256u << 10;
+    cfg.shards = 4;
+    cfg.path = path;
+    cfg.multi_process = true;
+    return cfg;
+}
+
+static void mp_timeout(int sig) {
+    (void)sig;
+    static const char msg[] = "test_segcache: multi-process test timed out (a process hangs)\n";
+    ssize_t rc = write(2, msg, sizeof msg - 1);
+    (void)rc;
+    _exit(3);
+}
+
+/* A stream of sets (new versions, recorded in `sh` before and after the store) and gets over
+ * the shared keys "mp-0".."mp-127"; a value read must be whole, for its key, with its writer's
+ * flags, and a version its writer began to store. `ops` < 0: until killed (or 10 wrong results).
+ * Returns the number of wrong results (also added to sh->bad: a killed worker returns nothing). */
+static int mp_worker(segcache_t *c, struct mp_shared *sh, uint32_t writer, long ops, unsigned seed) {
+    int bad = 0;
+    uint32_t ver[MP_KEYS] = {0};
+    uint8_t buf[MP_VALUE_MAX];
+    char key[32], val[MP_VALUE_MAX];
+    for (long op = 0; (ops < 0 || op < ops) && bad < 10; op++) {
+        seed = seed * 1103515245u + 12345u;
+        int k = (int)((seed >> 8) % MP_KEYS);
+        snprintf(key, sizeof key, "mp-%d", k);
+        segcache_status_t st;
+        if ((seed >> 20) % 3 == 0) {
+            uint32_t v = ++ver[k];
+            atomic_store(&sh->started[writer][k], v);
+            size_t n = mp_value(val, key, writer, v);
+            st = segcache_set(c, K(key), (const uint8_t *)val, n, writer, 0);
+            if (st == SEGCACHE_OK) {
+                atomic_store(&sh->acked[writer][k], v);
+                continue;
+            }
+        } else {
+            size_t len = 0;
+            uint32_t w = 0, v = 0;
+            segcache_meta_t meta;
+            st = segcache_get(c, K(key), buf, sizeof buf, &len, &meta);
+            if (st == SEGCACHE_NOT_FOUND) continue;
+            if (st == SEGCACHE_OK) {
+                if (mp_check(key, buf, len, &w, &v) && w < MP_WRITERS && meta.flags == w &&
+                    v <= atomic_load(&sh->started[w][k]))
+                    continue;
+                fprintf(stderr, "mp worker %u: %s: wrong value (%zu bytes, %.40s...)\n", writer, key, len,
+                        (const char *)buf);
+                bad++;
+                atomic_fetch_add(&sh->bad, 1);
+                continue;
+            }
+        }
+        fprintf(stderr, "mp worker %u: %s: %s (%s)\n", writer, key, segcache_strerror(st), segcache_last_error());
+        bad++;
+        atomic_fetch_add(&sh->bad, 1);
+    }
+    return bad;
+}
+
+/* Every key's value: whole, for its key, with its writer's flags, and a version its writer
+ * finished storing (`acked`) or at least began to (a writer killed mid-store). Returns the
+ * number of wrong ones; *present: how many keys hold a value. */
+static int mp_verify(segcache_t *c, struct mp_shared *sh, int acked, int *present) {
+    int bad = 0;
+    *present = 0;
+    for (int k = 0; k < MP_KEYS; k++) {
+        char key[32];
+        uint8_t buf[MP_VALUE_MAX];
+        size_t len = 0;
+        uint32_t w = 0, v = 0;
+        segcache_meta_t meta;
+        snprintf(key, sizeof key, "mp-%d", k);
+        segcache_status_t st = segcache_get(c, K(key), buf, sizeof buf, &len, &meta);
+        if (st == SEGCACHE_NOT_FOUND) continue;
+        if (st == SEGCACHE_OK && mp_check(key, buf, len, &w, &v) && w < MP_WRITERS && meta.flags == w &&
+            v >= 1 && v <= atomic_load(acked ? &sh->acked[w][k] : &sh->started[w][k])) {
+            (*present)++;
+            continue;
+        }
+        fprintf(stderr, "mp verify: %s: %s, %zu bytes, writer %u version %u\n", key, segcache_strerror(st), len, w, v);
+        bad++;
+    }
+    return bad;
+}
+
+static void mp_dir(char *dir, char *path, size_t cap) {
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(path, cap, "%s/cache.dat", dir);
+}
+
+/* A pre-fork pool: the parent opens the cache with multi_process, forks 4 workers that use the
+ * inherited handle (each joins the file at its first call) over one key space; afterwards
+ * every value the parent reads is whole and one a worker's store acknowledged, and after the
+ * last close the file reopens warm with the same values. */
+static void test_mp_prefork(void) {
+    char dir[] = "/tmp/segcache-c-mp-XXXXXX", path[256];
+    mp_dir(dir, path, sizeof path);
+    signal(SIGALRM, mp_timeout);
+    alarm(MP_TEST_ALARM);
+    segcache_config_t cfg = mp_config(path);
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    struct mp_shared *sh = mp_shared_new();
+    pid_t pids[4];
+    fflush(stdout);
+    fflush(stderr);
+    for (int i = 0; i < 4; i++) {
+        pids[i] = fork();
+        CHECK(pids[i] >= 0);
+        if (pids[i] == 0) {
+            alarm(MP_ALARM);
+            int bad = mp_worker(c, sh, (uint32_t)i, 3000, (unsigned)i + 1);
+            segcache_status_t st = segcache_close(c); /* leaves; the parent still uses the file */
+            if (st != SEGCACHE_OK) fprintf(stderr, "mp child close: %s\n", segcache_last_error());
+            _exit(bad == 0 && st == SEGCACHE_OK ? 0 : 1);
+        }
+    }
+    for (int i = 0; i < 4; i++) {
+        int status = 0;
+        CHECK(waitpid(pids[i], &status, 0) == pids[i]);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    CHECK(atomic_load(&sh->bad) == 0);
+    int present = 0, again = 0;
+    CHECK(mp_verify(c, sh, 1, &present) == 0);
+    CHECK(present > MP_KEYS / 2); /* the workers' writes reached the parent's cache */
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    /* the parent was the last: the file is clean, and a single-process open finds it so */
+    cfg.multi_process = false;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    CHECK(mp_verify(c, sh, 1, &again) == 0);
+    CHECK(again == present);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    alarm(0);
+    munmap(sh, sizeof *sh);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* The spawned side of test_mp_spawn (this binary run again with --mp-spawn-child PATH ID):
+ * opens PATH itself, reads the parent's value, stores "sp-ID-0".."sp-ID-199" and reads the
+ * other children's. Exit status 0 when everything was right. */
+static int mp_spawn_child(const char *path, int id) {
+    alarm(MP_ALARM);
+    segcache_config_t cfg = mp_config(path);
+    segcache_t *c = NULL;
+    if (segcache_open(&cfg, &c) != SEGCACHE_OK) {
+        fprintf(stderr, "spawned %d: open: %s\n", id, segcache_last_error());
+        return 1;
+    }
+    int bad = 0;
+    char key[32], val[MP_VALUE_MAX];
+    uint8_t buf[MP_VALUE_MAX];
+    size_t len = 0;
+    uint32_t w = 0, v = 0;
+    if (segcache_get(c, K("spawn-parent"), buf, sizeof buf, &len, NULL) != SEGCACHE_OK ||
+        !mp_check("spawn-parent", buf, len, &w, &v) || w != 1000) {
+        fprintf(stderr, "spawned %d: the parent's value is not there\n", id);
+        bad++;
+    }
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "sp-%d-%d", id, i);
+        size_t n = mp_value(val, key, (uint32_t)id, 1);
+        if (segcache_set(c, K(key), (const uint8_t *)val, n, 0, 0) != SEGCACHE_OK) bad++;
+    }
+    for (int i = 0; i < 200; i++) {
+        for (int j = 0; j < 3; j++) {
+            snprintf(key, sizeof key, "sp-%d-%d", j, i);
+            segcache_status_t st = segcache_get(c, K(key), buf, sizeof buf, &len, NULL);
+            if (st == SEGCACHE_NOT_FOUND && j != id) continue;
+            if (st != SEGCACHE_OK || !mp_check(key, buf, len, &w, &v) || w != (uint32_t)j || v != 1) {
+                fprintf(stderr, "spawned %d: %s: %s\n", id, key, segcache_strerror(st));
+                bad++;
+            }
+        }
+    }
+    if (segcache_close(c) != SEGCACHE_OK) bad++;
+    return bad == 0 ? 0 : 1;
+}
+
+/* Separate processes (fork + exec of this binary) open the file by its path while the parent
+ * uses it: each sees the parent's value and stores its own, which the parent then reads; after
+ * the last close the file reopens warm with all of them. */
+static void test_mp_spawn(void) {
+    char dir[] = "/tmp/segcache-c-mp-XXXXXX", path[256], val[MP_VALUE_MAX];
+    mp_dir(dir, path, sizeof path);
+    signal(SIGALRM, mp_timeout);
+    alarm(MP_TEST_ALARM);
+    segcache_config_t cfg = mp_config(path);
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    size_t n = mp_value(val, "spawn-parent", 1000, 1);
+    CHECK_ST(segcache_set(c, K("spawn-parent"), (const uint8_t *)val, n, 0, 0), SEGCACHE_OK);
+    pid_t pids[3];
+    fflush(stdout);
+    fflush(stderr);
+    for (int i = 0; i < 3; i++) {
+        pids[i] = fork();
+        CHECK(pids[i] >= 0);
+        if (pids[i] == 0) {
+            char id[8];
+            snprintf(id, sizeof id, "%d", i);
+            execl(self_path, self_path, "--mp-spawn-child", path, id, (char *)NULL);
+            _exit(127);
+        }
+    }
+    for (int i = 0; i < 3; i++) {
+        int status = 0;
+        CHECK(waitpid(pids[i], &status, 0) == pids[i]);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    }
+    for (int round = 0; round < 2; round++) {
+        int bad = 0;
+        for (int j = 0; j < 3; j++) {
+            for (int i = 0; i < 200; i++) {
+                char key[32];
+                uint8_t buf[MP_VALUE_MAX];
+                size_t len = 0;
+                uint32_t w = 0, v = 0;
+                snprintf(key, sizeof key, "sp-%d-%d", j, i);
+                if (segcache_get(c, K(key), buf, sizeof buf, &len, NULL) != SEGCACHE_OK ||
+                    !mp_check(key, buf, len, &w, &v) || w != (uint32_t)j || v != 1)
+                    bad++;
+            }
+        }
+        CHECK(bad == 0);
+        CHECK_ST(segcache_close(c), SEGCACHE_OK);
+        /* round 0: the parent left last; a single-process open finds the file clean and whole */
+        cfg.multi_process = false;
+        if (round == 0) CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    }
+    alarm(0);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* Workers SIGKILLed at random instants while they write (holding a shard's lock, half-way
+ * through a store, while joining), round after round over one key space: the workers that
+ * live on and the parent never hang (SIGALRM fails the test) and never read a torn or foreign
+ * value, and the file opens afterwards. */
+static void test_mp_kill_loop(void) {
+    char dir[] = "/tmp/segcache-c-mp-XXXXXX", path[256];
+    mp_dir(dir, path, sizeof path);
+    signal(SIGALRM, mp_timeout);
+    alarm(MP_TEST_ALARM);
+    segcache_config_t cfg = mp_config(path);
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    struct mp_shared *sh = mp_shared_new();
+    unsigned seed = (unsigned)getpid();
+    enum { ROUNDS = 20, PER_ROUND = 3 };
+    _Static_assert(ROUNDS * PER_ROUND <= MP_WRITERS, "one writer number per worker");
+    int present = 0, killed = 0;
+    for (int round = 0; round < ROUNDS; round++) {
+        pid_t pids[PER_ROUND];
+        fflush(stdout);
+        fflush(stderr);
+        for (int j = 0; j < PER_ROUND; j++) {
+            uint32_t writer = (uint32_t)(round * PER_ROUND + j);
+            pids[j] = fork();
+            CHECK(pids[j] >= 0);
+            if (pids[j] == 0) {
+                alarm(MP_ALARM);
+                /* the last of each round lives on: it stops after 2000 operations and leaves */
+                int bad = mp_worker(c, sh, writer, j == PER_ROUND - 1 ? 2000 : -1, seed + writer);
+                _exit(bad == 0 && segcache_close(c) == SEGCACHE_OK ? 0 : 1);
+            }
+        }
+        for (int j = 0; j < PER_ROUND - 1; j++) {
+            usleep((useconds_t)(rand_r(&seed) % 15000));
+            kill(pids[j], SIGKILL);
+        }
+        for (int j = 0; j < PER_ROUND; j++) {
+            int status = 0;
+            CHECK(waitpid(pids[j], &status, 0) == pids[j]);
+            if (j < PER_ROUND - 1) {
+                CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+                killed += WIFSIGNALED(status);
+            } else {
+                CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+            }
+        }
+        CHECK(mp_verify(c, sh, 0, &present) == 0);
+    }
+    CHECK(killed == ROUNDS * (PER_ROUND - 1));
+    CHECK(atomic_load(&sh->bad) == 0);
+    CHECK(present > 0);
+    /* the parent's handle works on after all those deaths */
+    CHECK_ST(segcache_set(c, K("after"), K("kills"), 7, 0), SEGCACHE_OK);
+    CHECK(holds(c, "after", "kills", 5, 7));
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    /* a fresh open: single-process (nobody is left holding the file), then shared again */
+    cfg.multi_process = false;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    int again = 0;
+    CHECK(mp_verify(c, sh, 0, &again) == 0);
+    CHECK(holds(c, "after", "kills", 5, 7));
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    cfg.multi_process = true;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    CHECK(holds(c, "after", "kills", 5, 7));
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    alarm(0);
+    munmap(sh, sizeof *sh);
+    unlink(path);
+    rmdir(dir);
+}
+
+/* What may not share a file: settings that differ from those of its users (SEGCACHE_BAD_FILE),
+ * a single-process cache while it is shared and the reverse (SEGCACHE_LOCKED), no path, and
+ * lazy_verify (SEGCACHE_INVALID_CONFIG); a fork child of a handle opened without multi_process
+ * still gets SEGCACHE_FORKED (test_fork has the rest of that). */
+static void test_mp_settings(void) {
+    char dir[] = "/tmp/segcache-c-mp-XXXXXX", path[256];
+    mp_dir(dir, path, sizeof path);
+    segcache_config_t cfg = mp_config(path), other;
+    segcache_t *a = NULL, *b = NULL;
+    other = cfg;
+    other.path = NULL;
+    CHECK_ST(segcache_open(&other, &b), SEGCACHE_INVALID_CONFIG);
+    CHECK(strstr(segcache_last_error(), "path") != NULL);
+    other = cfg;
+    other.lazy_verify = true;
+    CHECK_ST(segcache_open(&other, &b), SEGCACHE_INVALID_CONFIG);
+    CHECK(strstr(segcache_last_error(), "lazy_verify") != NULL);
+
+    CHECK_ST(segcache_open(&cfg, &a), SEGCACHE_OK);
+    CHECK_ST(segcache_set(a, K("k"), K("shared"), 5, 0), SEGCACHE_OK);
+    other = cfg;
+    other.eviction = SEGCACHE_POLICY_FIFO;
+    CHECK_ST(segcache_open(&other, &b), SEGCACHE_BAD_FILE);
+    CHECK(strstr(segcache_last_error(), "settings") != NULL);
+    CHECK(b == NULL);
+    other = cfg;
+    other.heap_size = 16u << 20;
+    CHECK_ST(segcache_open(&other, &b), SEGCACHE_BAD_FILE);
+    other = cfg;
+    other.shards = 2;
+    CHECK_ST(segcache_open(&other, &b), SEGCACHE_BAD_FILE);
+    other = cfg;
+    other.multi_process = false;
+    CHECK_ST(segcache_open(&other, &b), SEGCACHE_LOCKED);
+    /* a second opener with the same settings joins, as another process would */
+    CHECK_ST(segcache_open(&cfg, &b), SEGCACHE_OK);
+    CHECK(holds(b, "k", "shared", 6, 5));
+    CHECK_ST(segcache_close(a), SEGCACHE_OK);
+    CHECK_ST(segcache_close(b), SEGCACHE_OK);
+
+    /* the reverse: a single-process cache keeps shared openers out */
+    CHECK_ST(segcache_open(&other, &a), SEGCACHE_OK);
+    CHECK(holds(a, "k", "shared", 6, 5));
+    CHECK_ST(segcache_open(&cfg, &b), SEGCACHE_LOCKED);
+    CHECK_ST(segcache_close(a), SEGCACHE_OK);
+
+    /* without multi_process an inherited handle stays the parent's; with it the child joins */
+    for (int multi = 0; multi < 2; multi++) {
+        other = cfg;
+        other.multi_process = multi;
+        CHECK_ST(segcache_open(&other, &a), SEGCACHE_OK);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            segcache_status_t want = multi ? SEGCACHE_OK : SEGCACHE_FORKED;
+            int ok = segcache_set(a, K("child"), K("wrote"), 0, 0) == want && segcache_close(a) == want;
+            _exit(ok ? 0 : 1);
+        }
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid);
+        CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        if (multi)
+            CHECK(holds(a, "child", "wrote", 5, 0));
+        else
+            CHECK_ST(segcache_contains(a, K("child")), SEGCACHE_NOT_FOUND);
+        CHECK_ST(segcache_close(a), SEGCACHE_OK);
+    }
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(int argc, char **argv) {
+    /* the spawn test runs this binary again: argv[0] when it names a path (valgrind runs the
+     * test binary from it too), else what the kernel says */
+    static char exe[4096];
+    ssize_t exe_len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (exe_len > 0) exe[exe_len] = '\0';
+    self_path = strchr(argv[0], '/') != NULL || exe_len <= 0 ? argv[0] : exe;
+    if (argc == 4 && strcmp(argv[1], "--mp-spawn-child") == 0) return mp_spawn_child(argv[2], atoi(argv[3]));
     test_version_and_strerror();
     test_config_default();
     test_open_errors();
@@ -1739,6 +2198,10 @@ int main(void) {
     test_rewrites();
     test_get_or_load();
     test_get_or_load_threads();
+    test_mp_settings();
+    test_mp_prefork();
+    test_mp_spawn();
+    test_mp_kill_loop();
     printf("test_segcache: %d passed, %d failed\n", passed, failed);
     return failed == 0 ? 0 : 1;
 }

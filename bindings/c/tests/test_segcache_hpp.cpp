@@ -230,6 +230,35 @@ int main() {
         CHECK(it && it->value == "parent" && it->flags == 3);
     }
     {
+        // Config::multi_process: a Cache opened before fork() works in the child, which shares
+        // it with the parent; settings that differ from the users' are refused
+        char dir[] = "/tmp/segcache-hpp-mp-XXXXXX";
+        CHECK(mkdtemp(dir) != nullptr);
+        std::string path = std::string(dir) + "/cache.dat";
+        segcache::Cache c(small().file(path).multi_process(true));
+        c.set("k", "parent", 3);
+        std::fflush(stdout);
+        pid_t pid = fork();
+        CHECK(pid >= 0);
+        if (pid == 0) {
+            auto it = c.get("k");
+            bool ok = it && it->value == "parent" && it->flags == 3;
+            c.set("child", "wrote", 4);
+            c.close();
+            _exit(ok ? 0 : 1);
+        }
+        int status = 0;
+        CHECK(waitpid(pid, &status, 0) == pid && WIFEXITED(status) && WEXITSTATUS(status) == 0);
+        auto it = c.get("child");
+        CHECK(it && it->value == "wrote" && it->flags == 4);
+        auto fifo = small().file(path).multi_process(true).eviction(SEGCACHE_POLICY_FIFO);
+        CHECK(thrown([&] { segcache::Cache other(fifo); }) == SEGCACHE_BAD_FILE);
+        CHECK(thrown([&] { segcache::Cache other(small().file(path)); }) == SEGCACHE_LOCKED);
+        c.close();
+        std::remove(path.c_str());
+        rmdir(dir);
+    }
+    {
         // get_or_load: single flight across threads, exceptions rethrown, a big value kept
         segcache::Cache c(small());
         constexpr int kThreads = 8;

@@ -71,7 +71,8 @@ class ForkedError(Error, RuntimeError):
     raises this in the child, reads included (a child writing to its parent's cache would share
     a file's mapping without its locks, or write to a private copy nobody else sees). Open a new
     `Cache` in the child instead; dropping or closing the inherited one there leaves the
-    parent's cache and file alone."""
+    parent's cache and file alone. A cache opened with `multi_process=True` never raises this:
+    the child joins it."""
 
 
 __all__ = [

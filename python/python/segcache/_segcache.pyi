@@ -65,7 +65,9 @@ class Cache(MutableMapping[Key, bytes]):
     """A thread-safe segment-structured cache, a MutableMapping. Keys and values come back as `bytes`.
 
     A cache belongs to the process that opened it: in an `os.fork()` child every method of an
-    inherited one raises `segcache.ForkedError` (reads included); open a new one there."""
+    inherited one raises `segcache.ForkedError` (reads included); open a new one there. With
+    `multi_process=True` (and a `path`) processes share the cache through its file instead: an
+    inherited one works in the child, and other processes may open the same path."""
 
     def __init__(
         self,
@@ -79,6 +81,7 @@ class Cache(MutableMapping[Key, bytes]):
         clock: Optional[ManualClock] = None,
         reset_bad_file: bool = False,
         lazy_verify: bool = False,
+        multi_process: bool = False,
     ) -> None: ...
     @overload
     def get(self, key: Key, default: None = None) -> Optional[bytes]: ...
@@ -153,6 +156,8 @@ class Cache(MutableMapping[Key, bytes]):
     def segment_size(self) -> int: ...
     @property
     def eviction(self) -> str: ...
+    @property
+    def multi_process(self) -> bool: ...
     def __enter__(self) -> "Cache": ...
     def __exit__(self, *args: object) -> bool: ...
     def __getitem__(self, key: Key) -> bytes: ...
