@@ -80,6 +80,12 @@ impl<T> Deref for Padded<T> {
     }
 }
 
+impl Default for ReaderSlot {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl ReaderSlot {
     fn new() -> Self {
         ReaderSlot { readers: AtomicUsize::new(0), counters: Padded::default() }

@@ -144,6 +144,19 @@ mod tests {
         lock.unlock();
     }
 
+    /// A writer that died mid-write leaves `seq` odd for good: an optimistic reader must give up
+    /// and take the lock (which repairs the shard) instead of waiting for it forever.
+    #[test]
+    fn an_optimistic_reader_gives_up_on_a_writer_that_never_finishes() {
+        use crate::shared::lock::{ReaderSlot, ShardLock};
+        let lock = shared_lock();
+        lock.seq.store(3, Relaxed);
+        let slots: &'static [ReaderSlot] = Box::leak((0..2).map(|_| ReaderSlot::default()).collect());
+        let shard = ShardLock::mapped(7u32, lock, slots, |v| *v += 1);
+        assert_eq!(shard.read_optimistic(2, || 1), None);
+        assert_eq!(*shard.read(), 7, "the lock itself was free: nothing to repair");
+    }
+
     #[test]
     fn processes_exclude_each_other() {
         let lock = shared_lock();
