@@ -103,7 +103,7 @@ mod tests {
     #[test]
     fn struct_sizes_are_what_the_format_assumes() {
         assert_eq!(std::mem::size_of::<Bucket>(), 64);
-        assert_eq!(std::mem::size_of::<SegHeader>(), 56);
+        assert_eq!(std::mem::size_of::<SegHeader>(), 64);
         assert_eq!(std::mem::size_of::<TtlBucket>(), 24);
     }
 
@@ -112,7 +112,7 @@ mod tests {
         for hash_power in [10, 15, 16] {
             let g = Geometry { hash_power, segment_size: 1 << 20, segments: 8 };
             let l = Layout { geometry: g, shards: 4 };
-            assert!(g.meta_len() >= g.segs_offset() + 8 * 56);
+            assert!(g.meta_len() >= g.segs_offset() + 8 * 64);
             assert_eq!(l.meta_start(1) - l.meta_start(0), g.meta_len());
             assert!(l.table_start(0) >= l.metas_end());
             assert_eq!(l.table_start(0) % HUGE_PAGE, 0);

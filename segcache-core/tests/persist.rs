@@ -180,10 +180,14 @@ fn foreign_truncated_and_other_version_files_are_named() {
     expect_bad(&path, builder(&path, &clock), "format version 0");
 
     // Version 5: shard metadata without the expired and flushed read counts.
-    assert_eq!(segcache_core::FORMAT_VERSION, 6);
+    assert_eq!(segcache_core::FORMAT_VERSION, 7);
     bytes[8..12].copy_from_slice(&5u32.to_le_bytes());
     std::fs::write(&path, &bytes).unwrap();
     expect_bad(&path, builder(&path, &clock), "format version 5");
+    // Version 6: records with a 4-byte CAS counter, segment headers without its base.
+    bytes[8..12].copy_from_slice(&6u32.to_le_bytes());
+    std::fs::write(&path, &bytes).unwrap();
+    expect_bad(&path, builder(&path, &clock), "format version 6");
 }
 
 #[test]

@@ -49,9 +49,13 @@ impl Segcache {
     fn tell(&self, listener: &RemovalListener, loc: Loc, slot_value: u64, cause: RemovalCause) {
         // (Not `record`: a merge that drains a segment in place drops records from it after
         // its header became the destination's.)
-        let Some(r) = self.seg_bytes(loc.seg).get(loc.offset as usize..).and_then(record::parse) else { return };
-        let now = self.now();
+        // (And the base is the source's still: see `compact`.)
         let seg = self.seg(loc.seg);
+        let Some(r) = self.seg_bytes(loc.seg).get(loc.offset as usize..).and_then(|src| record::parse(src, seg.cas_base))
+        else {
+            return;
+        };
+        let now = self.now();
         let item = Item {
             key: r.key,
             value: r.value,

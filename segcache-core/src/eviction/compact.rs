@@ -60,8 +60,10 @@ impl Segcache {
         let order: Vec<u32> = sources.iter().rev().copied().collect();
         // Read before a source becomes a destination (and takes `pool`).
         let from_small: Vec<bool> = order.iter().map(|&s| self.seg(s).pool == POOL_SMALL).collect();
-        // Likewise their creation times, from which their records' access bytes count.
+        // Likewise their creation times, from which their records' access bytes count, and their
+        // CAS bases, from which their narrow CAS counters count.
         let created: Vec<u32> = order.iter().map(|&s| self.seg(s).create_at).collect();
+        let bases: Vec<u32> = order.iter().map(|&s| self.seg(s).cas_base).collect();
         // Gather live items and their frequencies.
         let mut moves = MOVES.take();
         moves.clear();
@@ -112,8 +114,10 @@ impl Segcache {
         m.items = m.items.saturating_sub(items);
         m.bytes = m.bytes.saturating_sub(bytes);
 
-        let header = |seq: u64| SegHeader {
-            seq,
+        // A new destination takes the base of the source being drained (which it may be, drained
+        // in place): that source's records keep their form, so none grows (see `move_record`).
+        let header = |cas_base: u32| SegHeader {
+            cas_base,
             create_at,
             expire_at,
             ttl_bucket: b as u16,
@@ -125,7 +129,7 @@ impl Segcache {
                                  // The destination being filled; `cont` is already in the chain, new ones are not yet.
         let mut dest = match cont {
             Some(c) => c,
-            None => self.next_dest(&mut spare, &order, &mut reused, header),
+            None => self.next_dest(&mut spare, &order, &mut reused, header(bases[0])),
         };
         let mut new_dests = usize::from(cont.is_none()); // spare and reused sources taken
         let (mut copied, mut dropped, mut unfetched) = (0u64, 0u64, 0u64);
@@ -146,30 +150,26 @@ impl Segcache {
                         partial -= u64::from(m.len);
                         true
                     }));
-            if keep && self.seg(dest).write_offset as usize + m.len as usize > self.geo.segment_size {
+            // The copy's length: its CAS may be held narrow in one destination and wide in another.
+            let len_in = |s: &Self, dest: u32| s.moved_len(m.loc, bases[current], s.seg(dest).cas_base);
+            let mut len = if keep { len_in(self, dest) } else { 0 };
+            if keep && self.seg(dest).write_offset as usize + len > self.geo.segment_size {
                 let free = spare != NONE || reused < current || (in_place && reused == current);
                 if new_dests < max_dests && free {
                     // Seal this destination into the chain, then drain into the next.
                     if Some(dest) != cont {
                         self.seal_dest(dest, b, before, pool);
                     }
-                    dest = self.next_dest(&mut spare, &order, &mut reused, header);
+                    dest = self.next_dest(&mut spare, &order, &mut reused, header(bases[current]));
                     new_dests += 1;
+                    len = len_in(self, dest);
                 } else {
                     keep = false;
                 }
             }
             if keep {
-                let at = |seg: u32, offset: u32| seg as usize * self.geo.segment_size + offset as usize;
-                let (from, to) = (at(m.loc.seg, m.loc.offset), at(dest, self.seg(dest).write_offset));
-                let len = m.len as usize;
-                // SAFETY: both ranges lie in the heap: the source record inside its segment (as
-                // parsed), the destination below its segment's end (checked above). They overlap
-                // when a segment is compacted in place, which `copy` allows; no reference to
-                // either is alive.
-                unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
-                let new = self.write_record(dest, |_| {}, len);
-                self.rebase_access(new, created[current]);
+                debug_assert!(self.seg(dest).write_offset as usize + len <= self.geo.segment_size);
+                let new = self.move_record(m.loc, bases[current], created[current], dest);
                 Table::relocate(slot.slot, slot.value, m.freq / 2, new);
                 copied += 1;
             } else {
@@ -220,7 +220,8 @@ impl Segcache {
         Ok(())
     }
 
-    /// The next new destination of a merge (see `compact`), initialised by `header` and out of
+    /// The next new destination of a merge (see `compact`), initialised as `header` (with the next
+    /// sequence number) and out of
     /// its chain: the spare while it is unused, else the first source not yet reused (drained,
     /// or being drained when compacting in place).
     pub(crate) fn next_dest(
@@ -228,7 +229,7 @@ impl Segcache {
         spare: &mut u32,
         order: &[u32],
         reused: &mut usize,
-        header: impl Fn(u64) -> SegHeader,
+        header: SegHeader,
     ) -> u32 {
         let next = if *spare != NONE {
             self.meta_mut().spare = NONE;
@@ -240,7 +241,7 @@ impl Segcache {
             next
         };
         let seq = self.next_seq();
-        *self.seg_mut(next) = header(seq);
+        *self.seg_mut(next) = SegHeader { seq, ..header };
         next
     }
 

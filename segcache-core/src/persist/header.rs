@@ -7,13 +7,15 @@ const MAGIC: [u8; 8] = *b"SEGCACHE";
 /// 4: records carry a 32-bit CAS counter (`record`), shards a CAS counter (`ShardMeta::next_cas`).
 /// 5: records carry a control byte (1-3 byte value lengths, stale and won bits, client-chosen CAS)
 /// and an access byte; slots a fetched bit.
+/// 7: records hold their CAS counter in 2 bytes, above their segment's base, when it fits
+/// (`record::CasForm`); segment headers carry that base (`SegHeader::cas_base`, 64 bytes).
 ///
 /// ```
 /// // A file written by another format version is refused with `Error::BadFile`
 /// // (or started over, with `Builder::reset_bad_file`).
 /// assert!(segcache_core::FORMAT_VERSION >= 5);
 /// ```
-pub const FORMAT_VERSION: u32 = 6;
+pub const FORMAT_VERSION: u32 = 7;
 
 /// The header's fields, in file order (little-endian, fixed offsets).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

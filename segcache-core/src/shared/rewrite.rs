@@ -24,7 +24,7 @@ impl Segcache {
     /// caller that holds the shard's read lock (see the module docs); returns the item's new CAS
     /// value, or `None` to leave the store to the exclusive path.
     pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> Option<u64> {
-        let len = record::record_len(key.len(), value.len(), flags, false);
+        let len = record::record_len(key.len(), value.len(), flags, record::CasForm::Wide);
         if self.durable || len > PEEK_BYTES || check_key(key).is_err() {
             return None;
         }
@@ -38,18 +38,29 @@ impl Segcache {
         let old = lock_word(info, slot::INFO_LOCKED);
         // A stale item, or one whose recache token is out, takes the exclusive path, which
         // writes its state afresh.
-        let Some((loc, found, false)) = self.in_place_target(key, h, len, flags, false, ttl, expiry_of(ttl, now), now)
-        else {
+        let target = self.in_place_target(key, h, value.len(), flags, false, ttl, expiry_of(ttl, now), now);
+        let Some((loc, found, false, form, base)) = target else {
             unlock_word(info, old);
             return None;
         };
         let record = loc.seg as usize * self.geo.segment_size + loc.offset as usize;
-        let Some(header) = self.record(loc).map(|r| r.len - r.key.len() - r.value.len()) else {
+        let Some((header, len)) = self.record(loc).map(|r| (r.len - r.key.len() - r.value.len(), r.len)) else {
             unlock_word(info, old);
             return None;
         };
-        let cas_at = header - 4 - if flags != 0 { 4 } else { 0 };
+        let cas_at = header - form.bytes() - if flags != 0 { 4 } else { 0 };
         let cas = self.next_cas();
+        // A narrow record holds only a counter less than 2^16 above its segment's base: past
+        // that, the exclusive path appends the item (the counter taken is skipped, as any other
+        // that a failed store took).
+        if !form.holds(cas, base) {
+            unlock_word(info, old);
+            return None;
+        }
+        let mut cas_bytes = cas.to_le_bytes();
+        if form == record::CasForm::Narrow {
+            cas_bytes[..2].copy_from_slice(&(cas.wrapping_sub(base) as u16).to_le_bytes());
+        }
         // A new version: not fetched yet, accessed now. (A reader of the old version may still
         // set the fetched bit, as if it had read this one.)
         found.slot.fetch_and(!slot::FETCHED, Relaxed);
@@ -65,10 +76,10 @@ impl Segcache {
         // changed. `ptr::copy` allows `value` to overlap (it cannot, but costs nothing).
         unsafe {
             let dst = self.mem.heap.add(record);
-            std::ptr::copy(cas.to_le_bytes().as_ptr(), dst.add(cas_at), 4);
+            std::ptr::copy(cas_bytes.as_ptr(), dst.add(cas_at), form.bytes());
             if flags != 0 {
                 // Same layout (`in_place_target`): the old record has client flags too.
-                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(cas_at + 4), 4);
+                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(cas_at + form.bytes()), 4);
             }
             std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());
         }
