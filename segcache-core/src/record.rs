@@ -500,7 +500,11 @@ mod tests {
                 assert_eq!(buf.len(), if form == CasForm::Narrow { 8 } else { 10 }, "1 + 1 bytes and the header");
                 assert_eq!(buf[FLAGS_BYTE] & WIDE_CAS != 0, form == CasForm::Wide);
                 let r = parse(&buf, base).unwrap();
-                assert_eq!((r.stamp.cas, r.form, r.key, r.value), (cas, form, &b"k"[..], &b"v"[..]), "{cas} over {base}");
+                assert_eq!(
+                    (r.stamp.cas, r.form, r.key, r.value),
+                    (cas, form, &b"k"[..], &b"v"[..]),
+                    "{cas} over {base}"
+                );
                 assert!(CasForm::Wide.holds(cas, base));
                 assert!(!CasForm::Explicit.holds(cas, base));
                 // A wide record holds its counter whatever the base it is read with.

@@ -51,7 +51,8 @@ impl Segcache {
         // its header became the destination's.)
         // (And the base is the source's still: see `compact`.)
         let seg = self.seg(loc.seg);
-        let Some(r) = self.seg_bytes(loc.seg).get(loc.offset as usize..).and_then(|src| record::parse(src, seg.cas_base))
+        let Some(r) =
+            self.seg_bytes(loc.seg).get(loc.offset as usize..).and_then(|src| record::parse(src, seg.cas_base))
         else {
             return;
         };

@@ -64,7 +64,13 @@ impl Segcache {
         let same_layout = record::same_layout(&old, value_len, flags, explicit);
         let marked = item.state.stale || item.state.token_sent;
         let seg = self.seg(loc.seg);
-        (same_layout && expiry_fits(seg, expire_at, ttl::width_of(ttl))).then_some((loc, found, marked, old.form, seg.cas_base))
+        (same_layout && expiry_fits(seg, expire_at, ttl::width_of(ttl))).then_some((
+            loc,
+            found,
+            marked,
+            old.form,
+            seg.cas_base,
+        ))
     }
 
     /// Rewrites the key's record in place if `in_place_target` allows; `false` leaves the store

@@ -224,13 +224,7 @@ impl Segcache {
     /// sequence number) and out of
     /// its chain: the spare while it is unused, else the first source not yet reused (drained,
     /// or being drained when compacting in place).
-    pub(crate) fn next_dest(
-        &mut self,
-        spare: &mut u32,
-        order: &[u32],
-        reused: &mut usize,
-        header: SegHeader,
-    ) -> u32 {
+    pub(crate) fn next_dest(&mut self, spare: &mut u32, order: &[u32], reused: &mut usize, header: SegHeader) -> u32 {
         let next = if *spare != NONE {
             self.meta_mut().spare = NONE;
             std::mem::replace(spare, NONE)

@@ -241,7 +241,11 @@ mod tests {
         assert!([b"b", b"d"].iter().all(|k| loc_of(&c, *k).seg == seg), "one open segment");
         assert_eq!(c.seg(seg).cas_base, c.record(loc_of(&c, b"a")).unwrap().stamp.cas);
         let forms = [b"a", b"b", b"d"].map(|k| form_of(&c, k));
-        assert_eq!(forms, [CasForm::Narrow, CasForm::Narrow, CasForm::Wide], "65,535 above the base is the last narrow");
+        assert_eq!(
+            forms,
+            [CasForm::Narrow, CasForm::Narrow, CasForm::Wide],
+            "65,535 above the base is the last narrow"
+        );
         for (k, cas, v) in [(b"a", a, b"1"), (b"b", b, b"2"), (b"d", d, b"3")] {
             let item = c.get(k).unwrap();
             assert_eq!((item.cas(), item.value()), (cas, &v[..]));

@@ -87,3 +87,48 @@ impl Segcache {
         Some(self.cas_of(cas))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::engine::write::{Mode, StoreOptions};
+    use crate::{Builder, ManualClock, SharedCache};
+
+    fn set(c: &SharedCache, key: &[u8], value: &[u8]) -> u64 {
+        c.store_with(key, value, 0, Duration::ZERO, Mode::Set, StoreOptions::default()).unwrap()
+    }
+
+    /// Under the shared lock too, a rewrite keeps the record's CAS form: a narrow record whose
+    /// new counter lies 2^16 or more above its segment's base is left to the exclusive path,
+    /// which appends it (wide, in the same open segment); a wide one is rewritten in place.
+    #[test]
+    fn a_shared_rewrite_whose_counter_does_not_fit_goes_to_the_exclusive_path() {
+        let c = Builder::new()
+            .heap_size(4 << 20)
+            .segment_size(64 << 10)
+            .shards(1)
+            .clock(ManualClock::new(1_700_000_000))
+            .build_shared()
+            .unwrap();
+        let shard = c.shard_at(0);
+        let at = |c: &SharedCache| c.shard_at(0).read().record_location(b"k").unwrap();
+        let v1 = set(&c, b"k", b"value-1");
+        let first = at(&c);
+        let writes = shard.writes();
+        let v2 = set(&c, b"k", b"value-2");
+        assert_eq!((shard.writes(), at(&c)), (writes, first), "in place, under the shared lock");
+        *shard.write().meta_mut().next_cas.get_mut() += 70_000;
+        let writes = shard.writes();
+        let v3 = set(&c, b"k", b"value-3");
+        assert_eq!(shard.writes(), writes + 1, "the exclusive path");
+        let third = at(&c);
+        assert_ne!(third, first, "appended");
+        let v4 = set(&c, b"k", b"value-4");
+        assert_eq!((shard.writes(), at(&c)), (writes + 1, third), "a wide record: in place, under the shared lock");
+        assert!(v1 < v2 && v2 < v3 && v3 < v4);
+        let item = c.get(b"k").unwrap();
+        assert_eq!((item.value, item.cas), (b"value-4".to_vec(), v4));
+        assert_eq!(c.stats().items, 1);
+    }
+}
