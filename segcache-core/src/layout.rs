@@ -141,7 +141,7 @@ mod tests {
     #[test]
     fn struct_sizes_are_what_the_format_assumes() {
         assert_eq!(std::mem::size_of::<Bucket>(), 64);
-        assert_eq!(std::mem::size_of::<SegHeader>(), 56);
+        assert_eq!(std::mem::size_of::<SegHeader>(), 64);
         assert_eq!(std::mem::size_of::<TtlBucket>(), 24);
         assert_eq!(std::mem::size_of::<MappedLock>(), 128);
         assert_eq!(std::mem::size_of::<ReaderSlot>(), 256);
@@ -152,7 +152,7 @@ mod tests {
         for hash_power in [10, 15, 16] {
             let g = Geometry { hash_power, segment_size: 1 << 20, segments: 8 };
             let l = Layout { geometry: g, shards: 4 };
-            assert!(g.meta_len() >= g.segs_offset() + 8 * 56);
+            assert!(g.meta_len() >= g.segs_offset() + 8 * 64);
             assert_eq!(l.meta_start(1) - l.meta_start(0), g.meta_len());
             assert!(l.slots_start(0) >= l.lock_start(4) && l.meta_start(0) >= l.slots_start(4));
             assert!(l.summary_start(0) >= l.metas_end() && l.ghost_start(0) >= l.summary_start(4));

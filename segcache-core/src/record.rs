@@ -1,25 +1,35 @@
 //! The item record as it lies in a segment:
 //!
 //! ```text
-//! [ctl: u8][access: u8][key_len: u8][value_len: 1-3 bytes LE][cas: u32 LE]
+//! [ctl: u8][access: u8][key_len: u8][value_len: 1-3 bytes LE][cas: 2 or 4 bytes LE]
 //!     [client flags: u32 LE, only if HAS_CLIENT_FLAGS][cas high word: u32 LE, only if EXPLICIT_CAS][key][value]
 //! ```
 //!
 //! The control byte holds the value length's width (1 to 3 bytes, in its two low bits) and the
-//! record's flags: `HAS_CLIENT_FLAGS`, `EXPLICIT_CAS` (the client chose the CAS value, memcached's
-//! `E`: 64 bits, the high word in an extension that only such records carry), `STALE` (marked
-//! stale by an invalidation, memcached's `I`), `WON` (the recache token was handed out) and `DEAD` (set when the item is deleted or
-//! replaced, so that a crash-recovery scan can tell live copies from old ones). The access byte
-//! is the coarse time of the last store or fetch (see `access_code`), relative to the segment's
-//! creation. A value under 256 bytes has an 8-byte header, as before the state was kept: the
-//! length byte it no longer needs pays for the access byte. Then the item's CAS counter (the
-//! shard's counter when the item was last modified: see `Segcache::next_cas`); no alignment
-//! padding; the expiry in the segment header, and the access frequency and the fetched bit in
-//! the hash slot (see `slot`).
+//! record's flags: `HAS_CLIENT_FLAGS`, `WIDE_CAS` and `EXPLICIT_CAS` (how the CAS is held, see
+//! below), `STALE` (marked stale by an invalidation, memcached's `I`), `WON` (the recache token
+//! was handed out) and `DEAD` (set when the item is deleted or replaced, so that a crash-recovery
+//! scan can tell live copies from old ones). The access byte is the coarse time of the last store
+//! or fetch (see `access_code`), relative to the segment's creation.
+//!
+//! Then the item's CAS counter (the shard's counter when the item was last modified: see
+//! `Segcache::next_cas`), in one of three forms (`CasForm`):
+//! - narrow, 2 bytes: the counter less its segment's base (`SegHeader::cas_base`, the shard's
+//!   counter when the segment was opened), when that difference is below 2^16, as it is for
+//!   every record appended while the segment is open for fewer than 2^16 modifications;
+//! - wide (`WIDE_CAS`), 4 bytes: the counter itself, for the others (a long-open segment, a
+//!   record copied by a merge or a touch into a segment whose base is far from its counter);
+//! - explicit (`EXPLICIT_CAS`): a client-chosen 64-bit value (memcached's `E`), its low word in
+//!   the 4 bytes and its high word in an extension that only such records carry.
+//!
+//! A value under 256 bytes with a narrow CAS has a 6-byte header: 2 bytes more than before the
+//! CAS and the state were kept. No alignment padding; the expiry lies in the segment header, and
+//! the access frequency and the fetched bit in the hash slot (see `slot`).
 
-/// Bytes of the smallest header (a value under 256 bytes, no client flags, no explicit CAS).
-pub const HEADER_LEN: usize = 8;
-/// Bytes of the longest fixed header (a 3-byte value length), before the optional words.
+/// Bytes of the smallest header (a value under 256 bytes, a narrow CAS, no client flags).
+pub const HEADER_LEN: usize = 6;
+/// Bytes of the longest fixed header (a 3-byte value length, a 4-byte CAS), before the optional
+/// words.
 pub const MAX_HEADER_LEN: usize = 10;
 /// The control byte (flags and the length's width).
 pub const FLAGS_BYTE: usize = 0;
@@ -38,6 +48,8 @@ pub const STALE: u8 = 0x10;
 /// The item's recache token was handed out (memcached's `W`; later readers see `Z`). Set by
 /// readers that hold the shard's lock shared (an atomic `fetch_or`), so outside the checksum.
 pub const WON: u8 = 0x20;
+/// The CAS counter is held whole, in 4 bytes, not as 2 bytes above the segment's base.
+pub const WIDE_CAS: u8 = 0x40;
 /// Set when the item was deleted or replaced (in `FLAGS_BYTE`).
 pub const DEAD: u8 = 0x80;
 /// Largest value the length field holds (the largest segment, 4 MiB, less one).
@@ -55,27 +67,98 @@ pub fn width_of(value_len: usize) -> usize {
     }
 }
 
-/// Bytes an item takes in a segment (`explicit`: with a client-chosen CAS value).
-#[inline]
-pub fn record_len(key_len: usize, value_len: usize, client_flags: u32, explicit: bool) -> usize {
-    7 + width_of(value_len) + if client_flags != 0 { 4 } else { 0 } + if explicit { 4 } else { 0 } + key_len + value_len
+/// How a record holds its CAS value (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CasForm {
+    /// The counter less the segment's base, in 2 bytes.
+    Narrow,
+    /// The counter, in 4 bytes (`WIDE_CAS`).
+    Wide,
+    /// A client-chosen value: its low word in 4 bytes, its high word after the client flags
+    /// (`EXPLICIT_CAS`).
+    Explicit,
 }
 
-/// Whether two records of one key have the same layout: the same length, client flags present
-/// in both or in neither and a client-chosen CAS in both or in neither (each optional word takes 4
-/// bytes, so a record with flags and a value 4 bytes shorter has the length of one without; the
-/// length's width follows: with the same key, the same length and the same words, the values
-/// have the same length).
+impl CasForm {
+    /// The form of a record stamped `stamp` in a segment whose base is `base`: narrow whenever
+    /// its counter allows.
+    #[inline]
+    pub fn of(stamp: &Stamp, base: u32) -> CasForm {
+        if stamp.cas_hi.is_some() {
+            CasForm::Explicit
+        } else if narrow_fits(stamp.cas, base) {
+            CasForm::Narrow
+        } else {
+            CasForm::Wide
+        }
+    }
+
+    /// The largest form a record takes (wide or explicit): every segment can hold it.
+    #[inline]
+    pub fn widest(explicit: bool) -> CasForm {
+        if explicit {
+            CasForm::Explicit
+        } else {
+            CasForm::Wide
+        }
+    }
+
+    /// Whether a record of this form can hold counter `cas` in a segment whose base is `base`.
+    #[inline]
+    pub fn holds(self, cas: u32, base: u32) -> bool {
+        match self {
+            CasForm::Narrow => narrow_fits(cas, base),
+            CasForm::Wide => true,
+            CasForm::Explicit => false,
+        }
+    }
+
+    /// The form of a record of this form, holding counter `cas`, once copied into a segment whose
+    /// base is `base`: explicit stays explicit, a counter is narrow wherever it fits.
+    #[inline]
+    pub fn moved(self, cas: u32, base: u32) -> CasForm {
+        match self {
+            CasForm::Explicit => CasForm::Explicit,
+            _ if narrow_fits(cas, base) => CasForm::Narrow,
+            _ => CasForm::Wide,
+        }
+    }
+
+    /// Bytes the CAS takes (both words of an explicit one).
+    #[inline]
+    pub fn bytes(self) -> usize {
+        match self {
+            CasForm::Narrow => 2,
+            CasForm::Wide => 4,
+            CasForm::Explicit => 8,
+        }
+    }
+}
+
+/// Whether counter `cas` can be held narrow in a segment whose base is `base`: it lies less than
+/// 2^16 above the base (modulo 2^32, as the counter wraps).
 #[inline]
-pub fn same_layout(
-    len: usize,
-    client_flags: u32,
-    explicit: bool,
-    other_len: usize,
-    other_flags: u32,
-    other_explicit: bool,
-) -> bool {
-    len == other_len && (client_flags != 0) == (other_flags != 0) && explicit == other_explicit
+pub fn narrow_fits(cas: u32, base: u32) -> bool {
+    cas.wrapping_sub(base) <= u32::from(u16::MAX)
+}
+
+/// Bytes an item takes in a segment, its CAS held in `form`.
+#[inline]
+pub fn record_len(key_len: usize, value_len: usize, client_flags: u32, form: CasForm) -> usize {
+    3 + width_of(value_len) + form.bytes() + if client_flags != 0 { 4 } else { 0 } + key_len + value_len
+}
+
+/// Whether a record of the same key with a `value_len`-byte value and client flags
+/// `client_flags` (and a client-chosen CAS value if `explicit`) can be written over `r` byte for
+/// byte: a value of the same length, client flags present in both or in neither, a client-chosen
+/// CAS in both or in neither. (The length alone does not tell: each optional word takes 4 bytes,
+/// so a record with flags and a value 4 bytes shorter has the length of one without.) A narrow
+/// record also needs the new counter to fit (`CasForm::holds`).
+#[inline]
+pub fn same_layout(r: &Record<'_>, value_len: usize, client_flags: u32, explicit: bool) -> bool {
+    r.value.len() == value_len
+        && (r.client_flags != 0) == (client_flags != 0)
+        && (r.form == CasForm::Explicit) == explicit
 }
 
 /// What a record carries besides its key, value and client flags.
@@ -128,19 +211,31 @@ pub fn access_age(code: u8) -> u32 {
     ((8 + m) as u64).checked_shl(e).map_or(u32::MAX, |v| v.min(u64::from(u32::MAX)) as u32)
 }
 
-/// Writes an item at the start of `dst`, which is exactly `record_len(..)` bytes long.
-/// The value is given in parts so that append/prepend need no temporary buffer.
+/// Writes the header of an item (everything before its key) at the start of `dst`, its CAS in
+/// `form` (which `stamp` must allow: see `CasForm::of`) for a segment whose base is `base`;
+/// returns its length.
 #[inline]
-pub fn write(dst: &mut [u8], key: &[u8], value_parts: &[&[u8]], client_flags: u32, stamp: Stamp) {
-    let value_len: usize = value_parts.iter().map(|p| p.len()).sum();
-    debug_assert!(key.len() <= 255 && value_len <= MAX_VALUE_LEN);
+pub fn write_header(
+    dst: &mut [u8],
+    key_len: usize,
+    value_len: usize,
+    client_flags: u32,
+    stamp: Stamp,
+    form: CasForm,
+    base: u32,
+) -> usize {
+    debug_assert!(key_len <= 255 && value_len <= MAX_VALUE_LEN);
+    debug_assert_eq!(form == CasForm::Explicit, stamp.cas_hi.is_some());
+    debug_assert!(form != CasForm::Narrow || narrow_fits(stamp.cas, base));
     let width = width_of(value_len);
     let mut ctl = (width - 1) as u8;
     if client_flags != 0 {
         ctl |= HAS_CLIENT_FLAGS;
     }
-    if stamp.cas_hi.is_some() {
-        ctl |= EXPLICIT_CAS;
+    match form {
+        CasForm::Narrow => {}
+        CasForm::Wide => ctl |= WIDE_CAS,
+        CasForm::Explicit => ctl |= EXPLICIT_CAS,
     }
     if stamp.stale {
         ctl |= STALE;
@@ -150,11 +245,16 @@ pub fn write(dst: &mut [u8], key: &[u8], value_parts: &[&[u8]], client_flags: u3
     }
     dst[FLAGS_BYTE] = ctl;
     dst[ACCESS_AT] = stamp.access;
-    dst[KEY_LEN_AT] = key.len() as u8;
+    dst[KEY_LEN_AT] = key_len as u8;
     dst[VALUE_LEN_AT..VALUE_LEN_AT + width].copy_from_slice(&(value_len as u32).to_le_bytes()[..width]);
     let mut at = VALUE_LEN_AT + width;
-    dst[at..at + 4].copy_from_slice(&stamp.cas.to_le_bytes());
-    at += 4;
+    if form == CasForm::Narrow {
+        dst[at..at + 2].copy_from_slice(&(stamp.cas.wrapping_sub(base) as u16).to_le_bytes());
+        at += 2;
+    } else {
+        dst[at..at + 4].copy_from_slice(&stamp.cas.to_le_bytes());
+        at += 4;
+    }
     if client_flags != 0 {
         dst[at..at + 4].copy_from_slice(&client_flags.to_le_bytes());
         at += 4;
@@ -163,6 +263,24 @@ pub fn write(dst: &mut [u8], key: &[u8], value_parts: &[&[u8]], client_flags: u3
         dst[at..at + 4].copy_from_slice(&hi.to_le_bytes());
         at += 4;
     }
+    at
+}
+
+/// Writes an item at the start of `dst`, which is exactly `record_len(..)` bytes long, its CAS
+/// in `form` for a segment whose base is `base` (see `write_header`). The value is given in parts
+/// so that append/prepend need no temporary buffer.
+#[inline]
+pub fn write(
+    dst: &mut [u8],
+    key: &[u8],
+    value_parts: &[&[u8]],
+    client_flags: u32,
+    stamp: Stamp,
+    form: CasForm,
+    base: u32,
+) {
+    let value_len: usize = value_parts.iter().map(|p| p.len()).sum();
+    let mut at = write_header(dst, key.len(), value_len, client_flags, stamp, form, base);
     dst[at..at + key.len()].copy_from_slice(key);
     at += key.len();
     for p in value_parts {
@@ -177,8 +295,10 @@ pub struct Record<'a> {
     pub key: &'a [u8],
     pub value: &'a [u8],
     pub client_flags: u32,
-    /// The CAS counter and the record's other state.
+    /// The CAS counter (whatever its form) and the record's other state.
     pub stamp: Stamp,
+    /// How the record holds its CAS.
+    pub form: CasForm,
     pub dead: bool,
     /// Total bytes of the record.
     pub len: usize,
@@ -202,6 +322,26 @@ pub struct Header {
 }
 
 impl Header {
+    /// How the record holds its CAS.
+    #[inline]
+    pub fn form(&self) -> CasForm {
+        if self.ctl & EXPLICIT_CAS != 0 {
+            CasForm::Explicit
+        } else if self.ctl & WIDE_CAS != 0 {
+            CasForm::Wide
+        } else {
+            CasForm::Narrow
+        }
+    }
+    /// Bytes of the CAS field (the low word only of an explicit value).
+    #[inline]
+    fn cas_len(&self) -> usize {
+        if self.ctl & (WIDE_CAS | EXPLICIT_CAS) != 0 {
+            4
+        } else {
+            2
+        }
+    }
     /// Where the CAS counter lies.
     #[inline]
     pub fn cas_at(&self) -> usize {
@@ -210,7 +350,7 @@ impl Header {
     /// Where the client flags lie, if the record has them.
     #[inline]
     pub fn flags_at(&self) -> usize {
-        self.cas_at() + 4
+        self.cas_at() + self.cas_len()
     }
     /// Where the key starts.
     #[inline]
@@ -229,18 +369,19 @@ impl Header {
     pub fn has_flags(&self) -> bool {
         self.ctl & HAS_CLIENT_FLAGS != 0
     }
-    /// The record's stamp, read from `src` (the record's first `key_at()` bytes at least).
+    /// The record's stamp, read from `src` (the record's first `key_at()` bytes at least), for a
+    /// record of a segment whose base is `base` (see `CasForm::Narrow`).
     #[inline]
-    pub fn stamp(&self, src: &[u8]) -> Stamp {
+    pub fn stamp(&self, src: &[u8], base: u32) -> Stamp {
         let word = |at: usize| u32::from_le_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]]);
         let cas_hi = (self.ctl & EXPLICIT_CAS != 0).then(|| word(self.key_at() - 4));
-        Stamp {
-            cas: word(self.cas_at()),
-            cas_hi,
-            stale: self.ctl & STALE != 0,
-            won: self.ctl & WON != 0,
-            access: src[ACCESS_AT],
-        }
+        let at = self.cas_at();
+        let cas = if self.cas_len() == 4 {
+            word(at)
+        } else {
+            base.wrapping_add(u32::from(u16::from_le_bytes([src[at], src[at + 1]])))
+        };
+        Stamp { cas, cas_hi, stale: self.ctl & STALE != 0, won: self.ctl & WON != 0, access: src[ACCESS_AT] }
     }
 }
 
@@ -251,7 +392,8 @@ impl Header {
 pub fn header(src: &[u8]) -> Option<Header> {
     let ctl = *src.first()? & !DEAD;
     let width = usize::from(ctl & WIDTH_MASK) + 1;
-    if src.len() < VALUE_LEN_AT + width + 4 || src[KEY_LEN_AT] == 0 || width > 3 {
+    let cas_len = if ctl & (WIDE_CAS | EXPLICIT_CAS) != 0 { 4 } else { 2 };
+    if src.len() < VALUE_LEN_AT + width + cas_len || src[KEY_LEN_AT] == 0 || width > 3 {
         return None;
     }
     let mut len = [0u8; 4];
@@ -259,10 +401,11 @@ pub fn header(src: &[u8]) -> Option<Header> {
     Some(Header { key_len: usize::from(src[KEY_LEN_AT]), value_len: u32::from_le_bytes(len) as usize, ctl })
 }
 
-/// Parses the record at the start of `src`, checking that it fits; `None` if it does not (only a
-/// corrupt segment has such a record).
+/// Parses the record at the start of `src`, a record of a segment whose base is `base` (see
+/// `CasForm::Narrow`), checking that it fits; `None` if it does not (only a corrupt segment has
+/// such a record).
 #[inline]
-pub fn parse(src: &[u8]) -> Option<Record<'_>> {
+pub fn parse(src: &[u8], base: u32) -> Option<Record<'_>> {
     let h = header(src)?;
     let at = h.key_at();
     let len = at + h.key_len + h.value_len;
@@ -279,7 +422,8 @@ pub fn parse(src: &[u8]) -> Option<Record<'_>> {
         key: &src[at..at + h.key_len],
         value: &src[at + h.key_len..len],
         client_flags,
-        stamp: h.stamp(src),
+        stamp: h.stamp(src, base),
+        form: h.form(),
         dead: src[FLAGS_BYTE] & DEAD != 0,
         len,
     })
@@ -302,21 +446,33 @@ mod tests {
         Stamp { cas, ..Stamp::default() }
     }
 
+    /// Writes a record of `key` and `value` stamped `st` for a segment whose base is `base`, in
+    /// the form `CasForm::of` picks; returns its bytes.
+    fn written(key: &[u8], value: &[u8], flags: u32, st: Stamp, base: u32) -> Vec<u8> {
+        let form = CasForm::of(&st, base);
+        let mut buf = vec![0u8; record_len(key.len(), value.len(), flags, form)];
+        write(&mut buf, key, &[value], flags, st, form, base);
+        buf
+    }
+
     #[test]
     fn round_trip_with_and_without_flags() {
         for flags in [0u32, 7, u32::MAX] {
-            for explicit in [None, Some(0x1234_5678_9abc_def0u64)] {
+            for (explicit, base, cas_len) in
+                [(None, 70, 2), (None, 78, 4), (None, 77 + 65536, 4), (Some(0x1234_5678_9abc_def0u64), 70, 8)]
+            {
                 for (stale, won) in [(false, false), (true, false), (true, true), (false, true)] {
-                    let len = record_len(3, 11, flags, explicit.is_some());
-                    let extra = if flags != 0 { 4 } else { 0 } + if explicit.is_some() { 4 } else { 0 };
-                    assert_eq!(len, 8 + 3 + 11 + extra);
-                    let mut buf = vec![0xAAu8; len + 4];
                     let st = Stamp { stale, won, ..Stamp::new(77, explicit, 9) };
-                    write(&mut buf[..len], b"key", &[b"hello", b" world"], flags, st);
-                    let r = parse(&buf).unwrap();
+                    let form = CasForm::of(&st, base);
+                    let len = record_len(3, 11, flags, form);
+                    let extra = if flags != 0 { 4 } else { 0 } + cas_len;
+                    assert_eq!(len, 4 + 3 + 11 + extra);
+                    let mut buf = vec![0xAAu8; len + 4];
+                    write(&mut buf[..len], b"key", &[b"hello", b" world"], flags, st, form, base);
+                    let r = parse(&buf, base).unwrap();
                     assert_eq!(
-                        (r.key, r.value, r.client_flags, r.stamp, r.dead, r.len),
-                        (&b"key"[..], &b"hello world"[..], flags, st, false, len)
+                        (r.key, r.value, r.client_flags, r.stamp, r.form, r.dead, r.len),
+                        (&b"key"[..], &b"hello world"[..], flags, st, form, false, len)
                     );
                     assert_eq!(r.explicit_cas(), explicit);
                     assert_eq!(r.stamp.cas, explicit.map_or(77, |e| e as u32));
@@ -326,69 +482,130 @@ mod tests {
     }
 
     #[test]
+    fn a_narrow_cas_holds_the_counters_up_to_two_to_the_sixteen_above_the_base() {
+        // Bases near the wrap of the 32-bit counter too: the difference wraps with it.
+        for base in [0u32, 1000, u32::MAX - 10, u32::MAX] {
+            let cases = [
+                (base, CasForm::Narrow),
+                (base.wrapping_add(1), CasForm::Narrow),
+                (base.wrapping_add(65535), CasForm::Narrow),
+                (base.wrapping_add(65536), CasForm::Wide),
+                (base.wrapping_add(1 << 31), CasForm::Wide),
+                (base.wrapping_sub(1), CasForm::Wide),
+            ];
+            for (cas, form) in cases {
+                assert_eq!(CasForm::of(&stamp(cas), base), form, "{cas} over {base}");
+                assert_eq!(narrow_fits(cas, base), form == CasForm::Narrow);
+                let buf = written(b"k", b"v", 0, stamp(cas), base);
+                assert_eq!(buf.len(), if form == CasForm::Narrow { 8 } else { 10 }, "1 + 1 bytes and the header");
+                assert_eq!(buf[FLAGS_BYTE] & WIDE_CAS != 0, form == CasForm::Wide);
+                let r = parse(&buf, base).unwrap();
+                assert_eq!(
+                    (r.stamp.cas, r.form, r.key, r.value),
+                    (cas, form, &b"k"[..], &b"v"[..]),
+                    "{cas} over {base}"
+                );
+                assert!(CasForm::Wide.holds(cas, base));
+                assert!(!CasForm::Explicit.holds(cas, base));
+                // A wide record holds its counter whatever the base it is read with.
+                if form == CasForm::Wide {
+                    assert_eq!(parse(&buf, base.wrapping_add(12345)).unwrap().stamp.cas, cas);
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_counter_too_far_from_the_base_is_written_wide_and_reads_back() {
+        let base = 5_000_000;
+        let far = base + 70_000;
+        let buf = written(b"key", b"value", 3, stamp(far), base);
+        let h = header(&buf).unwrap();
+        assert_eq!(h.form(), CasForm::Wide);
+        assert_eq!((h.cas_at(), h.flags_at(), h.key_at()), (4, 8, 12));
+        let r = parse(&buf, base).unwrap();
+        assert_eq!((r.stamp.cas, r.client_flags, r.key, r.value), (far, 3, &b"key"[..], &b"value"[..]));
+        // Its narrow twin is two bytes shorter.
+        let near = written(b"key", b"value", 3, stamp(base + 7), base);
+        assert_eq!(near.len() + 2, buf.len());
+        assert_eq!(parse(&near, base).unwrap().stamp.cas, base + 7);
+        assert_eq!(header(&near).unwrap().key_at(), 10);
+    }
+
+    #[test]
     fn the_length_takes_one_to_three_bytes() {
-        for (value_len, head) in [(0, 8), (255, 8), (256, 9), (65535, 9), (65536, 10), (MAX_VALUE_LEN, 10)] {
-            assert_eq!(record_len(1, value_len, 0, false), head + 1 + value_len);
+        for (value_len, head) in [(0, 6), (255, 6), (256, 7), (65535, 7), (65536, 8), (MAX_VALUE_LEN, 8)] {
+            assert_eq!(record_len(1, value_len, 0, CasForm::Narrow), head + 1 + value_len);
+            assert_eq!(record_len(1, value_len, 0, CasForm::Wide), head + 3 + value_len);
+            assert!(record_len(1, value_len, 0, CasForm::Wide) <= MAX_HEADER_LEN + 1 + value_len);
             let value = vec![5u8; value_len];
-            let mut buf = vec![0u8; record_len(1, value_len, 3, false)];
-            write(&mut buf, b"k", &[&value], 3, stamp(u32::MAX));
-            let h = header(&buf).unwrap();
-            assert_eq!((h.value_len, h.key_at(), h.total_len()), (value_len, head + 4, buf.len()));
-            let r = parse(&buf).unwrap();
-            assert_eq!((r.value.len(), r.client_flags, r.stamp.cas), (value_len, 3, u32::MAX));
+            for (cas, base) in [(9, 0), (u32::MAX, 0)] {
+                let buf = written(b"k", &value, 3, stamp(cas), base);
+                let wide = usize::from(cas == u32::MAX) * 2;
+                let h = header(&buf).unwrap();
+                assert_eq!((h.value_len, h.key_at(), h.total_len()), (value_len, head + wide + 4, buf.len()));
+                let r = parse(&buf, base).unwrap();
+                assert_eq!((r.value.len(), r.client_flags, r.stamp.cas), (value_len, 3, cas));
+            }
         }
     }
 
     #[test]
     fn rejects_records_that_do_not_fit_or_are_malformed() {
         let mut buf = vec![0u8; 20];
-        write(&mut buf[..record_len(2, 4, 0, false)], b"ab", &[b"wxyz"], 0, stamp(1));
-        assert!(parse(&buf[..13]).is_none(), "truncated value");
-        assert!(parse(&buf[..7]).is_none(), "truncated header");
+        let len = record_len(2, 4, 0, CasForm::Narrow);
+        write(&mut buf[..len], b"ab", &[b"wxyz"], 0, stamp(1), CasForm::Narrow, 0);
+        assert!(parse(&buf[..len - 1], 0).is_none(), "truncated value");
+        assert!(parse(&buf[..5], 0).is_none(), "truncated header");
         let mut bad = buf.clone();
         bad[VALUE_LEN_AT] = 0xff;
-        assert!(parse(&bad).is_none(), "value longer than the bytes left");
+        assert!(parse(&bad, 0).is_none(), "value longer than the bytes left");
         bad = buf.clone();
         bad[KEY_LEN_AT] = 0;
-        assert!(parse(&bad).is_none(), "empty key");
+        assert!(parse(&bad, 0).is_none(), "empty key");
         bad = buf.clone();
         bad[FLAGS_BYTE] |= WIDTH_MASK;
-        assert!(parse(&bad).is_none(), "no 4-byte lengths");
-        assert!(parse(&[0u8; 20]).is_none(), "unwritten space");
+        assert!(parse(&bad, 0).is_none(), "no 4-byte lengths");
+        bad = buf[..6].to_vec();
+        assert!(header(&bad).is_some());
+        bad[FLAGS_BYTE] |= WIDE_CAS;
+        assert!(header(&bad).is_none(), "a wide CAS needs two bytes more");
+        assert!(parse(&[0u8; 20], 0).is_none(), "unwritten space");
     }
 
     #[test]
     fn longest_value_and_flags_share_the_control_byte() {
         let value = vec![7u8; MAX_VALUE_LEN];
-        let len = record_len(1, MAX_VALUE_LEN, 3, true);
+        let len = record_len(1, MAX_VALUE_LEN, 3, CasForm::Explicit);
         let mut buf = vec![0u8; len];
-        write(&mut buf, b"k", &[&value], 3, Stamp::new(0, Some(u64::MAX), 0));
+        write(&mut buf, b"k", &[&value], 3, Stamp::new(0, Some(u64::MAX), 0), CasForm::Explicit, 0);
         buf[FLAGS_BYTE] |= DEAD;
-        let r = parse(&buf).unwrap();
+        let r = parse(&buf, 0).unwrap();
         assert_eq!((r.value.len(), r.client_flags, r.dead, r.len), (MAX_VALUE_LEN, 3, true, len));
         assert_eq!(r.explicit_cas(), Some(u64::MAX));
     }
 
     #[test]
     fn checksum_ignores_dead_bit_and_access_byte_only() {
-        let len = record_len(2, 4, 9, false);
-        let mut buf = vec![0u8; len];
-        write(&mut buf, b"ab", &[b"wxyz"], 9, stamp(5));
-        let c = checksum(&buf);
-        let cas_at = header(&buf).unwrap().cas_at();
-        buf[cas_at] ^= 1;
-        assert_ne!(checksum(&buf), c, "the CAS counter is covered");
-        buf[cas_at] ^= 1;
-        buf[FLAGS_BYTE] ^= STALE;
-        assert_ne!(checksum(&buf), c, "the stale bit is covered");
-        buf[FLAGS_BYTE] ^= STALE;
-        buf[FLAGS_BYTE] |= DEAD | WON;
-        buf[ACCESS_AT] = 200;
-        assert_eq!(checksum(&buf), c);
-        assert!(parse(&buf).unwrap().dead);
-        assert_eq!(parse(&buf).unwrap().value, b"wxyz");
-        buf[len - 1] ^= 1;
-        assert_ne!(checksum(&buf), c);
+        for (cas, base) in [(5, 0), (5, 6)] {
+            let mut buf = written(b"ab", b"wxyz", 9, stamp(cas), base);
+            let len = buf.len();
+            let c = checksum(&buf);
+            let cas_at = header(&buf).unwrap().cas_at();
+            buf[cas_at] ^= 1;
+            assert_ne!(checksum(&buf), c, "the CAS counter is covered");
+            buf[cas_at] ^= 1;
+            buf[FLAGS_BYTE] ^= STALE;
+            assert_ne!(checksum(&buf), c, "the stale bit is covered");
+            buf[FLAGS_BYTE] ^= STALE;
+            buf[FLAGS_BYTE] |= DEAD | WON;
+            buf[ACCESS_AT] = 200;
+            assert_eq!(checksum(&buf), c);
+            assert!(parse(&buf, base).unwrap().dead);
+            assert_eq!(parse(&buf, base).unwrap().value, b"wxyz");
+            buf[len - 1] ^= 1;
+            assert_ne!(checksum(&buf), c);
+        }
     }
 
     #[test]

@@ -179,7 +179,8 @@ fn foreign_truncated_and_other_version_files_are_named() {
     std::fs::write(&path, &bytes).unwrap();
     expect_bad(&path, builder(&path, &clock), "format version 0");
 
-    // Version 6: no locks, reader slots or tag summaries for processes that share the file.
+    // Version 6: records with a 4-byte CAS counter, segment headers without its base, no locks,
+    // reader slots or tag summaries for processes that share the file.
     assert_eq!(segcache_core::FORMAT_VERSION, 7);
     bytes[8..12].copy_from_slice(&6u32.to_le_bytes());
     std::fs::write(&path, &bytes).unwrap();

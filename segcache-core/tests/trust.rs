@@ -333,7 +333,7 @@ fn incr_reads_numbers_as_memcached_does() {
     assert_eq!(c.get(b"n").unwrap().value(), b"7");
 }
 
-/// Records shorter than the longest header (a 1-byte key and an empty value: 9 bytes, where the
+/// Records shorter than the longest header (a 1-byte key and an empty value: 7 bytes, where the
 /// header alone may take 10) read back through the lock-free path at every offset within a word:
 /// the copy of a record must not assume it is at least a header long.
 #[test]
@@ -341,7 +341,7 @@ fn records_shorter_than_the_longest_header_read_back() {
     let cache =
         segcache_core::Builder::new().heap_size(4 << 20).segment_size(64 << 10).shards(1).build_shared().unwrap();
     let never = std::time::Duration::ZERO;
-    // Records of 9 bytes each: the n-th starts at byte 9n, so at every offset modulo 8.
+    // Records of 7 bytes each: the n-th starts at byte 7n, so at every offset modulo 8.
     let keys: Vec<[u8; 1]> = (b'a'..=b'p').map(|c| [c]).collect();
     for key in &keys {
         cache.set(key, b"", 0, never).unwrap();

@@ -110,7 +110,7 @@ impl Segcache {
         if loc.seg as usize >= self.geo.segments || !self.readable_segment(loc.seg) {
             return None;
         }
-        record::parse(self.seg_data(loc.seg).get(loc.offset as usize..)?)
+        record::parse(self.seg_data(loc.seg).get(loc.offset as usize..)?, self.seg(loc.seg).cas_base)
     }
 
     /// Byte `at` of the record at `loc`, as an atomic: the control and access bytes, which

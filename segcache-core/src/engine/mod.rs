@@ -198,7 +198,8 @@ impl Segcache {
     }
 
     /// Takes the shard's next CAS counter, for an item being stored or modified. The counter is
-    /// 32 bits, stored in the record, and wraps after 2^32 modifications in a shard: only then
+    /// 32 bits, stored in the record (mostly as 2 bytes above its segment's base: see
+    /// `record::CasForm`), and wraps after 2^32 modifications in a shard: only then
     /// can a value come back (a `cas` holding a token that old could match again).
     #[inline]
     pub(crate) fn next_cas(&self) -> u32 {

@@ -41,15 +41,26 @@ impl Segcache {
     #[inline]
     pub(crate) fn tell_removal(&self, loc: Loc, slot_value: u64, cause: RemovalCause) {
         if let Some(listener) = &self.listener {
-            self.tell(listener, loc, slot_value, cause);
+            self.tell(listener, loc, slot_value, cause, self.seg(loc.seg).cas_base);
+        }
+    }
+
+    /// `tell_removal` of a record written for CAS base `cas_base`: one that a merge drops from a
+    /// segment it drains in place, whose header (and base) is already the destination's.
+    pub(crate) fn tell_removal_based(&self, loc: Loc, slot_value: u64, cause: RemovalCause, cas_base: u32) {
+        if let Some(listener) = &self.listener {
+            self.tell(listener, loc, slot_value, cause, cas_base);
         }
     }
 
     #[cold]
-    fn tell(&self, listener: &RemovalListener, loc: Loc, slot_value: u64, cause: RemovalCause) {
+    fn tell(&self, listener: &RemovalListener, loc: Loc, slot_value: u64, cause: RemovalCause, cas_base: u32) {
         // (Not `record`: a merge that drains a segment in place drops records from it after
         // its header became the destination's.)
-        let Some(r) = self.seg_bytes(loc.seg).get(loc.offset as usize..).and_then(record::parse) else { return };
+        let Some(r) = self.seg_bytes(loc.seg).get(loc.offset as usize..).and_then(|src| record::parse(src, cas_base))
+        else {
+            return;
+        };
         let now = self.now();
         let seg = self.seg(loc.seg);
         let item = Item {

@@ -10,7 +10,9 @@
 //! Both require the old record's *layout*, not only its length: client flags take 4 bytes only
 //! when non-zero, so a record with flags and a value 4 bytes shorter has the length of one
 //! without, with its key and value elsewhere (`record::same_layout`). Writing only the flags and
-//! the value over such a record once lost the item.
+//! the value over such a record once lost the item. The new record keeps the old one's CAS form
+//! (`record::CasForm`): a wide one holds any counter, but a narrow one only a counter less than
+//! 2^16 above its segment's base; a new counter beyond that leaves the store to an append.
 //!
 //! Neither runs with a file: an append publishes its record only once whole (the slot store),
 //! so a crash leaves the old value or the new one, where a crash in the middle of a rewrite
@@ -26,25 +28,28 @@ use crate::segments::append::expiry_fits;
 use crate::{ttl, Segcache};
 
 impl Segcache {
-    /// Where a record of `len` bytes for `key` with client flags `flags` (and a client-chosen CAS
-    /// value if `explicit`) may be rewritten: the key's live record, if it has that layout and its
-    /// segment's expiry suits `expire_at` (see `expiry_fits`); with its slot, and whether it is
-    /// stale or its recache token was handed out.
+    /// Where a record for `key` with a `value_len`-byte value and client flags `flags` (and a
+    /// client-chosen CAS value if `explicit`) may be rewritten: the key's live record, if it has
+    /// that layout (`record::same_layout`) and its segment's expiry suits `expire_at` (see
+    /// `expiry_fits`); with its slot, whether it is stale or its recache token was handed out,
+    /// and its CAS form and segment's base, which the new record keeps (the caller checks that
+    /// its counter fits: `CasForm::holds`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn in_place_target(
         &self,
         key: &[u8],
         h: u64,
-        len: usize,
+        value_len: usize,
         flags: u32,
         explicit: bool,
         ttl: u32,
         expire_at: u32,
         now: u32,
-    ) -> Option<(Loc, Found<'static>, bool)> {
+    ) -> Option<(Loc, Found<'static>, bool, record::CasForm, u32)> {
         if self.durable {
             return None;
         }
+        let len = record::record_len(key.len(), value_len, flags, record::CasForm::Narrow);
         let found = self.table().find(h, |loc| {
             // The rewrite writes the record's last line too, which the key comparison does not
             // read: fetch it beside the first rather than at the write (criterion's set of
@@ -55,11 +60,17 @@ impl Segcache {
         })?;
         let (item, found) = self.item_of(found, h, now)?;
         let loc = slot::slot_loc(found.value);
-        let old_explicit = self.record(loc)?.stamp.cas_hi.is_some();
-        let old_len = record::record_len(item.key.len(), item.value.len(), item.flags, old_explicit);
-        let same_layout = record::same_layout(old_len, item.flags, old_explicit, len, flags, explicit);
+        let old = self.record(loc)?;
+        let same_layout = record::same_layout(&old, value_len, flags, explicit);
         let marked = item.state.stale || item.state.token_sent;
-        (same_layout && expiry_fits(self.seg(loc.seg), expire_at, ttl::width_of(ttl))).then_some((loc, found, marked))
+        let seg = self.seg(loc.seg);
+        (same_layout && expiry_fits(seg, expire_at, ttl::width_of(ttl))).then_some((
+            loc,
+            found,
+            marked,
+            old.form,
+            seg.cas_base,
+        ))
     }
 
     /// Rewrites the key's record in place if `in_place_target` allows; `false` leaves the store
@@ -73,18 +84,25 @@ impl Segcache {
         flags: u32,
         stamp: record::Stamp,
         keep_fetched: bool,
-        len: usize,
+        value_len: usize,
         ttl: u32,
         expire_at: u32,
         now: u32,
     ) -> bool {
         let explicit = stamp.cas_hi.is_some();
-        let Some((loc, found, _)) = self.in_place_target(key, h, len, flags, explicit, ttl, expire_at, now) else {
+        let Some((loc, found, _, form, base)) =
+            self.in_place_target(key, h, value_len, flags, explicit, ttl, expire_at, now)
+        else {
             return false;
         };
+        // A narrow record whose new counter lies too far from its segment's base cannot hold it.
+        if !explicit && !form.holds(stamp.cas, base) {
+            return false;
+        }
         let access = record::access_code(now.saturating_sub(self.seg(loc.seg).create_at));
-        let at = loc.offset as usize;
-        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, record::Stamp { access, ..stamp });
+        let (at, len) = (loc.offset as usize, record::record_len(key.len(), value_len, flags, form));
+        let stamp = record::Stamp { access, ..stamp };
+        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, stamp, form, base);
         if !keep_fetched && found.value & slot::FETCHED != 0 {
             found.slot.store(found.value & !slot::FETCHED, Relaxed);
         }

@@ -377,8 +377,12 @@ impl Segcache {
             return Err(Error::NotFound);
         };
         let old_loc = slot::slot_loc(found.value);
-        let explicit = self.record(old_loc).is_some_and(|r| r.stamp.cas_hi.is_some());
-        let len = record::record_len(item.key.len(), item.value.len(), item.flags, explicit);
+        let Some((form, cas)) = self.record(old_loc).map(|r| (r.form, r.stamp.cas)) else {
+            return Err(Error::NotFound);
+        };
+        let (key_len, value_len, flags) = (item.key.len(), item.value.len(), item.flags);
+        // The copy's length where it goes: its CAS is re-expressed for that segment's base.
+        let len_in = move |base| record::record_len(key_len, value_len, flags, form.moved(cas, base));
         let (expire_at, width) = (expiry_of(ttl, now), ttl::width_of(ttl));
         let seg = slot::slot_loc(found.value).seg;
         // A touch is an access, as memcached's (it marks the item fetched).
@@ -390,23 +394,17 @@ impl Segcache {
             return Ok(());
         }
         let pool = if self.policy == Policy::S3Fifo { self.seg(seg).pool } else { POOL_MAIN };
-        let dest = self.segment_for(len, ttl, expire_at, pool, now)?;
+        let (dest, len) = self.segment_for(len_in, ttl, expire_at, pool, now)?;
         // Opening a segment may have evicted the record or moved it (a merge): look again.
         let Some(found) = self.find_key(key, h) else {
             return Ok(());
         };
         let old = slot::slot_loc(found.value);
-        debug_assert!(old.seg != dest && self.record(old).is_some_and(|r| r.len == len));
-        let at = |seg: u32, offset: u32| seg as usize * self.geo.segment_size + offset as usize;
-        let (from, to) = (at(old.seg, old.offset), at(dest, self.seg(dest).write_offset));
-        // SAFETY: both ranges lie in the heap: the live record inside its segment (as parsed),
-        // the destination at its segment's write offset, below its end (`segment_for` found room
-        // for `len`). The record lies below its own segment's write offset, so the ranges do not
-        // overlap (`copy` would allow it anyway); no reference to either is alive.
-        unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
-        let old_create = self.seg(old.seg).create_at;
-        let new = self.write_record(dest, |_| {}, len);
-        self.rebase_access(new, old_create);
+        // Wherever it lies now, its copy takes `len` bytes in `dest` (`segment_for` found room),
+        // which depends on its CAS value only, not on its current form.
+        let (old_base, old_create) = (self.seg(old.seg).cas_base, self.seg(old.seg).create_at);
+        debug_assert!(old.seg != dest && self.moved_len(old, old_base, self.seg(dest).cas_base) == len);
+        let new = self.move_record(old, old_base, old_create, dest);
         // Published as `store_at` publishes a replacement, so a crash keeps one of the copies.
         if self.durable {
             let meta = self.meta_mut();

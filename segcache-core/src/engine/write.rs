@@ -347,7 +347,10 @@ impl Segcache {
         invalidate: bool,
     ) -> Result<u64> {
         let value_len: usize = value.iter().map(|v| v.len()).sum();
-        let len = record::record_len(key.len(), value_len, flags, st.explicit.is_some());
+        // Its longest form (a wide CAS): a record must fit a segment in every form, so that a copy
+        // into a segment where its counter is not narrow fits too.
+        let widest = record::CasForm::widest(st.explicit.is_some());
+        let len = record::record_len(key.len(), value_len, flags, widest);
         if len > self.geo.segment_size || value_len > record::MAX_VALUE_LEN {
             return Err(Error::TooLarge { size: key.len() + value_len, max: self.max_item_size() });
         }
@@ -385,11 +388,11 @@ impl Segcache {
         let counter = if st.explicit.is_some() { 0 } else { self.next_cas_mut() };
         let stamp = Stamp { stale: st.stale, won: st.won, ..Stamp::new(counter, st.explicit, 0) };
         let cas = st.explicit.unwrap_or_else(|| self.cas_of(counter));
-        if self.overwrite_in_place(key, h, value, flags, stamp, st.keep_fetched, len, ttl, expire_at, now) {
+        if self.overwrite_in_place(key, h, value, flags, stamp, st.keep_fetched, value_len, ttl, expire_at, now) {
             self.meta_mut().sets += 1;
             return Ok(cas);
         }
-        let loc = self.append_record(key, value, flags, stamp, len, ttl, expire_at, pool, now)?;
+        let loc = self.append_record(key, value, flags, stamp, ttl, expire_at, pool, now)?;
         // Appending may have evicted or moved the old copy: look it up again.
         let t = self.table();
         let old = t.find(h, |l| l != loc && self.key_at(l, key));

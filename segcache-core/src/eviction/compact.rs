@@ -5,6 +5,7 @@ use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Table;
 use crate::listener::RemovalCause;
+use crate::record::{self, CasForm};
 use crate::segments::header::{SegHeader, NONE, POOL_MAIN, POOL_SMALL, SEG_SEALED, SEG_SPARE};
 use crate::Segcache;
 use crate::{Policy, Result};
@@ -26,6 +27,20 @@ pub(crate) struct Move {
 
 /// Items ahead in a merge's moves whose buckets are prefetched.
 pub(crate) const MOVE_AHEAD: usize = 8;
+
+/// The CAS base of a merge's new destination that takes the records of `bases[0]`'s source
+/// (which it may be, drained in place) and then those of the older sources after it, whose
+/// bases are `bases[1..]`; `span`: how far above its base the first source's narrow counters
+/// reach. As far below the first source's base as the oldest source's base, so that the older
+/// sources' records stay narrow too (neighbours of a chain usually lie within 2^16 counters),
+/// but no further than keeps every narrow counter of the first source narrow: a record drained
+/// in place must not grow (see `move_record`).
+pub(crate) fn dest_base(bases: &[u32], span: u32) -> u32 {
+    let first = bases[0];
+    // How far below the first base the others lie; a base above it (which wraps) counts as 0.
+    let below = bases.iter().map(|&b| first.wrapping_sub(b)).filter(|&d| d < 1 << 31).max().unwrap_or(0);
+    first.wrapping_sub(below.min(u32::from(u16::MAX).saturating_sub(span)))
+}
 
 impl Segcache {
     /// Copies the live items of `sources` (neighbours in one TTL chain) that are worth keeping
@@ -60,15 +75,21 @@ impl Segcache {
         let order: Vec<u32> = sources.iter().rev().copied().collect();
         // Read before a source becomes a destination (and takes `pool`).
         let from_small: Vec<bool> = order.iter().map(|&s| self.seg(s).pool == POOL_SMALL).collect();
-        // Likewise their creation times, from which their records' access bytes count.
+        // Likewise their creation times, from which their records' access bytes count, and their
+        // CAS bases, from which their narrow CAS counters count.
         let created: Vec<u32> = order.iter().map(|&s| self.seg(s).create_at).collect();
+        let bases: Vec<u32> = order.iter().map(|&s| self.seg(s).cas_base).collect();
+        // How far above its base each source's narrow counters reach (see `dest_base`).
+        let mut spans = vec![0u32; order.len()];
         // Gather live items and their frequencies.
         let mut moves = MOVES.take();
         moves.clear();
         let t = self.table();
         let mut hist = [0u64; 256];
-        for &src in &order {
-            self.for_each_live(src, |_, loc, h, len| {
+        for (i, &src) in order.iter().enumerate() {
+            let span = &mut spans[i];
+            self.for_each_live(src, |s, loc, h, len| {
+                *span = (*span).max(s.narrow_delta(loc));
                 if let Some(f) = t.find_loc(h, loc) {
                     let freq = slot::slot_freq(f.value);
                     hist[freq as usize] += u64::from(len);
@@ -112,8 +133,10 @@ impl Segcache {
         m.items = m.items.saturating_sub(items);
         m.bytes = m.bytes.saturating_sub(bytes);
 
-        let header = |seq: u64| SegHeader {
-            seq,
+        // A new destination's CAS base (see `dest_base`).
+        let base = |current: usize| dest_base(&bases[current..], spans[current]);
+        let header = |cas_base: u32| SegHeader {
+            cas_base,
             create_at,
             expire_at,
             ttl_bucket: b as u16,
@@ -125,7 +148,7 @@ impl Segcache {
                                  // The destination being filled; `cont` is already in the chain, new ones are not yet.
         let mut dest = match cont {
             Some(c) => c,
-            None => self.next_dest(&mut spare, &order, &mut reused, header),
+            None => self.next_dest(&mut spare, &order, &mut reused, header(base(0))),
         };
         let mut new_dests = usize::from(cont.is_none()); // spare and reused sources taken
         let (mut copied, mut dropped, mut unfetched) = (0u64, 0u64, 0u64);
@@ -146,34 +169,31 @@ impl Segcache {
                         partial -= u64::from(m.len);
                         true
                     }));
-            if keep && self.seg(dest).write_offset as usize + m.len as usize > self.geo.segment_size {
+            // The copy's length: its CAS may be held narrow in one destination and wide in another.
+            let len_in = |s: &Self, dest: u32| s.moved_len(m.loc, bases[current], s.seg(dest).cas_base);
+            let mut len = if keep { len_in(self, dest) } else { 0 };
+            if keep && self.seg(dest).write_offset as usize + len > self.geo.segment_size {
                 let free = spare != NONE || reused < current || (in_place && reused == current);
                 if new_dests < max_dests && free {
                     // Seal this destination into the chain, then drain into the next.
                     if Some(dest) != cont {
                         self.seal_dest(dest, b, before, pool);
                     }
-                    dest = self.next_dest(&mut spare, &order, &mut reused, header);
+                    dest = self.next_dest(&mut spare, &order, &mut reused, header(base(current)));
                     new_dests += 1;
+                    len = len_in(self, dest);
                 } else {
                     keep = false;
                 }
             }
             if keep {
-                let at = |seg: u32, offset: u32| seg as usize * self.geo.segment_size + offset as usize;
-                let (from, to) = (at(m.loc.seg, m.loc.offset), at(dest, self.seg(dest).write_offset));
-                let len = m.len as usize;
-                // SAFETY: both ranges lie in the heap: the source record inside its segment (as
-                // parsed), the destination below its segment's end (checked above). They overlap
-                // when a segment is compacted in place, which `copy` allows; no reference to
-                // either is alive.
-                unsafe { std::ptr::copy(self.mem.heap.add(from), self.mem.heap.add(to), len) };
-                let new = self.write_record(dest, |_| {}, len);
-                self.rebase_access(new, created[current]);
+                debug_assert!(self.seg(dest).write_offset as usize + len <= self.geo.segment_size);
+                let new = self.move_record(m.loc, bases[current], created[current], dest);
                 Table::relocate(slot.slot, slot.value, m.freq / 2, new);
                 copied += 1;
             } else {
-                self.tell_removal(m.loc, slot.value, RemovalCause::Evicted);
+                // (Its segment may be a destination already, with another base.)
+                self.tell_removal_based(m.loc, slot.value, RemovalCause::Evicted, bases[current]);
                 self.remove_slot(m.hash, slot.slot);
                 dropped += 1;
                 unfetched += u64::from(slot.value & slot::FETCHED == 0);
@@ -220,16 +240,20 @@ impl Segcache {
         Ok(())
     }
 
-    /// The next new destination of a merge (see `compact`), initialised by `header` and out of
-    /// its chain: the spare while it is unused, else the first source not yet reused (drained,
-    /// or being drained when compacting in place).
-    pub(crate) fn next_dest(
-        &mut self,
-        spare: &mut u32,
-        order: &[u32],
-        reused: &mut usize,
-        header: impl Fn(u64) -> SegHeader,
-    ) -> u32 {
+    /// How far above its segment's CAS base the counter of the record at `loc` lies if it is
+    /// narrow; 0 if not.
+    pub(crate) fn narrow_delta(&self, loc: Loc) -> u32 {
+        let src = &self.seg_bytes(loc.seg)[loc.offset as usize..];
+        match record::header(src) {
+            Some(h) if h.form() == CasForm::Narrow => h.stamp(src, 0).cas,
+            _ => 0,
+        }
+    }
+
+    /// The next new destination of a merge (see `compact`), initialised as `header` (with the next
+    /// sequence number) and out of its chain: the spare while it is unused, else the first source
+    /// not yet reused (drained, or being drained when compacting in place).
+    pub(crate) fn next_dest(&mut self, spare: &mut u32, order: &[u32], reused: &mut usize, header: SegHeader) -> u32 {
         let next = if *spare != NONE {
             self.meta_mut().spare = NONE;
             std::mem::replace(spare, NONE)
@@ -240,7 +264,7 @@ impl Segcache {
             next
         };
         let seq = self.next_seq();
-        *self.seg_mut(next) = header(seq);
+        *self.seg_mut(next) = SegHeader { seq, ..header };
         next
     }
 
@@ -251,5 +275,99 @@ impl Segcache {
         if pool == POOL_SMALL {
             self.meta_mut().small_segments += 1;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    use super::dest_base;
+    use crate::engine::write::Mode;
+    use crate::hash::hash;
+    use crate::hashtable::slot::Loc;
+    use crate::record::CasForm;
+    use crate::segments::header::POOL_MAIN;
+    use crate::{Builder, ManualClock, Policy, RemovalListener, Segcache};
+
+    fn key(i: usize) -> Vec<u8> {
+        format!("key-{i:06}").into_bytes()
+    }
+
+    /// An engine holding keys 0..1000 (200-byte values, about 300 to a segment) and their CAS
+    /// values, and the first two segments of their chain (sealed neighbours, older first).
+    fn filled() -> (Segcache, HashMap<usize, u64>, [u32; 2]) {
+        let mut c = Builder::new()
+            .heap_size(1 << 20)
+            .segment_size(64 << 10)
+            .eviction(Policy::Merge)
+            .clock(ManualClock::new(1_700_000_000))
+            .build()
+            .unwrap();
+        let cas = (0..1000)
+            .map(|i| (i, c.store_hashed(&key(i), hash(&key(i)), &[b'v'; 200], 0, Duration::ZERO, Mode::Set).unwrap()));
+        let cas: HashMap<usize, u64> = cas.collect();
+        let a = c.record_location(&key(0)).unwrap().0;
+        let b = c.seg(a).next;
+        assert!(c.record_location(&key(999)).unwrap().0 != b, "both sealed");
+        (c, cas, [a, b])
+    }
+
+    fn form_of(c: &Segcache, key: &[u8]) -> CasForm {
+        let (seg, offset) = c.record_location(key).unwrap();
+        c.record(Loc { seg, offset }).unwrap().form
+    }
+
+    /// A merge of two neighbours drains the newer in place first, then copies the older's
+    /// records after them: the destination's base lies low enough for both to stay narrow.
+    #[test]
+    fn a_merge_keeps_both_neighbours_counters_narrow() {
+        let (mut c, cas, [a, b]) = filled();
+        // Half of each dies, so that the merge keeps every other item.
+        let in_ab: Vec<usize> =
+            (0..1000).filter(|&i| [a, b].contains(&c.record_location(&key(i)).unwrap().0)).collect();
+        for &i in in_ab.iter().filter(|&&i| i % 2 == 0) {
+            c.delete(&key(i)).unwrap();
+        }
+        c.compact(&[a, b], 0, POOL_MAIN, None).unwrap();
+        let kept: Vec<usize> = in_ab.iter().copied().filter(|&i| i % 2 == 1).collect();
+        assert!(kept.iter().any(|&i| c.record_location(&key(i)).unwrap().0 == b), "merged into the newer");
+        for &i in &kept {
+            let item = c.get(&key(i)).unwrap();
+            assert_eq!((item.cas(), item.value()), (cas[&i], &[b'v'; 200][..]), "key {i}");
+            assert_eq!(form_of(&c, &key(i)), CasForm::Narrow, "key {i}");
+        }
+        assert_eq!(c.stats().merged_items, kept.len() as u64);
+    }
+
+    /// The items a merge drops from a segment it drains in place reach the listener with their
+    /// own CAS values, although the segment's header (and CAS base) is the destination's by then.
+    #[test]
+    fn items_a_merge_drops_reach_the_listener_with_their_cas() {
+        let (mut c, cas, [a, b]) = filled();
+        let told = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&told);
+        c.set_eviction_listener(Some(RemovalListener::new(move |item, _| {
+            log.lock().unwrap().push((item.key().to_vec(), item.cas()));
+        })));
+        c.compact(&[a, b], 0, POOL_MAIN, None).unwrap();
+        let told = told.lock().unwrap();
+        assert!(told.len() > 100, "{} dropped", told.len());
+        let by_key: HashMap<Vec<u8>, usize> = (0..1000).map(|i| (key(i), i)).collect();
+        for (k, v) in told.iter() {
+            assert_eq!(*v, cas[&by_key[k]], "{}", String::from_utf8_lossy(k));
+        }
+    }
+
+    #[test]
+    fn a_destinations_base_reaches_down_to_the_oldest_source_within_the_first_ones_slack() {
+        assert_eq!(dest_base(&[1000], 500), 1000);
+        assert_eq!(dest_base(&[1000, 700, 400], 500), 400, "down to the oldest");
+        assert_eq!(dest_base(&[100_000, 10_000], 30_000), 100_000 - 35_535, "no further than the slack");
+        assert_eq!(dest_base(&[100_000, 10_000], 65_535), 100_000, "no slack");
+        assert_eq!(dest_base(&[1000, 2000], 500), 1000, "a newer base does not count");
+        assert_eq!(dest_base(&[5, u32::MAX - 4], 0), u32::MAX - 4, "across the counter's wrap");
     }
 }

@@ -7,8 +7,10 @@ const MAGIC: [u8; 8] = *b"SEGCACHE";
 /// 4: records carry a 32-bit CAS counter (`record`), shards a CAS counter (`ShardMeta::next_cas`).
 /// 5: records carry a control byte (1-3 byte value lengths, stale and won bits, client-chosen CAS)
 /// and an access byte; slots a fetched bit.
-/// 7: the header names the settings of the processes sharing the file; the region holds their
-/// locks, reader slots and the tag summaries.
+/// 7: records hold their CAS counter in 2 bytes, above their segment's base, when it fits
+/// (`record::CasForm`); segment headers carry that base (`SegHeader::cas_base`, 64 bytes); the
+/// header names the settings of the processes sharing the file, and the region holds their locks,
+/// reader slots, tag summaries and S3-FIFO ghosts.
 ///
 /// ```
 /// // A file written by another format version is refused with `Error::BadFile`

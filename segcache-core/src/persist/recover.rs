@@ -125,7 +125,7 @@ impl Segcache {
         let mut sum = 0u64;
         let mut last = 0u64;
         while off < data.len() {
-            let Some(r) = record::parse(&data[off..]) else { return false };
+            let Some(r) = record::parse(&data[off..], s.cas_base) else { return false };
             last = record::checksum(&data[off..off + r.len]);
             sum = sum.wrapping_add(last);
             off += r.len;

@@ -39,6 +39,10 @@ pub struct SegHeader {
     pub ttl_bucket: u16,
     pub state: u8,
     pub pool: u8,
+    /// What its records' narrow CAS counters count from (see `record::CasForm::Narrow`): the
+    /// shard's counter when the segment was opened, or for a merge's destination the base of the
+    /// source being drained (so that its narrow records stay narrow).
+    pub cas_base: u32,
 }
 
 impl SegHeader {
@@ -56,5 +60,6 @@ impl SegHeader {
         ttl_bucket: 0,
         state: SEG_FREE,
         pool: POOL_MAIN,
+        cas_base: 0,
     };
 }

@@ -21,12 +21,13 @@ impl Segcache {
         pub(crate) const AHEAD: usize = 1024;
         let mut batch = [(Loc { seg: 0, offset: 0 }, 0u64, 0u32); BATCH];
         let mut off = 0usize;
+        let base = self.seg(id).cas_base;
         loop {
             let mut n = 0;
             let data = self.seg_data(id);
             while n < BATCH {
                 prefetch(data.as_ptr().wrapping_add(off + AHEAD));
-                let Some(r) = data.get(off..).and_then(record::parse) else { break };
+                let Some(r) = data.get(off..).and_then(|src| record::parse(src, base)) else { break };
                 if !r.dead {
                     let h = hash(r.key);
                     prefetch(self.table().head(h) as *const Bucket as *const u8);

@@ -253,8 +253,10 @@ impl ShardView {
         if self.rewrites && !word_unchanged(info_word, info) {
             return Peeked::Busy;
         }
+        // SAFETY: as `expire_at` above.
+        let cas_base = unsafe { read(&raw const (*self.segs.add(seg)).cas_base) };
         // SAFETY: `copy_record` initialised the record's bytes, the header among them.
-        let stamp = header.stamp(unsafe { init(buf, at, header.key_at()) });
+        let stamp = header.stamp(unsafe { init(buf, at, header.key_at()) }, cas_base);
         let cas = match stamp.cas_hi {
             Some(hi) => u64::from(hi) << 32 | u64::from(stamp.cas),
             None => cas_token(self.cas_stride, self.cas_offset, stamp.cas),

@@ -24,7 +24,7 @@ impl Segcache {
     /// caller that holds the shard's read lock (see the module docs); returns the item's new CAS
     /// value, or `None` to leave the store to the exclusive path.
     pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> Option<u64> {
-        let len = record::record_len(key.len(), value.len(), flags, false);
+        let len = record::record_len(key.len(), value.len(), flags, record::CasForm::Wide);
         if self.durable || len > PEEK_BYTES || check_key(key).is_err() {
             return None;
         }
@@ -38,18 +38,29 @@ impl Segcache {
         let old = lock_word(info, slot::INFO_LOCKED);
         // A stale item, or one whose recache token is out, takes the exclusive path, which
         // writes its state afresh.
-        let Some((loc, found, false)) = self.in_place_target(key, h, len, flags, false, ttl, expiry_of(ttl, now), now)
-        else {
+        let target = self.in_place_target(key, h, value.len(), flags, false, ttl, expiry_of(ttl, now), now);
+        let Some((loc, found, false, form, base)) = target else {
             unlock_word(info, old);
             return None;
         };
         let record = loc.seg as usize * self.geo.segment_size + loc.offset as usize;
-        let Some(header) = self.record(loc).map(|r| r.len - r.key.len() - r.value.len()) else {
+        let Some((header, len)) = self.record(loc).map(|r| (r.len - r.key.len() - r.value.len(), r.len)) else {
             unlock_word(info, old);
             return None;
         };
-        let cas_at = header - 4 - if flags != 0 { 4 } else { 0 };
+        let cas_at = header - form.bytes() - if flags != 0 { 4 } else { 0 };
         let cas = self.next_cas();
+        // A narrow record holds only a counter less than 2^16 above its segment's base: past
+        // that, the exclusive path appends the item (the counter taken is skipped, as any other
+        // that a failed store took).
+        if !form.holds(cas, base) {
+            unlock_word(info, old);
+            return None;
+        }
+        let mut cas_bytes = cas.to_le_bytes();
+        if form == record::CasForm::Narrow {
+            cas_bytes[..2].copy_from_slice(&(cas.wrapping_sub(base) as u16).to_le_bytes());
+        }
         // A new version: not fetched yet, accessed now. (A reader of the old version may still
         // set the fetched bit, as if it had read this one.)
         found.slot.fetch_and(!slot::FETCHED, Relaxed);
@@ -65,14 +76,59 @@ impl Segcache {
         // changed. `ptr::copy` allows `value` to overlap (it cannot, but costs nothing).
         unsafe {
             let dst = self.mem.heap.add(record);
-            std::ptr::copy(cas.to_le_bytes().as_ptr(), dst.add(cas_at), 4);
+            std::ptr::copy(cas_bytes.as_ptr(), dst.add(cas_at), form.bytes());
             if flags != 0 {
                 // Same layout (`in_place_target`): the old record has client flags too.
-                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(cas_at + 4), 4);
+                std::ptr::copy(flags.to_le_bytes().as_ptr(), dst.add(cas_at + form.bytes()), 4);
             }
             std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());
         }
         unlock_word(info, slot::touched(old, now));
         Some(self.cas_of(cas))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::engine::write::{Mode, StoreOptions};
+    use crate::{Builder, ManualClock, SharedCache};
+
+    fn set(c: &SharedCache, key: &[u8], value: &[u8]) -> u64 {
+        c.store_with(key, value, 0, Duration::ZERO, Mode::Set, StoreOptions::default()).unwrap()
+    }
+
+    /// Under the shared lock too, a rewrite keeps the record's CAS form: a narrow record whose
+    /// new counter lies 2^16 or more above its segment's base is left to the exclusive path,
+    /// which appends it (wide, in the same open segment); a wide one is rewritten in place.
+    #[test]
+    fn a_shared_rewrite_whose_counter_does_not_fit_goes_to_the_exclusive_path() {
+        let c = Builder::new()
+            .heap_size(4 << 20)
+            .segment_size(64 << 10)
+            .shards(1)
+            .clock(ManualClock::new(1_700_000_000))
+            .build_shared()
+            .unwrap();
+        let shard = c.shard_at(0);
+        let at = |c: &SharedCache| c.shard_at(0).read().record_location(b"k").unwrap();
+        let v1 = set(&c, b"k", b"value-1");
+        let first = at(&c);
+        let writes = shard.writes();
+        let v2 = set(&c, b"k", b"value-2");
+        assert_eq!((shard.writes(), at(&c)), (writes, first), "in place, under the shared lock");
+        *shard.write().meta_mut().next_cas.get_mut() += 70_000;
+        let writes = shard.writes();
+        let v3 = set(&c, b"k", b"value-3");
+        assert_eq!(shard.writes(), writes + 1, "the exclusive path");
+        let third = at(&c);
+        assert_ne!(third, first, "appended");
+        let v4 = set(&c, b"k", b"value-4");
+        assert_eq!((shard.writes(), at(&c)), (writes + 1, third), "a wide record: in place, under the shared lock");
+        assert!(v1 < v2 && v2 < v3 && v3 < v4);
+        let item = c.get(b"k").unwrap();
+        assert_eq!((item.value, item.cas), (b"value-4".to_vec(), v4));
+        assert_eq!(c.stats().items, 1);
     }
 }
