@@ -72,6 +72,9 @@ struct Args {
     /// Skip the memory table.
     #[arg(long = "no-memory", action = clap::ArgAction::SetFalse)]
     memory: bool,
+    /// Skip the throughput tables (memory only: e.g. more processes than cores).
+    #[arg(long = "no-throughput", action = clap::ArgAction::SetFalse)]
+    throughput: bool,
     /// Internal: this process is a worker of the given role, driven over stdin/stdout.
     #[arg(long, value_enum, hide = true)]
     child: Option<Role>,
@@ -526,40 +529,42 @@ fn main() {
     let multi = Removed(a.dir.join(format!("segcache-procs-{pid}.shared")));
     let mem_file = Removed(a.dir.join(format!("segcache-procs-{pid}.memory")));
     let n = a.workers;
+    let load = std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    let load: Vec<&str> = load.split_whitespace().take(3).collect();
+    eprintln!(
+        "procs: {n} workers, {} items, {} ops each, files in {}, load average {}",
+        a.items,
+        a.ops,
+        a.dir.display(),
+        load.join(" ")
+    );
 
-    let rows = throughput(&a, &file.0, &multi.0);
+    let rows = if a.throughput { throughput(&a, &file.0, &multi.0) } else { Vec::new() };
     drop((file, multi));
     let mem = if a.memory { memory(&a, &mem_file.0) } else { Vec::new() };
 
-    println!(
-        "| workload | {n} workers on | threads, anonymous heap | threads, file heap | processes, fork() | processes, spawn |\n\
-         |---|---|---|---|---|---|"
-    );
-    for (w, cells) in &rows {
+    if !rows.is_empty() {
         println!(
-            "| {} | Mops/s | {} | {} | {} | {} |",
-            WORKLOADS[*w].0,
-            mops(cells[0]),
-            mops(cells[1]),
-            mops(cells[2]),
-            mops(cells[3])
+            "| workload, {n} workers: Mops/s | threads, anonymous heap | threads, file heap | processes, fork() | processes, spawn |\n\
+             |---|---|---|---|---|"
         );
-    }
-    println!("\n| workload | fork() / threads anonymous | fork() / threads file | spawn / threads anonymous | spawn / threads file |\n|---|---|---|---|---|");
-    for (w, c) in &rows {
+        for (w, c) in &rows {
+            println!("| {} | {} | {} | {} | {} |", WORKLOADS[*w].0, mops(c[0]), mops(c[1]), mops(c[2]), mops(c[3]));
+        }
         println!(
-            "| {} | {} | {} | {} | {} |",
-            WORKLOADS[*w].0,
-            ratio(c[2], c[0]),
-            ratio(c[2], c[1]),
-            ratio(c[3], c[0]),
-            ratio(c[3], c[1])
+            "\n| workload, {n} workers: ratio | fork() / threads anonymous | fork() / threads file | spawn / threads anonymous | spawn / threads file |\n\
+             |---|---|---|---|---|"
         );
+        for (w, c) in &rows {
+            let (f, t) = (WORKLOADS[*w].0, ratio);
+            println!("| {f} | {} | {} | {} | {} |", t(c[2], c[0]), t(c[2], c[1]), t(c[3], c[0]), t(c[3], c[1]));
+        }
+        println!();
     }
     if !mem.is_empty() {
         let one_rss = mem[1].procs[0].rss;
         println!(
-            "\n| memory, {} items | processes | sum of Rss MiB | sum of Pss MiB | file's pages in tmpfs MiB | Pss sum / Rss of one process on the shared file |\n|---|---|---|---|---|---|",
+            "| memory, {} items | processes | sum of Rss MiB | sum of Pss MiB | file's pages in tmpfs MiB | Pss sum / Rss of one process on the shared file |\n|---|---|---|---|---|---|",
             a.items
         );
         for r in &mem {
