@@ -292,7 +292,8 @@ fn fork_worker(cache: &mut Option<SharedCache>, t: usize, stream: &[Op], a: &Arg
         });
         let code = if catch_unwind(body).is_ok() { 0 } else { 101 };
         // SAFETY: ends the child at once: the parent's other state copied by fork() (its
-        // buffers, its caches' handles) must not be flushed or dropped a second time here.
+        // buffers, its caches' handles, the guards that remove the cache files) must not be
+        // flushed or dropped a second time here.
         unsafe { libc::_exit(code) }
     }
     Peer { pid: pid as u32, up: Box::new(up_r), down: Box::new(down_w), spawned: None }
