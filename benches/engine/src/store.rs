@@ -313,7 +313,7 @@ pub fn pelikan_hash_power_at(items: usize, load: f64) -> u8 {
 }
 
 /// Our builder at the budget, with the exploration overrides of `s` (defaults otherwise).
-fn ours_builder(s: &Sizing) -> segcache_core::Builder {
+pub fn ours_builder(s: &Sizing) -> segcache_core::Builder {
     let mut b = segcache_core::Builder::new().heap_size(s.budget);
     if let Some(p) = s.policy {
         b = b.eviction(p);
