@@ -534,6 +534,18 @@ mod tests {
     use super::*;
     use std::sync::Arc;
 
+    /// A writer that died mid-write leaves `seq` odd for good: an optimistic reader must give up
+    /// and take the lock (which repairs the shard) instead of waiting for it forever.
+    #[test]
+    fn an_optimistic_reader_gives_up_on_a_writer_that_never_finishes() {
+        let lock = crate::shared::mapped::tests::shared_lock();
+        lock.seq.store(3, std::sync::atomic::Ordering::Relaxed);
+        let slots: &'static [ReaderSlot] = Box::leak((0..2).map(|_| ReaderSlot::default()).collect());
+        let shard = ShardLock::mapped(7u32, lock, slots, |v| *v += 1);
+        assert_eq!(shard.read_optimistic(2, || 1), None);
+        assert_eq!(*shard.read(), 7, "the lock itself was free: nothing to repair");
+    }
+
     #[test]
     fn readers_share_and_writers_exclude() {
         let lock = Arc::new(ShardLock::new((0u64, 0u64), 4));
