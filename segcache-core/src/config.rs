@@ -272,7 +272,7 @@ impl Builder {
     ///   write in flight: the next process to take that lock rebuilds the shard from its
     ///   segments (a warning on stderr), and nobody waits on the dead process.
     /// - A handle opened before `fork()` works in the children: each joins the file as a
-    ///   process of its own at its first use (or at [`SharedCache::check_fork`]).
+    ///   process of its own at its first use (or at [`SharedCache::check_fork`](crate::SharedCache::check_fork)).
     /// - The first process to open the file verifies it (or rebuilds it after a crash), as a
     ///   single process would; the last to close it closes it cleanly, for a warm restart. A
     ///   process whose settings differ from those of the processes using the file (layout,
