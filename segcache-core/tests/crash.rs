@@ -20,9 +20,12 @@ fn open(path: &PathBuf, evicting: bool) -> SharedCache {
         .expect("open")
 }
 
-fn value(key: u64, version: u64) -> Vec<u8> {
+/// A value of `key`'s `version`: of one length in every version when `fixed` (so most sets
+/// rewrite the old record in place), of one of 200 lengths otherwise (so most append).
+fn value(key: u64, version: u64, fixed: bool) -> Vec<u8> {
     let mut v = format!("{key}:{version}:").into_bytes();
-    v.resize(40 + (version % 200) as usize, b'a' + (version % 26) as u8);
+    let len = if fixed { 48 } else { 40 + (version % 200) as usize };
+    v.resize(len, b'a' + (version % 26) as u8);
     v
 }
 
@@ -39,6 +42,7 @@ fn crash_child() {
     let log_path = PathBuf::from(parts.next().unwrap());
     let mut version: u64 = parts.next().unwrap().parse().unwrap();
     let evicting = parts.next().unwrap() == "1";
+    let fixed = parts.next().unwrap() == "1";
     let cache = open(&path, evicting);
     let mut log = std::fs::OpenOptions::new().append(true).create(true).open(&log_path).unwrap();
     let mut rng = version.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
@@ -58,11 +62,11 @@ fn crash_child() {
                 // Expires in 1-2 s: must not be served once its time has passed.
                 let at = now() + 2;
                 log.write_all(format!("B T {key} {version} {at}\n").as_bytes()).unwrap();
-                cache.set(k.as_bytes(), &value(key, version), 0, Duration::from_secs(2)).unwrap();
+                cache.set(k.as_bytes(), &value(key, version, fixed), 0, Duration::from_secs(2)).unwrap();
             }
             _ => {
                 log.write_all(format!("B S {key} {version}\n").as_bytes()).unwrap();
-                if let Err(e) = cache.set(k.as_bytes(), &value(key, version), 0, Duration::ZERO) {
+                if let Err(e) = cache.set(k.as_bytes(), &value(key, version, fixed), 0, Duration::ZERO) {
                     panic!("set failed: {e}");
                 }
             }
@@ -128,9 +132,10 @@ fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
     let dir = std::env::temp_dir().join(format!("segcache-crash-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut rng = 0x0123_4567_89ab_cdefu64 ^ u64::from(std::process::id());
-    for evicting in [false, true] {
-        let path = dir.join(format!("heap-{evicting}"));
-        let log_path = dir.join(format!("log-{evicting}"));
+    // Appends without and with eviction, then rewrites in place (`fixed`).
+    for (evicting, fixed) in [(false, false), (true, false), (false, true)] {
+        let path = dir.join(format!("heap-{evicting}-{fixed}"));
+        let log_path = dir.join(format!("log-{evicting}-{fixed}"));
         let _ = std::fs::remove_file(&path);
         let _ = std::fs::remove_file(&log_path);
         let mut next_version = 0;
@@ -143,7 +148,14 @@ fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
                 .args(["crash_child", "--exact", "--nocapture", "--test-threads=1"])
                 .env(
                     CHILD_ENV,
-                    format!("{},{},{},{}", path.display(), log_path.display(), next_version, u8::from(evicting)),
+                    format!(
+                        "{},{},{},{},{}",
+                        path.display(),
+                        log_path.display(),
+                        next_version,
+                        u8::from(evicting),
+                        u8::from(fixed)
+                    ),
                 )
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -176,7 +188,7 @@ fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
                     (State::Absent, None) => true,
                     (State::Absent, Some(_)) => false,
                     (State::Value(..), None) => false,
-                    (State::Value(v, _), Some(item)) => item.value == value(key, *v),
+                    (State::Value(v, _), Some(item)) => item.value == value(key, *v, fixed),
                 };
                 // Expired values must not be served; unexpired ones may expire up to 3 s early.
                 let expired = |s: &State| matches!(s, State::Value(_, at) if *at != 0 && t >= *at);
@@ -198,7 +210,7 @@ fn kill9_at_random_moments_loses_nothing_acknowledged_and_resurrects_nothing() {
                 // turned out, so that later rounds replay the state the cache really holds.
                 if let Some((k, s)) = pending.as_ref().filter(|(k, _)| *k == key) {
                     let resolved = match (&got, s) {
-                        (Some(item), State::Value(v, at)) if item.value == value(key, *v) => {
+                        (Some(item), State::Value(v, at)) if item.value == value(key, *v, fixed) => {
                             format!("R S {k} {v} {at}\n")
                         }
                         (Some(_), _) => match &acked {

@@ -180,7 +180,12 @@ fn work(cache: &SharedCache, writer: u32, ops: u32, log: &mut Log) -> bool {
             0 => private_key(writer, rng.below(40)),
             _ => shared_key(rng.below(80)),
         };
-        let len = if rng.below(8) == 0 { 700 + rng.below(1500) as usize } else { 16 + rng.below(200) as usize };
+        // Half the stores keep the key's length, so that they rewrite the old record in place.
+        let len = match rng.below(8) {
+            0 => 700 + rng.below(1500) as usize,
+            1..=4 => 48,
+            _ => 16 + rng.below(200) as usize,
+        };
         match cache.set(&key, &value(&key, writer, version, len), writer, NO_TTL) {
             Ok(_) => log.entry(key).or_default().push(version),
             Err(e) => panic!("worker {writer}: set failed: {e}"),

@@ -1,7 +1,7 @@
 //! Per-shard metadata in the region: the free list, sequence numbers, flush state, the CAS
 //! counter and the statistics counters (some bumped by readers).
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use crate::hashtable::table::Pool;
 
@@ -114,6 +114,26 @@ pub struct ShardMeta {
     /// Items expired or evicted that no read had fetched since they were stored.
     pub expired_unfetched: u64,
     pub evicted_unfetched: u64,
+    /// The rewrite in place in flight in a file heap, which crash recovery undoes.
+    pub undo: Undo,
+}
+
+/// The largest record a file heap rewrites in place (see `persist::undo`); larger ones are
+/// appended.
+pub const UNDO_BYTES: usize = 512;
+
+/// A file heap's rewrite in place in flight (see `persist::undo`): where, the record's old bytes
+/// and its segment's checksum sum before the rewrite; `len == 0` when none is. Atomics, since
+/// processes sharing the file rewrite under a shared reference.
+#[repr(C)]
+#[derive(Debug)]
+pub struct Undo {
+    pub len: AtomicU32,
+    pub seg: AtomicU32,
+    pub offset: AtomicU32,
+    pub _pad: u32,
+    pub sum: AtomicU64,
+    pub bytes: [AtomicU64; UNDO_BYTES / 8],
 }
 
 #[cfg(test)]

@@ -57,6 +57,9 @@ pub struct Segcache {
     /// File-backed: records carry the checksums that crash recovery checks. Anonymous memory
     /// does not outlive the process, so it skips them.
     pub(crate) durable: bool,
+    /// `Builder::multi_process`: the shard's read lock is a mutex between processes, so what
+    /// runs under it runs one at a time (see `rewrites_shared`).
+    pub(crate) exclusive_reads: bool,
     /// After a lazily verified reopen (`Builder::lazy_verify`), each segment's check state
     /// (unchecked, good, bad: see `recover`) until every segment is checked: a read checks the
     /// segment it touches, the first write checks all the others. `None` otherwise.
@@ -141,6 +144,7 @@ impl Segcache {
         let (cas_stride, cas_offset) = (mem.region.layout.shards as u64, mem.index as u64);
         let mut engine = Segcache {
             durable,
+            exclusive_reads: builder.multi_process,
             unchecked: None,
             cas_stride,
             cas_offset,

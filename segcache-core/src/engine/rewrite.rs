@@ -14,9 +14,9 @@
 //! (`record::CasForm`): a wide one holds any counter, but a narrow one only a counter less than
 //! 2^16 above its segment's base; a new counter beyond that leaves the store to an append.
 //!
-//! Neither runs with a file: an append publishes its record only once whole (the slot store),
-//! so a crash leaves the old value or the new one, where a crash in the middle of a rewrite
-//! would leave a mix of both.
+//! In a file, a crash in the middle of a rewrite would leave a mix of both values: there each
+//! rewrite saves the old record first (`persist::undo`), which recovery puts back, and records
+//! too large for that are appended.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -46,10 +46,10 @@ impl Segcache {
         expire_at: u32,
         now: u32,
     ) -> Option<(Loc, Found<'static>, bool, record::CasForm, u32)> {
-        if self.durable {
+        let len = record::record_len(key.len(), value_len, flags, record::CasForm::Narrow);
+        if !self.may_rewrite(len) {
             return None;
         }
-        let len = record::record_len(key.len(), value_len, flags, record::CasForm::Narrow);
         let found = self.table().find(h, |loc| {
             // The rewrite writes the record's last line too, which the key comparison does not
             // read: fetch it beside the first rather than at the write (criterion's set of
@@ -64,7 +64,7 @@ impl Segcache {
         let same_layout = record::same_layout(&old, value_len, flags, explicit);
         let marked = item.state.stale || item.state.token_sent;
         let seg = self.seg(loc.seg);
-        (same_layout && expiry_fits(seg, expire_at, ttl::width_of(ttl))).then_some((
+        (same_layout && self.may_rewrite(old.len) && expiry_fits(seg, expire_at, ttl::width_of(ttl))).then_some((
             loc,
             found,
             marked,
@@ -102,7 +102,9 @@ impl Segcache {
         let access = record::access_code(now.saturating_sub(self.seg(loc.seg).create_at));
         let (at, len) = (loc.offset as usize, record::record_len(key.len(), value_len, flags, form));
         let stamp = record::Stamp { access, ..stamp };
+        let rewrite = self.begin_rewrite(loc, len);
         record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, stamp, form, base);
+        self.end_rewrite(loc, len, rewrite);
         if !keep_fetched && found.value & slot::FETCHED != 0 {
             found.slot.store(found.value & !slot::FETCHED, Relaxed);
         }

@@ -7,3 +7,4 @@ pub(crate) mod open;
 pub(crate) mod recover;
 pub(crate) mod region;
 pub(crate) mod share;
+pub(crate) mod undo;

@@ -137,6 +137,8 @@ impl Segcache {
     /// crash. Segments that fail their checks are dropped. Returns (items recovered, segments
     /// dropped as corrupt).
     pub(crate) fn rebuild(&mut self) -> (u64, u64) {
+        // The segment of a rewrite in place left half done would fail its checks.
+        self.roll_back_rewrite();
         let now = self.now();
         let n = self.geo.segments as u32;
         let flushed_below = self.meta().flushed_below;

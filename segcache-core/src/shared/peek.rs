@@ -93,8 +93,7 @@ pub(crate) struct ShardView {
     /// False while a lazily verified reopen has segments no read has checked (reads under the
     /// lock check them); `peek` then leaves every read to the lock.
     checked: AtomicBool,
-    /// Stores may rewrite values in place under the read lock (`Segcache::rewrite_shared`): not
-    /// with a file.
+    /// Stores may rewrite values in place under the read lock (`Segcache::rewrite_shared`).
     rewrites: bool,
     /// The engine's `cas_stride` and `cas_offset`.
     cas_stride: u64,
@@ -127,7 +126,7 @@ impl ShardView {
             segment_size: engine.geo.segment_size,
             clock: Arc::clone(&engine.clock),
             checked: AtomicBool::new(engine.unchecked.is_none()),
-            rewrites: !engine.durable,
+            rewrites: engine.rewrites_shared(),
             cas_stride: engine.cas_stride,
             cas_offset: engine.cas_offset,
         }
@@ -214,7 +213,7 @@ impl ShardView {
             return Peeked::Miss;
         }
         let info_word = self.table.info(h);
-        // Only a shard that rewrites in place sets the lock bit; a file's stale bits mean nothing.
+        // Only a shard that rewrites under the read lock sets the lock bit.
         let bit = if self.rewrites { slot::INFO_LOCKED } else { 0 };
         let Some(info) = word_snapshot(info_word, bit) else { return Peeked::Busy };
         let mut copied = None;

@@ -20,12 +20,21 @@ use crate::ttl_buckets::expire::expiry_of;
 use crate::Segcache;
 
 impl Segcache {
+    /// Whether `rewrite_shared` may run: always without a file. With one, rewrites must run one
+    /// at a time per shard (`persist::undo`), which a read lock ensures only where it is a
+    /// mutex: processes sharing the file.
+    #[inline]
+    pub(crate) fn rewrites_shared(&self) -> bool {
+        !self.durable || self.exclusive_reads
+    }
+
     /// `set` of an existing key with a value of its current length (`ttl` in seconds), for a
     /// caller that holds the shard's read lock (see the module docs); returns the item's new CAS
     /// value, or `None` to leave the store to the exclusive path.
     pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> Option<u64> {
         let len = record::record_len(key.len(), value.len(), flags, record::CasForm::Wide);
-        if self.durable || len > PEEK_BYTES || check_key(key).is_err() {
+        // After a lazily verified reopen, a segment must be checked before anything changes it.
+        if !self.rewrites_shared() || len > PEEK_BYTES || self.unchecked.is_some() || check_key(key).is_err() {
             return None;
         }
         let now = self.now();
@@ -66,6 +75,8 @@ impl Segcache {
         found.slot.fetch_and(!slot::FETCHED, Relaxed);
         let age = now.saturating_sub(self.seg(loc.seg).create_at);
         self.record_byte(loc, record::ACCESS_AT).store(record::access_code(age), Relaxed);
+        // With a file, this rewrite runs alone in the shard (`rewrites_shared`).
+        let rewrite = self.begin_rewrite(loc, len);
         // SAFETY: `loc` holds the key's live record of `len` bytes and of the layout written
         // (client flags present iff `flags != 0`), inside its segment (just found
         // through the chain), so the ranges written lie in the heap. The caller's read lock keeps
@@ -83,6 +94,7 @@ impl Segcache {
             }
             std::ptr::copy(value.as_ptr(), dst.add(len - value.len()), value.len());
         }
+        self.end_rewrite(loc, len, rewrite);
         unlock_word(info, slot::touched(old, now));
         Some(self.cas_of(cas))
     }
