@@ -3,9 +3,8 @@
 //! A cache storage engine after the Segcache design (Yang, Yue, Vinayak, NSDI'21): items are
 //! appended to fixed-size segments of one pre-allocated heap, indexed by a compact chained hash
 //! table of 64-byte buckets, grouped by TTL so that expiry frees whole segments, and evicted a
-//! segment at a time; without a file, a rewrite of the same length goes where the old copy
-//! lies. The heap may live in a file, so that a restart, graceful or after a crash, comes back
-//! warm.
+//! segment at a time; a rewrite of the same length goes where the old copy lies. The heap may
+//! live in a file, so that a restart, graceful or after a crash, comes back warm.
 //!
 //! - [`Segcache`]: the single-owner engine (`&mut self` for writes, `&self` for reads).
 //! - [`SharedCache`]: the thread-safe handle over sharded engines.

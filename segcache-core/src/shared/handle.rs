@@ -28,7 +28,9 @@
 //!   shard's lock line between them (50:50 on two threads: 1.7x one thread's throughput, against
 //!   1.4-1.5x when every set took the lock exclusively). Lock-free reads check the chain's info
 //!   word as well as the shard's sequence number; reads under the shared lock copy small items
-//!   the same way, since a rewrite may run beside them. Not with a file (see `rewrite`).
+//!   the same way, since a rewrite may run beside them. With a file, rewrites run one at a time
+//!   per shard (see [`crate::persist::undo`]): under the exclusive lock, or under the shard's
+//!   mutex where processes share the file.
 //! - Other writes take the shard's lock exclusively for the append and the slot update only (a
 //!   few hundred nanoseconds); writers on different shards never meet. CAS, incr/decr, append
 //!   and prepend are atomic because the read-modify-write happens under that one exclusive lock;
