@@ -562,6 +562,27 @@ fn run_all(policy: Policy, small: bool, shards: usize, evicts: bool, ops: &[Op])
     }
 }
 
+/// Appends and prepends keep their item's expiry to the second: each used to re-round it down
+/// to a bucket width below, so that a few of them shortened the item's life past its bucket's.
+#[test]
+fn read_modify_writes_keep_the_expiry_to_the_second() {
+    let ops = vec![
+        Op::SetCas(0, vec![3, 128, 96, 216], 0, 304),
+        Op::Set(3, vec![b'x'; 1373], 0, 351),
+        Op::Advance(2),
+        Op::Prepend(3, vec![1]),
+        Op::Advance(1),
+        Op::Append(3, vec![1, 2, 3, 4]),
+        Op::Get(3),
+    ];
+    run_all(Policy::Random, true, 2, true, &ops);
+    let mut ops = vec![Op::Set(1, b"0".to_vec(), 0, 351)];
+    for i in 0..40 {
+        ops.extend([Op::Advance(1 + i % 3), Op::Append(1, b"1".to_vec()), Op::Incr(2, 1), Op::Get(1)]);
+    }
+    run_all(Policy::Fifo, true, 2, true, &ops);
+}
+
 /// The sequences that lost acknowledged writes, and their mirror images.
 #[test]
 fn layout_collisions_from_the_report() {

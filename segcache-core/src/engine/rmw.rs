@@ -394,7 +394,7 @@ impl Segcache {
             return Ok(());
         }
         let pool = if self.policy == Policy::S3Fifo { self.seg(seg).pool } else { POOL_MAIN };
-        let (dest, len) = self.segment_for(len_in, ttl, expire_at, pool, now)?;
+        let (dest, len) = self.segment_for(len_in, ttl, expire_at, width, pool, now)?;
         // Opening a segment may have evicted the record or moved it (a merge): look again.
         let Some(found) = self.find_key(key, h) else {
             return Ok(());
@@ -472,10 +472,20 @@ impl Segcache {
                     self.scratch = scratch;
                     return Err(e);
                 }
-                Ok(false) => (item.flags, item.expire_at, NewState { explicit: opts.cas, ..NewState::default() }),
+                Ok(false) => (
+                    item.flags,
+                    item.expire_at,
+                    NewState { explicit: opts.cas, keep_expiry: true, ..NewState::default() },
+                ),
                 Ok(true) => {
                     let s = &item.state;
-                    let st = NewState { explicit: opts.cas, stale: s.stale, won: s.token_sent, keep_fetched: true };
+                    let st = NewState {
+                        explicit: opts.cas,
+                        stale: s.stale,
+                        won: s.token_sent,
+                        keep_fetched: true,
+                        keep_expiry: true,
+                    };
                     (item.flags, item.expire_at, st)
                 }
             },

@@ -78,6 +78,10 @@ pub(crate) struct NewState {
     pub(crate) won: bool,
     /// Keep the current item's fetched bit (an invalidation).
     pub(crate) keep_fetched: bool,
+    /// The TTL given is what is left of the current item's, whose expiry was rounded down when
+    /// it was stored: the new copy expires at that very second. Rounding again (the TTL, then
+    /// the segment's window) would shorten the item's life at each append or increment.
+    pub(crate) keep_expiry: bool,
 }
 
 pub(crate) fn check_key(key: &[u8]) -> Result<()> {
@@ -238,7 +242,8 @@ impl Segcache {
                     None if expire_at == 0 => 0,
                     None => expire_at.saturating_sub(now).max(1),
                 };
-                let st = NewState { explicit: cas, stale: true, won: false, keep_fetched: true };
+                let st =
+                    NewState { explicit: cas, stale: true, won: false, keep_fetched: true, keep_expiry: ttl.is_none() };
                 self.store_at(key, h, &[&scratch], flags, secs, Mode::Set, now, st, false)
             }
         };
@@ -371,6 +376,7 @@ impl Segcache {
             // with the current item's TTL and token.
             (Mode::Cas(c), Some((cas, _, expire_at, won))) if invalidate && c < cas => {
                 ttl = if expire_at == 0 { 0 } else { expire_at.saturating_sub(now).max(1) };
+                st.keep_expiry = true;
                 st.stale = true;
                 st.won = won;
             }
@@ -384,7 +390,7 @@ impl Segcache {
             None if self.ghost_hit(h) => POOL_MAIN,
             None => POOL_SMALL,
         };
-        let expire_at = expiry_of(ttl, now);
+        let expire_at = if st.keep_expiry && ttl != 0 { now.saturating_add(ttl) } else { expiry_of(ttl, now) };
         let counter = if st.explicit.is_some() { 0 } else { self.next_cas_mut() };
         let stamp = Stamp { stale: st.stale, won: st.won, ..Stamp::new(counter, st.explicit, 0) };
         let cas = st.explicit.unwrap_or_else(|| self.cas_of(counter));
@@ -392,7 +398,8 @@ impl Segcache {
             self.meta_mut().sets += 1;
             return Ok(cas);
         }
-        let loc = self.append_record(key, value, flags, stamp, ttl, expire_at, pool, now)?;
+        let width = if st.keep_expiry { 1 } else { crate::ttl::width_of(ttl) };
+        let loc = self.append_record(key, value, flags, stamp, ttl, expire_at, width, pool, now)?;
         // Appending may have evicted or moved the old copy: look it up again.
         let t = self.table();
         let old = t.find(h, |l| l != loc && self.key_at(l, key));

@@ -32,12 +32,13 @@ impl Segcache {
         stamp: record::Stamp,
         ttl: u32,
         expire_at: u32,
+        width: u32,
         pool: u8,
         now: u32,
     ) -> Result<Loc> {
         let value_len: usize = value.iter().map(|v| v.len()).sum();
         let len_in = |base| record::record_len(key.len(), value_len, flags, CasForm::of(&stamp, base));
-        let (seg, len) = self.segment_for(len_in, ttl, expire_at, pool, now)?;
+        let (seg, len) = self.segment_for(len_in, ttl, expire_at, width, pool, now)?;
         let (base, create_at) = (self.seg(seg).cas_base, self.seg(seg).create_at);
         let access = record::access_code(now.saturating_sub(create_at));
         let stamp = record::Stamp { access, ..stamp };
@@ -49,17 +50,19 @@ impl Segcache {
     /// (`len_in` of the segment's CAS base): the open segment of its TTL bucket (and pool), or a
     /// new one when that is full or its expiry window has passed. A new segment's base is the
     /// shard's last CAS counter taken (a store takes its own before it appends), so the records
-    /// appended while it is open hold theirs narrow until 2^16 more are taken.
+    /// appended while it is open hold theirs narrow until 2^16 more are taken. `width`: how far
+    /// below `expire_at` the segment's expiry may lie (`expiry_fits`); the TTL bucket's width,
+    /// or 1 for a copy that keeps its item's expiry to the second.
     pub(crate) fn segment_for(
         &mut self,
         len_in: impl Fn(u32) -> usize,
         ttl: u32,
         expire_at: u32,
+        width: u32,
         pool: u8,
         now: u32,
     ) -> Result<(u32, usize)> {
         let b = ttl::bucket_of(ttl);
-        let width = ttl::width_of(ttl);
         let open = self.ttl_bucket(b).open[pool as usize];
         if open != NONE {
             let len = len_in(self.seg(open).cas_base);
