@@ -343,6 +343,30 @@ fn meta_vivify_delete_arith_debug() {
     assert_eq!(r.run("ms k 2 !\r\nab\r\nmn\r\n"), "CLIENT_ERROR invalid flag\r\nMN\r\n");
 }
 
+/// `me` reports the one class, 1, and the item's record size: what `lru_crawler metadump` reports
+/// for the same key, growing byte for byte with the value, and covering key and value.
+#[test]
+fn meta_debug_reports_class_and_record_size() {
+    let mut r = Rig::new();
+    let field = |line: &str, name: &str| -> usize {
+        let token =
+            line.split_whitespace().find_map(|t| t.strip_prefix(name)).unwrap_or_else(|| panic!("{name} in {line:?}"));
+        token.parse().unwrap()
+    };
+    r.run("ms short 5\r\nabcde\r\nms long 15\r\nabcdefghijklmno\r\n");
+    let (short, long) = (r.run("me short\r\n"), r.run("me long\r\n"));
+    assert_eq!((field(&short, "cls="), field(&long, "cls=")), (1, 1));
+    let size = field(&short, "size=");
+    assert!(size >= "short".len() + 5, "{short:?}");
+    assert_eq!(field(&long, "size=") - size, 10 - 1, "the key is one byte shorter, the value ten longer");
+    let dump = r.run("lru_crawler metadump all\r\n");
+    let line = dump.lines().find(|l| l.starts_with("key=short ")).expect("short in the dump");
+    assert_eq!(field(line, "size="), size);
+    // Client flags take 4 bytes of the record (the key is 2 bytes longer).
+    r.run("ms flagged 5 F7\r\nabcde\r\n");
+    assert_eq!(field(&r.run("me flagged\r\n"), "size="), size + 2 + 4);
+}
+
 /// Random bytes and random mixes of real command fragments, cut at random points: the session
 /// never panics, never uses more than it was given, and keeps answering afterwards.
 #[test]

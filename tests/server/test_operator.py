@@ -146,6 +146,13 @@ SAME = [
     b"delete k x noreply\r\n",
     b"gats 10 a b\r\n",
     b"flush_all 99999999999999999999\r\n",
+    # Meta commands: the proxy's hint tokens (P, L) are accepted and ignored, once each.
+    b"ms hint 2 T0 P L\r\nab\r\nmg hint v P L\r\nmd hint P L q\r\nmd hint P L\r\nmn\r\n",
+    b"ma hintn P L N0 J5\r\nma hintn Pfoo\r\nmn\r\n",
+    b"mg hint v P L Pfoo Lbar\r\n",
+    # Flags memcached does not have (ms S, mg S): refused, the data line swallowed.
+    b"ms hint 1 S1\r\na\r\nmn\r\n",
+    b"mg hint s v S\r\n",
 ]
 
 

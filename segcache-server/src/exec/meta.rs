@@ -684,8 +684,8 @@ fn meta_debug(key: &[u8], key_token: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
         put_u64(out, info.cas);
         out.extend_from_slice(if info.fetched { b" fetch=yes" } else { b" fetch=no" });
         out.extend_from_slice(b" cls=1 size=");
-        let record = 8 + key.len() + info.size + if info.flags != 0 { 4 } else { 0 };
-        put_u64(out, record as u64);
+        // The same figure as `lru_crawler metadump`'s.
+        put_u64(out, segcache_core::record_size(&item) as u64);
         out.extend_from_slice(reply::CRLF);
     });
     if found.is_none() {
