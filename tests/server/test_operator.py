@@ -150,6 +150,9 @@ SAME = [
     b"ms hint 2 T0 P L\r\nab\r\nmg hint v P L\r\nmd hint P L q\r\nmd hint P L\r\nmn\r\n",
     b"ma hintn P L N0 J5\r\nma hintn Pfoo\r\nmn\r\n",
     b"mg hint v P L Pfoo Lbar\r\n",
+    # ma's modes and flags, and ms's explicit set mode.
+    b"ma hintc N0 J5 T100 O7 v\r\nma hintc MI v O8 k\r\nma hintc M+ D3 v\r\nma hintc M- D2 v\r\nma hintc MD v q\r\nmn\r\n",
+    b"ms hintm 2 MS T0 O3 k\r\nab\r\nmg hintm v\r\nmn\r\n",
     # Flags memcached does not have (ms S, mg S): refused, the data line swallowed.
     b"ms hint 1 S1\r\na\r\nmn\r\n",
     b"mg hint s v S\r\n",
