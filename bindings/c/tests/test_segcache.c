@@ -1872,18 +1872,26 @@ static void mp_dir(char *dir, char *path, size_t cap) {
     snprintf(path, cap, "%s/cache.dat", dir);
 }
 
+/* The start of a test with processes: a fresh directory, a watchdog that fails a hang, and the
+ * cache opened with multi_process (its config in *cfg, for reopening). */
+static segcache_t *mp_begin(char *dir, char *path, size_t cap, segcache_config_t *cfg) {
+    mp_dir(dir, path, cap);
+    signal(SIGALRM, mp_timeout);
+    alarm(MP_TEST_ALARM);
+    *cfg = mp_config(path);
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(cfg, &c), SEGCACHE_OK);
+    return c;
+}
+
 /* A pre-fork pool: the parent opens the cache with multi_process, forks 4 workers that use the
  * inherited handle (each joins the file at its first call) over one key space; afterwards
  * every value the parent reads is whole and one a worker's store acknowledged, and after the
  * last close the file reopens warm with the same values. */
 static void test_mp_prefork(void) {
     char dir[] = "/tmp/segcache-c-mp-XXXXXX", path[256];
-    mp_dir(dir, path, sizeof path);
-    signal(SIGALRM, mp_timeout);
-    alarm(MP_TEST_ALARM);
-    segcache_config_t cfg = mp_config(path);
-    segcache_t *c = NULL;
-    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    segcache_config_t cfg;
+    segcache_t *c = mp_begin(dir, path, sizeof path, &cfg);
     struct mp_shared *sh = mp_shared_new();
     pid_t pids[4];
     fflush(stdout);
@@ -1967,12 +1975,8 @@ static int mp_spawn_child(const char *path, int id) {
  * the last close the file reopens warm with all of them. */
 static void test_mp_spawn(void) {
     char dir[] = "/tmp/segcache-c-mp-XXXXXX", path[256], val[MP_VALUE_MAX];
-    mp_dir(dir, path, sizeof path);
-    signal(SIGALRM, mp_timeout);
-    alarm(MP_TEST_ALARM);
-    segcache_config_t cfg = mp_config(path);
-    segcache_t *c = NULL;
-    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    segcache_config_t cfg;
+    segcache_t *c = mp_begin(dir, path, sizeof path, &cfg);
     size_t n = mp_value(val, "spawn-parent", 1000, 1);
     CHECK_ST(segcache_set(c, K("spawn-parent"), (const uint8_t *)val, n, 0, 0), SEGCACHE_OK);
     pid_t pids[3];
@@ -2024,12 +2028,8 @@ static void test_mp_spawn(void) {
  * value, and the file opens afterwards. */
 static void test_mp_kill_loop(void) {
     char dir[] = "/tmp/segcache-c-mp-XXXXXX", path[256];
-    mp_dir(dir, path, sizeof path);
-    signal(SIGALRM, mp_timeout);
-    alarm(MP_TEST_ALARM);
-    segcache_config_t cfg = mp_config(path);
-    segcache_t *c = NULL;
-    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    segcache_config_t cfg;
+    segcache_t *c = mp_begin(dir, path, sizeof path, &cfg);
     struct mp_shared *sh = mp_shared_new();
     unsigned seed = (unsigned)getpid();
     enum { ROUNDS = 20, PER_ROUND = 3 };
