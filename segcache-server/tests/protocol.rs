@@ -483,9 +483,12 @@ fn memcached_parity() {
     assert_eq!(r.run("ma f Ms\r\n"), "CLIENT_ERROR invalid mode for ma M token\r\n");
     let opaque = format!("O{}", "x".repeat(32));
     assert_eq!(r.run(&format!("mg f {opaque}\r\n")), "CLIENT_ERROR opaque token too long\r\n");
-    // ms echoes O, k and c only; a failed one reports c0.
-    assert_eq!(r.run("ms f 1 s t f O1 k\r\nb\r\n"), "HD O1 kf\r\n");
-    assert_eq!(r.run("ms f 1 ME c O1 k\r\nb\r\n"), "NS c0 O1 kf\r\n");
+    // ms echoes O, k, c and s only (s as memcached after 1.6.18: the item's size after the
+    // store, the request's for one that failed); a failed one reports c0.
+    assert_eq!(r.run("ms f 1 s t f O1 k\r\nb\r\n"), "HD s1 O1 kf\r\n");
+    assert_eq!(r.run("ms f 1 ME c O1 k s\r\nb\r\n"), "NS c0 O1 kf s1\r\n");
+    assert_eq!(r.run("ms f 3 MA s\r\nxyz\r\nms f 2 MP s q\r\nuv\r\nmg f v\r\n"), "HD s4\r\nVA 6\r\nuvbxyz\r\n");
+    assert_eq!(r.run("ms nof 2 MA s\r\nab\r\nms nof 2 MA N0 s\r\nab\r\n"), "NS s2\r\nHD s2\r\n");
     // ma: C on a missing key is a miss, so N still creates (was NF); the created reply is sent
     // even with q.
     assert_eq!(r.run("ma viv N0 J7 C99 q v\r\n"), "VA 1\r\n7\r\n");

@@ -54,7 +54,9 @@ impl Info {
 /// The return flags memcached writes for each kind of reply (others asked for are left out).
 const MG_HIT: &[u8] = b"stcfOkhl";
 const MA_HIT: &[u8] = b"ctOk";
-const MS_REPLY: &[u8] = b"Okc";
+/// `s` is from memcached after 1.6.18 (which ignores it): the item's size after the store, or
+/// the request's for a store that failed.
+const MS_REPLY: &[u8] = b"Okcs";
 /// Misses and failures, and every `md` reply: the opaque and the key only.
 const KEY_ONLY: &[u8] = b"Ok";
 
@@ -158,6 +160,12 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8],
             _ => {}
         }
     }
+}
+
+/// Whether the request asked for the return flag `c`.
+fn asks(f: &MetaFlags<'_>, c: u8) -> bool {
+    let mut rest = f.raw;
+    std::iter::from_fn(|| next_token(&mut rest)).any(|tok| tok[0] == c)
 }
 
 /// Writes `CODE<flags>\r\n`.
@@ -393,6 +401,11 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     if watching(FETCHERS, ctx) {
         log_get(key, look(ctx, key, |i| i.value().len()), ctx);
     }
+    let grows = matches!(kind, StoreKind::Append | StoreKind::Prepend);
+    // `s` on an append reports the joined size: what the value held before, as a fallback for
+    // when another writer replaces the item before it is read back below.
+    let joined_size = grows && asks(f, b's');
+    let size_before = if joined_size { look(ctx, key, |i| i.value().len()) } else { None };
     let expires = Expiry::from_exptime(exptime, cache.now()) == Expiry::Expired;
     // (memcached: set and replace with C are a cas, the only stores that I changes.)
     let cas_store = f.compare_cas.is_some() && matches!(kind, StoreKind::Set | StoreKind::Replace);
@@ -446,13 +459,27 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
                 // writer's). An item that expired on arrival was never stored: memcached still
                 // reports the CAS it gave it. Report one that matches no item, never `c0`,
                 // which a client that sends it back as `C0` would find compares nothing.
-                let info = Info { cas: if cas == 0 { u64::MAX } else { cas }, ..Info::default() };
+                let size = if joined_size {
+                    // This store's own item, if no writer replaced it since.
+                    look(ctx, key, |i| (i.cas() == cas).then(|| i.value().len()))
+                        .flatten()
+                        .unwrap_or(size_before.unwrap_or(0) + data.len())
+                } else {
+                    data.len()
+                };
+                let info = Info { cas: if cas == 0 { u64::MAX } else { cas }, size, ..Info::default() };
                 put_code(out, reply::HD, f, key_token, MS_REPLY, Some(&info));
             }
         }
-        Stored::NotStored => put_code(out, reply::NS, f, key_token, MS_REPLY, None),
-        Stored::Exists => put_code(out, reply::EX, f, key_token, MS_REPLY, None),
-        Stored::NotFound => put_code(out, reply::NF, f, key_token, MS_REPLY, None),
+        // memcached reports CAS 0 and the request's size.
+        Stored::NotStored | Stored::Exists | Stored::NotFound => {
+            let code = match r {
+                Stored::NotStored => reply::NS,
+                Stored::Exists => reply::EX,
+                _ => reply::NF,
+            };
+            put_code(out, code, f, key_token, MS_REPLY, Some(&Info { size: data.len(), ..Info::default() }));
+        }
         Stored::TooLarge => out.extend_from_slice(reply::TOO_LARGE),
         Stored::NoMemory => out.extend_from_slice(reply::NO_MEMORY_STORING),
         Stored::Failed => out.extend_from_slice(reply::STORAGE_FAILED),
