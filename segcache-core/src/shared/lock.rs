@@ -105,9 +105,8 @@ pub struct ShardLock<T> {
     /// In a cache that processes share: the lock in the mapping, and how to repair `T` after
     /// a process died holding it.
     mapped: Option<(&'static MappedLock, Repair<T>)>,
-    /// Boxed here, or in the mapping when `mapped` (then `owned` is false).
+    /// Leaked from a box by `new` (freed on drop), or in the mapping when `mapped`.
     slots: &'static [ReaderSlot],
-    owned: bool,
     value: UnsafeCell<T>,
 }
 
@@ -141,7 +140,6 @@ impl<T> ShardLock<T> {
             seq: AtomicU64::new(0),
             mapped: None,
             slots: Box::leak(slots),
-            owned: true,
             value: UnsafeCell::new(value),
         }
     }
@@ -156,7 +154,6 @@ impl<T> ShardLock<T> {
             seq: AtomicU64::new(0),
             mapped: Some((lock, repair)),
             slots,
-            owned: false,
             value: UnsafeCell::new(value),
         }
     }
@@ -317,8 +314,9 @@ impl<T> ShardLock<T> {
 
 impl<T> Drop for ShardLock<T> {
     fn drop(&mut self) {
-        if self.owned {
-            // SAFETY: `slots` came from `Box::leak` in `new` and is released once, here.
+        if self.mapped.is_none() {
+            // SAFETY: without `mapped`, `slots` came from `Box::leak` in `new` (the only such
+            // constructor) and is released once, here.
             drop(unsafe { Box::from_raw(self.slots as *const [ReaderSlot] as *mut [ReaderSlot]) });
         }
     }
