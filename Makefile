@@ -86,7 +86,7 @@ fuzz-build:
 test-c: deps
 	$(MAKE) -C bindings/c test CARGO="$(CARGO)"
 
-# The Python package as users get it: python-wheel builds the abi3 wheel (CPython 3.9+) with
+# The Python package as users get it: python-wheel builds the abi3 wheel (CPython 3.10+) with
 # maturin, --locked (python/Cargo.lock must be current; pyproject.toml also sets it for pip
 # builds), tagged for the oldest glibc Rust supports, 2.17 (manylinux2014: zig links against
 # that glibc's symbol versions; maturin's audit refuses a newer symbol). test-python installs that
@@ -111,7 +111,7 @@ python-wheel: venv
 	wheel=$$(ls $(WHEEL_DIR)/segcache-*.whl)
 	echo "python-wheel: $$wheel"
 	case "$$(basename "$$wheel")" in
-	  *-cp39-abi3-*) ;; *) echo "python-wheel: not an abi3 (cp39) wheel" >&2; exit 1 ;;
+	  *-cp310-abi3-*) ;; *) echo "python-wheel: not an abi3 (cp310) wheel" >&2; exit 1 ;;
 	esac
 	if [ "$(MANYLINUX)" = manylinux2014 ] && [[ "$$wheel" != *manylinux_2_17_* ]]; then
 	  echo "python-wheel: not tagged manylinux_2_17" >&2; exit 1
@@ -129,7 +129,7 @@ wheel-venv: python-wheel
 
 # WHEEL_ALSO: other CPython versions the same abi3 wheel is tested on, each where it runs here (on
 # PATH, or a pyenv version): the oldest it claims and the newest on these machines.
-WHEEL_ALSO ?= 3.9 3.13
+WHEEL_ALSO ?= 3.10 3.13
 test-python: wheel-venv
 	(cd python && $(WHEEL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests)
 	$(WHEEL_VENV)/bin/python python/benches/bench.py -n 20000 --only dict segcache

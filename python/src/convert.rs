@@ -2,7 +2,7 @@
 //!
 //! The hot path is `bytes` keys and values: they are borrowed without a copy. Other bytes-like
 //! objects (bytearray, memoryview, NumPy arrays, anything with the buffer protocol) are copied
-//! once into a `bytes` object under the GIL, since the limited API of Python 3.9 has no buffer
+//! once into a `bytes` object under the GIL, since the limited API of Python 3.10 has no buffer
 //! access and since a mutable buffer could change while the engine reads it.
 
 use std::borrow::Cow;

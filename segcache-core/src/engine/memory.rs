@@ -127,6 +127,6 @@ impl Segcache {
 
     #[inline]
     pub(crate) fn key_at(&self, loc: Loc, key: &[u8]) -> bool {
-        self.record(loc).is_some_and(|r| r.key == key)
+        self.record(loc).is_some_and(|r| record::same_key(r.key, key))
     }
 }

@@ -11,7 +11,7 @@ use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self};
 use crate::hashtable::table::{self, Table};
 use crate::item::ItemState;
-use crate::record::{self, Stamp};
+use crate::record::{self, Record, Stamp};
 use crate::ttl_buckets::expire::flushed_by;
 use crate::ttl_buckets::expire::live_until;
 use crate::Item;
@@ -153,12 +153,12 @@ impl Segcache {
         counters: &ReadCounters,
         opts: &ReadOptions,
     ) -> Option<Item<'_>> {
-        let Some(found) = self.find_key(key, h) else {
+        let Some((found, r)) = self.find_record(key, h) else {
             counters.miss(None);
             return None;
         };
         let now = self.now();
-        match self.item_of(found, h, now) {
+        match self.item_in(found, r, now) {
             Some((mut item, found)) => {
                 let coin = bump(&counters.hits);
                 self.note_read(found, &mut item.state, item.expire_at, item.now, opts, coin ^ h);
@@ -218,13 +218,15 @@ impl Segcache {
 
     #[inline]
     pub(crate) fn lookup(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
-        self.item_of(self.find_key(key, h)?, h, now)
+        let (found, r) = self.find_record(key, h)?;
+        self.item_in(found, r, now)
     }
 
     /// `lookup`, reading the clock only once the key's slot is found: a miss needs no time.
     #[inline]
     pub(crate) fn lookup_lazily(&self, key: &[u8], h: u64) -> Option<(Item<'_>, table::Found<'static>)> {
-        self.item_of(self.find_key(key, h)?, h, self.now())
+        let (found, r) = self.find_record(key, h)?;
+        self.item_in(found, r, self.now())
     }
 
     /// The key's slot, whatever the item's expiry and any flush: needs no clock.
@@ -232,6 +234,19 @@ impl Segcache {
     pub(crate) fn find_key(&self, key: &[u8], h: u64) -> Option<table::Found<'static>> {
         check_key(key).ok()?;
         self.table().find(h, |loc| self.key_at(loc, key))
+    }
+
+    /// The key's slot and its record, which is parsed once: for the key comparison and then
+    /// for the item (`item_in`).
+    #[inline]
+    pub(crate) fn find_record(&self, key: &[u8], h: u64) -> Option<(table::Found<'static>, Record<'_>)> {
+        check_key(key).ok()?;
+        let mut record = None;
+        let found = self.table().find(h, |loc| {
+            record = self.record(loc).filter(|r| record::same_key(r.key, key));
+            record.is_some()
+        })?;
+        Some((found, record?))
     }
 
     /// The item in the key's slot `found`, unless it expired or was flushed.
@@ -242,13 +257,23 @@ impl Segcache {
         _h: u64,
         now: u32,
     ) -> Option<(Item<'_>, table::Found<'static>)> {
+        self.item_in(found, self.record(slot::slot_loc(found.value))?, now)
+    }
+
+    /// `item_of` for the record `r` that `found` points at, already parsed.
+    #[inline]
+    pub(crate) fn item_in<'a>(
+        &'a self,
+        found: table::Found<'static>,
+        r: Record<'a>,
+        now: u32,
+    ) -> Option<(Item<'a>, table::Found<'static>)> {
         // A `fork()` child reads nothing: its parent may be writing a shared file meanwhile.
         if self.flushed(now) || self.origin.forked() {
             return None;
         }
         let loc = slot::slot_loc(found.value);
         let expire_at = self.live_expiry(loc.seg, now)?;
-        let r = self.record(loc)?;
         let cas = r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas));
         let state = state_of(&r.stamp, self.seg(loc.seg).create_at, found.value, now);
         Some((Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at, now, state }, found))

@@ -27,13 +27,26 @@ use crate::record;
 use crate::segments::append::expiry_fits;
 use crate::{ttl, Segcache};
 
+/// A record that a store may rewrite in place (`Segcache::in_place_target`).
+pub(crate) struct InPlace {
+    pub loc: Loc,
+    /// Its slot.
+    pub found: Found<'static>,
+    /// Stale, or its recache token was handed out.
+    pub marked: bool,
+    /// Its CAS form and its segment's base, which the new record keeps (the caller checks that
+    /// its counter fits: `CasForm::holds`).
+    pub form: record::CasForm,
+    pub base: u32,
+    /// Its length in bytes (the new record's too).
+    pub len: usize,
+}
+
 impl Segcache {
     /// Where a record for `key` with a `value_len`-byte value and client flags `flags` (and a
     /// client-chosen CAS value if `explicit`) may be rewritten: the key's live record, if it has
     /// that layout (`record::same_layout`) and its segment's expiry suits `expire_at` (see
-    /// `expiry_fits`); with its slot, whether it is stale or its recache token was handed out,
-    /// and its CAS form and segment's base, which the new record keeps (the caller checks that
-    /// its counter fits: `CasForm::holds`).
+    /// `expiry_fits`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn in_place_target(
         &self,
@@ -45,32 +58,29 @@ impl Segcache {
         ttl: u32,
         expire_at: u32,
         now: u32,
-    ) -> Option<(Loc, Found<'static>, bool, record::CasForm, u32)> {
+    ) -> Option<InPlace> {
         let len = record::record_len(key.len(), value_len, flags, record::CasForm::Narrow);
         if !self.may_rewrite(len) {
             return None;
         }
+        let mut old = None;
         let found = self.table().find(h, |loc| {
             // The rewrite writes the record's last line too, which the key comparison does not
             // read: fetch it beside the first rather than at the write (criterion's set of
             // random cold keys: 330 -> 309 ns).
             let last = loc.seg as usize * self.geo.segment_size + loc.offset as usize + len - 1;
             prefetch(self.mem.heap.wrapping_add(last));
-            self.key_at(loc, key)
+            old = self.record(loc).filter(|r| record::same_key(r.key, key));
+            old.is_some()
         })?;
-        let (item, found) = self.item_of(found, h, now)?;
+        let old = old?;
+        let (item, found) = self.item_in(found, old, now)?;
         let loc = slot::slot_loc(found.value);
-        let old = self.record(loc)?;
         let same_layout = record::same_layout(&old, value_len, flags, explicit);
         let marked = item.state.stale || item.state.token_sent;
         let seg = self.seg(loc.seg);
-        (same_layout && self.may_rewrite(old.len) && expiry_fits(seg, expire_at, ttl::width_of(ttl))).then_some((
-            loc,
-            found,
-            marked,
-            old.form,
-            seg.cas_base,
-        ))
+        (same_layout && self.may_rewrite(old.len) && expiry_fits(seg, expire_at, ttl::width_of(ttl)))
+            .then_some(InPlace { loc, found, marked, form: old.form, base: seg.cas_base, len: old.len })
     }
 
     /// Rewrites the key's record in place if `in_place_target` allows; `false` leaves the store
@@ -90,7 +100,7 @@ impl Segcache {
         now: u32,
     ) -> bool {
         let explicit = stamp.cas_hi.is_some();
-        let Some((loc, found, _, form, base)) =
+        let Some(InPlace { loc, found, form, base, .. }) =
             self.in_place_target(key, h, value_len, flags, explicit, ttl, expire_at, now)
         else {
             return false;

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::hashtable::slot::{slot_tag, summary_bit, tag_of};
+use crate::hashtable::slot::{slot_loc, slot_tag, summary_bit, tag_of, Loc};
 use crate::hashtable::table::Table;
 
 impl Table<'_> {
@@ -18,14 +18,21 @@ impl Table<'_> {
     /// the chain meanwhile. Safe without a lock (atomic loads, bounds-checked links), where it is
     /// only a hint: `SharedCache::set` skips the shared-lock rewrite attempt for new keys with it,
     /// since the summary alone lets through about half of them once chains are full.
+    /// `matched` sees the location of the first slot whose tag matches (almost always the key's).
     #[inline]
-    pub fn may_hold_tag(&self, hash: u64) -> bool {
+    pub fn may_hold_tag(&self, hash: u64, mut matched: impl FnMut(Loc)) -> bool {
         if !self.may_hold(hash) {
             return false;
         }
         let tag = tag_of(hash);
         let mut cut = false;
-        let found = self.scan_cut(hash, &mut cut, |_, v| slot_tag(v) == tag);
+        let found = self.scan_cut(hash, &mut cut, |_, v| {
+            let hit = slot_tag(v) == tag;
+            if hit {
+                matched(slot_loc(v));
+            }
+            hit
+        });
         // A link out of range (a writer relinking the chain meanwhile) ends the scan: say maybe.
         found || cut
     }

@@ -475,24 +475,24 @@ mod tests {
         }
         assert!(info_chain_len(t.head(0).slots[0].load(Relaxed)) >= 1, "the chain spans an overflow bucket");
         for &h in &hashes {
-            assert!(t.may_hold(h) && t.may_hold_tag(h), "tag {} is in the chain", h >> 52);
+            assert!(t.may_hold(h) && t.may_hold_tag(h, |_| {}), "tag {} is in the chain", h >> 52);
         }
         // Tags 26 and 34 share bit 2 with tags 2, 10 and 18, but no slot holds them.
         for tag in [26u64, 34] {
             assert!(t.may_hold(tag << 52), "the summary lets tag {tag} through");
-            assert!(!t.may_hold_tag(tag << 52), "no slot holds tag {tag}");
+            assert!(!t.may_hold_tag(tag << 52, |_| {}), "no slot holds tag {tag}");
         }
         // An odd tag stops at the summary.
-        assert!(!t.may_hold_tag(3 << 52));
+        assert!(!t.may_hold_tag(3 << 52, |_| {}));
         // A link out of range ends the walk before the items behind it: maybe, not no.
         let link = &t.head(0).slots[SLOTS - 1];
         let saved = link.load(Relaxed);
         link.store(u64::from(u32::MAX), Relaxed);
         let last = *hashes.last().unwrap();
-        assert!(t.may_hold_tag(last), "a cut chain is not proof of absence");
-        assert!(t.may_hold_tag(26 << 52), "nor for a tag that is absent");
+        assert!(t.may_hold_tag(last, |_| {}), "a cut chain is not proof of absence");
+        assert!(t.may_hold_tag(26 << 52, |_| {}), "nor for a tag that is absent");
         link.store(saved, Relaxed);
-        assert!(!t.may_hold_tag(26 << 52));
+        assert!(!t.may_hold_tag(26 << 52, |_| {}));
     }
 
     #[test]

@@ -618,7 +618,7 @@ impl SharedCache {
         if mode == Mode::Set && view.rewrites() && view.table().may_hold(h) {
             // Every line the exclusive path needs is fetched while the tags are compared.
             view.prefetch_store(h, secs);
-            if view.table().may_hold_tag(h) {
+            if view.table().may_hold_tag(h, |loc| view.prefetch_record(loc)) {
                 let engine = shard.read();
                 if let Some(cas) = engine.rewrite_shared(key, h, value, flags, secs) {
                     engine.slot().counters.sets.fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -40,7 +40,7 @@ use crate::engine::memory::prefetch;
 use crate::engine::meta::{Gone, ShardMeta};
 use crate::engine::read::state_of;
 use crate::engine::write::check_key;
-use crate::hashtable::slot::{self};
+use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::{Found, Table};
 use crate::item::ItemState;
 use crate::record::{self, Header};
@@ -151,6 +151,17 @@ impl ShardView {
         }
     }
 
+    /// Prefetches the first two lines of the record at `loc` (read without a lock: a stale or
+    /// wrong location costs one useless prefetch), so that a rewrite's record miss overlaps the
+    /// locks it takes before it reads the record.
+    #[inline]
+    pub(crate) fn prefetch_record(&self, loc: Loc) {
+        let at = (loc.seg as usize).wrapping_mul(self.segment_size).wrapping_add(loc.offset as usize);
+        let p = self.heap.wrapping_add(at);
+        prefetch(p);
+        prefetch(p.wrapping_add(64));
+    }
+
     pub(crate) fn table(&self) -> &Table<'static> {
         &self.table
     }
@@ -223,7 +234,7 @@ impl ShardView {
                 // Too large to copy: it may not even be this key, but the lock will tell.
                 Some((_, header)) if header.total_len() > PEEK_BYTES => true,
                 // SAFETY: `copy_record` initialised the record's bytes.
-                Some((at, header)) => key == unsafe { init(buf, at + header.key_at(), header.key_len) },
+                Some((at, header)) => record::same_key(key, unsafe { init(buf, at + header.key_at(), header.key_len) }),
                 None => false,
             }
         });

@@ -11,6 +11,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::engine::rewrite::InPlace;
 use crate::engine::write::check_key;
 use crate::hashtable::slot;
 use crate::record;
@@ -48,15 +49,13 @@ impl Segcache {
         // A stale item, or one whose recache token is out, takes the exclusive path, which
         // writes its state afresh.
         let target = self.in_place_target(key, h, value.len(), flags, false, ttl, expiry_of(ttl, now), now);
-        let Some((loc, found, false, form, base)) = target else {
+        let Some(InPlace { loc, found, marked: false, form, base, len }) = target else {
             unlock_word(info, old);
             return None;
         };
         let record = loc.seg as usize * self.geo.segment_size + loc.offset as usize;
-        let Some((header, len)) = self.record(loc).map(|r| (r.len - r.key.len() - r.value.len(), r.len)) else {
-            unlock_word(info, old);
-            return None;
-        };
+        // The same layout as the new record: the same key and value lengths.
+        let header = len - key.len() - value.len();
         let cas_at = header - form.bytes() - if flags != 0 { 4 } else { 0 };
         let cas = self.next_cas();
         // A narrow record holds only a counter less than 2^16 above its segment's base: past
@@ -72,7 +71,9 @@ impl Segcache {
         }
         // A new version: not fetched yet, accessed now. (A reader of the old version may still
         // set the fetched bit, as if it had read this one.)
-        found.slot.fetch_and(!slot::FETCHED, Relaxed);
+        if found.value & slot::FETCHED != 0 {
+            found.slot.fetch_and(!slot::FETCHED, Relaxed);
+        }
         let age = now.saturating_sub(self.seg(loc.seg).create_at);
         self.record_byte(loc, record::ACCESS_AT).store(record::access_code(age), Relaxed);
         // With a file, this rewrite runs alone in the shard (`rewrites_shared`).
@@ -105,7 +106,7 @@ mod tests {
     use std::time::Duration;
 
     use crate::engine::write::{Mode, StoreOptions};
-    use crate::{Builder, ManualClock, SharedCache};
+    use crate::{Builder, ManualClock, ReadOptions, SharedCache};
 
     fn set(c: &SharedCache, key: &[u8], value: &[u8]) -> u64 {
         c.store_with(key, value, 0, Duration::ZERO, Mode::Set, StoreOptions::default()).unwrap()
@@ -142,5 +143,25 @@ mod tests {
         let item = c.get(b"k").unwrap();
         assert_eq!((item.value, item.cas), (b"value-4".to_vec(), v4));
         assert_eq!(c.stats().items, 1);
+    }
+
+    /// A rewrite under the shared lock is a new version, not fetched yet, whether or not the old
+    /// one was (it clears the slot's fetched bit only when set).
+    #[test]
+    fn a_shared_rewrite_is_not_fetched_yet() {
+        let c = Builder::new().heap_size(4 << 20).segment_size(64 << 10).shards(1).build_shared().unwrap();
+        let quiet = ReadOptions { no_update: true, ..ReadOptions::default() };
+        let fetched = |c: &SharedCache| c.get_with_options(b"k", quiet, |i| (i.fetched(), i.value().to_vec())).unwrap();
+        set(&c, b"k", b"value-1");
+        let writes = c.shard_at(0).writes();
+        c.get(b"k").unwrap();
+        assert_eq!(fetched(&c), (true, b"value-1".to_vec()));
+        set(&c, b"k", b"value-2");
+        assert_eq!(fetched(&c), (false, b"value-2".to_vec()), "a read version rewritten");
+        set(&c, b"k", b"value-3");
+        assert_eq!(fetched(&c), (false, b"value-3".to_vec()), "an unread version rewritten");
+        c.get(b"k").unwrap();
+        assert_eq!(fetched(&c), (true, b"value-3".to_vec()));
+        assert_eq!(c.shard_at(0).writes(), writes, "every rewrite in place, under the shared lock");
     }
 }
