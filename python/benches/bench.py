@@ -11,10 +11,11 @@ library's heap never inflates another's figures:
   for N absent keys. ns/op is wall time over N, the Python loop included (the same loop for
   every library).
 - first cache: before those, the timing process fills one cache of its own with the same keys
-  ("set, first cache") and drops it; the sets above go into a second cache. The first cache in a process is the first to touch its memory: on a virtual machine whose
-  host takes back the guest's free memory (free page reporting, as on Firecracker), each fresh
-  page then costs a fault on the host too, and how much varies from run to run by 1.5x. The
-  second cache reuses the pages the first gave back, so its figure is the cache's own cost.
+  ("set, first cache") and drops it; the sets above go into a second cache. The first cache in
+  a process is the first to touch its memory: on a virtual machine whose host takes back the
+  guest's free memory (free page reporting, as on Firecracker), each fresh page then costs a
+  fault on the host too, which can add half again to its sets in one run and nothing in the
+  next. The second cache reuses the pages the first gave back, so its figure is the cache's own.
 
     python python/benches/bench.py                     # every library, 1M items
     python python/benches/bench.py -n 100000 --only dict segcache
