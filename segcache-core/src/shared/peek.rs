@@ -292,12 +292,14 @@ impl ShardView {
         }
         let pos = seg * self.segment_size + offset;
         let (first, at) = (pos / 8, pos % 8);
+        let segment_words = (seg + 1) * self.segment_size / 8 - first;
         let copy = |buf: &mut PeekBuf, from: usize, to: usize| {
+            assert!(to <= segment_words, "a record copy past its segment");
             for (w, b) in buf[from..to].iter_mut().enumerate() {
                 // SAFETY: the heap is 8-aligned (checked in `of`) and segments are multiples of
-                // 8 bytes, so word `first + from + w` lies in segment `seg` as long as it holds
-                // one of the record's bytes, which lie inside the segment (checked below before
-                // each copy). `AtomicU64` has `u64`'s layout.
+                // 8 bytes, so word `first + from + w` lies in the heap as long as it lies in
+                // segment `seg` (`seg` < `segments`, checked above), as asserted above.
+                // `AtomicU64` has `u64`'s layout.
                 let word = unsafe { &*self.heap.cast::<AtomicU64>().add(first + from + w) };
                 *b = MaybeUninit::new(word.load(Relaxed));
             }
@@ -361,4 +363,37 @@ unsafe fn init(buf: &PeekBuf, at: usize, len: usize) -> &[u8] {
 unsafe fn read(p: *const u32) -> u32 {
     // SAFETY: per the contract.
     unsafe { std::ptr::read_volatile(p) }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::Builder;
+
+    /// `copy_record` copies whole words, never past the record's segment (it asserts so):
+    /// records that end exactly where their segment ends (64-byte records in 64 KiB segments)
+    /// read back whole through the lock-free path, the heap's last segment's among them.
+    #[test]
+    fn records_that_end_their_segment_read_back_whole() {
+        const SEGMENT: usize = 64 << 10;
+        let c = Builder::new().heap_size(4 * SEGMENT).segment_size(SEGMENT).shards(1).build_shared().unwrap();
+        let key = |i: usize| format!("k{i:05}");
+        let value = |i: usize| vec![(i % 251) as u8; 52];
+        // 6 bytes of header, 6 of key and 52 of value: 1024 records fill a segment exactly.
+        let n = 4 * SEGMENT / 64;
+        for i in 0..n {
+            c.set(key(i).as_bytes(), &value(i), 0, Duration::ZERO).unwrap();
+        }
+        let engine = c.shard_at(0).read();
+        let ends = (0..n)
+            .filter(|&i| engine.record_location(key(i).as_bytes()).is_some_and(|(_, at)| at as usize + 64 == SEGMENT))
+            .count();
+        drop(engine);
+        assert!(ends >= 3, "records ending a segment: {ends}");
+        for i in 0..n {
+            let got = c.get_with(key(i).as_bytes(), |item| item.value().to_vec());
+            assert_eq!(got, Some(value(i)), "key {i}");
+        }
+    }
 }
