@@ -75,7 +75,7 @@ fn main() -> ExitCode {
     };
     if let Some(p) = &pidfile {
         // Written before giving up root, so that it may live in /run.
-        if let Err(e) = std::fs::write(p, format!("{}\n", std::process::id())) {
+        if let Err(e) = write_pidfile(p) {
             log::warn!("cannot write the pid file {}: {e}", p.display());
         }
     }
@@ -128,6 +128,23 @@ fn main() -> ExitCode {
         Err(e) => {
             eprintln!("segcache-server: {e}");
             ExitCode::FAILURE
+        }
+    }
+}
+
+/// Writes our pid to `p` whole: a temporary file beside it, renamed over it, so that a script
+/// polling for the file never reads it empty or half written. Where no file can be made beside
+/// it (a pid file of ours in a folder we may not write), `p` is written in place.
+fn write_pidfile(p: &Path) -> std::io::Result<()> {
+    let line = format!("{}\n", std::process::id());
+    let mut tmp = p.as_os_str().to_owned();
+    tmp.push(format!(".{}.tmp", std::process::id()));
+    let tmp = PathBuf::from(tmp);
+    match std::fs::write(&tmp, &line).and_then(|()| std::fs::rename(&tmp, p)) {
+        Ok(()) => Ok(()),
+        Err(_) => {
+            let _ = std::fs::remove_file(&tmp);
+            std::fs::write(p, line)
         }
     }
 }
@@ -238,4 +255,28 @@ fn drop_privileges(name: &str, unix_socket: Option<&Path>) -> Result<(), String>
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::MetadataExt;
+
+    use super::*;
+
+    #[test]
+    fn a_pid_file_is_replaced_whole_and_leaves_nothing_beside_it() {
+        let dir = std::env::temp_dir().join(format!("segcache-pidfile-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("server.pid");
+        std::fs::write(&p, "stale, from a crashed run\n").unwrap();
+        let stale = std::fs::metadata(&p).unwrap().ino();
+        write_pidfile(&p).unwrap();
+        assert_eq!(std::fs::read_to_string(&p).unwrap(), format!("{}\n", std::process::id()));
+        // A new file renamed over the old one, never the old one truncated then written: a
+        // reader that opened the old file meanwhile reads it whole too.
+        assert_ne!(std::fs::metadata(&p).unwrap().ino(), stale);
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names, ["server.pid"]);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

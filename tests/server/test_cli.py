@@ -174,6 +174,27 @@ def test_unknown_user_is_refused():
     assert r.returncode != 0 and "can't find the user no-such-user-here" in r.stderr, r.stderr
 
 
+def read_pidfile(path: Path, deadline: float) -> int:
+    """The pid in `path` once it is whole. memcached writes its pid file in place, so a poll can
+    read it empty or half written: read until it holds a whole line."""
+    while True:
+        text = path.read_text() if path.exists() else ""
+        if text.endswith("\n") and text.strip().isdigit():
+            return int(text)
+        assert time.monotonic() < deadline, f"no whole pid file at {path}: {text!r}"
+        time.sleep(0.01)
+
+
+def process_gone(pid: int) -> bool:
+    """Whether `pid` has exited: gone from /proc, or a zombie that its new parent has not reaped
+    yet (in a container whose first process does not reap, it stays one)."""
+    try:
+        stat_line = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return True
+    return stat_line.rsplit(")", 1)[1].split()[0] == "Z"
+
+
 def test_daemon_with_pidfile(tmp_path):
     pid = tmp_path / "d.pid"
     port = free_port()
@@ -182,18 +203,19 @@ def test_daemon_with_pidfile(tmp_path):
     o = subprocess.run([MEMCACHED, "-d", "-P", str(oracle_pid), "-p", str(free_port()), "-l", "127.0.0.1",
                         *ROOT_USER], capture_output=True, text=True, timeout=20)
     assert o.returncode == 0, o.stderr
-    deadline = time.monotonic() + 5
-    while not oracle_pid.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    os.kill(int(oracle_pid.read_text()), signal.SIGTERM)
+    os.kill(read_pidfile(oracle_pid, time.monotonic() + 10), signal.SIGTERM)
     r = subprocess.run([str(server_binary()), "-d", "-P", str(pid), "-p", str(port), "-t", "2", *ROOT_USER],
                        capture_output=True, text=True, timeout=20)
     assert r.returncode == 0, r.stderr
+    # Ours is renamed into place whole: from the moment it exists, it holds the daemon's pid.
     deadline = time.monotonic() + 10
     while not pid.exists():
         assert time.monotonic() < deadline, "no pid file"
-        time.sleep(0.05)
-    daemon = int(pid.read_text())
+        time.sleep(0.001)
+    text = pid.read_text()
+    assert re.fullmatch(r"[0-9]+\n", text), f"pid file read as {text!r}"
+    daemon = int(text)
+    assert not [f for f in tmp_path.iterdir() if f.name.endswith(".tmp")], "a temporary file left beside it"
     try:
         assert command(port, b"version\r\n", until=b"\r\n").startswith(b"VERSION ")
         # A daemon: its own session, not the child of the command that started it.
@@ -202,7 +224,7 @@ def test_daemon_with_pidfile(tmp_path):
     finally:
         os.kill(daemon, signal.SIGTERM)
     deadline = time.monotonic() + 20
-    while pid.exists() or os.path.exists(f"/proc/{daemon}"):
+    while pid.exists() or not process_gone(daemon):
         assert time.monotonic() < deadline, "the daemon did not stop"
         time.sleep(0.05)
 
