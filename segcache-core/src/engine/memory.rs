@@ -125,8 +125,14 @@ impl Segcache {
         unsafe { std::sync::atomic::AtomicU8::from_ptr(self.mem.heap.add(pos)) }
     }
 
+    /// The record at `loc`, if it is `key`'s.
+    #[inline]
+    pub(crate) fn keyed_record(&self, loc: Loc, key: &[u8]) -> Option<Record<'_>> {
+        self.record(loc).filter(|r| record::same_key(r.key, key))
+    }
+
     #[inline]
     pub(crate) fn key_at(&self, loc: Loc, key: &[u8]) -> bool {
-        self.record(loc).is_some_and(|r| record::same_key(r.key, key))
+        self.keyed_record(loc, key).is_some()
     }
 }

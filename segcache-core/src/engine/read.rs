@@ -232,8 +232,7 @@ impl Segcache {
     /// The key's slot, whatever the item's expiry and any flush: needs no clock.
     #[inline]
     pub(crate) fn find_key(&self, key: &[u8], h: u64) -> Option<table::Found<'static>> {
-        check_key(key).ok()?;
-        self.table().find(h, |loc| self.key_at(loc, key))
+        self.find_record(key, h).map(|(found, _)| found)
     }
 
     /// The key's slot and its record, which is parsed once: for the key comparison and then
@@ -243,7 +242,7 @@ impl Segcache {
         check_key(key).ok()?;
         let mut record = None;
         let found = self.table().find(h, |loc| {
-            record = self.record(loc).filter(|r| record::same_key(r.key, key));
+            record = self.keyed_record(loc, key);
             record.is_some()
         })?;
         Some((found, record?))

@@ -70,7 +70,7 @@ impl Segcache {
             // random cold keys: 330 -> 309 ns).
             let last = loc.seg as usize * self.geo.segment_size + loc.offset as usize + len - 1;
             prefetch(self.mem.heap.wrapping_add(last));
-            old = self.record(loc).filter(|r| record::same_key(r.key, key));
+            old = self.keyed_record(loc, key);
             old.is_some()
         })?;
         let old = old?;
