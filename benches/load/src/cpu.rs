@@ -48,6 +48,44 @@ pub fn self_cpu() -> io::Result<Duration> {
     read_cpu("/proc/self/stat")
 }
 
+/// Parses the steal time (clock ticks: time the hypervisor ran something else while this
+/// virtual core wanted to run) from core `core`'s line of /proc/stat's contents.
+pub fn parse_core_steal(stat: &str, core: usize) -> Option<u64> {
+    let name = format!("cpu{core}");
+    let line = stat.lines().find(|l| l.split_whitespace().next() == Some(name.as_str()))?;
+    // cpuN user nice system idle iowait irq softirq steal ...
+    line.split_whitespace().nth(8)?.parse().ok()
+}
+
+/// Core `core`'s steal time so far, ticks (None where /proc/stat cannot be read or has no such core).
+pub fn core_steal(core: usize) -> Option<u64> {
+    parse_core_steal(&std::fs::read_to_string("/proc/stat").ok()?, core)
+}
+
+/// Parses a /proc/.../schedstat line: time on a CPU and time waiting on a run queue, ns.
+pub fn parse_schedstat(line: &str) -> Option<(u64, u64)> {
+    let mut f = line.split_whitespace().map(|x| x.parse::<u64>().ok());
+    Some((f.next()??, f.next()??))
+}
+
+/// The summed time on a CPU and time ready to run but waiting for one (another task held
+/// it), ns, of the threads process `pid` has now (a thread that ended takes its share with
+/// it); None when the process is gone or the kernel keeps no schedstats.
+pub fn process_schedstat(pid: u32) -> Option<(u64, u64)> {
+    let mut total = None;
+    for t in std::fs::read_dir(format!("/proc/{pid}/task")).ok()?.flatten() {
+        // A thread may end between the listing and the read.
+        let Some((run, wait)) =
+            std::fs::read_to_string(t.path().join("schedstat")).ok().as_deref().and_then(parse_schedstat)
+        else {
+            continue;
+        };
+        let (r, w) = total.unwrap_or((0, 0));
+        total = Some((r + run, w + wait));
+    }
+    total
+}
+
 fn read_cpu(path: &str) -> io::Result<Duration> {
     let s = std::fs::read_to_string(path)?;
     let ticks = parse_stat_ticks(&s)
@@ -65,6 +103,22 @@ mod tests {
         assert_eq!(parse_stat_ticks(s), Some(325));
         assert_eq!(parse_stat_ticks("garbage"), None);
         assert_eq!(parse_stat_ticks("1 (x) S 1 2"), None);
+    }
+
+    #[test]
+    fn steal_and_schedstat_parse() {
+        let stat = "cpu  9 9 9 9 9 9 9 9 0 0\ncpu0 100 5 40 900 3 2 7 11 0 0\ncpu1 1 2 3 4 5 6 7 8 0 0\nintr 1 2\n";
+        assert_eq!(parse_core_steal(stat, 0), Some(11));
+        assert_eq!(parse_core_steal(stat, 1), Some(8));
+        // "cpu1" is not "cpu10", and a line without the field is None.
+        assert_eq!(parse_core_steal(stat, 10), None);
+        assert_eq!(parse_core_steal("cpu0 1 2 3\n", 0), None);
+        assert!(core_steal(0).is_some());
+        assert_eq!(parse_schedstat("2402200000 61500000 79428\n"), Some((2_402_200_000, 61_500_000)));
+        assert_eq!(parse_schedstat("12"), None);
+        let (run, _) = process_schedstat(std::process::id()).expect("this process's schedstats");
+        assert!(run > 0);
+        assert_eq!(process_schedstat(u32::MAX), None);
     }
 
     #[test]

@@ -38,7 +38,7 @@ enum Cmd {
     Compare(CompareArgs),
     /// A mock memcache server with an injected reply delay (for trying the harness).
     Mock(MockArgs),
-    /// Redraw the table and plot from a results.json.
+    /// Redraw the table and plot from a results.json, or from a sweep's sweep.json.
     Report {
         json: PathBuf,
         #[arg(long)]
@@ -290,6 +290,10 @@ struct CompareArgs {
     /// The sweep's idle connections for the servers' RSS (default: the largest count; 0 skips it).
     #[arg(long)]
     idle_conns: Option<usize>,
+    /// Passes of the sweep over its counts; with more than one, sweep.md adds medians over the
+    /// rounds and the plot shows them.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    rounds: u32,
 }
 
 /// Replaces the value of `flag` in `args`, or appends the pair.
@@ -494,6 +498,7 @@ fn main() -> Result<()> {
                     conns,
                     rates: a.rate.clone(),
                     step: a.plan.step_duration()?,
+                    rounds: a.rounds as usize,
                     prefill_conns: a.prefill_conns,
                     idle_conns,
                     command: command_line(),
@@ -533,6 +538,16 @@ fn main() -> Result<()> {
             }
         }
         Cmd::Report { json, out, slo_ms } => {
+            let out = out.unwrap_or_else(|| json.parent().map(PathBuf::from).unwrap_or_default());
+            if json.file_name().is_some_and(|n| n == "sweep.json") {
+                if slo_ms.is_some() {
+                    bail!("--slo-ms applies to a ramp's results.json, not to a sweep");
+                }
+                let r = sweep::read_sweep(&json)?;
+                sweep::write_sweep(&out, &r)?;
+                println!("{}", sweep::sweep_markdown(&r));
+                return Ok(());
+            }
             let mut r = report::read_report(&json)?;
             if let Some(ms) = slo_ms {
                 if ms.partial_cmp(&0.0) != Some(std::cmp::Ordering::Greater) {
@@ -545,7 +560,6 @@ fn main() -> Result<()> {
                     }
                 }
             }
-            let out = out.unwrap_or_else(|| json.parent().map(PathBuf::from).unwrap_or_default());
             compare::write_outputs(&out, &r)?;
             println!("{}", report::summary_markdown(&r));
         }

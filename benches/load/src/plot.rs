@@ -154,26 +154,64 @@ fn draw_panel(area: &DrawingArea<BitMapBackend, plotters::coord::Shift>, p: &Pan
     Ok(())
 }
 
+/// One server at one count on the sweep's chart: the medians over the rounds whose generator
+/// kept its schedule, or over every round (`kept` false: drawn with a cross) when none did.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SweepMark {
+    pub connections: usize,
+    pub p999_us: f64,
+    pub p9999_us: f64,
+    pub kept: bool,
+}
+
+/// `server`'s marks, by connection count.
+pub fn sweep_marks(r: &crate::sweep_report::SweepReport, server: &str) -> Vec<SweepMark> {
+    use crate::sweep_report::median;
+    let mut counts: Vec<usize> = r.points.iter().filter(|p| p.server == server).map(|p| p.connections).collect();
+    counts.sort_unstable();
+    counts.dedup();
+    let mut out = Vec::new();
+    for n in counts {
+        let all: Vec<_> =
+            r.points.iter().filter(|p| p.server == server && p.connections == n && p.step.latency.count > 0).collect();
+        let kept: Vec<_> = all.iter().filter(|p| p.generator.kept).copied().collect();
+        let (used, ok) = if kept.is_empty() { (all, false) } else { (kept, true) };
+        let m = |f: fn(&crate::sweep_report::SweepPoint) -> f64| median(used.iter().map(|p| f(p)).collect());
+        if let (Some(p999_us), Some(p9999_us)) = (m(|p| p.step.latency.p999_us), m(|p| p.step.latency.p9999_us)) {
+            out.push(SweepMark { connections: n, p999_us, p9999_us, kept: ok });
+        }
+    }
+    out
+}
+
 /// The sweep's chart: p99.9 and p99.99 against the connection count (both axes log), one
-/// colour per server; a cross over a point marks a step whose generator fell behind.
+/// colour per server, medians over the rounds; a cross over a point marks a count where the
+/// generator fell behind in every round.
 pub fn plot_sweep(path: &Path, r: &crate::sweep_report::SweepReport) -> Result<()> {
     register_font();
     let err = |e: DrawingAreaErrorKind<_>| anyhow!("plot: {e}");
-    let pts: Vec<_> = r.points.iter().filter(|p| p.step.latency.count > 0).collect();
+    let marks: Vec<(usize, Vec<SweepMark>)> =
+        r.servers.iter().enumerate().map(|(i, s)| (i, sweep_marks(r, &s.name))).collect();
+    let pts: Vec<&SweepMark> = marks.iter().flat_map(|(_, m)| m).collect();
     if pts.is_empty() {
         return Err(anyhow!("nothing to plot"));
     }
     let x_min = pts.iter().map(|p| p.connections as f64).fold(f64::MAX, f64::min) / 1.5;
     let x_max = pts.iter().map(|p| p.connections as f64).fold(1.0, f64::max) * 1.5;
-    let y_min = pts.iter().map(|p| p.step.latency.p999_us / 1000.0).fold(f64::MAX, f64::min).max(0.001) / 1.5;
-    let y_max = pts.iter().map(|p| p.step.latency.p9999_us / 1000.0).fold(0.01, f64::max).min(60_000.0) * 1.5;
+    // Whole decades: a log axis labels only powers of ten, and a range inside one decade
+    // would have none.
+    let decade_below = |x: f64| 10f64.powf(x.log10().floor());
+    let decade_above = |x: f64| 10f64.powf(x.log10().ceil());
+    let y_min = decade_below(pts.iter().map(|p| p.p999_us / 1000.0).fold(f64::MAX, f64::min).max(0.001) / 1.2);
+    let y_max = decade_above(pts.iter().map(|p| p.p9999_us / 1000.0).fold(0.01, f64::max).min(60_000.0) * 1.2);
     let root = BitMapBackend::new(path, (1100, 560)).into_drawing_area();
     root.fill(&WHITE).map_err(err)?;
     let rates: Vec<String> = r.rates.iter().map(|x| format!("{x:.0}")).collect();
     let title = format!(
-        "{} at {} req/s: tail latency vs connections",
+        "{} at {} req/s: tail latency vs connections{}",
         r.workload.as_ref().map_or("workload", |w| w.name.as_str()),
-        rates.join("/")
+        rates.join("/"),
+        if r.rounds > 1 { format!(" (medians of {} rounds)", r.rounds) } else { String::new() }
     );
     let mut chart = ChartBuilder::on(&root)
         .caption(title, ("sans-serif", 20))
@@ -191,13 +229,11 @@ pub fn plot_sweep(path: &Path, r: &crate::sweep_report::SweepReport) -> Result<(
         .light_line_style(RGBColor(240, 240, 240))
         .draw()
         .map_err(err)?;
-    for (i, srv) in r.servers.iter().enumerate() {
+    for (i, mine) in &marks {
+        let srv = &r.servers[*i];
         let color = COLORS[i % COLORS.len()];
-        let mut mine: Vec<_> = pts.iter().filter(|p| p.server == srv.name).collect();
-        mine.sort_by_key(|p| p.connections);
-        type Pick = fn(&crate::sweep_report::SweepPoint) -> f64;
-        let series: [(&str, Pick, u32); 2] =
-            [("p99.9", |p| p.step.latency.p999_us, 3), ("p99.99", |p| p.step.latency.p9999_us, 1)];
+        type Pick = fn(&SweepMark) -> f64;
+        let series: [(&str, Pick, u32); 2] = [("p99.9", |p| p.p999_us, 3), ("p99.99", |p| p.p9999_us, 1)];
         for (label, get, width) in series {
             let data: Vec<(f64, f64)> =
                 mine.iter().map(|p| (p.connections as f64, (get(p) / 1000.0).clamp(y_min, y_max))).collect();
@@ -211,7 +247,7 @@ pub fn plot_sweep(path: &Path, r: &crate::sweep_report::SweepReport) -> Result<(
             } else {
                 chart.draw_series(data.iter().map(|&p| TriangleMarker::new(p, 4, color))).map_err(err)?;
             }
-            let late = mine.iter().zip(&data).filter(|(p, _)| !p.generator.kept).map(|(_, &d)| d);
+            let late = mine.iter().zip(&data).filter(|(p, _)| !p.kept).map(|(_, &d)| d);
             chart.draw_series(late.map(|d| Cross::new(d, 8, BLACK.stroke_width(2)))).map_err(err)?;
         }
     }

@@ -1,6 +1,7 @@
 //! The connection-count sweep: one rate, several connection counts, every server at each
 //! count (alternating which goes first), with the tail percentiles, the server's CPU per
-//! request and resident set, and whether the generator itself kept its schedule.
+//! request and resident set, how long it waited for its core, and whether the generator
+//! itself kept its schedule; repeated `--rounds` times, with medians over the rounds.
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -8,14 +9,18 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{bail, Context, Result};
+use indicatif::ProgressBar;
 
 use crate::client::{run_step, ClientConfig, StepResult, LATE_NS};
 use crate::compare::{now_unix, progress_bar, say};
 use crate::cpu;
 use crate::prefill::prefill;
 use crate::report;
-use crate::server::ServerSpec;
-pub use crate::sweep_report::{GeneratorVerdict, IdleRss, Nofile, SweepPoint, SweepReport, SweepServer};
+use crate::server::{Running, ServerSpec};
+pub use crate::sweep_report::{
+    median, summaries, CountSummary, GeneratorVerdict, IdleRss, Interference, Nofile, SweepPoint, SweepReport,
+    SweepServer,
+};
 use crate::workload::Workload;
 
 /// More sends than this fraction over [`LATE_NS`] late and a step's p99.9 measures the
@@ -138,6 +143,9 @@ pub struct SweepConfig {
     /// One rate for every count, or one per count.
     pub rates: Vec<f64>,
     pub step: Duration,
+    /// Passes over the counts (at least 1): a step's tail on a shared machine moves a lot from
+    /// one run to the next, so the summary takes medians over rounds.
+    pub rounds: usize,
     pub prefill_conns: usize,
     /// Idle connections for the resident-set measurement (0: skip it).
     pub idle_conns: usize,
@@ -206,11 +214,13 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
         workload: Some(cfg.workload.clone()),
         rates: rates.clone(),
         step_seconds: cfg.step.as_secs_f64(),
+        rounds: cfg.rounds.max(1),
         threads: cfg.client.threads,
         servers: cfg.servers.iter().map(|s| SweepServer { name: s.name.clone(), command: s.command_line() }).collect(),
         ..Default::default()
     };
-    let pb = progress_bar((cfg.conns.len() * cfg.servers.len()) as u64);
+    let rounds = cfg.rounds.max(1);
+    let pb = progress_bar((rounds * cfg.conns.len() * cfg.servers.len()) as u64);
     for &n in &cfg.conns {
         if !fits(n) {
             let why = format!(
@@ -261,50 +271,26 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
         }
     }
     let ns = cfg.servers.len();
-    for (round, &conns) in cfg.conns.iter().enumerate() {
-        if !fits(conns) {
-            pb.inc(ns as u64);
-            continue;
-        }
-        let order: Vec<usize> = if round.is_multiple_of(2) { (0..ns).collect() } else { (0..ns).rev().collect() };
-        let rate = rates[round];
-        for i in order {
-            let srv = &mut running[i];
-            if !srv.alive() {
-                bail!("{} died during the sweep (see its log in {})", srv.name, cfg.out.display());
+    for round in 0..rounds {
+        for (i, &conns) in cfg.conns.iter().enumerate() {
+            if !fits(conns) {
+                pb.inc(ns as u64);
+                continue;
             }
-            let mut client = cfg.client.clone();
-            client.addr = srv.addr;
-            client.connections = conns.max(client.threads);
-            let label = format!("{} at {conns} connections, {rate:.0} req/s", srv.name);
-            pb.set_message(label.clone());
-            let step = run_step(&client, &cfg.workload, rate, cfg.step, Some(srv.pid), |iv| {
-                pb.set_message(format!("{label}: p99.9 {:.3} ms", iv.latency.p999_us / 1000.0));
-            })
-            .with_context(|| label.clone())?;
-            let generator = judge_generator(&step, conns, client.threads);
-            let l = &step.latency;
-            say(
-                &pb,
-                format!(
-                    "{label}: achieved {:.0}, p50 {:.3} p99 {:.3} p99.9 {:.3} p99.99 {:.3} ms, server {} us/req, RSS {} MiB; {}",
-                    step.achieved_rate,
-                    l.p50_us / 1000.0,
-                    l.p99_us / 1000.0,
-                    l.p999_us / 1000.0,
-                    l.p9999_us / 1000.0,
-                    step.server_cpu_us_per_req.map_or("-".into(), |c| format!("{c:.1}")),
-                    step.server_rss_kb.map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
-                    generator.note
-                ),
-            );
-            r.points.push(SweepPoint { connections: conns, server: srv.name.clone(), step, generator });
-            pb.inc(1);
-            // The connections close and the server settles between steps.
-            std::thread::sleep(Duration::from_millis(500));
+            // Which server goes first alternates from count to count and from round to round.
+            let order: Vec<usize> =
+                if (round + i).is_multiple_of(2) { (0..ns).collect() } else { (0..ns).rev().collect() };
+            for s in order {
+                let spec_core = cfg.servers[s].core;
+                let point = run_point(cfg, &mut running[s], spec_core, conns, rates[i], round, &pb)?;
+                r.points.push(point);
+                pb.inc(1);
+                // The connections close and the server settles between steps.
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            // Partial results survive a later failure.
+            write_sweep(&cfg.out, &r)?;
         }
-        // Partial results survive a later failure.
-        write_sweep(&cfg.out, &r)?;
     }
     drop(running);
     r.loadavg_end = loadavg();
@@ -313,71 +299,163 @@ pub fn run_sweep(cfg: &SweepConfig) -> Result<SweepReport> {
     Ok(r)
 }
 
+/// One step: `srv` at `conns` connections and `rate`, with the generator's verdict and how
+/// long the server waited for its core.
+fn run_point(
+    cfg: &SweepConfig,
+    srv: &mut Running,
+    core: Option<usize>,
+    conns: usize,
+    rate: f64,
+    round: usize,
+    pb: &ProgressBar,
+) -> Result<SweepPoint> {
+    if !srv.alive() {
+        bail!("{} died during the sweep (see its log in {})", srv.name, cfg.out.display());
+    }
+    let mut client = cfg.client.clone();
+    client.addr = srv.addr;
+    client.connections = conns.max(client.threads);
+    let label = format!("{} at {conns} connections, {rate:.0} req/s", srv.name);
+    pb.set_message(label.clone());
+    let before = (cpu::process_schedstat(srv.pid), core.and_then(cpu::core_steal));
+    let step = run_step(&client, &cfg.workload, rate, cfg.step, Some(srv.pid), |iv| {
+        pb.set_message(format!("{label}: p99.9 {:.3} ms", iv.latency.p999_us / 1000.0));
+    })
+    .with_context(|| label.clone())?;
+    let after = (cpu::process_schedstat(srv.pid), core.and_then(cpu::core_steal));
+    let interference = interference(before, after, &step);
+    let generator = judge_generator(&step, conns, client.threads);
+    let l = &step.latency;
+    say(
+        pb,
+        format!(
+            "{label}: achieved {:.0}, p50 {:.3} p99 {:.3} p99.9 {:.3} p99.99 {:.3} ms, server {} us/req, RSS {} MiB{}; {}",
+            step.achieved_rate,
+            l.p50_us / 1000.0,
+            l.p99_us / 1000.0,
+            l.p999_us / 1000.0,
+            l.p9999_us / 1000.0,
+            step.server_cpu_us_per_req.map_or("-".into(), |c| format!("{c:.1}")),
+            step.server_rss_kb.map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+            interference.as_ref().map_or(String::new(), |i| format!(
+                ", waited for its core {:.1} ms/s{}",
+                i.runq_wait_ms_per_s,
+                i.steal_ms_per_s.map_or(String::new(), |s| format!(" (steal {s:.1})"))
+            )),
+            generator.note
+        ),
+    );
+    Ok(SweepPoint { connections: conns, server: srv.name.clone(), round, step, generator, interference })
+}
+
+/// Schedstats and steal ticks read before and after a step.
+pub type Waits = (Option<(u64, u64)>, Option<u64>);
+
+/// The server's run-queue wait and its core's steal between `before` and `after`, per second
+/// of `step`.
+pub fn interference(before: Waits, after: Waits, step: &StepResult) -> Option<Interference> {
+    let secs = step.duration_s.max(1e-9);
+    let (Some((_, w0)), Some((_, w1))) = (before.0, after.0) else { return None };
+    let steal = match (before.1, after.1) {
+        (Some(a), Some(b)) => Some(b.saturating_sub(a) as f64 * 1000.0 / cpu::clk_tck() as f64 / secs),
+        _ => None,
+    };
+    Some(Interference { runq_wait_ms_per_s: w1.saturating_sub(w0) as f64 / 1e6 / secs, steal_ms_per_s: steal })
+}
+
 /// The median over the step's intervals of their p99.9 (microseconds): a tail that one stall
 /// of the shared machine in one interval does not set. None without intervals.
 pub fn median_interval_p999(step: &StepResult) -> Option<f64> {
-    let mut v: Vec<f64> = step.intervals.iter().filter(|i| i.latency.count > 0).map(|i| i.latency.p999_us).collect();
-    if v.is_empty() {
-        return None;
-    }
-    v.sort_by(f64::total_cmp);
-    let m = v.len() / 2;
-    Some(if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
+    median(step.intervals.iter().filter(|i| i.latency.count > 0).map(|i| i.latency.p999_us).collect())
 }
 
-fn points_of<'a>(r: &'a SweepReport, server: &'a str) -> impl Iterator<Item = &'a SweepPoint> + 'a {
-    r.points.iter().filter(move |p| p.server == server)
-}
-
-/// The table: one row per connection count and server, with ratios of p99.9 and CPU per
-/// request against the first (baseline) server at the same count.
+/// The table: one row per step (connection count, server and, with several rounds, round),
+/// with ratios of p99.9 and CPU per request against the first (baseline) server at the same
+/// count in the same round; with several rounds, the medians over them first.
 pub fn sweep_markdown(r: &SweepReport) -> String {
     let base = r.servers.first().map(|s| s.name.as_str()).unwrap_or("");
+    let rounds = r.points.iter().map(|p| p.round + 1).max().unwrap_or(1) > 1;
+    let mut s = String::new();
+    if rounds {
+        s.push_str(&summary_markdown(r, base));
+        s.push('\n');
+    }
+    let round_col = if rounds { " round |" } else { "" };
+    s.push_str(&format!(
+        "| connections | server |{round_col} target req/s | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | p99.9 x {base} | median 1 s p99.9 ms | server us/req | CPU x {base} | server RSS MiB | waited for its core ms/s (steal) | generator lag p99.9 ms | sent > 1 ms late | generator kept schedule |\n|---|---|{}---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        if rounds { "---|" } else { "" }
+    ));
+    let mut points: Vec<&SweepPoint> = r.points.iter().collect();
+    let count_order = |n: usize| r.points.iter().position(|p| p.connections == n).unwrap_or(0);
+    let server_order = |name: &str| r.servers.iter().position(|s| s.name == name).unwrap_or(0);
+    points.sort_by_key(|p| (count_order(p.connections), p.round, server_order(&p.server)));
+    for p in points {
+        let n = p.connections;
+        let b = r.points.iter().find(|b| b.server == base && b.connections == n && b.round == p.round);
+        let st = &p.step;
+        let l = &st.latency;
+        let ratio = |a: f64, b: Option<f64>| match b {
+            Some(b) if b > 0.0 => format!("{:.2}", a / b),
+            _ => "-".into(),
+        };
+        let cpu_ratio = match (st.server_cpu_us_per_req, b.and_then(|b| b.step.server_cpu_us_per_req)) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
+            _ => "-".into(),
+        };
+        let round = if rounds { format!(" {} |", p.round + 1) } else { String::new() };
+        s.push_str(&format!(
+            "| {n} | {} |{round} {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {cpu_ratio} | {} | {} | {:.3} | {:.3}% | {} |\n",
+            p.server,
+            st.target_rate,
+            st.achieved_rate,
+            l.p50_us / 1000.0,
+            l.p99_us / 1000.0,
+            l.p999_us / 1000.0,
+            l.p9999_us / 1000.0,
+            ratio(l.p999_us, b.map(|b| b.step.latency.p999_us)),
+            median_interval_p999(st).map_or("-".into(), |m| format!("{:.3}", m / 1000.0)),
+            st.server_cpu_us_per_req.map_or("-".into(), |c| format!("{c:.1}")),
+            st.server_rss_kb.map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
+            p.interference.as_ref().map_or("-".into(), |i| format!(
+                "{:.1}{}",
+                i.runq_wait_ms_per_s,
+                i.steal_ms_per_s.map_or(String::new(), |s| format!(" ({s:.1})"))
+            )),
+            st.send_lag.p999_us / 1000.0,
+            st.late_fraction * 100.0,
+            if p.generator.kept { "yes" } else { "**NO**" },
+        ));
+    }
+    s
+}
+
+/// The medians over the rounds: one row per count and server.
+fn summary_markdown(r: &SweepReport, base: &str) -> String {
+    let ms = |us: Option<f64>| us.map_or("-".into(), |u| format!("{:.3}", u / 1000.0));
+    let x = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2}"));
     let mut s = format!(
-        "| connections | server | target req/s | achieved req/s | p50 ms | p99 ms | p99.9 ms | p99.99 ms | p99.9 x {base} | median 1 s p99.9 ms | server us/req | CPU x {base} | server RSS MiB | generator lag p99.9 ms | sent > 1 ms late | generator kept schedule |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n"
+        "Medians over the rounds (p99.9 and p99.99 over the rounds whose generator kept its schedule; the ratios are taken within each round):\n\n| connections | server | rounds kept / run | median p99.9 ms | median p99.99 ms | median p99.9 x {base} | median CPU x {base} |\n|---|---|---|---|---|---|---|\n"
     );
-    let mut counts: Vec<usize> = r.points.iter().map(|p| p.connections).collect();
-    counts.dedup();
-    for n in counts {
-        let b = points_of(r, base).find(|p| p.connections == n);
-        for srv in &r.servers {
-            for p in points_of(r, &srv.name).filter(|p| p.connections == n) {
-                let st = &p.step;
-                let l = &st.latency;
-                let ratio = |a: f64, b: Option<f64>| match b {
-                    Some(b) if b > 0.0 => format!("{:.2}", a / b),
-                    _ => "-".into(),
-                };
-                let cpu_ratio = match (st.server_cpu_us_per_req, b.and_then(|b| b.step.server_cpu_us_per_req)) {
-                    (Some(a), Some(b)) if b > 0.0 => format!("{:.2}", a / b),
-                    _ => "-".into(),
-                };
-                s.push_str(&format!(
-                    "| {n} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {cpu_ratio} | {} | {:.3} | {:.3}% | {} |\n",
-                    p.server,
-                    st.target_rate,
-                    st.achieved_rate,
-                    l.p50_us / 1000.0,
-                    l.p99_us / 1000.0,
-                    l.p999_us / 1000.0,
-                    l.p9999_us / 1000.0,
-                    ratio(l.p999_us, b.map(|b| b.step.latency.p999_us)),
-                    median_interval_p999(st).map_or("-".into(), |m| format!("{:.3}", m / 1000.0)),
-                    st.server_cpu_us_per_req.map_or("-".into(), |c| format!("{c:.1}")),
-                    st.server_rss_kb.map_or("-".into(), |k| format!("{:.1}", k as f64 / 1024.0)),
-                    st.send_lag.p999_us / 1000.0,
-                    st.late_fraction * 100.0,
-                    if p.generator.kept { "yes" } else { "**NO**" },
-                ));
-            }
-        }
+    for c in summaries(r) {
+        s.push_str(&format!(
+            "| {} | {} | {} / {} | {} | {} | {} | {} |\n",
+            c.connections,
+            c.server,
+            c.kept,
+            c.rounds,
+            ms(c.p999_us),
+            ms(c.p9999_us),
+            x(c.p999_ratio),
+            x(c.cpu_ratio)
+        ));
     }
     s
 }
 
 fn full_markdown(r: &SweepReport) -> String {
     let mut md = format!(
-        "# Connection sweep\n\nCommand: `{}`\n\nMachine: {} ({} cores, kernel {}); load average {} at the start, {} at the end.\n\nOpen files: soft limit {} (was {}), hard {}.\n\n{:?} req/s, {} s per step, {} generator thread(s); the servers alternate which goes first at each count.\n\n",
+        "# Connection sweep\n\nCommand: `{}`\n\nMachine: {} ({} cores, kernel {}); load average {} at the start, {} at the end.\n\nOpen files: soft limit {} (was {}), hard {}.\n\n{:?} req/s, {} s per step, {} round(s), {} generator thread(s); the servers alternate which goes first at each count and round.\n\n",
         r.command,
         r.machine.cpu_model,
         r.machine.cores,
@@ -389,6 +467,7 @@ fn full_markdown(r: &SweepReport) -> String {
         r.nofile.hard,
         r.rates,
         r.step_seconds,
+        r.rounds.max(1),
         r.threads,
     );
     md.push_str(&sweep_markdown(r));
