@@ -29,6 +29,19 @@ pub struct Percentiles {
     pub max_us: f64,
 }
 
+impl Percentiles {
+    /// The markdown cells "p50 | p99 | p99.9 | p99.99", in milliseconds, that every table shows.
+    pub fn tail_cells_ms(&self) -> String {
+        format!(
+            "{:.3} | {:.3} | {:.3} | {:.3}",
+            self.p50_us / 1000.0,
+            self.p99_us / 1000.0,
+            self.p999_us / 1000.0,
+            self.p9999_us / 1000.0
+        )
+    }
+}
+
 pub fn summarize(h: &Histogram<u64>) -> Percentiles {
     if h.is_empty() {
         return Percentiles::default();

@@ -164,23 +164,28 @@ pub struct SweepMark {
     pub kept: bool,
 }
 
-/// `server`'s marks, by connection count.
+/// `server`'s marks, by connection count: the medians of [`summaries`], and where no round kept
+/// its schedule, the medians over every round.
+///
+/// [`summaries`]: crate::sweep_report::summaries
 pub fn sweep_marks(r: &crate::sweep_report::SweepReport, server: &str) -> Vec<SweepMark> {
-    use crate::sweep_report::median;
-    let mut counts: Vec<usize> = r.points.iter().filter(|p| p.server == server).map(|p| p.connections).collect();
-    counts.sort_unstable();
-    counts.dedup();
-    let mut out = Vec::new();
-    for n in counts {
-        let all: Vec<_> =
-            r.points.iter().filter(|p| p.server == server && p.connections == n && p.step.latency.count > 0).collect();
-        let kept: Vec<_> = all.iter().filter(|p| p.generator.kept).copied().collect();
-        let (used, ok) = if kept.is_empty() { (all, false) } else { (kept, true) };
-        let m = |f: fn(&crate::sweep_report::SweepPoint) -> f64| median(used.iter().map(|p| f(p)).collect());
-        if let (Some(p999_us), Some(p9999_us)) = (m(|p| p.step.latency.p999_us), m(|p| p.step.latency.p9999_us)) {
-            out.push(SweepMark { connections: n, p999_us, p9999_us, kept: ok });
-        }
-    }
+    use crate::sweep_report::{summaries, tail_medians};
+    let mut out: Vec<SweepMark> = summaries(r)
+        .into_iter()
+        .filter(|c| c.server == server)
+        .filter_map(|c| {
+            let (p999, p9999, kept) = match (c.p999_us, c.p9999_us) {
+                (Some(a), Some(b)) => (a, b, true),
+                _ => {
+                    let all = r.points.iter().filter(|p| p.server == server && p.connections == c.connections);
+                    let (a, b) = tail_medians(all);
+                    (a?, b?, false)
+                }
+            };
+            Some(SweepMark { connections: c.connections, p999_us: p999, p9999_us: p9999, kept })
+        })
+        .collect();
+    out.sort_by_key(|m| m.connections);
     out
 }
 

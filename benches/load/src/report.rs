@@ -161,14 +161,11 @@ pub fn steps_markdown(r: &Report) -> String {
             for st in &run.steps {
                 let l = &st.latency;
                 s.push_str(&format!(
-                    "| {name} | {} | {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {} | {:.0}% | {:.0} | {:?} |\n",
+                    "| {name} | {} | {:.0} | {:.0} | {} | {:.3} | {} | {} | {} | {} | {:.0}% | {:.0} | {:?} |\n",
                     run.name,
                     st.target_rate,
                     st.achieved_rate,
-                    l.p50_us / 1000.0,
-                    l.p99_us / 1000.0,
-                    l.p999_us / 1000.0,
-                    l.p9999_us / 1000.0,
+                    l.tail_cells_ms(),
                     l.max_us / 1000.0,
                     fmt_opt(st.hit_ratio, 3),
                     st.counters.errors,

@@ -405,14 +405,11 @@ pub fn sweep_markdown(r: &SweepReport) -> String {
         };
         let round = if rounds { format!(" {} |", p.round + 1) } else { String::new() };
         s.push_str(&format!(
-            "| {n} | {} |{round} {:.0} | {:.0} | {:.3} | {:.3} | {:.3} | {:.3} | {} | {} | {} | {cpu_ratio} | {} | {} | {:.3} | {:.3}% | {} |\n",
+            "| {n} | {} |{round} {:.0} | {:.0} | {} | {} | {} | {} | {cpu_ratio} | {} | {} | {:.3} | {:.3}% | {} |\n",
             p.server,
             st.target_rate,
             st.achieved_rate,
-            l.p50_us / 1000.0,
-            l.p99_us / 1000.0,
-            l.p999_us / 1000.0,
-            l.p9999_us / 1000.0,
+            l.tail_cells_ms(),
             ratio(l.p999_us, b.map(|b| b.step.latency.p999_us)),
             median_interval_p999(st).map_or("-".into(), |m| format!("{:.3}", m / 1000.0)),
             st.server_cpu_us_per_req.map_or("-".into(), |c| format!("{c:.1}")),

@@ -83,6 +83,13 @@ pub fn median(mut v: Vec<f64>) -> Option<f64> {
     Some(if v.len() % 2 == 1 { v[m] } else { (v[m - 1] + v[m]) / 2.0 })
 }
 
+/// The median p99.9 and p99.99 (us) of the steps among `points` that completed requests.
+pub fn tail_medians<'a>(points: impl Iterator<Item = &'a SweepPoint>) -> (Option<f64>, Option<f64>) {
+    let (p999, p9999): (Vec<f64>, Vec<f64>) =
+        points.filter(|p| p.step.latency.count > 0).map(|p| (p.step.latency.p999_us, p.step.latency.p9999_us)).unzip();
+    (median(p999), median(p9999))
+}
+
 /// Every server at every count, over the rounds, against the first server (the baseline).
 pub fn summaries(r: &SweepReport) -> Vec<CountSummary> {
     let base = r.servers.first().map(|s| s.name.as_str()).unwrap_or("");
@@ -116,13 +123,14 @@ pub fn summaries(r: &SweepReport) -> Vec<CountSummary> {
                     }
                 }
             }
+            let (p999_us, p9999_us) = tail_medians(kept.iter().map(|p| **p));
             out.push(CountSummary {
                 connections: n,
                 server: srv.name.clone(),
                 rounds: mine.len(),
                 kept: kept.len(),
-                p999_us: median(kept.iter().map(|p| p.step.latency.p999_us).collect()),
-                p9999_us: median(kept.iter().map(|p| p.step.latency.p9999_us).collect()),
+                p999_us,
+                p9999_us,
                 p999_ratio: median(ratios),
                 cpu_ratio: median(cpu),
             });
