@@ -186,7 +186,8 @@ test-clients: deps venv
 # Load harness (benches/load, docs/load.md): its unit and mock-server tests run in test-rust; here
 # a smoke ramp of a few seconds against segcache-server (against memcached while the server does not serve).
 # Then the engine bench `procs` (processes sharing one cache file against threads, docs/benchmarks.md)
-# at tiny sizes, a second or so: it checks only that every setup runs and the tables print.
+# at tiny sizes, a second or so: it checks only that every setup runs and the tables print. And
+# `instructions` (callgrind's counts per operation) for two libraries at a tiny size.
 test-bench: deps
 	$(CARGO) build --release -p segcache-bench
 	$(CARGO) build --release -p segcache-server || echo "test-bench: segcache-server does not build; the smoke run uses memcached"
@@ -196,6 +197,11 @@ test-bench: deps
 	echo "$$out"
 	grep -q '^| 50:50 get:set, Zipf 0.99 | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* |$$' <<<"$$out"
 	grep -q '^| private anonymous cache each | 2 |' <<<"$$out"
+	$(CARGO) build --release -p segcache-engine-benches --bin instructions
+	out=$$("$${CARGO_TARGET_DIR:-target}/release/instructions" --libs ours,lru --items 2000)
+	echo "$$out"
+	grep -q '^| segcache-core SharedCache | [0-9][0-9]* | [0-9][0-9]* | [0-9][0-9]* |$$' <<<"$$out"
+	grep -q '^| lru 0.19 + Mutex | [0-9][0-9]* | [0-9][0-9]* | [0-9][0-9]* |$$' <<<"$$out"
 
 # Warm-restart benchmarks (benches/restart, docs/restart.md): their end-to-end tests (fill, stop
 # gracefully or by SIGKILL, reopen in a fresh process, every item back; the compare driver beside
