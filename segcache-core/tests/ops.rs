@@ -226,6 +226,29 @@ fn reads_never_return_flushed_or_expired_items() {
     assert_eq!(visible(&c, &refs), (1, 1, 1), "only the item stored after the flush");
 }
 
+/// Reads take the longest key there is and miss on keys no write accepts (empty, over-long),
+/// on both handles (the shared one's lock-free path and its locked one alike).
+#[test]
+fn reads_miss_on_keys_no_write_accepts() {
+    let clock = ManualClock::new(T0);
+    let mut c = cache(&clock);
+    let longest = vec![b'k'; 250];
+    c.set(&longest, b"v", 0, NEVER).unwrap();
+    assert_eq!(c.get(&longest).map(|i| i.value().to_vec()), Some(b"v".to_vec()));
+    assert!(c.get(b"").is_none());
+    assert!(c.get(&[b'k'; 251]).is_none());
+
+    let shared = Builder::new().heap_size(4 << 20).segment_size(64 << 10).build_shared().unwrap();
+    shared.set(&longest, b"v", 0, NEVER).unwrap();
+    assert_eq!(shared.get_with(&longest, |i| i.value().to_vec()), Some(b"v".to_vec()));
+    assert!(shared.get(b"").is_none());
+    assert!(shared.get(&[b'k'; 251]).is_none());
+    assert!(!shared.contains(b""));
+    let mut found = Vec::new();
+    shared.get_many_with(&[b"".as_slice(), &longest, &[b'k'; 251]], |at, i| found.push((at, i.value().to_vec())));
+    assert_eq!(found, vec![(1, b"v".to_vec())]);
+}
+
 #[test]
 fn bad_input_gets_typed_errors() {
     let clock = ManualClock::new(T0);

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::engine::memory::prefetch;
 use crate::engine::meta::{bump, Gone, ReadCounters};
-use crate::engine::write::check_key;
+use crate::engine::write::valid_key;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self};
@@ -239,7 +239,9 @@ impl Segcache {
     /// for the item (`item_in`).
     #[inline]
     pub(crate) fn find_record(&self, key: &[u8], h: u64) -> Option<(table::Found<'static>, Record<'_>)> {
-        check_key(key).ok()?;
+        if !valid_key(key) {
+            return None;
+        }
         let mut record = None;
         let found = self.table().find(h, |loc| {
             record = self.keyed_record(loc, key);

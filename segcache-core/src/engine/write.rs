@@ -85,13 +85,20 @@ pub(crate) struct NewState {
 }
 
 pub(crate) fn check_key(key: &[u8]) -> Result<()> {
-    if key.is_empty() {
-        Err(Error::EmptyKey)
-    } else if key.len() > MAX_KEY_LEN {
-        Err(Error::KeyTooLong { len: key.len() })
-    } else {
+    if valid_key(key) {
         Ok(())
+    } else if key.is_empty() {
+        Err(Error::EmptyKey)
+    } else {
+        Err(Error::KeyTooLong { len: key.len() })
     }
+}
+
+/// Whether `check_key` accepts `key`, for reads, which miss on a bad key: testing a `Result`
+/// drops it, an out-of-line call on every read (`Error` owns heap data).
+#[inline]
+pub(crate) fn valid_key(key: &[u8]) -> bool {
+    !key.is_empty() && key.len() <= MAX_KEY_LEN
 }
 
 impl Segcache {

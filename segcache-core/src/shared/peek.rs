@@ -39,7 +39,7 @@ use crate::engine::cas_token;
 use crate::engine::memory::prefetch;
 use crate::engine::meta::{Gone, ShardMeta};
 use crate::engine::read::state_of;
-use crate::engine::write::check_key;
+use crate::engine::write::valid_key;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::{Found, Table};
 use crate::item::ItemState;
@@ -215,7 +215,7 @@ impl ShardView {
     /// the lock-free path (10% slower read-only).
     #[inline(always)]
     fn peek_in<const UNDER_LOCK: bool>(&self, key: &[u8], h: u64, buf: &mut PeekBuf) -> Peeked {
-        if check_key(key).is_err() {
+        if !valid_key(key) {
             return Peeked::Miss;
         }
         // Most misses stop at the chain's summary, which stays in cache; the info word shares the

@@ -12,7 +12,7 @@
 use std::sync::atomic::Ordering::Relaxed;
 
 use crate::engine::rewrite::InPlace;
-use crate::engine::write::check_key;
+use crate::engine::write::valid_key;
 use crate::hashtable::slot;
 use crate::record;
 use crate::shared::lock::{lock_word, unlock_word};
@@ -35,7 +35,7 @@ impl Segcache {
     pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> Option<u64> {
         let len = record::record_len(key.len(), value.len(), flags, record::CasForm::Wide);
         // After a lazily verified reopen, a segment must be checked before anything changes it.
-        if !self.rewrites_shared() || len > PEEK_BYTES || self.unchecked.is_some() || check_key(key).is_err() {
+        if !self.rewrites_shared() || len > PEEK_BYTES || self.unchecked.is_some() || !valid_key(key) {
             return None;
         }
         let now = self.now();
