@@ -1,9 +1,10 @@
 """Differential testing of segcache-server against memcached 1.6: a random command stream over a
 small key space, sent to both servers, replies compared byte for byte after a few documented
 normalisations (CAS numbers, TTL and last-access seconds, `me` details, the version string and
-memcached's base64 key bit), with two memcached bugs checked for and stepped around (its
-incr of a number of 2^63 or more reading stale memory, and `ma T` lost when the result outgrows
-the item: see `big_number_quirk`, `ttl_lost` and docs/server.md).
+memcached's base64 key bit), with memcached bugs checked for and stepped around (its incr of a
+number of 2^63 or more, or of a value of whitespace alone, reading stale memory, and `ma T` lost
+when the result outgrows the item: see `big_number_quirk`, `blank_quirk`, `ttl_lost` and
+docs/server.md).
 
 Used by test_differential.py; also runnable by hand to replay or soak:
 
@@ -696,7 +697,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     history: deque = deque(maxlen=20)
     diffs = []
     done = 0
-    quirks = ttl_fixes = 0
+    quirks = blank_quirks = ttl_fixes = 0
 
     def report(done: int, replies: dict, why: str = "") -> None:
         msg = (
@@ -714,12 +715,14 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
         log(msg)
 
     def run_batch(batch: list[list[Op]], done: int) -> int:
-        nonlocal quirks, ttl_fixes
-        # memcached's incr/decr on a number of 2^63 or more may answer "non-numeric" depending
-        # on stale bytes after the value (see `big_number_quirk`): read such values first.
+        nonlocal quirks, blank_quirks, ttl_fixes
+        # memcached's incr/decr on a number of 2^63 or more may answer "non-numeric", and on a
+        # value of whitespace alone may find a number, depending on stale bytes after the value
+        # (see `big_number_quirk`, `blank_quirk`): read such values first.
         values = arith_values(batch, conns["memcached"])
         pre = numbers(values)
-        exposed = big_numbers(pre)
+        exposed = big_numbers(values)
+        blank = blanks(values)
         lost = ttl_lost(pre)
         for n, c in conns.items():
             payload = b"".join(b"".join(o.wire[n] for o in seg) + b"mn\r\n" for seg in batch)
@@ -735,28 +738,41 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
                 trace_segment(trace, done - len(seg) + 1, seg, replies)
             norm = {n: [normalise(u, seg[-1]) for u in r] for n, r in replies.items()}
             if norm["memcached"] != norm["segcache"]:
-                if not big_number_quirk(norm, seg, exposed) \
+                if not big_number_quirk(norm, seg, exposed) and not blank_quirk(norm, seg, blank) \
                         and not chunked_check_order(norm, seg, values, chunk_max):
                     report(done, replies)
                     resync.update(k for o in seg for k in o.keys)
                     continue
-                claimed.update(o for o in seg if o in exposed)
+                claimed.update(o for o in seg if o in exposed or o in blank)
             for o in seg:
                 track(o, replies, gen)
         for n, c in conns.items():
             # every reply read, none early: the segments stay aligned with their ops
             assert not c.buf, f"{n}: replies past the batch's last `MN`: {bytes(c.buf[:200])!r}"
-        for o, before in exposed.items():
+        for o, (stored, number) in exposed.items():
             k = o.keys[0]
             post = {n: value_of(c, k) for n, c in conns.items()}
             if post["memcached"] == post["segcache"] and o not in claimed:
                 continue
-            if post["memcached"] == before and post["segcache"] == arith_result(o, before):
-                # memcached refused it on stale bytes; this server did the arithmetic
+            if value_of(conns["memcached"], k, raw=True) == stored \
+                    and post["segcache"] == arith_result(o, number):
+                # memcached refused it on a '-' after the number; this server did the arithmetic
                 quirks += 1
                 resync.add(k)
             else:
-                report(done, post, f" in `{k}`'s value after `{o.text.strip()}` on {before}")
+                report(done, post, f" in `{k}`'s value after `{o.text.strip()}` on {stored!r}")
+                resync.add(k)
+        for o, before in blank.items():
+            k = o.keys[0]
+            post = {n: value_of(c, k, raw=True) for n, c in conns.items()}
+            if post["memcached"] == post["segcache"] and o not in claimed:
+                continue
+            if post["segcache"] == before and post["memcached"] != before:
+                # memcached found a number in stale bytes; this server refused
+                blank_quirks += 1
+                resync.add(k)
+            else:
+                report(done, post, f" in `{k}`'s value after `{o.text.strip()}` on {before!r}")
                 resync.add(k)
         for o, ttl in lost.items():
             k = o.keys[0]
@@ -814,7 +830,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
         sc.log.seek(0)
         raise AssertionError(f"segcache-server exited with {rc}: {sc.log.read()[-2000:]!r}")
     return {"ops": done, "divergences": len(diffs), "memcached_big_number_quirks": quirks,
-            "memcached_ma_ttl_fixes": ttl_fixes}
+            "memcached_blank_value_quirks": blank_quirks, "memcached_ma_ttl_fixes": ttl_fixes}
 
 
 def engine_stats(port: int) -> str:
@@ -875,9 +891,32 @@ def numbers(pre: dict) -> dict:
     return {o: v for o, v in pre.items() if re.fullmatch(rb"[0-9]+ *", v)}
 
 
-def big_numbers(pre: dict) -> dict:
-    """Those of `pre` (see `arith_values`) from 2^63 to 2^64-1 (op -> the number)."""
-    return {o: v.rstrip(b" ") for o, v in pre.items() if 1 << 63 <= int(v) < 1 << 64}
+def strtoull_number(v: bytes) -> bytes | None:
+    """The number memcached's safe_strtoull reads from a value, as digits: C whitespace, an
+    optional '+', digits, then the end of the value or whitespace (and anything after it).
+    `None` where it reads none. Leading zeros are kept, as the value holds them."""
+    m = re.match(rb"[ \t\n\v\f\r]*\+?([0-9]+)(?:[ \t\n\v\f\r]|\Z)", v)
+    return m.group(1) if m else None
+
+
+def big_numbers(values: dict) -> dict:
+    """Those of `values` (see `arith_values`) that memcached reads as a number from 2^63 to
+    2^64-1, trailing bytes or not (op -> (the value as stored, the number))."""
+    out = {}
+    for o, v in values.items():
+        n = strtoull_number(v)
+        if n is not None and 1 << 63 <= int(n) < 1 << 64:
+            out[o] = (v, n)
+    return out
+
+
+# What C's isspace() calls whitespace: strtoull skips it before the number.
+C_SPACE = b" \t\n\v\f\r"
+
+
+def blanks(values: dict) -> dict:
+    """Those of `values` (see `arith_values`) made of whitespace alone (op -> the value)."""
+    return {o: v for o, v in values.items() if v and not v.strip(C_SPACE)}
 
 
 def meta_token(op: Op, flag: bytes) -> bytes | None:
@@ -921,11 +960,13 @@ NON_NUMERIC = b"CLIENT_ERROR cannot increment or decrement non-numeric value"
 
 def big_number_quirk(norm: dict, seg: list[Op], exposed: dict) -> bool:
     """Whether a segment's replies differ only in that memcached answered "non-numeric" to an
-    incr/decr of a number of 2^63 or more that this server incremented: memcached's
-    safe_strtoull then looks for a '-' with strchr, which reads on past the value (not NUL
-    terminated) into whatever bytes the item's memory held before, so its answer depends on
-    earlier, unrelated items (docs/server.md). The values after the batch are then checked
-    (memcached's unchanged, this server's the right result) before the key is forgotten."""
+    incr/decr of a number of 2^63 or more that this server incremented: memcached 1.6.18's
+    safe_strtoull then looks for a '-' with strchr, over the rest of the value after the number
+    and on past it (not NUL terminated) into whatever bytes the item's memory held before, so its
+    answer depends on bytes that are not the number, earlier items' among them (newer memcached
+    looks only within the number, as this server does; docs/server.md). The values after the
+    batch are then checked (memcached's unchanged, this server's the right result) before the
+    key is forgotten."""
     if sum(o in exposed for o in seg) != 1:
         return False
     mc, sc = norm["memcached"], norm["segcache"]
@@ -937,6 +978,29 @@ def big_number_quirk(norm: dict, seg: list[Op], exposed: dict) -> bool:
             return True
         if len(sc) == len(mc) and sc[:i] + sc[i + 1:] == rest \
                 and (re.fullmatch(rb"[0-9]+", sc[i]) or sc[i].startswith((b"HD", b"VA"))):
+            return True
+    return False
+
+
+def blank_quirk(norm: dict, seg: list[Op], blank: dict) -> bool:
+    """Whether a segment's replies differ only in that memcached did the arithmetic of an
+    incr/decr on a value of whitespace alone, which this server refused as non-numeric:
+    memcached's strtoull skips the whitespace and the item's "\r\n" after it and reads on into
+    whatever bytes the item's memory held before, so it finds a number there or not depending on
+    earlier, unrelated items (a fresh memcached refuses, as this server always does;
+    docs/server.md). The values after the batch are then checked (this server's unchanged)
+    before the key is forgotten."""
+    if sum(o in blank for o in seg) != 1:
+        return False
+    mc, sc = norm["memcached"], norm["segcache"]
+    for i, u in enumerate(sc):
+        if u != NON_NUMERIC:
+            continue
+        rest = sc[:i] + sc[i + 1:]
+        if mc == rest:  # memcached's success was quiet
+            return True
+        if len(mc) == len(sc) and mc[:i] + mc[i + 1:] == rest \
+                and (re.fullmatch(rb"[0-9]+", mc[i]) or mc[i].startswith((b"HD", b"VA"))):
             return True
     return False
 

@@ -56,3 +56,68 @@ def test_same_replies_as_memcached(config, seed, capsys):
     with capsys.disabled():
         print(f"\n[differential] {config} seed {seed}: replies identical: {res}")
     assert res["ops"] >= OPS
+
+
+def test_incr_of_odd_values_matches_fresh_memcached():
+    """incr/decr of values at the edge of "a number", each under a key of its own on fresh
+    servers, so that memcached's item memory holds no stale bytes after the value (where its
+    strtoull would read on, see `diffkit.blank_quirk`): replies and values as memcached's."""
+    from diffkit import Conn, start_memcached, start_segcache
+    values = [b" ", b"\n", b"\x0b", b"\t \r", b" 12", b"\t7", b"12 ", b"+5", b"-5", b"0x10", b"007",
+              b"1 2", b"18446744073709551615", b"18446744073709551616", b"12a", b""]
+    procs = [start_memcached(), start_segcache(default_binary(), ["-t", "1"])]
+    try:
+        seen = []
+        for p in procs:
+            c = Conn(p.port)
+            out = []
+            for i, v in enumerate(values):
+                for op in (b"incr", b"decr"):
+                    k = b"odd%d%s" % (i, op)
+                    c.send(b"set %s 0 0 %d\r\n%s\r\n%s %s 3\r\nmg %s v\r\nmn\r\n" % (k, len(v), v, op, k, k))
+                    out.append(c.segment())
+            c.close()
+            seen.append(out)
+        for v, mc, sc in zip([v for v in values for _ in (0, 1)], *seen):
+            assert sc == mc, f"value {v!r}: memcached {mc!r}, segcache {sc!r}"
+    finally:
+        for p in procs:
+            p.stop()
+
+
+def test_blank_quirk_claims_only_a_number_found_in_stale_bytes():
+    """The classifier of memcached's stale read on a value of whitespace alone: memcached's
+    number (or `ma`'s HD/VA, or a quiet success) against this server's "non-numeric" for the one
+    such op of a segment is memcached's quirk; any other difference is a divergence."""
+    from diffkit import NON_NUMERIC, blank_quirk, blanks
+    op, other = object(), object()
+    blank = blanks({op: b" \n\x0b", other: b" 12"})
+    assert list(blank) == [op]
+    assert blanks({op: b""}) == {}
+
+    def claims(mc, sc, seg=(op,)):
+        return blank_quirk({"memcached": mc, "segcache": sc}, list(seg), blank)
+
+    assert claims([b"73709551621"], [NON_NUMERIC])
+    assert claims([b"HD"], [NON_NUMERIC])
+    assert claims([], [NON_NUMERIC])  # `ma ... q`: memcached's success says nothing
+    assert not claims([b"12"], [b"13"])
+    assert not claims([NON_NUMERIC], [b"12"])  # the other way round is a divergence
+    assert not claims([b"12", b"END"], [NON_NUMERIC, b"VALUE"])
+    assert not claims([b"12"], [NON_NUMERIC], seg=(other,))
+
+
+def test_big_numbers_are_what_memcached_reads_as_one():
+    """The values whose incr/decr 1.6.18's strchr for '-' can refuse: a number from 2^63 on, as
+    safe_strtoull reads it (leading whitespace, '+', trailing whitespace and bytes after it)."""
+    from diffkit import big_numbers, strtoull_number
+    assert strtoull_number(b"18446744073709551615\x0c\x8e4-J") == b"18446744073709551615"
+    assert strtoull_number(b" +0012 ") == b"0012"
+    assert strtoull_number(b"12") == b"12"
+    for v in (b"12a", b"-5", b"", b" ", b"0x10"):
+        assert strtoull_number(v) is None, v
+    a, b, c = object(), object(), object()
+    got = big_numbers({a: b"9223372036854775808  ", b: b"9223372036854775807", c: b"18446744073709551615\t-"})
+    assert got == {a: (b"9223372036854775808  ", b"9223372036854775808"),
+                   c: (b"18446744073709551615\t-", b"18446744073709551615")}
+    assert big_numbers({a: b"18446744073709551616"}) == {}
