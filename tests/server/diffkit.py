@@ -967,19 +967,7 @@ def big_number_quirk(norm: dict, seg: list[Op], exposed: dict) -> bool:
     looks only within the number, as this server does; docs/server.md). The values after the
     batch are then checked (memcached's unchanged, this server's the right result) before the
     key is forgotten."""
-    if sum(o in exposed for o in seg) != 1:
-        return False
-    mc, sc = norm["memcached"], norm["segcache"]
-    for i, u in enumerate(mc):
-        if u != NON_NUMERIC:
-            continue
-        rest = mc[:i] + mc[i + 1:]
-        if sc == rest:  # a quiet success: nothing to say
-            return True
-        if len(sc) == len(mc) and sc[:i] + sc[i + 1:] == rest \
-                and (re.fullmatch(rb"[0-9]+", sc[i]) or sc[i].startswith((b"HD", b"VA"))):
-            return True
-    return False
+    return sum(o in exposed for o in seg) == 1 and refused_alone(norm["memcached"], norm["segcache"])
 
 
 def blank_quirk(norm: dict, seg: list[Op], blank: dict) -> bool:
@@ -990,17 +978,21 @@ def blank_quirk(norm: dict, seg: list[Op], blank: dict) -> bool:
     earlier, unrelated items (a fresh memcached refuses, as this server always does;
     docs/server.md). The values after the batch are then checked (this server's unchanged)
     before the key is forgotten."""
-    if sum(o in blank for o in seg) != 1:
-        return False
-    mc, sc = norm["memcached"], norm["segcache"]
-    for i, u in enumerate(sc):
+    return sum(o in blank for o in seg) == 1 and refused_alone(norm["segcache"], norm["memcached"])
+
+
+def refused_alone(refused: list, did: list) -> bool:
+    """Whether two servers' replies to a segment differ only in that the first answered
+    "non-numeric" to one incr/decr where the second did the arithmetic: it answered the number
+    (`ma`: `HD`/`VA`), or nothing (a quiet success)."""
+    for i, u in enumerate(refused):
         if u != NON_NUMERIC:
             continue
-        rest = sc[:i] + sc[i + 1:]
-        if mc == rest:  # memcached's success was quiet
+        rest = refused[:i] + refused[i + 1:]
+        if did == rest:
             return True
-        if len(mc) == len(sc) and mc[:i] + mc[i + 1:] == rest \
-                and (re.fullmatch(rb"[0-9]+", mc[i]) or mc[i].startswith((b"HD", b"VA"))):
+        if len(did) == len(refused) and did[:i] + did[i + 1:] == rest \
+                and (re.fullmatch(rb"[0-9]+", did[i]) or did[i].startswith((b"HD", b"VA"))):
             return True
     return False
 

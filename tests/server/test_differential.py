@@ -107,6 +107,23 @@ def test_blank_quirk_claims_only_a_number_found_in_stale_bytes():
     assert not claims([b"12"], [NON_NUMERIC], seg=(other,))
 
 
+def test_big_number_quirk_claims_only_memcached_refusing():
+    """The mirror image, for a big number: memcached's "non-numeric" against this server's
+    result is memcached's quirk, not the other way round."""
+    from diffkit import NON_NUMERIC, big_number_quirk
+    op = object()
+    exposed = {op: (b"18446744073709551615", b"18446744073709551615")}
+
+    def claims(mc, sc):
+        return big_number_quirk({"memcached": mc, "segcache": sc}, [op], exposed)
+
+    assert claims([NON_NUMERIC], [b"0"])
+    assert claims([NON_NUMERIC], [b"VA 1"])
+    assert claims([NON_NUMERIC], [])
+    assert not claims([b"0"], [NON_NUMERIC])
+    assert not claims([NON_NUMERIC], [b"EX"])
+
+
 def test_big_numbers_are_what_memcached_reads_as_one():
     """The values whose incr/decr 1.6.18's strchr for '-' can refuse: a number from 2^63 on, as
     safe_strtoull reads it (leading whitespace, '+', trailing whitespace and bytes after it)."""
