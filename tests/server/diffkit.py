@@ -611,7 +611,8 @@ class Gen:
             f"set {k} 0 0 1 2 3\r\na\r\n",
             f"set {k} 0 0 1 extra\r\na\r\n",
             f"cas {k} 0 0 1\r\na\r\n",
-            f"cas {k} 0 0 1 1 extra\r\na\r\n",
+            # (a token neither server hands out: memcached's first item has CAS 1)
+            f"cas {k} 0 0 1 999999999 extra\r\na\r\n",
             f"incr {k}\r\n",
             f"incr {k} 1 extra\r\n",
             f"incr {k} 1 2 3\r\n",
@@ -895,7 +896,8 @@ def strtoull_number(v: bytes) -> bytes | None:
     """The number memcached's safe_strtoull reads from a value, as digits: C whitespace, an
     optional '+', digits, then the end of the value or whitespace (and anything after it).
     `None` where it reads none. Leading zeros are kept, as the value holds them."""
-    m = re.match(rb"[ \t\n\v\f\r]*\+?([0-9]+)(?:[ \t\n\v\f\r]|\Z)", v)
+    space = b"[" + re.escape(C_SPACE) + b"]"
+    m = re.match(space + rb"*\+?([0-9]+)(?:" + space + rb"|\Z)", v)
     return m.group(1) if m else None
 
 
