@@ -42,14 +42,9 @@ enum Op {
 }
 
 impl Op {
-    const ALL: [Op; 3] = [Op::GetHit, Op::GetMiss, Op::Set];
-
-    fn arg(self) -> &'static str {
-        match self {
-            Op::GetHit => "get-hit",
-            Op::GetMiss => "get-miss",
-            Op::Set => "set",
-        }
+    /// The name on the command line (`--child`), as clap spells it.
+    fn arg(self) -> String {
+        self.to_possible_value().expect("no skipped variants").get_name().to_string()
     }
 }
 
@@ -130,7 +125,7 @@ fn count(args: &Args, lib: Lib, op: Op) -> Result<f64, String> {
         .args(["--tool=callgrind", "--toggle-collect=*measured_ops*"])
         .arg(format!("--callgrind-out-file={}", out.display()))
         .arg(&me)
-        .args(["--libs", lib.arg(), "--child", op.arg(), "--items", &args.items.to_string()])
+        .args(["--libs", lib.arg(), "--child", &op.arg(), "--items", &args.items.to_string()])
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .status()
@@ -156,7 +151,7 @@ fn main() -> Result<(), String> {
     println!("|---|---|---|---|");
     for &lib in &args.libs {
         let mut row = format!("| {} |", lib.name());
-        for op in Op::ALL {
+        for &op in Op::value_variants() {
             row.push_str(&format!(" {:.0} |", count(&args, lib, op)?));
         }
         println!("{row}");
@@ -173,7 +168,7 @@ mod tests {
     #[test]
     fn every_loop_runs_its_operation() {
         for lib in Lib::ALL {
-            for op in Op::ALL {
+            for &op in Op::value_variants() {
                 with_cache(lib, &Sizing::holding(1000), Child { op, n: 1000 });
             }
         }
