@@ -700,3 +700,39 @@ fn the_eviction_listener_hears_of_each_item_that_goes() {
     assert!(s.evicted_items > 0);
     assert_eq!(heard.load(std::sync::atomic::Ordering::Relaxed), s.evicted_items);
 }
+
+/// A touch that moves its item to another TTL bucket needs room for the copy; when that room
+/// is made by evicting the item's own segment, the item stays, as it was (value, flags, CAS
+/// value, stale state) with its new TTL, fetched by a touch and not by `set_ttl`.
+#[test]
+fn a_touch_never_evicts_the_item_it_touches() {
+    for access in [true, false] {
+        let clock = ManualClock::new(T0);
+        let mut c = Builder::new()
+            .heap_size(128 << 10)
+            .segment_size(64 << 10)
+            .clock(clock.clone())
+            .eviction(Policy::Fifo)
+            .build()
+            .unwrap();
+        c.set(b"t", b"touched", 7, NEVER).unwrap();
+        let mut i = 0;
+        while c.stats().segments_free > 0 {
+            c.set(format!("k{i}").as_bytes(), &[b'v'; 500], 0, NEVER).unwrap();
+            i += 1;
+        }
+        let cas = c.invalidate(b"t", None, None, None).unwrap();
+        let evicted = c.stats().evicted_items;
+        match access {
+            true => c.touch(b"t", Duration::from_secs(100)).unwrap(),
+            false => c.set_ttl(b"t", Duration::from_secs(100)).unwrap(),
+        }
+        assert!(c.stats().evicted_items > evicted, "the touch's room came from the item's segment");
+        assert!(c.get(b"k0").is_none(), "k0 shared the item's segment");
+        let item = c.get(b"t").expect("the touched item stays");
+        assert_eq!((item.value(), item.flags(), item.cas()), (&b"touched"[..], 7, cas));
+        assert!(item.is_stale(), "still stale");
+        assert_eq!(item.ttl(), Some(Duration::from_secs(100)));
+        assert_eq!(item.fetched(), access, "fetched by a touch only");
+    }
+}

@@ -394,10 +394,19 @@ impl Segcache {
             return Ok(());
         }
         let pool = if self.policy == Policy::S3Fifo { self.seg(seg).pool } else { POOL_MAIN };
+        // Making room may evict the item itself: kept here, it is then stored again as it was.
+        let kept = item.value.to_vec();
+        let state = NewState {
+            explicit: Some(item.cas),
+            stale: item.state.stale,
+            won: item.state.token_sent,
+            ..NewState::default()
+        };
+        let was_fetched = found.value & slot::FETCHED != 0;
         let (dest, len) = self.segment_for(len_in, ttl, expire_at, width, pool, now)?;
         // Opening a segment may have evicted the record or moved it (a merge): look again.
         let Some(found) = self.find_key(key, h) else {
-            return Ok(());
+            return self.restore_touched(key, h, &kept, flags, ttl, now, state, access || was_fetched);
         };
         let old = slot::slot_loc(found.value);
         // Wherever it lies now, its copy takes `len` bytes in `dest` (`segment_for` found room),
@@ -416,6 +425,28 @@ impl Segcache {
         self.table().touch_info(h, now);
         if self.durable {
             self.meta_mut().intent_seg = NONE;
+        }
+        Ok(())
+    }
+
+    /// Stores a touched item again that the room for its new copy evicted: the same value,
+    /// flags, CAS value and stale and token state, the new TTL, and fetched if it was or the
+    /// touch is an access. A touch never loses the item it touches (memcached's touch bumps it).
+    #[allow(clippy::too_many_arguments)]
+    fn restore_touched(
+        &mut self,
+        key: &[u8],
+        h: u64,
+        value: &[u8],
+        flags: u32,
+        ttl: u32,
+        now: u32,
+        state: NewState,
+        fetched: bool,
+    ) -> Result<()> {
+        self.store_at(key, h, &[value], flags, ttl, Mode::Set, now, state, false)?;
+        if let Some(found) = self.find_key(key, h).filter(|_| fetched) {
+            found.slot.store(found.value | slot::FETCHED, std::sync::atomic::Ordering::Relaxed);
         }
         Ok(())
     }
