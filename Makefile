@@ -187,7 +187,8 @@ test-clients: deps venv
 # a smoke ramp of a few seconds against segcache-server (against memcached while the server does not serve).
 # Then the engine bench `procs` (processes sharing one cache file against threads, docs/benchmarks.md)
 # at tiny sizes, a second or so: it checks only that every setup runs and the tables print. And
-# `instructions` (callgrind's counts per operation) for two libraries at a tiny size.
+# `instructions` (callgrind's counts per operation) for two libraries at a tiny size, and `stalls`
+# (the longest single operations) in a small heap that evicts.
 test-bench: deps
 	$(CARGO) build --release -p segcache-bench
 	$(CARGO) build --release -p segcache-server || echo "test-bench: segcache-server does not build; the smoke run uses memcached"
@@ -202,6 +203,11 @@ test-bench: deps
 	echo "$$out"
 	grep -q '^| segcache-core SharedCache | [0-9][0-9]* | [0-9][0-9]* | [0-9][0-9]* |$$' <<<"$$out"
 	grep -q '^| lru 0.19 + Mutex | [0-9][0-9]* | [0-9][0-9]* | [0-9][0-9]* |$$' <<<"$$out"
+	$(CARGO) build --release -p segcache-engine-benches --bin stalls
+	out=$$("$${CARGO_TARGET_DIR:-target}/release/stalls" --heap-mib 8 --segment-kib 256 --keys 10000 --ops 200000)
+	echo "$$out"
+	grep -q '^| Merge | on | [0-9]* |' <<<"$$out"
+	grep -q '^| Fifo | off | [0-9]* |' <<<"$$out"
 
 # Warm-restart benchmarks (benches/restart, docs/restart.md): their end-to-end tests (fill, stop
 # gracefully or by SIGKILL, reopen in a fresh process, every item back; the compare driver beside

@@ -307,7 +307,7 @@ impl Cache {
     #[new]
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
-                        lazy_verify=false, multi_process=false))]
+                        lazy_verify=false, multi_process=false, prefault=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -322,6 +322,7 @@ impl Cache {
         reset_bad_file: bool,
         lazy_verify: bool,
         multi_process: bool,
+        prefault: bool,
     ) -> PyResult<Self> {
         let heap_size = match heap_size {
             Some(v) => convert::size(v, "heap_size")?,
@@ -356,7 +357,8 @@ impl Cache {
             .eviction(policy)
             .reset_bad_file(reset_bad_file)
             .lazy_verify(lazy_verify)
-            .multi_process(multi_process);
+            .multi_process(multi_process)
+            .prefault(prefault);
         if let Some(v) = hash_power.filter(|v| !v.is_none()) {
             b = b.hash_power(convert::int_in_range(v, "hash_power", 4, 32)? as u8);
         }

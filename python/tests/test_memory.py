@@ -28,3 +28,27 @@ def test_eviction_makes_room(policy):
     assert c.stats()["evicted_items"] > 0
     # the last item written is always there
     assert c.get(b"k%d" % (n - 1)) == b"v" * 100
+
+
+def _rss_mib() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    raise AssertionError("no VmRSS")
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc/self/status")
+def test_prefault_takes_the_heap_at_once():
+    """prefault=True faults the heap in before the constructor returns; by default the heap is
+    faulted in as items fill it. A non-bool is refused by name."""
+    before = _rss_mib()
+    lazy = segcache.Cache(heap_size="96MiB", shards=1)
+    assert _rss_mib() - before < 48
+    before = _rss_mib()
+    taken = segcache.Cache(heap_size="96MiB", shards=1, prefault=True)
+    assert _rss_mib() - before >= 96
+    taken[b"k"] = b"v"
+    assert taken[b"k"] == b"v" and lazy.get(b"k") is None
+    with pytest.raises(TypeError, match="prefault"):
+        segcache.Cache(heap_size="1MiB", prefault="yes")

@@ -88,6 +88,7 @@ pub struct Builder {
     pub(crate) pad_numbers: bool,
     pub(crate) listener: Option<RemovalListener>,
     pub(crate) multi_process: bool,
+    pub(crate) prefault: bool,
 }
 
 impl Default for Builder {
@@ -121,6 +122,7 @@ impl Builder {
             pad_numbers: false,
             listener: None,
             multi_process: false,
+            prefault: false,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -327,6 +329,29 @@ impl Builder {
     /// ```
     pub fn lazy_verify(mut self, lazy: bool) -> Self {
         self.lazy_verify = lazy;
+        self
+    }
+
+    /// Whether the build faults the heap and the hash table's buckets into memory before it
+    /// returns, as memcached's `-L` preallocates its memory. Off (default), pages are faulted in
+    /// as the log first reaches them: a write that opens a segment never used before waits for
+    /// the kernel to zero it (a 2 MiB huge page at a time), and on a virtual machine for the host
+    /// to back it, which can take milliseconds. On, the build takes that time up front and the
+    /// resident memory is the whole heap from the start. A file-backed heap is read in (its
+    /// contents are untouched). Where the kernel cannot populate a range at once (before Linux
+    /// 5.14), each page is touched instead.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).prefault(true).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?; // no page fault on the heap
+    /// assert_eq!(cache.get(b"k").unwrap().value, b"v");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn prefault(mut self, prefault: bool) -> Self {
+        self.prefault = prefault;
         self
     }
 

@@ -339,3 +339,27 @@ fn expect_bad_segment(path: &Path, clock: &Arc<ManualClock>) {
         other => panic!("expected BadFile, got {other:?}"),
     }
 }
+
+/// A prefaulted open reads the file in and changes nothing in it: every item comes back, with
+/// the full check and with the lazy one.
+#[test]
+fn a_prefaulted_open_keeps_the_files_items() {
+    let path = tmp("prefault");
+    let clock = ManualClock::new(T0);
+    let c = builder(&path, &clock).prefault(true).build_shared().unwrap();
+    fill(&c, 5000);
+    let items = c.stats().items;
+    c.close().unwrap();
+    let c = builder(&path, &clock).prefault(true).build_shared().unwrap();
+    assert_eq!(c.stats().items, items);
+    for i in 0..5000 {
+        let got = c.get(format!("k{i}").as_bytes()).unwrap_or_else(|| panic!("k{i} lost"));
+        assert_eq!((got.value, got.flags), (format!("value {i}").into_bytes(), i));
+    }
+    c.close().unwrap();
+    let c = builder(&path, &clock).prefault(true).lazy_verify(true).build_shared().unwrap();
+    assert_eq!(c.stats().items, items);
+    assert_eq!(c.get(b"k4999").unwrap().value, b"value 4999");
+    drop(c);
+    let _ = std::fs::remove_file(&path);
+}

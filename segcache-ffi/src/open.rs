@@ -84,10 +84,16 @@ pub struct segcache_config_t {
     /// while a single-process cache holds the file. The last process to close leaves the file
     /// clean for a warm restart. Linux only.
     pub multi_process: bool,
+    /// Fault the heap and the hash table into memory before `segcache_open` returns (default
+    /// false: they are faulted in as the cache fills). Then no later write waits while the
+    /// kernel provides a new segment's pages (milliseconds on some virtual machines), and the
+    /// resident memory is the whole heap from the start. A persistence file is read in, unchanged.
+    pub prefault: bool,
 }
 
 /// Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
-/// count, merge eviction, no persistence file, system clock, not shared between processes).
+/// count, merge eviction, no persistence file, system clock, not shared between processes, not
+/// prefaulted).
 ///
 /// Returns `SEGCACHE_INVALID_ARGUMENT` when `config` is NULL.
 /// Ownership: `config` is the caller's. Thread safety: any thread.
@@ -109,6 +115,7 @@ pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t)
             lazy_verify: false,
             manual_clock_start: 0,
             multi_process: false,
+            prefault: false,
         };
         // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
         unsafe { put(config, defaults) };
@@ -130,7 +137,8 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
         .eviction(policy)
         .reset_bad_file(cfg.reset_bad_file)
         .lazy_verify(cfg.lazy_verify)
-        .multi_process(cfg.multi_process);
+        .multi_process(cfg.multi_process)
+        .prefault(cfg.prefault);
     if cfg.hash_power != 0 {
         b = b.hash_power(cfg.hash_power);
     }

@@ -75,7 +75,8 @@ pub struct Cli {
     /// memcached's smallest slab chunk: accepted and ignored (segcache has no slab classes).
     #[arg(short = 'n', long = "slab-min-size", value_name = "BYTES")]
     pub slab_min_size: Option<String>,
-    /// Large memory pages: accepted (the heap is advised for transparent huge pages anyway).
+    /// Take all the memory at start, as memcached's -L: the heap (advised for transparent huge
+    /// pages in any case) and the hash table are faulted in before the server listens.
     #[arg(short = 'L', long = "enable-largepages")]
     pub large_pages: bool,
     /// Key prefix delimiter of `stats detail`: only `:` is supported; turns detail on.
@@ -290,6 +291,7 @@ pub struct EngineFile {
     pub path: Option<PathBuf>,
     pub reset_bad_file: Option<bool>,
     pub lazy_verify: Option<bool>,
+    pub prefault: Option<bool>,
 }
 
 /// Every setting, resolved and checked.
@@ -310,6 +312,8 @@ pub struct Settings {
     pub path: Option<PathBuf>,
     pub reset_bad_file: bool,
     pub lazy_verify: bool,
+    /// `-L`: the engine's memory is faulted in at start (`Builder::prefault`).
+    pub prefault: bool,
     pub pin: bool,
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,
@@ -838,6 +842,7 @@ impl Settings {
             path: cli.persist.or(cli.memory_file).or(e.path),
             reset_bad_file: cli.reset_bad_file || e.reset_bad_file.unwrap_or(false),
             lazy_verify: cli.lazy_verify || e.lazy_verify.unwrap_or(false),
+            prefault: cli.large_pages || e.prefault.unwrap_or(false),
             pin: !cli.no_pin && file.pin.unwrap_or(true),
             cores: cores_list,
             admin_port: cli.admin_port.or(file.admin_port),
@@ -896,6 +901,7 @@ impl Settings {
             .eviction(self.eviction)
             .reset_bad_file(self.reset_bad_file)
             .lazy_verify(self.lazy_verify)
+            .prefault(self.prefault)
             // Clients see memcached's bytes for a number that got shorter.
             .pad_numbers(true);
         if let Some(s) = self.shards {
@@ -934,14 +940,14 @@ mod tests {
     #[test]
     fn flags_override_the_file() {
         let file: FileConfig = toml::from_str(
-            "port = 1\nthreads = 3\nmax_item_size = \"2m\"\npin = false\nadmin_port = 9\n[engine]\neviction = \"fifo\"\npath = \"/tmp/x\"\nlazy_verify = true\n",
+            "port = 1\nthreads = 3\nmax_item_size = \"2m\"\npin = false\nadmin_port = 9\n[engine]\neviction = \"fifo\"\npath = \"/tmp/x\"\nlazy_verify = true\nprefault = true\n",
         )
         .unwrap();
         let s = Settings::resolve(cli(&["-p", "2", "-I", "512k", "-vv"]), file).unwrap();
         assert_eq!((s.port, s.threads, s.max_item_size), (2, 3, 512 << 10));
         assert_eq!((s.eviction, s.pin, s.admin_port), (Policy::Fifo, false, Some(9)));
         assert_eq!(s.path.as_deref(), Some(std::path::Path::new("/tmp/x")));
-        assert!(s.lazy_verify);
+        assert!(s.lazy_verify && s.prefault);
         assert_eq!(s.log_level, log::LevelFilter::Debug);
         let file: FileConfig = toml::from_str(
             "unix_socket = \"/tmp/s\"\nunix_mask = \"770\"\nlisten_backlog = 9\nreqs_per_event = 3\nprotocol = \"binary\"\nidle_timeout = 30\nuser = \"mc\"\npidfile = \"/tmp/p\"\n",

@@ -154,6 +154,26 @@ def test_unix_socket_default_mask_is_700(tmp_path):
     stop(proc)
 
 
+def rss_mib(pid: int) -> float:
+    status = Path(f"/proc/{pid}/status").read_text()
+    return int(next(l for l in status.splitlines() if l.startswith("VmRSS:")).split()[1]) / 1024
+
+
+def test_large_pages_take_the_memory_at_start():
+    """-L takes the heap at start (memcached preallocates with it too), so that no request later
+    waits for a page fault of the heap; without it the heap is faulted in as it fills."""
+    memcached_accepts("-L", "-m", "128")
+    lazy, port = start("-m", "128", *ROOT_USER)
+    taken, port_l = start("-L", "-m", "128", *ROOT_USER)
+    try:
+        assert rss_mib(lazy.pid) < 64, rss_mib(lazy.pid)
+        assert rss_mib(taken.pid) >= 128, rss_mib(taken.pid)
+        assert command(port_l, b"set k 0 0 1\r\nv\r\nget k\r\n") == b"STORED\r\nVALUE k 0 1\r\nv\r\nEND\r\n"
+    finally:
+        stop(lazy)
+        stop(taken)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="-u drops privileges only when started as root")
 def test_user_drops_root(tmp_path):
     memcached_accepts("-u", "nobody")

@@ -271,6 +271,11 @@ struct CompareArgs {
     /// Memory for every server, MiB.
     #[arg(long, default_value_t = 64)]
     memory_mb: u64,
+    /// Start every segcache-server with -L: its heap is faulted in at start, as a server's is
+    /// once its log has gone round the heap. Without it, the first pass of the log over the heap
+    /// falls in the measured steps and each segment it opens first waits for its pages.
+    #[arg(long)]
+    prefault: bool,
     /// Core the servers are pinned to (taskset); -1 for none.
     #[arg(long, default_value_t = 0, allow_negative_numbers = true)]
     server_core: i64,
@@ -462,11 +467,18 @@ fn main() -> Result<()> {
                 let port = a.base_port + i as u16;
                 servers.push(match name.as_str() {
                     "memcached" => server::memcached(&a.memcached, port, a.server_threads, a.memory_mb, core),
-                    "segcache" => server::segcache(&a.segcache, port, a.server_threads, a.memory_mb, core),
+                    "segcache" => server::segcache(&a.segcache, port, a.server_threads, a.memory_mb, core, a.prefault),
                     other => match other.split_once('=') {
                         // Another segcache-server build beside the first, for a before/after.
                         Some((label, path)) if !label.is_empty() && !path.is_empty() => {
-                            let mut s = server::segcache(Path::new(path), port, a.server_threads, a.memory_mb, core);
+                            let mut s = server::segcache(
+                                Path::new(path),
+                                port,
+                                a.server_threads,
+                                a.memory_mb,
+                                core,
+                                a.prefault,
+                            );
                             s.name = label.to_string();
                             s
                         }

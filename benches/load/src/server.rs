@@ -38,11 +38,22 @@ pub fn memcached(program: &Path, port: u16, threads: usize, memory_mb: u64, core
     ServerSpec { name: "memcached".into(), program: program.into(), args, port, core, rt_priority: None }
 }
 
-/// segcache-server takes the same -p -l -m -t flags, and refuses root without -u as memcached.
-pub fn segcache(program: &Path, port: u16, threads: usize, memory_mb: u64, core: Option<usize>) -> ServerSpec {
+/// segcache-server takes the same -p -l -m -t flags, and refuses root without -u as memcached;
+/// `prefault` adds -L (its memory faulted in at start).
+pub fn segcache(
+    program: &Path,
+    port: u16,
+    threads: usize,
+    memory_mb: u64,
+    core: Option<usize>,
+    prefault: bool,
+) -> ServerSpec {
     let mut args: Vec<String> = Vec::new();
     if is_root() {
         args.extend(["-u".into(), "root".into()]);
+    }
+    if prefault {
+        args.push("-L".into());
     }
     args.extend(["-l", "127.0.0.1"].iter().map(|s| s.to_string()));
     args.extend(["-t".into(), threads.to_string(), "-m".into(), memory_mb.to_string(), "-p".into(), port.to_string()]);

@@ -269,6 +269,13 @@ typedef struct segcache_config_t {
    * clean for a warm restart. Linux only.
    */
   bool multi_process;
+  /**
+   * Fault the heap and the hash table into memory before `segcache_open` returns (default
+   * false: they are faulted in as the cache fills). Then no later write waits while the
+   * kernel provides a new segment's pages (milliseconds on some virtual machines), and the
+   * resident memory is the whole heap from the start. A persistence file is read in, unchanged.
+   */
+  bool prefault;
 } segcache_config_t;
 
 /**
@@ -593,7 +600,8 @@ enum segcache_status_t segcache_debug_panic(void);
 
 /**
  * Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
- * count, merge eviction, no persistence file, system clock, not shared between processes).
+ * count, merge eviction, no persistence file, system clock, not shared between processes, not
+ * prefaulted).
  *
  * Returns `SEGCACHE_INVALID_ARGUMENT` when `config` is NULL.
  * Ownership: `config` is the caller's. Thread safety: any thread.

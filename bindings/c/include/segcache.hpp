@@ -91,6 +91,7 @@ struct Config {
     Config &lazy_verify(bool v) { raw.lazy_verify = v; return *this; }
     Config &manual_clock(uint32_t start) { raw.manual_clock_start = start; return *this; }
     Config &multi_process(bool v) { raw.multi_process = v; return *this; }  // needs file()
+    Config &prefault(bool v) { raw.prefault = v; return *this; }
 };
 
 /// An item copied out of the cache.

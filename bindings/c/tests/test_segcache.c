@@ -101,6 +101,7 @@ static void test_config_default(void) {
     CHECK(cfg.lazy_verify == false);
     CHECK(cfg.manual_clock_start == 0);
     CHECK(cfg.multi_process == false);
+    CHECK(cfg.prefault == false);
     CHECK_ST(segcache_config_default(NULL), SEGCACHE_INVALID_ARGUMENT);
     CHECK(strstr(segcache_last_error(), "config") != NULL);
 }
@@ -745,6 +746,35 @@ static void test_threads(void) {
 }
 
 /* ---- persistence through the C API ---- */
+/* Resident bytes of this process (/proc/self/statm). */
+static size_t resident_bytes(void) {
+    FILE *f = fopen("/proc/self/statm", "r");
+    unsigned long size = 0, resident = 0;
+    if (f == NULL) return 0;
+    if (fscanf(f, "%lu %lu", &size, &resident) != 2) resident = 0;
+    fclose(f);
+    return (size_t)resident * (size_t)sysconf(_SC_PAGESIZE);
+}
+
+/* prefault: the heap is resident when segcache_open returns, and the cache works as any other. */
+static void test_prefault(void) {
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 32u << 20;
+    cfg.shards = 1;
+    cfg.prefault = true;
+    size_t before = resident_bytes();
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    CHECK(resident_bytes() - before >= (24u << 20));
+    CHECK_ST(segcache_set(c, K("k"), K("v"), 0, 0), SEGCACHE_OK);
+    char buf[4];
+    size_t len = 0;
+    CHECK_ST(segcache_get(c, K("k"), (uint8_t *)buf, sizeof buf, &len, NULL), SEGCACHE_OK);
+    CHECK(len == 1 && buf[0] == 'v');
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
 static void test_persistence(void) {
     char dir[] = "/tmp/segcache-c-test-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -2193,6 +2223,7 @@ int main(int argc, char **argv) {
     test_panic();
     test_threads();
     test_persistence();
+    test_prefault();
     test_oversized_arguments();
     test_fork();
     test_rewrites();

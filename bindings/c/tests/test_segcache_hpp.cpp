@@ -34,6 +34,12 @@ static segcache::Config small() {
 int main() {
     using namespace std::string_view_literals;
     {
+        // the heap faulted in at open: the setter reaches the C config
+        segcache::Cache c(small().prefault(true));
+        c.set("k", "v");
+        CHECK(c.get("k")->value == "v");
+    }
+    {
         segcache::Cache c(small());
         CHECK(c.is_open());
         CHECK(!c.get("k").has_value());

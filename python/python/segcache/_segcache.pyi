@@ -82,6 +82,7 @@ class Cache(MutableMapping[Key, bytes]):
         reset_bad_file: bool = False,
         lazy_verify: bool = False,
         multi_process: bool = False,
+        prefault: bool = False,
     ) -> None: ...
     @overload
     def get(self, key: Key, default: None = None) -> Optional[bytes]: ...

@@ -83,6 +83,9 @@ impl Builder {
                 file::open(path, layout, self.reset_bad_file, sharing)?
             }
         };
+        if self.prefault {
+            region.prefault();
+        }
         let region = Arc::new(region);
         let geo = layout.geometry;
         let mut engines: Vec<Segcache> =

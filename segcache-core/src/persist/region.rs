@@ -60,6 +60,55 @@ impl Region {
         Ok(Region { map, layout, file: None, origin: Origin::here() })
     }
 
+    /// Faults in the memory that fills as the cache is used: each shard's primary buckets and
+    /// the heap (`Builder::prefault`). Not the overflow pools, which chains reach only as far as
+    /// they grow. Called before any engine uses the region.
+    pub fn prefault(&self) {
+        let l = &self.layout;
+        let primary = l.geometry.primary_buckets() * std::mem::size_of::<Bucket>();
+        let heap = l.heap_start(0);
+        let ranges = (0..l.shards).map(|i| (l.table_start(i), primary)).chain([(heap, l.total_len() - heap)]);
+        for (start, len) in ranges {
+            if !self.populate(start, len) {
+                self.touch(start, len);
+            }
+        }
+    }
+
+    /// Asks the kernel to fault `len` bytes from `start` in (writable for anonymous memory, as a
+    /// read for a file, whose pages a write fault would mark dirty); whether it did.
+    fn populate(&self, start: usize, len: usize) -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            let advice =
+                if self.file.is_some() { memmap2::Advice::PopulateRead } else { memmap2::Advice::PopulateWrite };
+            self.map.advise_range(advice, start, len).is_ok()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (start, len);
+            false
+        }
+    }
+
+    /// `populate` by hand, a byte per page: anonymous memory is written (a read would map the
+    /// shared zero page), a file's only read.
+    fn touch(&self, start: usize, len: usize) {
+        for off in (start..start + len).step_by(4096) {
+            // SAFETY: `off` lies inside the mapping (the ranges of `prefault` are parts of the
+            // layout). No engine uses the region yet: anonymous memory still holds the zeroes it
+            // was mapped with, so writing a zero changes nothing; a file's byte is only read
+            // (processes sharing it may be writing it: the value is discarded).
+            unsafe {
+                let p = self.base().add(off);
+                match self.file {
+                    Some(_) => drop(std::ptr::read_volatile(p)),
+                    None => std::ptr::write_volatile(p, 0),
+                }
+            }
+        }
+    }
+
     pub fn base(&self) -> *mut u8 {
         self.map.as_mut_ptr()
     }
@@ -138,4 +187,47 @@ pub(crate) struct ShardMem {
     pub heap: *mut u8,
     /// The shard's index in the region.
     pub index: usize,
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::Region;
+    use crate::layout::{Geometry, Layout};
+
+    /// Pages of `len` bytes from `start` in the region that are resident, by `mincore`.
+    fn resident(r: &Region, start: usize, len: usize) -> usize {
+        let mut vec = vec![0u8; len.div_ceil(4096)];
+        // SAFETY: the range lies inside the mapping, which is page-aligned (and `start` is a
+        // multiple of 2 MiB); `vec` has a byte per page of it.
+        let rc = unsafe { libc::mincore(r.base().add(start).cast(), len, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    /// `prefault` makes the heap and the primary buckets resident, every page of them, and
+    /// leaves them zero; the `touch` fallback does the same.
+    #[test]
+    fn prefault_makes_the_heap_and_buckets_resident() {
+        let layout = Layout { geometry: Geometry { hash_power: 10, segment_size: 1 << 20, segments: 8 }, shards: 2 };
+        let (heap, heap_len) = (layout.heap_start(0), layout.total_len() - layout.heap_start(0));
+        let primary = layout.geometry.primary_buckets() * 64;
+        for by_hand in [false, true] {
+            let r = Region::anonymous(layout).unwrap();
+            assert_eq!(resident(&r, heap, heap_len), 0, "a fresh heap is not resident");
+            match by_hand {
+                false => r.prefault(),
+                true => {
+                    r.touch(heap, heap_len);
+                    (0..2).for_each(|i| r.touch(layout.table_start(i), primary));
+                }
+            }
+            assert_eq!(resident(&r, heap, heap_len), heap_len / 4096, "by hand: {by_hand}");
+            for i in 0..2 {
+                assert_eq!(resident(&r, layout.table_start(i), primary), primary / 4096, "shard {i}");
+            }
+            // SAFETY: the whole mapping is readable and no engine uses it.
+            let bytes = unsafe { std::slice::from_raw_parts(r.base(), layout.total_len()) };
+            assert!(bytes.iter().all(|&b| b == 0), "contents unchanged");
+        }
+    }
 }
