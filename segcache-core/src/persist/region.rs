@@ -96,9 +96,10 @@ impl Region {
     fn touch(&self, start: usize, len: usize) {
         for off in (start..start + len).step_by(4096) {
             // SAFETY: `off` lies inside the mapping (the ranges of `prefault` are parts of the
-            // layout). No engine uses the region yet: anonymous memory still holds the zeroes it
-            // was mapped with, so writing a zero changes nothing; a file's byte is only read
-            // (processes sharing it may be writing it: the value is discarded).
+            // layout). Anonymous memory is this process's fresh mapping, which no engine uses
+            // yet: it still holds the zeroes it was mapped with, so writing a zero changes
+            // nothing. A file's byte is only read (processes sharing the file may be writing
+            // it: the value is discarded).
             unsafe {
                 let p = self.base().add(off);
                 match self.file {
