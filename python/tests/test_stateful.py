@@ -19,10 +19,13 @@ def as_bytes(k):
 
 
 def numeric(v):
-    """True/False when the value clearly is / is not a number incr accepts; None if unclear."""
-    if v.isdigit() and 0 < len(v) <= 20 and int(v) < 2**64:
-        return True
-    if any(c in b"abcdefghijklmnopqrstuvwxyz" for c in v.lower()):
+    """The number incr reads from the value when it clearly has one, False when it clearly has
+    none, None if unclear. memcached reads the value as a C string (strtoull), so a NUL ends
+    the number: b"0\\0A" is 0."""
+    head = v.split(b"\0", 1)[0]
+    if head.isdigit() and 0 < len(head) <= 20 and int(head) < 2**64:
+        return int(head)
+    if any(c in b"abcdefghijklmnopqrstuvwxyz" for c in head.lower()):
         return False
     return None
 
@@ -93,7 +96,7 @@ class CacheModel(RuleBasedStateMachine):
             except segcache.NotNumeric:
                 return
             raise AssertionError("expected NotNumeric")
-        n = int(self.model[bk])
+        n = kind
         expect = (n + delta) % 2**64 if up else max(n - delta, 0)
         assert op(k, delta) == expect
         self.model[bk] = str(expect).encode()
