@@ -253,10 +253,12 @@ pub struct Sizing {
     pub expected_items: usize,
     /// Pelikan's hash power, when not derived from `expected_items`.
     pub pelikan_hash_power: Option<u8>,
-    /// Ours: eviction policy, shard count and hash power other than the defaults (exploration).
+    /// Ours: eviction policy, shard count, hash power and segment size other than the defaults
+    /// (exploration).
     pub policy: Option<segcache_core::Policy>,
     pub shards: Option<usize>,
     pub hash_power: Option<u8>,
+    pub segment_size: Option<usize>,
 }
 
 impl Sizing {
@@ -268,6 +270,7 @@ impl Sizing {
         policy: None,
         shards: None,
         hash_power: None,
+        segment_size: None,
     };
 
     /// Every library holds `budget` bytes of key+value payload: count-sized peers get
@@ -323,6 +326,9 @@ pub fn ours_builder(s: &Sizing) -> segcache_core::Builder {
     }
     if let Some(h) = s.hash_power {
         b = b.hash_power(h);
+    }
+    if let Some(size) = s.segment_size {
+        b = b.segment_size(size);
     }
     b
 }

@@ -86,7 +86,8 @@ pub struct ShardMeta {
     /// Everything stored before this time (Unix seconds) is gone from then on; 0 for none.
     pub flush_at: u32,
     pub last_expire: u32,
-    pub _reserved2: u32,
+    /// Where `Merge`'s next search for a lossless pair starts, as a segment number.
+    pub lossless_cursor: u32,
     pub merge_cursor: u32,
     /// The record being published while an older copy of its key is marked dead; recovery prefers
     /// it (see `persist`). `intent_seg == NONE` when no publish is in flight.

@@ -53,6 +53,9 @@ struct Args {
     /// Ours: hash power other than the default (exploration).
     #[arg(long)]
     hash_power: Option<u8>,
+    /// Ours: segment KiB other than the default (exploration).
+    #[arg(long)]
+    segment_kib: Option<usize>,
     /// Print our engine's counters (items held, live bytes, ...) to stderr.
     #[arg(long)]
     verbose: bool,
@@ -118,6 +121,7 @@ fn main() {
     let mut size = Sizing::equal_data(budget, PAYLOAD);
     size.pelikan_hash_power = a.pelikan_hash_power;
     (size.policy, size.shards, size.hash_power) = (a.policy, a.shards, a.hash_power);
+    size.segment_size = a.segment_kib.map(|k| k << 10);
     if let Some(c) = a.capacity {
         size.capacity = c;
     }

@@ -28,6 +28,9 @@ struct Args {
     /// Ours: shards other than the default (exploration).
     #[arg(long)]
     shards: Option<usize>,
+    /// Ours: eviction policy other than the default (exploration).
+    #[arg(long)]
+    policy: Option<segcache_core::Policy>,
     /// Rounds; each phase reports the median.
     #[arg(long, default_value_t = 1)]
     reps: usize,
@@ -100,9 +103,9 @@ fn main() {
     println!("|---|---|{}", if a.steady { "---|" } else { "" });
     for &lib in &a.libs {
         let mut fresh = Sizing::holding(a.items);
-        fresh.shards = a.shards;
+        (fresh.shards, fresh.policy) = (a.shards, a.policy);
         let mut full = Sizing::holding(a.items / 4);
-        full.shards = a.shards;
+        (full.shards, full.policy) = (a.shards, a.policy);
         let mut f = Vec::new();
         let mut st = Vec::new();
         for _ in 0..a.reps.max(1) {

@@ -31,6 +31,10 @@ struct Args {
     /// Segment KiB (the server's default for 1 MiB items is 2048).
     #[arg(long, default_value_t = 2048)]
     segment_kib: usize,
+    /// Shards (a power of two) [default: chosen by the engine]. With one shard, the heap's
+    /// segments are one engine's, as in a single-owner `Segcache`.
+    #[arg(long)]
+    shards: Option<usize>,
     /// Keys (4 bytes each while under 26^4).
     #[arg(long, default_value_t = 100_000)]
     keys: usize,
@@ -73,12 +77,15 @@ fn key(mut i: usize) -> Vec<u8> {
 
 /// One configuration: ns per operation of each operation, in order.
 fn run(a: &Args, policy: Policy, prefault: bool) -> Result<Vec<u64>, segcache_core::Error> {
-    let cache = Builder::new()
+    let mut builder = Builder::new()
         .heap_size(a.heap_mib << 20)
         .segment_size(a.segment_kib << 10)
         .eviction(policy)
-        .prefault(prefault)
-        .build_shared()?;
+        .prefault(prefault);
+    if let Some(n) = a.shards {
+        builder = builder.shards(n);
+    }
+    let cache = builder.build_shared()?;
     let keys: Vec<Vec<u8>> = (0..a.keys).map(key).collect();
     let value = vec![b'v'; a.value];
     for k in &keys {
@@ -133,8 +140,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         Prefault::On => &["on"],
         Prefault::Both => &["off", "on"],
     };
+    let shards = a.shards.map_or("the default".to_string(), |n| n.to_string());
     println!(
-        "SharedCache, one thread, {} ops per row: {}% sets, {} keys, {}-byte values, {} MiB heap, {} KiB segments\n",
+        "SharedCache, one thread, {} ops per row: {}% sets, {} keys, {}-byte values, {} MiB heap, {} KiB segments, {shards} shards\n",
         a.ops, a.set_pct, a.keys, a.value, a.heap_mib, a.segment_kib
     );
     println!("| eviction | prefault | ns/op | p99 ns | p99.9 ns | p99.99 ns | longest us | ops over 100 us | their time ms |");
@@ -142,7 +150,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let me = std::env::current_exe()?;
     for policy in &a.policies {
         for prefault in faults {
-            let settings = [
+            let mut settings = vec![
                 ("--heap-mib", a.heap_mib.to_string()),
                 ("--segment-kib", a.segment_kib.to_string()),
                 ("--keys", a.keys.to_string()),
@@ -152,6 +160,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ("--policies", policy.to_string()),
                 ("--prefault", prefault.to_string()),
             ];
+            if let Some(n) = a.shards {
+                settings.push(("--shards", n.to_string()));
+            }
             let status =
                 Command::new(&me).args(settings.iter().flat_map(|(k, v)| [*k, v.as_str()])).arg("--row").status()?;
             if !status.success() {
