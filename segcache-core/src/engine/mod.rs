@@ -77,6 +77,11 @@ pub struct Segcache {
     /// Segments dropped as corrupt since the open: by crash recovery, or by the checks of a
     /// lazily verified reopen.
     pub(crate) dropped_segments: u64,
+    /// The next TTL chain whose head the expiry of writes looks at; `ttl::BUCKETS` once this
+    /// second's pass is done (see `expire_step`).
+    pub(crate) expiry_pass: usize,
+    /// Writes to let pass before the expiry of writes frees another segment.
+    pub(crate) expiry_wait: u64,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -155,6 +160,8 @@ impl Segcache {
             pad_numbers: builder.pad_numbers,
             listener: builder.listener.clone(),
             dropped_segments: 0,
+            expiry_pass: crate::ttl::BUCKETS,
+            expiry_wait: 0,
             buckets,
             summary,
             ghost,

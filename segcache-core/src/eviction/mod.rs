@@ -11,7 +11,7 @@ use crate::Segcache;
 use crate::{Error, Policy, Result};
 
 impl Segcache {
-    /// Start of every write: a due flush, and expiry once a second.
+    /// Start of every write: a due flush, and a step of expiry.
     pub(crate) fn prepare_write(&mut self) -> u32 {
         self.finish_checks();
         let now = self.now();
@@ -19,9 +19,7 @@ impl Segcache {
             self.reset(false);
             self.meta_mut().flushes += 1;
         }
-        if now != self.meta().last_expire {
-            self.expire();
-        }
+        self.expire_step(now);
         now
     }
 

@@ -39,11 +39,9 @@ impl Segcache {
         if let Some(id) = self.take_free() {
             return Ok(id);
         }
-        if self.expire() > 0 || self.meta().free_head != NONE {
-            if let Some(id) = self.take_free() {
-                return Ok(id);
-            }
-        }
+        // Expired segments go before any live one, from a pass of their own: this second's pass
+        // may have gone past chains whose heads expired since.
+        self.start_expiry_pass();
         // Merges and promotions can free nothing when they keep everything; a bounded number of
         // rounds, then plain FIFO, which always frees a segment. Above a lowered cap, each round
         // frees one more segment.
@@ -51,6 +49,9 @@ impl Segcache {
         for round in 0..=(2 * self.geo.segments + over) {
             if let Some(id) = self.take_free() {
                 return Ok(id);
+            }
+            if self.expire_some(1) > 0 {
+                continue;
             }
             if round >= 2 * self.geo.segments {
                 self.evict_simple(Policy::Fifo)?;

@@ -39,8 +39,8 @@ impl Segcache {
             return None;
         }
         let now = self.now();
-        // Stores run the shard's expiry once a second (`prepare_write`): the exclusive path takes
-        // each second's first.
+        // Each second's first store starts the shard's expiry pass (`prepare_write`): the
+        // exclusive path takes it.
         if now != self.meta().last_expire {
             return None;
         }

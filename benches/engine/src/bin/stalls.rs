@@ -44,6 +44,10 @@ struct Args {
     /// Operations timed per configuration.
     #[arg(long, default_value_t = 4_000_000)]
     ops: usize,
+    /// The fill's items expire this many seconds after it (0: never); the timed sets store
+    /// items that never expire. Shows what freeing a heap's worth of expired items costs.
+    #[arg(long, default_value_t = 0)]
+    fill_ttl_s: u64,
     /// Percent of operations that are sets.
     #[arg(long, default_value_t = 20)]
     set_pct: u64,
@@ -89,7 +93,7 @@ fn run(a: &Args, policy: Policy, prefault: bool) -> Result<Vec<u64>, segcache_co
     let keys: Vec<Vec<u8>> = (0..a.keys).map(key).collect();
     let value = vec![b'v'; a.value];
     for k in &keys {
-        cache.set(k, &value, 0, Duration::ZERO)?;
+        cache.set(k, &value, 0, Duration::from_secs(a.fill_ttl_s))?;
     }
     let mut rng = SmallRng::seed_from_u64(7);
     let mut took = Vec::with_capacity(a.ops);
@@ -142,8 +146,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     };
     let shards = a.shards.map_or("the default".to_string(), |n| n.to_string());
     println!(
-        "SharedCache, one thread, {} ops per row: {}% sets, {} keys, {}-byte values, {} MiB heap, {} KiB segments, {shards} shards\n",
-        a.ops, a.set_pct, a.keys, a.value, a.heap_mib, a.segment_kib
+        "SharedCache, one thread, {} ops per row: {}% sets, {} keys, {}-byte values, {} MiB heap, {} KiB segments, {shards} shards, the fill's items expiring after {} s\n",
+        a.ops, a.set_pct, a.keys, a.value, a.heap_mib, a.segment_kib, a.fill_ttl_s
     );
     println!("| eviction | prefault | ns/op | p99 ns | p99.9 ns | p99.99 ns | longest us | ops over 100 us | their time ms |");
     println!("|---|---|---|---|---|---|---|---|---|");
@@ -157,6 +161,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
                 ("--value", a.value.to_string()),
                 ("--ops", a.ops.to_string()),
                 ("--set-pct", a.set_pct.to_string()),
+                ("--fill-ttl-s", a.fill_ttl_s.to_string()),
                 ("--policies", policy.to_string()),
                 ("--prefault", prefault.to_string()),
             ];
