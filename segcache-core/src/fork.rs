@@ -8,8 +8,8 @@
 //! file as a process of its own at its first use (`SharedCache::attach`) and then adopts the
 //! new generation ([`Origin::adopt`]), for the handle and every engine under it at once.
 
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
-use std::sync::{Arc, Once};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
+use std::sync::Arc;
 
 use crate::{Error, Result};
 
@@ -39,17 +39,25 @@ pub(crate) struct Origin(Arc<AtomicU32>);
 
 impl Origin {
     /// This process's generation; registers the `fork()` handler on first use.
+    ///
+    /// Every thread that finds the handler not yet registered registers one itself, rather than
+    /// waiting for a thread that is registering (as a `Once` would): a `fork()` while another
+    /// thread registers leaves a child in which that thread does not exist, and the child's
+    /// first cache waited for it forever. Threads that race at the first use may register a
+    /// handler each; each then adds one to the generation at a fork, which still tells the
+    /// child apart.
     pub fn here() -> Origin {
-        static HANDLER: Once = Once::new();
-        HANDLER.call_once(|| {
-            // SAFETY: `in_child` is async-signal-safe (one atomic add), as a handler run in the
-            // child of a multi-threaded process must be; the other two handlers are absent.
+        static REGISTERED: AtomicBool = AtomicBool::new(false);
+        if !REGISTERED.load(Acquire) {
+            // SAFETY: `in_child` is async-signal-safe (atomic stores and `getpid`), as a handler
+            // run in the child of a multi-threaded process must be; the other two are absent.
             let rc = unsafe { libc::pthread_atfork(None, None, Some(in_child)) };
             // Without the handler (ENOMEM only) no fork is detected; nothing else breaks.
             debug_assert_eq!(rc, 0, "pthread_atfork failed");
             // SAFETY: `getpid` has no preconditions.
             SALT.store(unsafe { libc::getpid() } as usize, Relaxed);
-        });
+            REGISTERED.store(true, Release);
+        }
         Origin(Arc::new(AtomicU32::new(GENERATION.load(Relaxed))))
     }
 
