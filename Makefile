@@ -208,6 +208,7 @@ test-bench: deps
 	echo "$$out"
 	grep -q '^| Merge | on | [0-9]* |' <<<"$$out"
 	grep -q '^| Fifo | off | [0-9]* |' <<<"$$out"
+	grep -q '^| Fifo | ahead | [0-9]* |' <<<"$$out"
 
 # Warm-restart benchmarks (benches/restart, docs/restart.md): their end-to-end tests (fill, stop
 # gracefully or by SIGKILL, reopen in a fresh process, every item back; the compare driver beside

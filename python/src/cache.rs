@@ -653,6 +653,20 @@ impl Cache {
         self.with(|c| Ok(py.detach(|| c.expire())))
     }
 
+    /// Faults in the next `per_shard` free segments of each shard, the ones writes take next, so
+    /// that no write waits for a new segment's first page faults; the number faulted in now, or
+    /// None once there is nothing left to do (every segment used once, `prefault=True`, or a
+    /// kernel that cannot populate memory). For a thread of its own: the GIL is released.
+    /// `per_shard` defaults to 2.
+    #[pyo3(signature = (per_shard=None))]
+    fn touch_ahead(&self, py: Python<'_>, per_shard: Option<&Bound<'_, PyAny>>) -> PyResult<Option<usize>> {
+        let n = match per_shard {
+            Some(v) => convert::int_in_range(v, "per_shard", 0, u32::MAX.into())? as usize,
+            None => 2,
+        };
+        self.with(|c| Ok(py.detach(|| c.touch_ahead(n))))
+    }
+
     /// A dict `{key: value}` of the keys that are present (keys as given).
     fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         let objs: Vec<Bound<'py, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;

@@ -1,9 +1,10 @@
 """Full heaps: eviction makes room; with eviction off, writes fail cleanly with NoMemory."""
 
+import threading
+
 import pytest
 
 import segcache
-
 
 
 def test_no_memory_without_eviction():
@@ -39,6 +40,41 @@ def _rss_mib() -> float:
 
 
 @pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc/self/status")
+def test_touch_ahead_faults_in_the_next_segments_only():
+    """touch_ahead faults in the next free segments (memory grows by those alone), finds nothing
+    new on a second call, and returns None once writes have used every segment; it releases
+    the GIL, so a thread of its own runs beside the writers. A prefaulted cache has nothing to
+    do; a non-int is refused by name."""
+    c = segcache.Cache(heap_size="32MiB", segment_size="2MiB", shards=1)
+    before = _rss_mib()
+    first = c.touch_ahead()
+    if first is not None:  # None: a kernel that cannot populate memory (before Linux 5.14)
+        assert first == 2
+        assert 4 <= _rss_mib() - before < 12
+        assert c.touch_ahead(per_shard=2) == 0
+    faulted = []
+    done = threading.Event()
+
+    def toucher():
+        while (n := c.touch_ahead()) is not None:
+            faulted.append(n)
+            if n == 0:
+                done.wait(0.001)
+
+    t = threading.Thread(target=toucher)
+    t.start()
+    value = b"v" * 100_000
+    for i in range(480):  # 48 MiB through a 32 MiB heap: every segment is used
+        c[b"ahead-%d" % i] = value
+    t.join(timeout=10)
+    assert not t.is_alive(), "the toucher ended once every segment was used"
+    assert c.touch_ahead() is None
+    assert c[b"ahead-479"] == value
+    assert segcache.Cache(heap_size="8MiB", shards=1, prefault=True).touch_ahead() is None
+    with pytest.raises(TypeError, match="per_shard"):
+        c.touch_ahead("2")
+
+
 def test_prefault_takes_the_heap_at_once():
     """prefault=True faults the heap in before the constructor returns; by default the heap is
     faulted in as items fill it. A non-bool is refused by name."""

@@ -339,7 +339,8 @@ impl Builder {
     /// to back it, which can take milliseconds. On, the build takes that time up front and the
     /// resident memory is the whole heap from the start. A file-backed heap is read in (its
     /// contents are untouched). Where the kernel cannot populate a range at once (before Linux
-    /// 5.14), each page is touched instead.
+    /// 5.14), each page is touched instead. Between the two, [`crate::SharedCache::touch_ahead`]
+    /// faults in, from a thread of the caller's, only the segments the writers take next.
     ///
     /// ```
     /// use std::time::Duration;

@@ -120,6 +120,10 @@ impl Layout {
     pub fn total_len(&self) -> usize {
         self.heap_start(self.shards)
     }
+    /// Heap segments over every shard.
+    pub fn heap_segments(&self) -> usize {
+        self.shards * self.geometry.segments
+    }
 }
 
 pub fn round_up(n: usize, to: usize) -> usize {

@@ -21,6 +21,7 @@
 #![allow(non_camel_case_types)]
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod ahead;
 mod args;
 mod error;
 mod guard;
@@ -35,6 +36,7 @@ mod write;
 // Last, so that cbindgen appends its items to the header after the others.
 mod load;
 
+pub use ahead::segcache_touch_ahead;
 pub use error::{segcache_last_error, segcache_strerror};
 pub use guard::segcache_debug_panic;
 pub use handle::segcache_t;

@@ -292,6 +292,7 @@ pub struct EngineFile {
     pub reset_bad_file: Option<bool>,
     pub lazy_verify: Option<bool>,
     pub prefault: Option<bool>,
+    pub touch_ahead: Option<bool>,
 }
 
 /// Every setting, resolved and checked.
@@ -314,6 +315,9 @@ pub struct Settings {
     pub lazy_verify: bool,
     /// `-L`: the engine's memory is faulted in at start (`Builder::prefault`).
     pub prefault: bool,
+    /// A thread faults the heap in ahead of the workers (`SharedCache::touch_ahead`); `-o
+    /// no_touch_ahead` or `[engine] touch_ahead = false` turn it off.
+    pub touch_ahead: bool,
     pub pin: bool,
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,
@@ -467,6 +471,7 @@ pub struct Extended {
     pub klog_max_bytes: Option<u64>,
     pub hotkey_sample: Option<u64>,
     pub hotkey_top: Option<usize>,
+    pub touch_ahead: Option<bool>,
 }
 
 /// Parses memcached's `-o` lists (each comma separated; `-o` may be repeated).
@@ -497,6 +502,8 @@ pub fn parse_extended(lists: &[String]) -> Result<Extended, String> {
                 x.hash_power = Some(n as u8);
             }
             "track_sizes" => x.track_sizes = true,
+            "touch_ahead" => x.touch_ahead = Some(true),
+            "no_touch_ahead" => x.touch_ahead = Some(false),
             "ssl_chain_cert" | "ssl_key" | "ssl_ca_cert" | "ssl_verify_mode" | "ssl_min_version" | "ssl_keyformat"
             | "ssl_wbuf_size" => {
                 let v = value.filter(|v| !v.is_empty()).ok_or_else(|| format!("Missing {name} argument"))?;
@@ -843,6 +850,7 @@ impl Settings {
             reset_bad_file: cli.reset_bad_file || e.reset_bad_file.unwrap_or(false),
             lazy_verify: cli.lazy_verify || e.lazy_verify.unwrap_or(false),
             prefault: cli.large_pages || e.prefault.unwrap_or(false),
+            touch_ahead: ext.touch_ahead.or(e.touch_ahead).unwrap_or(true),
             pin: !cli.no_pin && file.pin.unwrap_or(true),
             cores: cores_list,
             admin_port: cli.admin_port.or(file.admin_port),
@@ -1054,6 +1062,18 @@ mod tests {
         assert_eq!((s.busy_poll_us, s.admin_listen.as_str()), (20, "::1"));
         assert!(Settings::resolve(cli(&["-o", "klog_file=/k,klog_sample=0"]), FileConfig::default()).is_err());
         assert!(parse_extended(&["klog_file".into()]).unwrap_err().contains("klog_file=PATH"));
+    }
+
+    /// The touch-ahead thread runs unless `-o no_touch_ahead` or the file's `[engine]` says not;
+    /// the flag wins over the file.
+    #[test]
+    fn touch_ahead_is_on_unless_turned_off() {
+        let off: FileConfig = toml::from_str("[engine]\ntouch_ahead = false\n").unwrap();
+        assert!(Settings::resolve(cli(&[]), FileConfig::default()).unwrap().touch_ahead);
+        assert!(!Settings::resolve(cli(&["-o", "no_touch_ahead"]), FileConfig::default()).unwrap().touch_ahead);
+        assert!(!Settings::resolve(cli(&[]), off).unwrap().touch_ahead);
+        let off: FileConfig = toml::from_str("[engine]\ntouch_ahead = false\n").unwrap();
+        assert!(Settings::resolve(cli(&["-o", "touch_ahead"]), off).unwrap().touch_ahead);
     }
 
     #[test]

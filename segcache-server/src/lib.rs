@@ -14,6 +14,7 @@
 //! - [`auth`]: the users of `-Y` and `-S`, and their constant-time check.
 
 mod admin;
+mod ahead;
 pub mod auth;
 mod config;
 mod exec;

@@ -174,6 +174,42 @@ def test_large_pages_take_the_memory_at_start():
         stop(taken)
 
 
+def thread_names(pid: int) -> list[str]:
+    return [(t / "comm").read_text().strip() for t in Path(f"/proc/{pid}/task").iterdir()]
+
+
+def test_touch_ahead_runs_until_the_heap_was_gone_through():
+    """Without -L a thread faults the heap in a few segments ahead of the workers, keeping the
+    memory small at start; it ends once the writers have used every segment. -o no_touch_ahead
+    starts none, and -L none that stays (its heap is in from the start)."""
+    ahead, port = start("-m", "128", *ROOT_USER)
+    off, _ = start("-m", "128", "-o", "no_touch_ahead", *ROOT_USER)
+    taken, _ = start("-L", "-m", "128", *ROOT_USER)
+    try:
+        assert "touch-ahead" in thread_names(ahead.pid)
+        assert "touch-ahead" not in thread_names(off.pid)
+        deadline = time.time() + 5
+        while "touch-ahead" in thread_names(taken.pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert "touch-ahead" not in thread_names(taken.pid)
+        assert rss_mib(ahead.pid) < 64, rss_mib(ahead.pid)
+        # 200 MiB of new items through a 128 MiB heap: every segment is used.
+        value = b"v" * 100_000
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+            for i in range(2047):
+                s.sendall(b"set k%d 0 0 %d noreply\r\n%s\r\n" % (i, len(value), value))
+        reply = command(port, b"set k2047 0 0 %d noreply\r\n%s\r\nget k2047\r\n" % (len(value), value))
+        assert reply == b"VALUE k2047 0 100000\r\n" + value + b"\r\nEND\r\n"
+        deadline = time.time() + 5
+        while "touch-ahead" in thread_names(ahead.pid) and time.time() < deadline:
+            time.sleep(0.05)
+        assert "touch-ahead" not in thread_names(ahead.pid), "the thread ends once the heap was used"
+    finally:
+        stop(ahead)
+        stop(off)
+        stop(taken)
+
+
 @pytest.mark.skipif(os.geteuid() != 0, reason="-u drops privileges only when started as root")
 def test_user_drops_root(tmp_path):
     memcached_accepts("-u", "nobody")

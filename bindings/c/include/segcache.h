@@ -570,6 +570,22 @@ extern "C" {
 const char *segcache_version(void);
 
 /**
+ * Faults in the next `per_shard` free segments of each shard, the ones the writers take next,
+ * so that no write waits for a segment's first page faults (milliseconds on some virtual
+ * machines): call it in a loop from a thread of its own, sleeping a few milliseconds whenever
+ * `*faulted` is 0. Writes how many segments it faulted in now to `*faulted`, and to `*done`
+ * whether there is nothing left to do (every segment was used or faulted in once, the cache
+ * was opened with `prefault`, or the kernel cannot populate memory: Linux before 5.14); then
+ * the thread can end. Both outputs are optional. Thread safety: any thread; it holds each
+ * shard's lock shared for a moment only, and none while it faults memory in.
+ * Ownership: every pointer argument is borrowed for the call only.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `faulted` and `done` are each NULL or writable.
+ */
+enum segcache_status_t segcache_touch_ahead(const struct segcache_t *cache, size_t per_shard, size_t *faulted, bool *done);
+
+/**
  * The message of the most recent call on this thread that returned a status other than
  * `SEGCACHE_OK` (e.g. "invalid configuration: segment_size must be a power of two ...");
  * an empty string when there was none. A successful call does not clear it.

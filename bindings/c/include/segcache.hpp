@@ -401,6 +401,14 @@ public:
         detail::check(segcache_expire(live(), &n), "segcache_expire");
         return n;
     }
+    /// segcache_touch_ahead: the segments faulted in now, or std::nullopt once nothing is left to do.
+    std::optional<size_t> touch_ahead(size_t per_shard) {
+        size_t n = 0;
+        bool done = false;
+        detail::check(segcache_touch_ahead(live(), per_shard, &n, &done), "segcache_touch_ahead");
+        if (done) return std::nullopt;
+        return n;
+    }
     segcache_stats_t stats() const {
         segcache_stats_t s{};
         detail::check(segcache_stats(live(), &s), "segcache_stats");

@@ -159,6 +159,15 @@ int main() {
         CHECK(c.size() == 0);
         c.flush_after(0);
         CHECK(c.expire() == 0);
+        {  // touch_ahead: segments faulted in now, or nullopt once every segment was used
+            const uint64_t shards = c.stats().shards;
+            std::optional<size_t> first = c.touch_ahead(2);
+            CHECK(!first || *first <= 2 * shards);
+            std::string value(4000, 'x');
+            int i = 0;
+            while (c.touch_ahead(2) && i < 100000) c.set("ahead-" + std::to_string(i++), value);
+            CHECK(!c.touch_ahead(2));
+        }
         // move: the moved-from object is closed and refuses calls with an exception
         segcache::Cache d = std::move(c);
         CHECK(!c.is_open() && d.is_open());

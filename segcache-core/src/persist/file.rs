@@ -134,6 +134,7 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool, sharing: Option
             sharing,
         }),
         origin: crate::fork::Origin::here(),
+        resident: crate::persist::resident::Resident::new(layout.heap_segments()),
     };
     Ok((region, found))
 }

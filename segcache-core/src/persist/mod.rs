@@ -6,5 +6,6 @@ pub(crate) mod header;
 pub(crate) mod open;
 pub(crate) mod recover;
 pub(crate) mod region;
+pub(crate) mod resident;
 pub(crate) mod share;
 pub(crate) mod undo;

@@ -12,6 +12,7 @@ use crate::engine::meta::ShardMeta;
 use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, HUGE_PAGE};
+use crate::persist::resident::Resident;
 use crate::segments::header::SegHeader;
 use crate::shared::lock::ReaderSlot;
 use crate::shared::mapped::MappedLock;
@@ -25,6 +26,8 @@ pub(crate) struct Region {
     pub file: Option<PersistFile>,
     /// The process that mapped it: a `fork()` child leaves the file alone when it drops its copy.
     pub origin: Origin,
+    /// The heap segments this process faulted in ahead of the writers.
+    pub resident: Resident,
 }
 
 impl std::fmt::Debug for Region {
@@ -57,7 +60,7 @@ impl Region {
         let map = MmapOptions::new().len(len).map_anon().map_err(|source| Error::Map { bytes: len, source })?;
         let map = MmapRaw::from(map);
         advise_huge_pages(&map, &layout);
-        Ok(Region { map, layout, file: None, origin: Origin::here() })
+        Ok(Region { map, layout, file: None, origin: Origin::here(), resident: Resident::new(layout.heap_segments()) })
     }
 
     /// Faults in the memory that fills as the cache is used: each shard's primary buckets and
@@ -73,6 +76,23 @@ impl Region {
                 self.touch(start, len);
             }
         }
+        self.resident.insert_all();
+    }
+
+    /// Faults segment `id` of shard `shard`'s heap in, unless this process did before: with the
+    /// kernel's populate only (never by hand, as writers may be filling the segment meanwhile;
+    /// populating reads and writes no byte of it). Whether it faulted the segment in now.
+    pub fn fault_in(&self, shard: usize, id: u32) -> bool {
+        let g = self.layout.geometry;
+        let segment = shard * g.segments + id as usize;
+        if self.resident.contains(segment) {
+            return false;
+        }
+        if !self.populate(self.layout.heap_start(shard) + id as usize * g.segment_size, g.segment_size) {
+            self.resident.refuse();
+            return false;
+        }
+        self.resident.insert(segment)
     }
 
     /// Asks the kernel to fault `len` bytes from `start` in (writable for anonymous memory, as a

@@ -1,6 +1,6 @@
 //! The free list of segments, and allocation.
 
-use crate::segments::header::{SegHeader, NONE};
+use crate::segments::header::{SegHeader, NONE, SEG_FREE};
 use crate::Segcache;
 use crate::{Error, Policy, Result};
 
@@ -22,7 +22,37 @@ impl Segcache {
         let m = self.meta_mut();
         m.free_head = next;
         m.free_count -= 1;
+        self.mark_taken(id);
         Some(id)
+    }
+
+    /// Notes segment `id` as the writers': they fault it in as they fill it, so
+    /// `SharedCache::touch_ahead` has nothing left to do there.
+    fn mark_taken(&self, id: u32) {
+        self.mem.region.resident.insert(self.mem.index * self.geo.segments + id as usize);
+    }
+
+    /// Notes the segments that hold items at the open (a reopened file's) as the writers'.
+    pub(crate) fn mark_segments_in_use(&self) {
+        for id in 0..self.geo.segments as u32 {
+            if self.seg(id).state != SEG_FREE {
+                self.mark_taken(id);
+            }
+        }
+    }
+
+    /// The segments that the next `n` allocations will take from the free list (fewer where the
+    /// list or the cap runs out first), in the order they will be taken.
+    pub(crate) fn next_free(&self, n: usize) -> Vec<u32> {
+        let in_use = self.geo.segments as u32 - self.meta().free_count;
+        let room = self.segment_cap().saturating_sub(in_use) as usize;
+        let mut ids = Vec::with_capacity(n.min(room));
+        let mut id = self.meta().free_head;
+        while id != NONE && ids.len() < n.min(room) {
+            ids.push(id);
+            id = self.seg(id).next;
+        }
+        ids
     }
 
     /// A free segment for a new item, unless the shard holds its cap (`set_memory_limit`).

@@ -136,7 +136,9 @@ impl SharedCache {
                 unsafe { (&*e.mem.lock, std::slice::from_raw_parts(e.mem.slots, layout::MAPPED_SLOTS)) };
             ShardLock::mapped(e, lock, slots, Segcache::repair_after_death)
         };
-        let shards = engines.into_iter().map(lock).collect();
+        let shards: Box<[ShardLock<Segcache>]> = engines.into_iter().map(lock).collect();
+        // Under the lock: processes that share the file may be changing the headers.
+        shards.iter().for_each(|s| s.read().mark_segments_in_use());
         SharedCache { shards, views, origin, region, joining: Mutex::new(()) }
     }
 
@@ -228,6 +230,11 @@ impl SharedCache {
     /// Shard `i`'s lock (for scans that visit the shards in turn).
     pub(crate) fn shard_at(&self, i: usize) -> &ShardLock<Segcache> {
         &self.shards[i]
+    }
+
+    /// The mapping that holds every shard.
+    pub(crate) fn region(&self) -> &Region {
+        &self.region
     }
 
     /// Whether this process may not use the cache: a `fork()` child of the one that opened it,

@@ -1,6 +1,7 @@
 //! Thread-safe access: the `SharedCache` handle over sharded engines, the shard lock, reads that
 //! take no lock, and stores that rewrite in place under the read lock.
 
+mod ahead;
 pub(crate) mod handle;
 pub(crate) mod loader;
 pub(crate) mod lock;

@@ -6,18 +6,20 @@
 //! queued behind it: this is where a server's tail can come from beside the network.
 //!
 //! Each configuration runs in a process of its own (as a server's heap is its process's first),
-//! in a fresh cache filled with every key first; `--prefault both` (the default) runs each once
-//! with the heap faulted in at build (`Builder::prefault`) and once without. Times are
-//! wall-clock: on a busy machine a preemption shows as a long operation too, so compare the rows
-//! of one run.
+//! in a fresh cache filled with every key first; `--prefault all` (the default) runs each three
+//! times: with the heap faulted in as the writers reach it (`off`), faulted in ahead of them by
+//! a thread of its own (`ahead`: `SharedCache::touch_ahead`, as segcache-server does), and
+//! faulted in at build (`on`: `Builder::prefault`). Times are wall-clock: on a busy machine a
+//! preemption shows as a long operation too, so compare the rows of one run.
 
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::time::{Duration, Instant};
 
 use clap::{Parser, ValueEnum};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
-use segcache_core::{Builder, Policy};
+use segcache_core::{Builder, Policy, SharedCache};
 
 #[derive(Parser, Debug)]
 #[command(about = "The longest single operations of SharedCache under the server sweep's workload")]
@@ -51,10 +53,11 @@ struct Args {
     /// Percent of operations that are sets.
     #[arg(long, default_value_t = 20)]
     set_pct: u64,
-    /// Heap faulted in at build: off, on, or both.
-    #[arg(long, value_enum, default_value = "both")]
+    /// Heap faulted in as the writers reach it (off), ahead of them (ahead), at build (on);
+    /// both: off and on; all: the three.
+    #[arg(long, value_enum, default_value = "all")]
     prefault: Prefault,
-    /// Inner run: this one configuration (the first policy, `--prefault` on or off), one row.
+    /// Inner run: this one configuration (the first policy, one `--prefault`), one row.
     #[arg(long, hide = true)]
     row: bool,
 }
@@ -62,8 +65,10 @@ struct Args {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum Prefault {
     Off,
+    Ahead,
     On,
     Both,
+    All,
 }
 
 /// Operations longer than this count as stalls.
@@ -80,16 +85,38 @@ fn key(mut i: usize) -> Vec<u8> {
 }
 
 /// One configuration: ns per operation of each operation, in order.
-fn run(a: &Args, policy: Policy, prefault: bool) -> Result<Vec<u64>, segcache_core::Error> {
+fn run(a: &Args, policy: Policy, prefault: Prefault) -> Result<Vec<u64>, segcache_core::Error> {
     let mut builder = Builder::new()
         .heap_size(a.heap_mib << 20)
         .segment_size(a.segment_kib << 10)
         .eviction(policy)
-        .prefault(prefault);
+        .prefault(prefault == Prefault::On);
     if let Some(n) = a.shards {
         builder = builder.shards(n);
     }
     let cache = builder.build_shared()?;
+    let done = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        if prefault == Prefault::Ahead {
+            // As segcache-server's touch-ahead thread.
+            s.spawn(|| {
+                while !done.load(Relaxed) {
+                    match cache.touch_ahead(2) {
+                        None => return,
+                        Some(0) => std::thread::sleep(Duration::from_millis(10)),
+                        Some(_) => {}
+                    }
+                }
+            });
+        }
+        let took = timed(a, &cache);
+        done.store(true, Relaxed);
+        took
+    })
+}
+
+/// The fill, then the timed operations.
+fn timed(a: &Args, cache: &SharedCache) -> Result<Vec<u64>, segcache_core::Error> {
     let keys: Vec<Vec<u8>> = (0..a.keys).map(key).collect();
     let value = vec![b'v'; a.value];
     for k in &keys {
@@ -113,7 +140,7 @@ fn run(a: &Args, policy: Policy, prefault: bool) -> Result<Vec<u64>, segcache_co
 }
 
 /// Runs one configuration and prints its row.
-fn row(a: &Args, policy: Policy, prefault: bool) -> Result<(), segcache_core::Error> {
+fn row(a: &Args, policy: Policy, prefault: Prefault) -> Result<(), segcache_core::Error> {
     let took = run(a, policy, prefault)?;
     let mut sorted = took.clone();
     sorted.sort_unstable();
@@ -121,7 +148,7 @@ fn row(a: &Args, policy: Policy, prefault: bool) -> Result<(), segcache_core::Er
     let stalls: Vec<u64> = took.iter().copied().filter(|&t| t > STALL.as_nanos() as u64).collect();
     println!(
         "| {policy:?} | {} | {:.0} | {} | {} | {} | {:.0} | {} | {:.1} |",
-        if prefault { "on" } else { "off" },
+        prefault.to_possible_value().expect("a value").get_name(),
         took.iter().sum::<u64>() as f64 / took.len() as f64,
         q(0.99),
         q(0.999),
@@ -137,12 +164,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let a = Args::parse();
     if a.row {
         let policy = *a.policies.first().ok_or("no policy")?;
-        return Ok(row(&a, policy, a.prefault == Prefault::On)?);
+        return Ok(row(&a, policy, a.prefault)?);
     }
     let faults: &[&str] = match a.prefault {
         Prefault::Off => &["off"],
+        Prefault::Ahead => &["ahead"],
         Prefault::On => &["on"],
         Prefault::Both => &["off", "on"],
+        Prefault::All => &["off", "ahead", "on"],
     };
     let shards = a.shards.map_or("the default".to_string(), |n| n.to_string());
     println!(

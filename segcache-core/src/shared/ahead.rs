@@ -1,0 +1,207 @@
+//! Faulting the heap in ahead of the writers.
+//!
+//! The first write to a segment that was never used faults its memory in: with the heap on huge
+//! pages, 2 MiB at once, which the kernel clears before the write goes on. On a virtual machine
+//! whose host backs guest memory on first touch, that stopped a writer for 4.6-7 ms per 2 MiB
+//! segment (`stalls`, docs/benchmarks.md), and a server's requests queued behind it. Faulting
+//! the whole heap in at build (`Builder::prefault`) avoids it at the price of the heap's memory
+//! from the start; [`SharedCache::touch_ahead`], called from a thread of the caller's, faults in
+//! only the segments that the writers will take next, so the memory still grows as items come.
+
+use crate::SharedCache;
+
+impl SharedCache {
+    /// Faults in the next `per_shard` free segments of each shard (the ones the next new
+    /// segments will be), except those this process faulted in or wrote before. Returns how
+    /// many it faulted in now, or `None` once there is nothing left to do: every segment of the
+    /// heap was faulted in or taken by a writer (or the heap was prefaulted at build), or the
+    /// kernel cannot populate memory (Linux before 5.14, other systems). Processes sharing a
+    /// file each fault in for themselves, and see only their own writers' segments as taken. Meant for a thread of its own, beside the ones that use the cache: it
+    /// takes each shard's lock shared for a moment only, and faults in with no lock held, so
+    /// writers never wait for a fault they did not need.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(4 << 20).segment_size(256 << 10).shards(2).build_shared()?;
+    /// let background = std::thread::scope(|s| {
+    ///     let toucher = s.spawn(|| {
+    ///         let mut faulted = 0;
+    ///         while let Some(n) = cache.touch_ahead(2) {
+    ///             faulted += n;
+    ///             if n == 0 {
+    ///                 std::thread::sleep(Duration::from_millis(1));
+    ///             }
+    ///         }
+    ///         faulted
+    ///     });
+    ///     for i in 0..20_000 {
+    ///         cache.set(format!("key{i}").as_bytes(), &[7; 300], 0, Duration::ZERO).unwrap();
+    ///     }
+    ///     toucher.join().unwrap()
+    /// });
+    /// // The writers took every segment of the heap (16), some faulted in ahead by the toucher,
+    /// // which then ended.
+    /// assert!(background <= 16);
+    /// assert_eq!(cache.touch_ahead(2), None);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn touch_ahead(&self, per_shard: usize) -> Option<usize> {
+        let region = self.region();
+        if region.resident.done() || self.origin_forked() {
+            return None;
+        }
+        let mut faulted = 0;
+        for i in 0..self.shard_count() {
+            let next = self.shard_at(i).read().next_free(per_shard);
+            faulted += next.into_iter().filter(|&id| region.fault_in(i, id)).count();
+        }
+        (!region.resident.done() || faulted > 0).then_some(faulted)
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    use std::time::Duration;
+
+    use crate::{Builder, SharedCache};
+
+    const SEGMENT: usize = 2 << 20;
+
+    /// Two shards of 16 segments of 2 MiB (a huge page each, so that residency is per segment).
+    fn cache() -> SharedCache {
+        Builder::new().heap_size(64 << 20).segment_size(SEGMENT).shards(2).build_shared().unwrap()
+    }
+
+    /// Pages of segment `id` of shard `shard` that are resident, by `mincore`.
+    fn resident_pages(c: &SharedCache, shard: usize, id: u32) -> usize {
+        let start = c.region().layout.heap_start(shard) + id as usize * SEGMENT;
+        let mut vec = vec![0u8; SEGMENT / 4096];
+        // SAFETY: the segment lies inside the mapping and starts on a page; `vec` has a byte per
+        // page of it.
+        let rc = unsafe { libc::mincore(c.region().base().add(start).cast(), SEGMENT, vec.as_mut_ptr()) };
+        assert_eq!(rc, 0, "mincore: {}", std::io::Error::last_os_error());
+        vec.iter().filter(|&&b| b & 1 != 0).count()
+    }
+
+    fn next_free(c: &SharedCache, shard: usize, n: usize) -> Vec<u32> {
+        c.shard_at(shard).read().next_free(n)
+    }
+
+    /// Whether this kernel populates anonymous memory on request (Linux 5.14 and later).
+    fn kernel_populates() -> bool {
+        let map = memmap2::MmapOptions::new().len(4096).map_anon().unwrap();
+        map.advise(memmap2::Advice::PopulateWrite).is_ok()
+    }
+
+    /// `touch_ahead` faults in exactly the next free segments of each shard, once, leaving them
+    /// zero, and follows the writers as they take segments.
+    #[test]
+    fn faults_in_the_segments_the_writers_take_next() {
+        let c = cache();
+        if !kernel_populates() {
+            assert_eq!(c.touch_ahead(2), None, "nothing to do without the kernel's populate");
+            return;
+        }
+        let ahead: Vec<Vec<u32>> = (0..2).map(|s| next_free(&c, s, 3)).collect();
+        for (s, ids) in ahead.iter().enumerate() {
+            assert!(ids.iter().all(|&id| resident_pages(&c, s, id) == 0), "a fresh heap is not resident");
+        }
+        assert_eq!(c.touch_ahead(2), Some(4));
+        for (s, ids) in ahead.iter().enumerate() {
+            assert_eq!(resident_pages(&c, s, ids[0]), SEGMENT / 4096, "shard {s}: the next free segment");
+            assert_eq!(resident_pages(&c, s, ids[1]), SEGMENT / 4096, "shard {s}: the one after");
+            assert_eq!(resident_pages(&c, s, ids[2]), 0, "shard {s}: no further than asked");
+        }
+        assert_eq!(c.touch_ahead(2), Some(0), "each segment once");
+        for (s, ids) in ahead.iter().enumerate() {
+            for &id in &ids[..2] {
+                let start = c.region().layout.heap_start(s) + id as usize * SEGMENT;
+                // SAFETY: the segment lies in the mapping; nothing writes it (no item was stored yet).
+                let bytes = unsafe { std::slice::from_raw_parts(c.region().base().add(start), SEGMENT) };
+                assert!(bytes.iter().all(|&b| b == 0), "faulting in wrote nothing");
+            }
+        }
+
+        // Items fill the first segment of each shard and take the second: the toucher then
+        // faults in the third.
+        let mut i = 0;
+        while next_free(&c, 0, 1) != ahead[0][1..2] || next_free(&c, 1, 1) != ahead[1][1..2] {
+            c.set(format!("key{i}").as_bytes(), &[1; 1000], 0, Duration::ZERO).unwrap();
+            i += 1;
+        }
+        while next_free(&c, 0, 1) == ahead[0][1..2] || next_free(&c, 1, 1) == ahead[1][1..2] {
+            c.set(format!("key{i}").as_bytes(), &[1; 1000], 0, Duration::ZERO).unwrap();
+            i += 1;
+        }
+        assert!(c.touch_ahead(2).unwrap() >= 1);
+        assert_eq!(resident_pages(&c, 0, ahead[0][2]), SEGMENT / 4096);
+    }
+
+    /// A cache prefaulted at build has nothing to fault in ahead.
+    #[test]
+    fn nothing_to_do_after_a_prefault() {
+        let c =
+            Builder::new().heap_size(8 << 20).segment_size(SEGMENT).shards(2).prefault(true).build_shared().unwrap();
+        assert_eq!(c.touch_ahead(2), None);
+    }
+
+    /// Faulting in while writers fill the very segments being faulted in loses no byte: every
+    /// item read back afterwards holds its own value, in anonymous memory and in a file (read
+    /// back again after a reopen). The toucher ends once the writers have taken every segment.
+    #[test]
+    fn writers_beside_the_toucher_lose_nothing() {
+        let path = std::env::temp_dir().join(format!("segcache-test-{}-touch-ahead", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let value = |i: u64| -> Vec<u8> { (0..300).map(|j| (i.wrapping_mul(31) + j) as u8).collect() };
+        let check = |c: &SharedCache| {
+            let mut found = 0;
+            for i in 0..400_000u64 {
+                if let Some(item) = c.get(&i.to_le_bytes()) {
+                    assert_eq!(item.value, value(i), "item {i}");
+                    found += 1;
+                }
+            }
+            assert!(found > 50_000, "{found} items kept");
+        };
+        for file in [false, true] {
+            let mut b = Builder::new().heap_size(64 << 20).segment_size(SEGMENT).shards(2);
+            if file {
+                b = b.path(&path);
+            }
+            let c = b.build_shared().unwrap();
+            let writing = AtomicBool::new(true);
+            let faulted = std::thread::scope(|s| {
+                let toucher = s.spawn(|| {
+                    let mut faulted = 0;
+                    while let Some(n) = c.touch_ahead(2) {
+                        faulted += n;
+                        if n == 0 && !writing.load(Relaxed) {
+                            break;
+                        }
+                    }
+                    faulted
+                });
+                // About twice the heap: every segment is taken at least once.
+                for i in 0..400_000u64 {
+                    c.set(&i.to_le_bytes(), &value(i), 0, Duration::ZERO).unwrap();
+                }
+                writing.store(false, Relaxed);
+                toucher.join().unwrap()
+            });
+            check(&c);
+            if kernel_populates() {
+                assert!(faulted > 0, "the toucher ran ahead of the writers (file: {file})");
+            }
+            assert_eq!(c.touch_ahead(2), None, "every segment was taken (file: {file})");
+            if file {
+                c.close().unwrap();
+                let reopened = Builder::new().heap_size(64 << 20).segment_size(SEGMENT).shards(2).path(&path);
+                check(&reopened.build_shared().unwrap());
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}
