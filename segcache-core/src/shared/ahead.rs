@@ -16,9 +16,11 @@ impl SharedCache {
     /// many it faulted in now, or `None` once there is nothing left to do: every segment of the
     /// heap was faulted in or taken by a writer (or the heap was prefaulted at build), or the
     /// kernel cannot populate memory (Linux before 5.14, other systems). Processes sharing a
-    /// file each fault in for themselves, and see only their own writers' segments as taken. Meant for a thread of its own, beside the ones that use the cache: it
-    /// takes each shard's lock shared for a moment only, and faults in with no lock held, so
-    /// writers never wait for a fault they did not need.
+    /// file each fault in for themselves, and see only their own writers' segments as taken.
+    ///
+    /// Meant for a thread of its own, beside the ones that use the cache: it takes each shard's
+    /// lock shared for a moment only, and faults in with no lock held, so writers never wait
+    /// for a fault they did not need.
     ///
     /// ```
     /// use std::time::Duration;
