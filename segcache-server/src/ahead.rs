@@ -20,9 +20,11 @@ const SEGMENTS_AHEAD: usize = 2;
 /// time only at 200 MiB/s of new items per shard.
 const IDLE: Duration = Duration::from_millis(10);
 
-/// Starts the thread, unless `[engine] touch_ahead = false` (`-o no_touch_ahead`).
+/// Faults in the first segments before the server listens, so that neither the first writes
+/// nor a measure of the memory at start race the thread; then starts the thread for the rest,
+/// unless there is nothing left to do or `[engine] touch_ahead = false` (`-o no_touch_ahead`).
 pub fn spawn(shared: Arc<Shared>) -> io::Result<Option<JoinHandle<()>>> {
-    if !shared.settings.touch_ahead {
+    if !shared.settings.touch_ahead || shared.cache.touch_ahead(SEGMENTS_AHEAD).is_none() {
         return Ok(None);
     }
     let thread = std::thread::Builder::new().name("touch-ahead".into()).spawn(move || {
