@@ -11,9 +11,9 @@ use std::time::Duration;
 
 use crate::state::Shared;
 
-/// Free segments per shard kept faulted in ahead of the writers: one for the next new
-/// segment, one more for a merge's destination. Memory grows at most this many segments per
-/// shard ahead of what the items need.
+/// Free segments per shard kept faulted in ahead of the writers: the next new segment, and the
+/// one after it for writers that take two before the thread's next turn (a merge can). Memory
+/// grows at most this many segments per shard ahead of what the items need.
 const SEGMENTS_AHEAD: usize = 2;
 
 /// How long the thread sleeps when nothing was left to fault in: a 2 MiB segment fills in this
