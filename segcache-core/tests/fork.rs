@@ -79,8 +79,12 @@ fn shared_cache_refuses_every_operation_in_a_fork_child() {
             writes.iter().all(|&w| w) && reads
         });
         assert_eq!(code, 0, "child saw a working cache (path {path:?})");
-        // The parent's cache is untouched by the child's attempts and its drop.
+        // The parent's cache is untouched by the child's attempts and its drop, its file still
+        // locked against a second cache.
         c.check_fork().unwrap();
+        if let Some(p) = path.as_ref() {
+            assert!(matches!(builder(Some(p)).build_shared(), Err(Error::Locked { .. })));
+        }
         assert_eq!(c.get(b"k").unwrap().value, b"parent");
         assert_eq!(c.incr(b"n", 1).unwrap(), 2);
         c.set(b"after", b"fork", 0, Duration::ZERO).unwrap();
@@ -114,6 +118,60 @@ fn segcache_refuses_writes_and_reads_in_a_fork_child() {
         if let Some(p) = path {
             let _ = std::fs::remove_file(p);
         }
+    }
+}
+
+/// A child that outlives the parent's cache leaves its file alone: the parent closes it and
+/// opens it again, warm, while the child still runs. (Before, the child's copy of the file's
+/// descriptor kept the lock, and the reopen failed with `Error::Locked` until the child ended.)
+#[test]
+fn a_child_that_lives_on_does_not_keep_the_file_locked() {
+    for shared in [false, true] {
+        let path = tmp(if shared { "lives-on-shared" } else { "lives-on-single" });
+        let open = || builder(Some(&path)).shards(if shared { 2 } else { 1 });
+        let (mut single, shared_cache) =
+            if shared { (None, Some(open().build_shared().unwrap())) } else { (Some(open().build().unwrap()), None) };
+        if let Some(c) = single.as_mut() {
+            c.set(b"k", b"parent", 0, Duration::ZERO).unwrap();
+        }
+        if let Some(c) = shared_cache.as_ref() {
+            c.set(b"k", b"parent", 0, Duration::ZERO).unwrap();
+        }
+        let mut pipe = [0; 2];
+        // SAFETY: `pipe` is a valid array of two descriptors.
+        assert_eq!(unsafe { libc::pipe(pipe.as_mut_ptr()) }, 0);
+        // SAFETY: the child only reads from a pipe and calls `_exit`.
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0, "fork failed");
+        if pid == 0 {
+            let mut byte = 0u8;
+            // SAFETY: waits for the parent's word (or its end) on the pipe; `byte` is writable.
+            unsafe { libc::read(pipe[0], (&mut byte as *mut u8).cast(), 1) };
+            // SAFETY: ends the child without the parent's destructors.
+            unsafe { libc::_exit(0) };
+        }
+        if let Some(c) = single.take() {
+            c.close().unwrap();
+        }
+        if let Some(c) = shared_cache {
+            c.close().unwrap();
+        }
+        let reopened = if shared {
+            open().build_shared().map(|c| c.get(b"k").map(|i| i.value))
+        } else {
+            open().build().map(|c| c.get(b"k").map(|i| i.value().to_vec()))
+        };
+        // SAFETY: lets the child end; `pipe` holds our two descriptors, each closed once.
+        unsafe {
+            libc::write(pipe[1], b"x".as_ptr().cast(), 1);
+            libc::close(pipe[0]);
+            libc::close(pipe[1]);
+        }
+        let mut status = 0;
+        // SAFETY: `pid` is this process's child; `status` is a valid out-pointer.
+        assert_eq!(unsafe { libc::waitpid(pid, &mut status, 0) }, pid);
+        assert_eq!(reopened.unwrap(), Some(b"parent".to_vec()), "shared {shared}");
+        let _ = std::fs::remove_file(&path);
     }
 }
 

@@ -11,9 +11,7 @@
 //! - Anything unexpected is a [`Error::BadFile`] naming the problem, or, with
 //!   `reset_bad_file(true)`, a warning and an empty cache over the same file.
 
-use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::os::unix::io::AsRawFd;
 use std::path::Path;
 use std::sync::Arc;
 
@@ -21,6 +19,7 @@ use crate::engine::meta::ShardMeta;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, FILE_HEADER_LEN};
 use crate::persist::header::Header;
+use crate::persist::held::HeldFile;
 use crate::persist::region::{advise_huge_pages, PersistFile, Region};
 use crate::persist::share::{self, Entry, Sharing};
 use crate::{Error, Result};
@@ -51,11 +50,11 @@ fn bad(path: &Path, reason: impl Into<String>) -> Error {
 /// [`reset`] or gives up. `sharing`: the settings word of a process that shares the file with
 /// others (`Builder::multi_process`); the caller ends the opening with [`opened`].
 pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool, sharing: Option<u32>) -> Result<(Region, Found)> {
-    let file =
-        OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io_err(path))?;
+    let held = HeldFile::open(path)?;
+    let file = held.file();
     let (sharing, entry) = match sharing {
         None => {
-            lock(&file, path)?;
+            held.lock(path)?;
             (None, Entry::First)
         }
         Some(settings) => {
@@ -121,14 +120,14 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool, sharing: Option
     // No MAP_POPULATE: it faults the whole file in on one thread before anything else can run;
     // the verification or rebuild that follows reads every page anyway, on every core, and the
     // kernel maps the neighbours of each faulting page in the same fault.
-    let map = memmap2::MmapOptions::new().map_raw(&file).map_err(io_err(path))?;
+    let map = memmap2::MmapOptions::new().map_raw(file).map_err(io_err(path))?;
     advise_huge_pages(&map, &layout);
     let region = Region {
         map,
         layout,
         file: Some(PersistFile {
             path: path.to_path_buf(),
-            _file: file,
+            _held: held,
             active: std::sync::atomic::AtomicBool::new(found == Found::Joined),
             closed: false,
             sharing,
@@ -250,16 +249,6 @@ fn close_region(region: &mut Region, now: u32) -> Result<()> {
         pf.closed = true;
     }
     Ok(())
-}
-
-/// The users lock, exclusive, for as long as the file is open (see `share`): a second cache (in
-/// this process or another, shared between processes or not) gets [`Error::Locked`].
-fn lock(file: &File, path: &Path) -> Result<()> {
-    match share::byte_lock(file.as_raw_fd(), share::USERS, libc::F_WRLCK, false) {
-        Ok(true) => Ok(()),
-        Ok(false) => Err(Error::Locked { path: path.to_path_buf() }),
-        Err(source) => Err(Error::Io { path: path.to_path_buf(), source }),
-    }
 }
 
 // A region closes its file when the last engine over it drops it. This lives beside the close it

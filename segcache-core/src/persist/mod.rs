@@ -3,6 +3,7 @@
 
 pub(crate) mod file;
 pub(crate) mod header;
+pub(crate) mod held;
 pub(crate) mod open;
 pub(crate) mod recover;
 pub(crate) mod region;

@@ -1,7 +1,6 @@
 //! The mapped memory of a cache: one region for all shards, anonymous or backed by a file (the
 //! file itself is opened, verified and closed in `file`, which also closes a region when it drops).
 
-use std::fs::File;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU8};
 use std::sync::Arc;
@@ -12,6 +11,7 @@ use crate::engine::meta::ShardMeta;
 use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, HUGE_PAGE};
+use crate::persist::held::HeldFile;
 use crate::persist::resident::Resident;
 use crate::segments::header::SegHeader;
 use crate::shared::lock::ReaderSlot;
@@ -43,8 +43,8 @@ impl std::fmt::Debug for Region {
 #[derive(Debug)]
 pub(crate) struct PersistFile {
     pub path: PathBuf,
-    /// Held open for its advisory lock, released when the region is dropped.
-    pub _file: File,
+    /// Held open for its lock, released when the region is dropped.
+    pub _held: HeldFile,
     /// Set once the contents were accepted (verified, rebuilt or fresh): only then may a close
     /// vouch for them. A file rejected at open is left exactly as it was found.
     pub active: std::sync::atomic::AtomicBool,
