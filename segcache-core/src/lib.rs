@@ -47,6 +47,7 @@ mod item;
 mod layout;
 mod listener;
 mod persist;
+mod prefetch;
 mod record;
 mod segments;
 mod shared;

@@ -10,17 +10,6 @@ use crate::ttl;
 use crate::ttl_buckets::bucket::TtlBucket;
 use crate::Segcache;
 
-#[inline(always)]
-pub(crate) fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: prefetch is a hint that never faults, whatever the address.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch(p as *const i8, std::arch::x86_64::_MM_HINT_T0)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
-
 impl Segcache {
     #[inline]
     pub(crate) fn table(&self) -> Table<'static> {

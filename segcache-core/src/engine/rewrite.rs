@@ -20,9 +20,9 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::engine::memory::prefetch;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Found;
+use crate::prefetch::prefetch;
 use crate::record;
 use crate::segments::append::expiry_fits;
 use crate::{ttl, Segcache};

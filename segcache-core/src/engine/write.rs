@@ -3,10 +3,10 @@
 use std::time::Duration;
 
 use crate::config::MAX_KEY_LEN;
-use crate::engine::memory::prefetch;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self};
+use crate::prefetch::prefetch;
 use crate::record::{self, Stamp};
 use crate::segments::header::{NONE, POOL_MAIN, POOL_SMALL};
 use crate::ttl_buckets::expire::expiry_of;

@@ -1,10 +1,10 @@
 //! Compaction: copying the frequently read live items of source segments into destinations.
 
-use crate::engine::memory::prefetch;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Table;
 use crate::listener::RemovalCause;
+use crate::prefetch::prefetch;
 use crate::record::{self, CasForm};
 use crate::segments::header::{SegHeader, NONE, POOL_MAIN, POOL_SMALL, SEG_SEALED, SEG_SPARE};
 use crate::Segcache;
@@ -158,6 +158,9 @@ impl Segcache {
             // The buckets were read in the first pass, a few segments' worth of lines ago.
             if let Some(ahead) = moves.get(i + MOVE_AHEAD) {
                 prefetch(t.head(ahead.hash) as *const Bucket as *const u8);
+            }
+            if let Some(ahead) = moves.get(i + MOVE_AHEAD / 2) {
+                t.prefetch_chain(ahead.hash);
             }
             while order[current] != m.loc.seg {
                 current += 1;

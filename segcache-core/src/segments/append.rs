@@ -2,8 +2,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::engine::memory::prefetch;
 use crate::hashtable::slot::Loc;
+use crate::prefetch::prefetch;
 use crate::record::{self, CasForm};
 use crate::segments::header::{SegHeader, NONE, POOL_SMALL, SEG_OPEN, SEG_SEALED};
 use crate::Segcache;

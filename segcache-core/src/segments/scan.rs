@@ -1,10 +1,10 @@
 //! Scans of a segment's records: its live items, and clearing it.
 
-use crate::engine::memory::prefetch;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self, Loc};
 use crate::listener::RemovalCause;
+use crate::prefetch::prefetch;
 use crate::record::{self};
 use crate::Segcache;
 
@@ -14,7 +14,8 @@ impl Segcache {
     /// old and out of cache, and a scan that waited on each record's line, then on its bucket,
     /// was bound by memory latency (73% of a merge's first pass went to each record's first
     /// byte). So the records are parsed in batches, with the segment's lines prefetched ahead of
-    /// the parse, and each batch's buckets are prefetched before `f` sees the first of them.
+    /// the parse, and each batch's buckets (heads, then overflow buckets) are prefetched before
+    /// `f` sees the first of them.
     pub(crate) fn for_each_live(&mut self, id: u32, mut f: impl FnMut(&mut Self, Loc, u64, u32)) {
         pub(crate) const BATCH: usize = 16;
         /// Bytes ahead of the parse that are prefetched: a batch of typical records.
@@ -35,6 +36,13 @@ impl Segcache {
                     n += 1;
                 }
                 off += r.len;
+            }
+            // The heads have been fetched meanwhile: fetch the chains' overflow buckets together
+            // too (a quarter of the chains have one in a full table; removing an item walks to
+            // its chain's tail).
+            let t = self.table();
+            for &(_, h, _) in &batch[..n] {
+                t.prefetch_chain(h);
             }
             for &(loc, h, len) in &batch[..n] {
                 f(self, loc, h, len);

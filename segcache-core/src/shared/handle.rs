@@ -55,7 +55,6 @@ use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::engine::memory::prefetch;
 use crate::engine::meta::{bump, ReadCounters};
 use crate::engine::read::{access_due, token_due, ReadOptions};
 use crate::engine::write::{Mode, StoreOptions};
@@ -67,6 +66,7 @@ use crate::layout;
 use crate::persist::file;
 use crate::persist::region::Region;
 use crate::persist::share::Entry;
+use crate::prefetch::prefetch;
 use crate::shared::lock::{self, ShardLock};
 use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
 use crate::{Builder, Error, Item, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
