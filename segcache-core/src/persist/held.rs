@@ -9,7 +9,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
-use crate::persist::share;
+use crate::persist::share::{self, pid};
 use crate::{Error, Result};
 
 #[derive(Debug)]
@@ -18,11 +18,6 @@ pub(crate) struct HeldFile {
     /// The process that opened it: only that one gives the lock up (a child's descriptor shares
     /// the parent's lock, which is the parent's to give up).
     opener: i32,
-}
-
-fn pid() -> i32 {
-    // SAFETY: no preconditions.
-    unsafe { libc::getpid() }
 }
 
 impl HeldFile {

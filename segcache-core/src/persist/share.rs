@@ -101,7 +101,8 @@ pub(crate) struct Sharing {
     pid: AtomicI32,
 }
 
-fn pid() -> i32 {
+/// This process's id (the owner of a file's descriptors and locks).
+pub(crate) fn pid() -> i32 {
     // SAFETY: no preconditions.
     unsafe { libc::getpid() }
 }
