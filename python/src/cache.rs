@@ -31,13 +31,14 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::RwLock;
+use parking_lot::{Mutex, RwLock};
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use segcache_core::{Error, LoadError, OwnedItem, Policy, ReadOptions, SharedCache, StoreMode, StoreOptions};
 
+use crate::ahead::Toucher;
 use crate::clock::ManualClock;
 use crate::convert::{self, key, value};
 use crate::errors::{closed, engine_error};
@@ -49,7 +50,11 @@ const BIG: usize = 64 << 10;
 /// The thread-safe segment cache. See the package README for the full API.
 #[pyclass(module = "segcache", frozen)]
 pub struct Cache {
-    inner: RwLock<Option<SharedCache>>,
+    /// Boxed, so that the engine stays where `toucher` reads it while the `Cache` moves.
+    inner: RwLock<Option<Box<SharedCache>>>,
+    /// The thread that faults the heap in ahead of the writers (`touch_ahead=True`): stopped
+    /// before the engine is taken out of `inner`, or dropped.
+    toucher: Mutex<Option<Toucher>>,
     /// Set by `close()` before it waits for the write lock.
     closing: AtomicBool,
     default_ttl: Duration,
@@ -63,6 +68,15 @@ pub struct Cache {
     opener: u32,
     /// Where the last `popitem()` found a key: the next one starts its scan there.
     pop_hint: AtomicU64,
+}
+
+impl Drop for Cache {
+    /// The `touch_ahead` thread reads the engine: it stops before the engine drops.
+    fn drop(&mut self) {
+        if let Some(t) = self.toucher.get_mut().take() {
+            t.stop();
+        }
+    }
 }
 
 /// Keys an iterator step asks the engine's scan for (it reads whole hash chains, so a few more
@@ -96,6 +110,20 @@ impl Cache {
                 f(c)
             }
             _ => Err(closed()),
+        }
+    }
+
+    /// Stops the `touch_ahead` thread, if any, before the engine is taken out. In a `fork()`
+    /// child, where the thread does not exist, `try_lock`: a thread of the parent that held the
+    /// lock when it forked does not exist there to release it.
+    fn stop_toucher(&self, py: Python<'_>) {
+        let taken = if self.opener == std::process::id() {
+            self.toucher.lock().take()
+        } else {
+            self.toucher.try_lock().and_then(|mut t| t.take())
+        };
+        if let Some(t) = taken {
+            py.detach(|| t.stop());
         }
     }
 
@@ -307,7 +335,7 @@ impl Cache {
     #[new]
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
-                        lazy_verify=false, multi_process=false, prefault=false))]
+                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -323,6 +351,7 @@ impl Cache {
         lazy_verify: bool,
         multi_process: bool,
         prefault: bool,
+        touch_ahead: bool,
     ) -> PyResult<Self> {
         let heap_size = match heap_size {
             Some(v) => convert::size(v, "heap_size")?,
@@ -375,9 +404,11 @@ impl Cache {
             b = b.path(p.clone());
         }
         // Opening may map and check a persisted heap of gigabytes: let other threads run.
-        let cache = py.detach(move || b.build_shared()).map_err(engine_error)?;
+        let cache = Box::new(py.detach(move || b.build_shared()).map_err(engine_error)?);
+        let toucher = if touch_ahead { py.detach(|| Toucher::spawn(&cache)) } else { None };
         Ok(Cache {
             inner: RwLock::new(Some(cache)),
+            toucher: Mutex::new(toucher),
             closing: AtomicBool::new(false),
             default_ttl,
             path,
@@ -752,6 +783,7 @@ impl Cache {
     /// Closes the cache: with `path`, writes what a warm restart needs and marks the file clean.
     /// Idempotent; every other method raises `segcache.Closed` afterwards.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.stop_toucher(py);
         // In a fork() child: let the inherited engine go (its drop leaves the parent's file
         // alone) and raise ForkedError. `try_write`: a thread of the parent that held the read
         // side when it forked does not exist here to release it.

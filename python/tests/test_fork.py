@@ -164,3 +164,37 @@ def test_forked_error_is_exported():
     assert "ForkedError" in segcache.__all__
     assert issubclass(segcache.ForkedError, segcache.Error)
     assert issubclass(segcache.ForkedError, RuntimeError)
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/task"), reason="reads /proc/self/task")
+def test_the_touch_ahead_thread_stays_the_parents():
+    """A fork() child has the parent's cache but not the thread that faults its heap in: the
+    child's close() and drop neither wait for that thread nor stop the parent's; a cache the
+    child opens has a thread of its own."""
+
+    def toucher_threads():
+        tasks = "/proc/self/task"
+        return sum(open(f"{tasks}/{t}/comm").read().strip() == "segcache-ahead" for t in os.listdir(tasks))
+
+    c = segcache.Cache(heap_size="64MiB", segment_size="1MiB", shards=2)
+    if c.touch_ahead() is None:
+        pytest.skip("this kernel cannot populate memory (Linux before 5.14)")
+    fill(c)
+    running = toucher_threads()
+    assert running >= 1
+
+    def child():
+        assert toucher_threads() == 0
+        with pytest.raises(segcache.ForkedError):
+            c.close()
+        with segcache.Cache(heap_size="8MiB", segment_size="1MiB", shards=1) as mine:
+            assert toucher_threads() == 1
+            mine["k"] = b"mine"
+            assert mine["k"] == b"mine"
+        return toucher_threads() == 0
+
+    assert in_child(child) == 0
+    assert toucher_threads() == running
+    intact(c)
+    c.close()
+    assert toucher_threads() == running - 1

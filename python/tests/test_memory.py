@@ -1,6 +1,9 @@
 """Full heaps: eviction makes room; with eviction off, writes fail cleanly with NoMemory."""
 
+import gc
+import os
 import threading
+import time
 
 import pytest
 
@@ -45,7 +48,7 @@ def test_touch_ahead_faults_in_the_next_segments_only():
     new on a second call, and returns None once writes have used every segment; it releases
     the GIL, so a thread of its own runs beside the writers. A prefaulted cache has nothing to
     do; a non-int is refused by name."""
-    c = segcache.Cache(heap_size="32MiB", segment_size="2MiB", shards=1)
+    c = segcache.Cache(heap_size="32MiB", segment_size="2MiB", shards=1, touch_ahead=False)
     before = _rss_mib()
     first = c.touch_ahead()
     if first is not None:  # None: a kernel that cannot populate memory (before Linux 5.14)
@@ -73,6 +76,66 @@ def test_touch_ahead_faults_in_the_next_segments_only():
     assert segcache.Cache(heap_size="8MiB", shards=1, prefault=True).touch_ahead() is None
     with pytest.raises(TypeError, match="per_shard"):
         c.touch_ahead("2")
+
+
+def _threads_named(name: str) -> int:
+    tasks = "/proc/self/task"
+    return sum(open(f"{tasks}/{t}/comm").read().strip() == name for t in os.listdir(tasks))
+
+
+def _wait_for(predicate, seconds: float = 10.0) -> bool:
+    deadline = time.monotonic() + seconds
+    while not predicate():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.005)
+    return True
+
+
+@pytest.mark.skipif(not __import__("sys").platform.startswith("linux"), reason="reads /proc/self")
+def test_touch_ahead_thread_faults_in_ahead_of_the_writes():
+    """By default a thread faults in the segments that writes take next: the memory of those
+    (two per shard) is resident before any write, and the thread faults in the next ones as
+    writes take them; it ends by itself once every segment was used, and close() or dropping
+    the cache stops it. touch_ahead=False starts none."""
+    probe = segcache.Cache(heap_size="8MiB", segment_size="2MiB", shards=1, touch_ahead=False)
+    if probe.touch_ahead() is None:
+        pytest.skip("this kernel cannot populate memory (Linux before 5.14)")
+    probe.close()
+    gc.collect()  # earlier tests' caches, and their threads, go now rather than during this one
+    before_threads = _threads_named("segcache-ahead")
+
+    before = _rss_mib()
+    off = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2, touch_ahead=False)
+    assert _threads_named("segcache-ahead") == before_threads
+    assert _rss_mib() - before < 8
+
+    before = _rss_mib()
+    c = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2)
+    assert _threads_named("segcache-ahead") == before_threads + 1
+    # two segments of 4 MiB per shard, in before the constructor returned
+    assert _rss_mib() - before >= 14
+    assert c.touch_ahead() == 0  # nothing left to fault in for the next writes
+    value = b"v" * 100_000
+    for i in range(200):  # 20 MB, 3 segments per shard: the thread faults in the 2 after them
+        c[b"k%d" % i] = value
+    # (3 + 2) x 2 x 4 MiB = 40 MiB in, against 24 MiB where the writes fault in for themselves
+    assert _wait_for(lambda: _rss_mib() - before >= 36), _rss_mib() - before
+    assert _threads_named("segcache-ahead") == before_threads + 1
+    for i in range(200, 1000):  # 100 MB through a 64 MiB heap: every segment is used
+        c[b"k%d" % i] = value
+    assert _wait_for(lambda: _threads_named("segcache-ahead") == before_threads), "it ends by itself"
+    assert c.touch_ahead() is None and c[b"k999"] == value
+
+    closed = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2)
+    dropped = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2)
+    assert _threads_named("segcache-ahead") == before_threads + 2
+    closed.close()
+    del dropped
+    gc.collect()
+    assert _threads_named("segcache-ahead") == before_threads
+    with pytest.raises(TypeError, match="touch_ahead"):
+        segcache.Cache(heap_size="1MiB", touch_ahead="yes")
 
 
 def test_prefault_takes_the_heap_at_once():

@@ -83,6 +83,7 @@ class Cache(MutableMapping[Key, bytes]):
         lazy_verify: bool = False,
         multi_process: bool = False,
         prefault: bool = False,
+        touch_ahead: bool = True,
     ) -> None: ...
     @overload
     def get(self, key: Key, default: None = None) -> Optional[bytes]: ...
