@@ -31,14 +31,13 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use parking_lot::{Mutex, RwLock};
+use parking_lot::RwLock;
 use pyo3::exceptions::{PyKeyError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyDict, PyTuple};
 use segcache_core::{Error, LoadError, OwnedItem, Policy, ReadOptions, SharedCache, StoreMode, StoreOptions};
 
-use crate::ahead::Toucher;
 use crate::clock::ManualClock;
 use crate::convert::{self, key, value};
 use crate::errors::{closed, engine_error};
@@ -50,11 +49,7 @@ const BIG: usize = 64 << 10;
 /// The thread-safe segment cache. See the package README for the full API.
 #[pyclass(module = "segcache", frozen)]
 pub struct Cache {
-    /// Boxed, so that the engine stays where `toucher` reads it while the `Cache` moves.
-    inner: RwLock<Option<Box<SharedCache>>>,
-    /// The thread that faults the heap in ahead of the writers (`touch_ahead=True`): stopped
-    /// before the engine is taken out of `inner`, or dropped.
-    toucher: Mutex<Option<Toucher>>,
+    inner: RwLock<Option<SharedCache>>,
     /// Set by `close()` before it waits for the write lock.
     closing: AtomicBool,
     default_ttl: Duration,
@@ -68,15 +63,6 @@ pub struct Cache {
     opener: u32,
     /// Where the last `popitem()` found a key: the next one starts its scan there.
     pop_hint: AtomicU64,
-}
-
-impl Drop for Cache {
-    /// The `touch_ahead` thread reads the engine: it stops before the engine drops.
-    fn drop(&mut self) {
-        if let Some(t) = self.toucher.get_mut().take() {
-            t.stop();
-        }
-    }
 }
 
 /// Keys an iterator step asks the engine's scan for (it reads whole hash chains, so a few more
@@ -110,20 +96,6 @@ impl Cache {
                 f(c)
             }
             _ => Err(closed()),
-        }
-    }
-
-    /// Stops the `touch_ahead` thread, if any, before the engine is taken out. In a `fork()`
-    /// child, where the thread does not exist, `try_lock`: a thread of the parent that held the
-    /// lock when it forked does not exist there to release it.
-    fn stop_toucher(&self, py: Python<'_>) {
-        let taken = if self.opener == std::process::id() {
-            self.toucher.lock().take()
-        } else {
-            self.toucher.try_lock().and_then(|mut t| t.take())
-        };
-        if let Some(t) = taken {
-            py.detach(|| t.stop());
         }
     }
 
@@ -387,7 +359,8 @@ impl Cache {
             .reset_bad_file(reset_bad_file)
             .lazy_verify(lazy_verify)
             .multi_process(multi_process)
-            .prefault(prefault);
+            .prefault(prefault)
+            .touch_ahead(touch_ahead);
         if let Some(v) = hash_power.filter(|v| !v.is_none()) {
             b = b.hash_power(convert::int_in_range(v, "hash_power", 4, 32)? as u8);
         }
@@ -404,11 +377,9 @@ impl Cache {
             b = b.path(p.clone());
         }
         // Opening may map and check a persisted heap of gigabytes: let other threads run.
-        let cache = Box::new(py.detach(move || b.build_shared()).map_err(engine_error)?);
-        let toucher = if touch_ahead { py.detach(|| Toucher::spawn(&cache)) } else { None };
+        let cache = py.detach(move || b.build_shared()).map_err(engine_error)?;
         Ok(Cache {
             inner: RwLock::new(Some(cache)),
-            toucher: Mutex::new(toucher),
             closing: AtomicBool::new(false),
             default_ttl,
             path,
@@ -783,7 +754,6 @@ impl Cache {
     /// Closes the cache: with `path`, writes what a warm restart needs and marks the file clean.
     /// Idempotent; every other method raises `segcache.Closed` afterwards.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.stop_toucher(py);
         // In a fork() child: let the inherited engine go (its drop leaves the parent's file
         // alone) and raise ForkedError. `try_write`: a thread of the parent that held the read
         // side when it forked does not exist here to release it.

@@ -1,7 +1,6 @@
 //! `segcache._segcache`: the native half of the `segcache` Python package.
 //!
 //! - [`cache`]: `segcache.Cache`, a thread-safe cache over `segcache_core::SharedCache`.
-//! - [`ahead`]: the thread that faults a cache's heap in ahead of its writers.
 //! - [`clock`]: `segcache.ManualClock`, a clock that tests move by hand.
 //! - [`convert`]: turning Python arguments (keys, values, TTLs, sizes) into engine arguments.
 //! - [`item`]: `segcache.Item`, an item and its state as `Cache.get_state` read it.
@@ -11,7 +10,6 @@
 
 use pyo3::prelude::*;
 
-mod ahead;
 mod cache;
 mod clock;
 mod convert;
@@ -32,9 +30,8 @@ mod item;
 ///   `RuntimeError` (already borrowed), never a shared `&mut`.
 /// - No `static` but `PyOnceLock`s (the `segcache._errors` and `segcache._views` modules,
 ///   `datetime.timedelta`), which initialise once under their own lock.
-/// - Two raw pointers are handed to other threads: `SendPtr` in a large `get` points into a
-///   `bytes` object that this call has just created and not yet shared; the `touch_ahead` thread
-///   reads the engine (`Sync`), which its `Cache` keeps in place until it has joined the thread.
+/// - The one raw pointer handed to another thread (`SendPtr` in a large `get`) points into a
+///   `bytes` object that this call has just created and not yet shared.
 /// - `bytearray` and other buffer arguments are copied by `PyBytes_FromObject`, which holds a
 ///   buffer export for the copy: the object cannot be resized meanwhile; a concurrent write into
 ///   it can tear the copied value, as it can for any reader of a shared `bytearray` there.

@@ -3,6 +3,7 @@ included, never a silent miss), leaves the parent's cache and file as they were,
 opened in the child works."""
 
 import os
+import time
 import traceback
 
 import pytest
@@ -176,19 +177,26 @@ def test_the_touch_ahead_thread_stays_the_parents():
         tasks = "/proc/self/task"
         return sum(open(f"{tasks}/{t}/comm").read().strip() == "segcache-ahead" for t in os.listdir(tasks))
 
+    def eventually(predicate):
+        """A new thread names itself once it runs: poll for up to ten seconds."""
+        deadline = time.monotonic() + 10
+        while not predicate() and time.monotonic() < deadline:
+            time.sleep(0.005)
+        return predicate()
+
     c = segcache.Cache(heap_size="64MiB", segment_size="1MiB", shards=2)
     if c.touch_ahead() is None:
         pytest.skip("this kernel cannot populate memory (Linux before 5.14)")
     fill(c)
+    assert eventually(lambda: toucher_threads() >= 1)
     running = toucher_threads()
-    assert running >= 1
 
     def child():
         assert toucher_threads() == 0
         with pytest.raises(segcache.ForkedError):
             c.close()
         with segcache.Cache(heap_size="8MiB", segment_size="1MiB", shards=1) as mine:
-            assert toucher_threads() == 1
+            assert eventually(lambda: toucher_threads() == 1)
             mine["k"] = b"mine"
             assert mine["k"] == b"mine"
         return toucher_threads() == 0

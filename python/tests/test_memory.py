@@ -112,7 +112,8 @@ def test_touch_ahead_thread_faults_in_ahead_of_the_writes():
 
     before = _rss_mib()
     c = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2)
-    assert _threads_named("segcache-ahead") == before_threads + 1
+    # (a new thread names itself once it runs)
+    assert _wait_for(lambda: _threads_named("segcache-ahead") == before_threads + 1)
     # two segments of 4 MiB per shard, in before the constructor returned
     assert _rss_mib() - before >= 14
     assert c.touch_ahead() == 0  # nothing left to fault in for the next writes
@@ -129,7 +130,7 @@ def test_touch_ahead_thread_faults_in_ahead_of_the_writes():
 
     closed = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2)
     dropped = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2)
-    assert _threads_named("segcache-ahead") == before_threads + 2
+    assert _wait_for(lambda: _threads_named("segcache-ahead") == before_threads + 2)
     closed.close()
     del dropped
     gc.collect()

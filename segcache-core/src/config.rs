@@ -89,6 +89,7 @@ pub struct Builder {
     pub(crate) listener: Option<RemovalListener>,
     pub(crate) multi_process: bool,
     pub(crate) prefault: bool,
+    pub(crate) touch_ahead: bool,
 }
 
 impl Default for Builder {
@@ -123,6 +124,7 @@ impl Builder {
             listener: None,
             multi_process: false,
             prefault: false,
+            touch_ahead: false,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -353,6 +355,31 @@ impl Builder {
     /// ```
     pub fn prefault(mut self, prefault: bool) -> Self {
         self.prefault = prefault;
+        self
+    }
+
+    /// Whether [`build_shared`](Builder::build_shared) starts a thread that faults the heap in a
+    /// little ahead of the writers (off by default): it runs
+    /// [`SharedCache::touch_ahead`](crate::SharedCache::touch_ahead) for two segments per shard,
+    /// at idle priority (`SCHED_IDLE` on Linux: only on a core that nothing else wants), sleeping
+    /// while the writers take nothing new. Then no write waits for a new segment's pages, and the
+    /// memory still grows with the items, unlike `prefault`. The first segments are faulted in
+    /// before the build returns. The thread (named `segcache-ahead`) ends by itself once every
+    /// segment has been used once, and with the cache; a `fork()` child does not have it. With
+    /// `prefault`, or where the kernel cannot populate memory (before Linux 5.14), none starts.
+    /// No effect on [`build`](Builder::build).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(8 << 20).touch_ahead(true).build_shared()?;
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?; // its segment was faulted in ahead
+    /// assert_eq!(cache.get(b"k").unwrap().value, b"v");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn touch_ahead(mut self, on: bool) -> Self {
+        self.touch_ahead = on;
         self
     }
 

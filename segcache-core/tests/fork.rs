@@ -47,8 +47,11 @@ fn forked<T>(r: segcache_core::Result<T>) -> bool {
 
 #[test]
 fn shared_cache_refuses_every_operation_in_a_fork_child() {
-    for path in [None, Some(tmp("shared"))] {
-        let c = builder(path.as_ref()).build_shared().unwrap();
+    // With `touch_ahead`, the parent's thread faults the heap in while it forks: the child has
+    // the handle but not the thread, and its drop must neither wait for nor stop it.
+    let runs = [(None, false), (Some(tmp("shared")), false), (None, true), (Some(tmp("shared-ahead")), true)];
+    for (path, touch_ahead) in runs {
+        let c = builder(path.as_ref()).heap_size(64 << 20).touch_ahead(touch_ahead).build_shared().unwrap();
         c.set(b"k", b"parent", 1, Duration::ZERO).unwrap();
         c.set(b"n", b"1", 0, Duration::ZERO).unwrap();
         let code = in_child(|| {
@@ -83,7 +86,7 @@ fn shared_cache_refuses_every_operation_in_a_fork_child() {
         // locked against a second cache.
         c.check_fork().unwrap();
         if let Some(p) = path.as_ref() {
-            assert!(matches!(builder(Some(p)).build_shared(), Err(Error::Locked { .. })));
+            assert!(matches!(builder(Some(p)).heap_size(64 << 20).build_shared(), Err(Error::Locked { .. })));
         }
         assert_eq!(c.get(b"k").unwrap().value, b"parent");
         assert_eq!(c.incr(b"n", 1).unwrap(), 2);
@@ -91,7 +94,7 @@ fn shared_cache_refuses_every_operation_in_a_fork_child() {
         c.close().unwrap();
         if let Some(p) = path {
             // The child's drop did not seal the file under the parent: it reopens warm.
-            let c = builder(Some(&p)).build_shared().unwrap();
+            let c = builder(Some(&p)).heap_size(64 << 20).build_shared().unwrap();
             assert_eq!(c.get(b"k").unwrap().value, b"parent");
             assert_eq!(c.get(b"after").unwrap().value, b"fork");
             drop(c);

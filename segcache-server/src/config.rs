@@ -315,7 +315,7 @@ pub struct Settings {
     pub lazy_verify: bool,
     /// `-L`: the engine's memory is faulted in at start (`Builder::prefault`).
     pub prefault: bool,
-    /// A thread faults the heap in ahead of the workers (`SharedCache::touch_ahead`); `-o
+    /// A thread faults the heap in ahead of the workers (`Builder::touch_ahead`); `-o
     /// no_touch_ahead` or `[engine] touch_ahead = false` turn it off.
     pub touch_ahead: bool,
     pub pin: bool,
@@ -910,6 +910,7 @@ impl Settings {
             .reset_bad_file(self.reset_bad_file)
             .lazy_verify(self.lazy_verify)
             .prefault(self.prefault)
+            .touch_ahead(self.touch_ahead)
             // Clients see memcached's bytes for a number that got shorter.
             .pad_numbers(true);
         if let Some(s) = self.shards {

@@ -14,7 +14,6 @@
 //! - [`auth`]: the users of `-Y` and `-S`, and their constant-time check.
 
 mod admin;
-mod ahead;
 pub mod auth;
 mod config;
 mod exec;

@@ -134,9 +134,6 @@ impl Server {
             workers.push(handle);
             threads.push(thread);
         }
-        threads.extend(
-            crate::ahead::spawn(shared.clone()).map_err(|e| format!("cannot start the touch-ahead thread: {e}"))?,
-        );
         let names: Vec<String> = listeners.iter().map(Listener::describe).collect();
         let admin_addr = admin.as_ref().map(|(a, _)| format!("; admin on http://{a}/")).unwrap_or_default();
         let klog =

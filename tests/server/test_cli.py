@@ -194,9 +194,12 @@ def test_touch_ahead_runs_until_the_heap_was_gone_through():
     off, _ = start("-m", "128", "-o", "no_touch_ahead", *ROOT_USER)
     taken, _ = start("-L", "-m", "128", *ROOT_USER)
     try:
-        assert "touch-ahead" in thread_names(ahead.pid)
-        assert "touch-ahead" not in thread_names(off.pid)
-        assert "touch-ahead" not in thread_names(taken.pid)
+        deadline = time.time() + 5  # a new thread names itself once it runs
+        while "segcache-ahead" not in thread_names(ahead.pid) and time.time() < deadline:
+            time.sleep(0.01)
+        assert "segcache-ahead" in thread_names(ahead.pid)
+        assert "segcache-ahead" not in thread_names(off.pid)
+        assert "segcache-ahead" not in thread_names(taken.pid)
         # 128 MiB in 4 shards of 16 segments of 2 MiB: 2 segments ahead in each, 16 MiB (less
         # what else the two processes' memory differs by).
         assert 12 <= rss_mib(ahead.pid) - rss_mib(off.pid) < 32, (rss_mib(ahead.pid), rss_mib(off.pid))
@@ -209,9 +212,9 @@ def test_touch_ahead_runs_until_the_heap_was_gone_through():
         reply = command(port, b"set k2047 0 0 %d noreply\r\n%s\r\nget k2047\r\n" % (len(value), value))
         assert reply == b"VALUE k2047 0 100000\r\n" + value + b"\r\nEND\r\n"
         deadline = time.time() + 5
-        while "touch-ahead" in thread_names(ahead.pid) and time.time() < deadline:
+        while "segcache-ahead" in thread_names(ahead.pid) and time.time() < deadline:
             time.sleep(0.05)
-        assert "touch-ahead" not in thread_names(ahead.pid), "the thread ends once the heap was used"
+        assert "segcache-ahead" not in thread_names(ahead.pid), "the thread ends once the heap was used"
     finally:
         stop(ahead)
         stop(off)

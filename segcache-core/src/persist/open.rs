@@ -51,7 +51,11 @@ impl Builder {
     /// ```
     pub fn build_shared(self) -> Result<SharedCache> {
         let shards = self.shard_count()?;
-        Ok(SharedCache::from_engines(self.open_engines(shards)?, self.multi_process))
+        let mut cache = SharedCache::from_engines(self.open_engines(shards)?, self.multi_process);
+        if self.touch_ahead {
+            cache.start_touch_ahead();
+        }
+        Ok(cache)
     }
 
     fn layout(&self, shards: usize) -> Result<Layout> {

@@ -5,9 +5,11 @@
 //! whose host backs guest memory on first touch, that stopped a writer for 4.6-7 ms per 2 MiB
 //! segment (`stalls`, docs/benchmarks.md), and a server's requests queued behind it. Faulting
 //! the whole heap in at build (`Builder::prefault`) avoids it at the price of the heap's memory
-//! from the start; [`SharedCache::touch_ahead`], called from a thread of the caller's, faults in
-//! only the segments that the writers will take next, so the memory still grows as items come.
+//! from the start; [`SharedCache::touch_ahead`] faults in only the segments that the writers will
+//! take next, so the memory still grows as items come. `Builder::touch_ahead` runs it on a
+//! thread of the cache's own ([`crate::shared::toucher`]).
 
+use crate::shared::toucher::touch_ahead_in;
 use crate::SharedCache;
 
 impl SharedCache {
@@ -20,7 +22,8 @@ impl SharedCache {
     ///
     /// Meant for a thread of its own, beside the ones that use the cache: it takes each shard's
     /// lock shared for a moment only, and faults in with no lock held, so writers never wait
-    /// for a fault they did not need.
+    /// for a fault they did not need. [`Builder::touch_ahead`](crate::Builder::touch_ahead)
+    /// starts such a thread with the cache.
     ///
     /// ```
     /// use std::time::Duration;
@@ -50,16 +53,10 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn touch_ahead(&self, per_shard: usize) -> Option<usize> {
-        let region = self.region();
-        if region.resident.done() || self.origin_forked() {
+        if self.origin_forked() {
             return None;
         }
-        let mut faulted = 0;
-        for i in 0..self.shard_count() {
-            let next = self.shard_at(i).read().next_free(per_shard);
-            faulted += next.into_iter().filter(|&id| region.fault_in(i, id)).count();
-        }
-        (!region.resident.done() || faulted > 0).then_some(faulted)
+        touch_ahead_in(self.shards(), self.region(), per_shard)
     }
 }
 
@@ -140,6 +137,91 @@ mod tests {
         }
         assert!(c.touch_ahead(2).unwrap() >= 1);
         assert_eq!(resident_pages(&c, 0, ahead[0][2]), SEGMENT / 4096);
+    }
+
+    /// Polls `done` for up to ten seconds.
+    fn eventually(done: impl Fn() -> bool) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while !done() {
+            if std::time::Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(2));
+        }
+        true
+    }
+
+    /// `Builder::touch_ahead`: the cache's own thread has the next two free segments of each
+    /// shard in before the build returns, keeps faulting in the next ones as the writers take
+    /// segments, and ends once they have taken every segment. A file-backed cache with it closes
+    /// clean (the thread holds no reference that would keep the file from being sealed) and
+    /// reopens warm with every value intact; dropping caches while their threads fault memory in
+    /// stops each thread first.
+    #[test]
+    fn the_caches_own_thread_follows_the_writers_and_ends() {
+        let path = std::env::temp_dir().join(format!("segcache-test-{}-own-toucher", std::process::id()));
+        let builder = |file: bool| {
+            let b = Builder::new().heap_size(64 << 20).segment_size(SEGMENT).shards(2).touch_ahead(true);
+            if file {
+                b.path(&path)
+            } else {
+                b
+            }
+        };
+        let value = |i: u64| -> Vec<u8> { (0..300).map(|j| (i.wrapping_mul(7) + j) as u8).collect() };
+        for file in [false, true] {
+            let _ = std::fs::remove_file(&path);
+            let c = builder(file).build_shared().unwrap();
+            if !kernel_populates() {
+                assert!(!c.touch_ahead_running(), "no thread where the kernel cannot populate memory");
+                return;
+            }
+            assert!(c.touch_ahead_running());
+            for s in 0..2 {
+                for id in next_free(&c, s, 2) {
+                    assert_eq!(resident_pages(&c, s, id), SEGMENT / 4096, "shard {s}, segment {id}: in at build");
+                }
+            }
+            // About 12 MB: each shard's writers take three segments or so, beyond the two that
+            // were in at build; the thread faults in the next two of each.
+            for i in 0..40_000u64 {
+                c.set(&i.to_le_bytes(), &value(i), 0, Duration::ZERO).unwrap();
+            }
+            let ahead_of_writers =
+                || (0..2).all(|s| next_free(&c, s, 2).iter().all(|&id| resident_pages(&c, s, id) == SEGMENT / 4096));
+            assert!(eventually(ahead_of_writers), "the thread follows the writers (file: {file})");
+            assert!(c.touch_ahead_running());
+            // Twice the heap: the writers take every segment, and the thread ends.
+            for i in 40_000..440_000u64 {
+                c.set(&i.to_le_bytes(), &value(i), 0, Duration::ZERO).unwrap();
+            }
+            assert!(eventually(|| !c.touch_ahead_running()), "the thread ends by itself (file: {file})");
+            let last = 439_999u64;
+            assert_eq!(c.get(&last.to_le_bytes()).unwrap().value, value(last));
+            if file {
+                c.close().unwrap();
+                let header = crate::persist::header::Header::decode(&std::fs::read(&path).unwrap()).unwrap();
+                assert_eq!(header.clean, 1, "closed clean");
+                let reopened = builder(true).build_shared().unwrap();
+                assert_eq!(reopened.get(&last.to_le_bytes()).unwrap().value, value(last));
+                let mut found = 0;
+                for i in 0..440_000u64 {
+                    if let Some(item) = reopened.get(&i.to_le_bytes()) {
+                        assert_eq!(item.value, value(i), "item {i}");
+                        found += 1;
+                    }
+                }
+                assert!(found > 50_000, "{found} items back warm");
+            }
+        }
+        let _ = std::fs::remove_file(&path);
+        for _ in 0..20 {
+            let c = builder(false).build_shared().unwrap();
+            for i in 0..5_000u64 {
+                c.set(&i.to_le_bytes(), &value(i), 0, Duration::ZERO).unwrap();
+            }
+            drop(c);
+        }
     }
 
     /// A cache prefaulted at build has nothing to fault in ahead.

@@ -69,6 +69,7 @@ use crate::persist::share::Entry;
 use crate::prefetch::prefetch;
 use crate::shared::lock::{self, ShardLock};
 use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
+use crate::shared::toucher::Toucher;
 use crate::{Builder, Error, Item, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
@@ -101,6 +102,9 @@ pub struct SharedCache {
     region: Arc<Region>,
     /// Held by a `fork()` child while it joins a cache shared between processes.
     joining: Mutex<()>,
+    /// The thread that faults the heap in ahead of the writers (`Builder::touch_ahead`): it
+    /// reads `shards` and `region`, and is stopped before they drop.
+    toucher: Option<Toucher>,
 }
 
 /// Lock-free read attempts that a writer may overlap before the reader takes the lock: after two
@@ -139,7 +143,18 @@ impl SharedCache {
         let shards: Box<[ShardLock<Segcache>]> = engines.into_iter().map(lock).collect();
         // Under the lock: processes that share the file may be changing the headers.
         shards.iter().for_each(|s| s.read().mark_segments_in_use());
-        SharedCache { shards, views, origin, region, joining: Mutex::new(()) }
+        SharedCache { shards, views, origin, region, joining: Mutex::new(()), toucher: None }
+    }
+
+    /// Starts the thread that faults the heap in ahead of the writers (`Builder::touch_ahead`).
+    pub(crate) fn start_touch_ahead(&mut self) {
+        self.toucher = Toucher::spawn(&self.shards, &self.region);
+    }
+
+    /// Whether the `Builder::touch_ahead` thread runs.
+    #[cfg(test)]
+    pub(crate) fn touch_ahead_running(&self) -> bool {
+        self.toucher.as_ref().is_some_and(Toucher::running)
     }
 
     /// `Ok` in the process that opened the cache. In a `fork()` child, a cache shared between
@@ -230,6 +245,11 @@ impl SharedCache {
     /// Shard `i`'s lock (for scans that visit the shards in turn).
     pub(crate) fn shard_at(&self, i: usize) -> &ShardLock<Segcache> {
         &self.shards[i]
+    }
+
+    /// Every shard's lock.
+    pub(crate) fn shards(&self) -> &[ShardLock<Segcache>] {
+        &self.shards
     }
 
     /// The mapping that holds every shard.
@@ -1139,6 +1159,9 @@ impl Drop for SharedCache {
     /// finds out whether it is the last to leave: only the last moves the counts (the slots are
     /// everybody's), and its engines and region, dropped next, close the file cleanly.
     fn drop(&mut self) {
+        if let Some(t) = self.toucher.take() {
+            t.stop();
+        }
         if self.origin.forked() {
             return;
         }

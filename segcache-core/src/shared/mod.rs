@@ -8,3 +8,4 @@ pub(crate) mod lock;
 pub(crate) mod mapped;
 pub(crate) mod peek;
 mod rewrite;
+pub(crate) mod toucher;
