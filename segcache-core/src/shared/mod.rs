@@ -1,5 +1,6 @@
 //! Thread-safe access: the `SharedCache` handle over sharded engines, the shard lock, reads that
-//! take no lock, and stores that rewrite in place under the read lock.
+//! take no lock, stores that rewrite in place under the read lock, and the thread that faults
+//! the heap in ahead of the writers.
 
 mod ahead;
 pub(crate) mod handle;
