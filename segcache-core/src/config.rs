@@ -360,11 +360,12 @@ impl Builder {
 
     /// Whether [`build_shared`](Builder::build_shared) starts a thread that faults the heap in a
     /// little ahead of the writers (off by default): it runs
-    /// [`SharedCache::touch_ahead`](crate::SharedCache::touch_ahead) for two segments per shard,
-    /// at idle priority (`SCHED_IDLE` on Linux: only on a core that nothing else wants), sleeping
-    /// while the writers take nothing new. Then no write waits for a new segment's pages, and the
-    /// memory still grows with the items, unlike `prefault`. The first segments are faulted in
-    /// before the build returns. The thread (named `segcache-ahead`) ends by itself once every
+    /// [`SharedCache::touch_ahead`](crate::SharedCache::touch_ahead) for two segments per shard
+    /// that holds items, at idle priority (`SCHED_IDLE` on Linux: only on a core that nothing else
+    /// wants), sleeping while the writers take nothing new. Then no write but a shard's first
+    /// waits for a new segment's pages, and the memory still grows with the items, unlike
+    /// `prefault`: a new cache faults nothing in. A file reopened warm has its written shards'
+    /// next segments faulted in before the build returns. The thread (named `segcache-ahead`) ends by itself once every
     /// segment has been used once, and with the cache; a `fork()` child does not have it. With
     /// `prefault`, or where the kernel cannot populate memory (before Linux 5.14), none starts.
     /// No effect on [`build`](Builder::build).
