@@ -153,10 +153,10 @@ mod tests {
 
     /// `Builder::touch_ahead`: the cache's own thread faults nothing in before a shard is
     /// written, then keeps the next two free segments of each written shard in as the writers
-    /// take segments, and ends once they have taken every segment. A file-backed cache with it closes
-    /// clean (the thread holds no reference that would keep the file from being sealed) and
-    /// reopens warm with every value intact; dropping caches while their threads fault memory in
-    /// stops each thread first.
+    /// take segments, and ends once they have taken every segment. A file-backed cache with it
+    /// closes clean (the thread holds no reference that would keep the file from being sealed)
+    /// and reopens warm with every value intact; dropping caches while their threads fault
+    /// memory in stops each thread first.
     #[test]
     fn the_caches_own_thread_follows_the_writers_and_ends() {
         let path = std::env::temp_dir().join(format!("segcache-test-{}-own-toucher", std::process::id()));
