@@ -139,6 +139,24 @@ mod tests {
         assert_eq!(resident_pages(&c, 0, ahead[0][2]), SEGMENT / 4096);
     }
 
+    /// The value the tests store under key `i`: 300 bytes that differ from key to key.
+    fn value(i: u64) -> Vec<u8> {
+        (0..300).map(|j| (i.wrapping_mul(31) + j) as u8).collect()
+    }
+
+    /// Asserts that every key of `0..n` still in `c` holds its own value, and that more than
+    /// 50,000 are there.
+    fn values_intact(c: &SharedCache, n: u64) {
+        let mut found = 0;
+        for i in 0..n {
+            if let Some(item) = c.get(&i.to_le_bytes()) {
+                assert_eq!(item.value, value(i), "item {i}");
+                found += 1;
+            }
+        }
+        assert!(found > 50_000, "{found} items kept");
+    }
+
     /// Polls `done` for up to ten seconds.
     fn eventually(done: impl Fn() -> bool) -> bool {
         let deadline = std::time::Instant::now() + Duration::from_secs(10);
@@ -168,7 +186,6 @@ mod tests {
                 b
             }
         };
-        let value = |i: u64| -> Vec<u8> { (0..300).map(|j| (i.wrapping_mul(7) + j) as u8).collect() };
         for file in [false, true] {
             let _ = std::fs::remove_file(&path);
             let c = builder(file).build_shared().unwrap();
@@ -205,14 +222,7 @@ mod tests {
                 assert_eq!(header.clean, 1, "closed clean");
                 let reopened = builder(true).build_shared().unwrap();
                 assert_eq!(reopened.get(&last.to_le_bytes()).unwrap().value, value(last));
-                let mut found = 0;
-                for i in 0..440_000u64 {
-                    if let Some(item) = reopened.get(&i.to_le_bytes()) {
-                        assert_eq!(item.value, value(i), "item {i}");
-                        found += 1;
-                    }
-                }
-                assert!(found > 50_000, "{found} items back warm");
+                values_intact(&reopened, 440_000);
             }
         }
         let _ = std::fs::remove_file(&path);
@@ -240,17 +250,6 @@ mod tests {
     fn writers_beside_the_toucher_lose_nothing() {
         let path = std::env::temp_dir().join(format!("segcache-test-{}-touch-ahead", std::process::id()));
         let _ = std::fs::remove_file(&path);
-        let value = |i: u64| -> Vec<u8> { (0..300).map(|j| (i.wrapping_mul(31) + j) as u8).collect() };
-        let check = |c: &SharedCache| {
-            let mut found = 0;
-            for i in 0..400_000u64 {
-                if let Some(item) = c.get(&i.to_le_bytes()) {
-                    assert_eq!(item.value, value(i), "item {i}");
-                    found += 1;
-                }
-            }
-            assert!(found > 50_000, "{found} items kept");
-        };
         for file in [false, true] {
             let mut b = Builder::new().heap_size(64 << 20).segment_size(SEGMENT).shards(2);
             if file {
@@ -276,7 +275,7 @@ mod tests {
                 writing.store(false, Relaxed);
                 toucher.join().unwrap()
             });
-            check(&c);
+            values_intact(&c, 400_000);
             if kernel_populates() {
                 assert!(faulted > 0, "the toucher ran ahead of the writers (file: {file})");
             }
@@ -284,7 +283,7 @@ mod tests {
             if file {
                 c.close().unwrap();
                 let reopened = Builder::new().heap_size(64 << 20).segment_size(SEGMENT).shards(2).path(&path);
-                check(&reopened.build_shared().unwrap());
+                values_intact(&reopened.build_shared().unwrap(), 400_000);
             }
         }
         let _ = std::fs::remove_file(&path);

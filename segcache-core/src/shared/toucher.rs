@@ -77,6 +77,7 @@ pub(crate) struct Toucher {
     stop: Arc<AtomicBool>,
     thread: JoinHandle<()>,
     /// The process that started the thread: a `fork()` child has the handle but not the thread.
+    /// Not the cache's `Origin`, which a child sharing the cache adopts once it joins.
     opener: i32,
 }
 
