@@ -36,6 +36,31 @@ def rss(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+@contextlib.contextmanager
+def stopped(pid: int, timeout: float = 10.0):
+    """The process stopped (SIGSTOP) for the block, then continued. Waits until every one of its
+    threads is stopped: `kill` returns before they are, and on a busy machine a worker may go on
+    serving for milliseconds until the thread that took the signal runs and stops the others."""
+    os.kill(pid, signal.SIGSTOP)
+    try:
+        deadline = time.monotonic() + timeout
+        while not all(thread_state(pid, t) in "Tt" for t in os.listdir(f"/proc/{pid}/task")):
+            assert time.monotonic() < deadline, "the server did not stop"
+            time.sleep(0.001)
+        yield
+    finally:
+        os.kill(pid, signal.SIGCONT)
+
+
+def thread_state(pid: int, tid: str) -> str:
+    """A thread's state letter from /proc (`T`: stopped); `T` for one that has gone."""
+    try:
+        with open(f"/proc/{pid}/task/{tid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return "T"
+
+
 def input_cap(item_max: int) -> int:
     return MAX_GET_LINE + item_max + 4 * KIB
 
@@ -145,8 +170,7 @@ def test_a_deep_pipeline_does_not_starve_its_neighbours():
         cmd = b"incr c 1 noreply\r\n"
         chunk = cmd * 4096
         queued = 0
-        os.kill(s.proc.pid, signal.SIGSTOP)
-        try:
+        with stopped(s.proc.pid):
             while True:
                 try:
                     queued += a.send(chunk[queued % len(chunk) :])
@@ -154,8 +178,6 @@ def test_a_deep_pipeline_does_not_starve_its_neighbours():
                     break
             b.send(b"get c\r\n")
             time.sleep(0.2)  # let the loopback deliver both before the server runs again
-        finally:
-            os.kill(s.proc.pid, signal.SIGCONT)
         queued //= len(cmd)
         assert b.line().startswith(b"VALUE c 0 ")
         value = int(b.line())
