@@ -189,9 +189,10 @@ def test_touch_ahead_runs_until_the_heap_was_gone_through():
     """Without -L a thread faults the heap in a few segments ahead of the workers, in the shards
     they write, keeping the memory small at start; it ends once the writers have used every
     segment. -o no_touch_ahead starts none, nor does -L (its heap is in from the start)."""
-    ahead, port = start("-m", "128", *ROOT_USER)
-    off, off_port = start("-m", "128", "-o", "no_touch_ahead", *ROOT_USER)
-    taken, _ = start("-L", "-m", "128", *ROOT_USER)
+    heap = ("-m", "128", "--segment-size", "2m")
+    ahead, port = start(*heap, *ROOT_USER)
+    off, off_port = start(*heap, "-o", "no_touch_ahead", *ROOT_USER)
+    taken, _ = start("-L", *heap, *ROOT_USER)
     try:
         deadline = time.time() + 5  # a new thread names itself once it runs
         while "segcache-ahead" not in thread_names(ahead.pid) and time.time() < deadline:

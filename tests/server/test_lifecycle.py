@@ -192,3 +192,26 @@ def test_unusable_persistence_file_is_refused_unless_reset(tmp_path):
     assert c.get("anything") is None and c.set("k", b"v")
     c.close()
     assert s.stop() == 0
+
+
+def test_a_file_made_with_other_segments_is_refused_and_kept(tmp_path):
+    """A file keeps the segment size it was made with: a start with another (here the default,
+    1 MiB for -I 1m) is refused with the setting named and the file left as it was; started with
+    the file's own, the server is warm."""
+    path = tmp_path / "cache.seg"
+    port = free_port()
+    s = Server("--persist", str(path), "-m", "16", "--segment-size", "2m", port=port).start()
+    c = Client(("127.0.0.1", port), default_noreply=False)
+    assert c.set("kept", b"value")
+    c.close()
+    assert s.stop() == 0
+    before = path.read_bytes()
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path), "-m", "16", *ROOT_USER],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode == 1 and "segment size is 2097152 in the file, 1048576 in this cache" in r.stderr, r.stderr
+    assert path.read_bytes() == before
+    s = Server("--persist", str(path), "-m", "16", "--segment-size", "2m", port=port).start()
+    c = Client(("127.0.0.1", port), default_noreply=False)
+    assert c.get("kept") == b"value"
+    c.close()
+    assert s.stop() == 0

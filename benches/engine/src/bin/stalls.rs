@@ -1,6 +1,6 @@
 //! The longest single operations of `SharedCache` under the server sweep's workload (Momento's:
 //! 80:20 get:set, uniform over 100,000 keys of 4 bytes with 256-byte values, in 64 MiB with the
-//! server's 2 MiB segments), one thread: every operation is timed on its own, and the table
+//! server's 1 MiB segments), one thread: every operation is timed on its own, and the table
 //! gives the tail of those times, the number of operations over 100 us and the time they took.
 //! A server's worker runs these operations inline, so each long one holds up every request
 //! queued behind it: this is where a server's tail can come from beside the network.
@@ -30,8 +30,8 @@ struct Args {
     /// Heap MiB.
     #[arg(long, default_value_t = 64)]
     heap_mib: usize,
-    /// Segment KiB (the server's default for 1 MiB items is 2048).
-    #[arg(long, default_value_t = 2048)]
+    /// Segment KiB (the server's default for 1 MiB items is 1024).
+    #[arg(long, default_value_t = 1024)]
     segment_kib: usize,
     /// Shards (a power of two) [default: chosen by the engine]. With one shard, the heap's
     /// segments are one engine's, as in a single-owner `Segcache`.
