@@ -65,6 +65,7 @@ pub use error::{Error, Result};
 pub use eviction::policy::Policy;
 pub use item::{Item, OwnedItem};
 pub use listener::{RemovalCause, RemovalListener};
+pub use persist::file_layout::FileLayout;
 pub use persist::header::FORMAT_VERSION;
 pub use shared::handle::SharedCache;
 pub use shared::loader::LoadError;

@@ -701,9 +701,19 @@ impl Settings {
                 "max reply size must be from the max item size (-I) + 1k ({reply_floor}) to {MAX_REPLY_LIMIT} bytes, got {max_reply_size}"
             ));
         }
+        let path = cli.persist.or(cli.memory_file).or(e.path);
+        // A persistence file opens only with the layout it was made with: what is not set here
+        // comes from the file, so that a default that changed since, or a shard count chosen
+        // for other cores, does not turn a warm restart away. A file that cannot be read is
+        // reported by the engine's open.
+        let made = path.as_deref().and_then(|p| segcache_core::FileLayout::read(p).ok().flatten());
         let segment_size = match (cli.segment_size, e.segment_size) {
             (Some(s), _) => parse_size(&s)? as usize,
             (None, Some(s)) => s.bytes()? as usize,
+            // Unless its segments are too small for `-I`.
+            (None, None) if made.is_some_and(|m| m.segment_size >= max_item_size.next_power_of_two()) => {
+                made.map_or(0, |m| m.segment_size)
+            }
             // The smallest power of two that holds every item `-I` admits, at least 1 MiB. `-I`
             // counts memcached's item header (at least 59 bytes) where a record's is at most 18,
             // so `-I` bytes of segment hold the largest item. No larger: a merge stops the writer
@@ -848,9 +858,9 @@ impl Settings {
             max_reply_size: max_reply_size as usize,
             segment_size,
             eviction,
-            shards: cli.shards.or(e.shards),
-            hash_power: cli.hash_power.or(ext.hash_power).or(e.hash_power),
-            path: cli.persist.or(cli.memory_file).or(e.path),
+            shards: cli.shards.or(e.shards).or(made.map(|m| m.shards)),
+            hash_power: cli.hash_power.or(ext.hash_power).or(e.hash_power).or(made.map(|m| m.hash_power)),
+            path,
             reset_bad_file: cli.reset_bad_file || e.reset_bad_file.unwrap_or(false),
             lazy_verify: cli.lazy_verify || e.lazy_verify.unwrap_or(false),
             prefault: cli.large_pages || e.prefault.unwrap_or(false),

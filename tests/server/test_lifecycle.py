@@ -194,24 +194,30 @@ def test_unusable_persistence_file_is_refused_unless_reset(tmp_path):
     assert s.stop() == 0
 
 
-def test_a_file_made_with_other_segments_is_refused_and_kept(tmp_path):
-    """A file keeps the segment size it was made with: a start with another (here the default,
-    1 MiB for -I 1m) is refused with the setting named and the file left as it was; started with
-    the file's own, the server is warm."""
+def test_a_file_keeps_the_layout_it_was_made_with(tmp_path):
+    """A start that sets no segment size, shard count or hash power takes them from the file (as
+    the one of a server whose defaults differed: 2 MiB segments for -I 1m) and is warm. A start
+    that sets another, or whose -I needs larger segments than the file's, is refused with the
+    setting named, and the file is left as it was."""
     path = tmp_path / "cache.seg"
     port = free_port()
-    s = Server("--persist", str(path), "-m", "16", "--segment-size", "2m", port=port).start()
+    s = Server("--persist", str(path), "-m", "16", "--segment-size", "2m", "--shards", "2", port=port).start()
     c = Client(("127.0.0.1", port), default_noreply=False)
     assert c.set("kept", b"value")
     c.close()
     assert s.stop() == 0
     before = path.read_bytes()
-    r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path), "-m", "16", *ROOT_USER],
-                       capture_output=True, text=True, timeout=10)
-    assert r.returncode == 1 and "segment size is 2097152 in the file, 1048576 in this cache" in r.stderr, r.stderr
-    assert path.read_bytes() == before
-    s = Server("--persist", str(path), "-m", "16", "--segment-size", "2m", port=port).start()
+    for args, reason in ((["--segment-size", "1m"], "segment size is 2097152 in the file, 1048576 in this cache"),
+                         (["--shards", "1"], "shard count is 2 in the file, 1 in this cache"),
+                         (["-I", "3m"], "segment size is 2097152 in the file, 4194304 in this cache")):
+        r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path), "-m", "16", *args,
+                            *ROOT_USER], capture_output=True, text=True, timeout=10)
+        assert r.returncode == 1 and reason in r.stderr, (args, r.stderr)
+        assert path.read_bytes() == before
+    s = Server("--persist", str(path), "-m", "16", port=port).start()
     c = Client(("127.0.0.1", port), default_noreply=False)
     assert c.get("kept") == b"value"
+    settings = stats(port, "settings")
+    assert (settings["segment_size"], settings["shards"]) == (str(2 << 20), "2"), settings
     c.close()
     assert s.stop() == 0

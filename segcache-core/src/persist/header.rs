@@ -37,6 +37,8 @@ pub(crate) struct Header {
 }
 
 const HEADER_BYTES: usize = 8 + 4 + 8 + 8 + 4 + 4 + 8 + 4 + 8 + 4 + 4;
+/// The header with its checksum: what `decode` reads.
+pub(crate) const HEADER_LEN: usize = HEADER_BYTES + 8;
 
 impl Header {
     pub(crate) fn for_layout(layout: &Layout) -> Header {

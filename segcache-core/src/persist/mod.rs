@@ -2,6 +2,7 @@
 //! it, and verifying or rebuilding a reopened heap.
 
 pub(crate) mod file;
+pub(crate) mod file_layout;
 pub(crate) mod header;
 pub(crate) mod held;
 pub(crate) mod open;
