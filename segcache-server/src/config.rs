@@ -701,12 +701,22 @@ impl Settings {
                 "max reply size must be from the max item size (-I) + 1k ({reply_floor}) to {MAX_REPLY_LIMIT} bytes, got {max_reply_size}"
             ));
         }
+        let memory_mb = cli.memory_mb.or(file.memory_mb).unwrap_or(64);
+        if memory_mb == 0 {
+            return Err("memory limit (-m) must be at least 1 MB".into());
+        }
+        let memory_bytes = usize::try_from(memory_mb.saturating_mul(1 << 20))
+            .map_err(|_| format!("memory limit {memory_mb} MB is too large"))?;
         let path = cli.persist.or(cli.memory_file).or(e.path);
         // A persistence file opens only with the layout it was made with: what is not set here
         // comes from the file, so that a default that changed since, or a shard count chosen
-        // for other cores, does not turn a warm restart away. A file that cannot be read is
-        // reported by the engine's open.
-        let made = path.as_deref().and_then(|p| segcache_core::FileLayout::read(p).ok().flatten());
+        // for other cores, does not turn a warm restart away. Not from a file of another heap
+        // size, which cannot open anyway (and `--reset-bad-file` then starts over with settings
+        // for this heap). A file that cannot be read is reported by the engine's open.
+        let made = path.as_deref().and_then(|p| segcache_core::FileLayout::read(p).ok().flatten()).filter(|m| {
+            let row = m.shards * m.segment_size; // a segment in every shard: the heap's unit
+            m.heap_size == memory_bytes / row * row
+        });
         let segment_size = match (cli.segment_size, e.segment_size) {
             (Some(s), _) => parse_size(&s)? as usize,
             (None, Some(s)) => s.bytes()? as usize,
@@ -727,10 +737,6 @@ impl Settings {
         };
         let eviction: Policy =
             policy_name.parse().map_err(|e| format!("invalid eviction policy {policy_name:?}: {e}"))?;
-        let memory_mb = cli.memory_mb.or(file.memory_mb).unwrap_or(64);
-        if memory_mb == 0 {
-            return Err("memory limit (-m) must be at least 1 MB".into());
-        }
         let threads = cli.threads.or(file.threads).unwrap_or(cores);
         if threads == 0 || threads > 1024 {
             return Err(format!("threads (-t) must be from 1 to 1024, got {threads}"));
@@ -850,8 +856,7 @@ impl Settings {
             lock_memory: cli.lock_memory,
             coredumps: cli.enable_coredumps,
             tls,
-            memory_bytes: usize::try_from(memory_mb.saturating_mul(1 << 20))
-                .map_err(|_| format!("memory limit {memory_mb} MB is too large"))?,
+            memory_bytes,
             threads,
             max_connections,
             max_item_size,

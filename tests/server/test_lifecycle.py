@@ -221,3 +221,8 @@ def test_a_file_keeps_the_layout_it_was_made_with(tmp_path):
     assert (settings["segment_size"], settings["shards"]) == (str(2 << 20), "2"), settings
     c.close()
     assert s.stop() == 0
+    # Another heap size: the file cannot open, and a start over it has this heap's own defaults.
+    s = Server("--persist", str(path), "-m", "32", "--reset-bad-file", port=port).start()
+    assert stats(port, "settings")["segment_size"] == str(1 << 20)
+    assert stats(port)["curr_items"] == "0"
+    assert s.stop() == 0

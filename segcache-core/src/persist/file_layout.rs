@@ -78,6 +78,7 @@ impl FileLayout {
         let layout = (|| {
             let (segment_size, segments) = (size(h.segment_size)?, size(h.segments_per_shard)?);
             let shards = usize::try_from(h.shards).ok()?;
+            (segment_size > 0 && segments > 0 && shards > 0).then_some(())?;
             Some(FileLayout {
                 heap_size: segment_size.checked_mul(segments)?.checked_mul(shards)?,
                 segment_size,
@@ -95,6 +96,7 @@ impl FileLayout {
 #[cfg(test)]
 mod tests {
     use super::FileLayout;
+    use crate::persist::header::Header;
     use crate::{Builder, Error};
 
     fn temp(name: &str) -> std::path::PathBuf {
@@ -131,6 +133,21 @@ mod tests {
             std::fs::write(&path, content).unwrap();
             assert!(matches!(FileLayout::read(&path), Err(Error::BadFile { .. })), "{content:?}");
         }
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    /// A header whose checksum holds but whose fields cannot describe a heap.
+    #[test]
+    fn a_header_of_no_heap_is_bad() {
+        let path = temp("empty-layout");
+        let layout = crate::layout::Layout {
+            geometry: crate::layout::Geometry { hash_power: 6, segment_size: 64 << 10, segments: 4 },
+            shards: 2,
+        };
+        let mut h = Header::for_layout(&layout);
+        h.shards = 0;
+        std::fs::write(&path, h.encode()).unwrap();
+        assert!(matches!(FileLayout::read(&path), Err(Error::BadFile { .. })));
         std::fs::remove_file(&path).unwrap();
     }
 }
