@@ -720,16 +720,16 @@ impl Settings {
         let segment_size = match (cli.segment_size, e.segment_size) {
             (Some(s), _) => parse_size(&s)? as usize,
             (None, Some(s)) => s.bytes()? as usize,
-            // Unless its segments are too small for `-I`.
-            (None, None) if made.is_some_and(|m| m.segment_size >= max_item_size.next_power_of_two()) => {
-                made.map_or(0, |m| m.segment_size)
-            }
-            // The smallest power of two that holds every item `-I` admits, at least 1 MiB. `-I`
-            // counts memcached's item header (at least 59 bytes) where a record's is at most 18,
-            // so `-I` bytes of segment hold the largest item. No larger: a merge stops the writer
-            // for as long as reading two segments' records takes (`target/release/stalls`: at
-            // 1 MiB, half as many operations over 100 us as at 2 MiB, a quarter of their time).
-            (None, None) => max_item_size.next_power_of_two().clamp(1 << 20, MAX_SEGMENT_SIZE),
+            // The file's, unless its segments are too small for `-I`. Else the smallest power of
+            // two that holds every item `-I` admits, at least 1 MiB. `-I` counts memcached's item
+            // header (at least 59 bytes) where a record's is at most 18, so `-I` bytes of segment
+            // hold the largest item. No larger: a merge stops the writer for as long as reading
+            // two segments' records takes (`target/release/stalls`: at 1 MiB, half as many
+            // operations over 100 us as at 2 MiB, a quarter of their time).
+            (None, None) => made
+                .map(|m| m.segment_size)
+                .filter(|&s| s >= max_item_size.next_power_of_two())
+                .unwrap_or_else(|| max_item_size.next_power_of_two().clamp(1 << 20, MAX_SEGMENT_SIZE)),
         };
         let policy_name = match cli.disable_evictions {
             true => "none".into(),
