@@ -365,10 +365,10 @@ impl Builder {
     /// wants), sleeping while the writers take nothing new. Then no write but a shard's first
     /// waits for a new segment's pages, and the memory still grows with the items, unlike
     /// `prefault`: a new cache faults nothing in. A file reopened warm has its written shards'
-    /// next segments faulted in before the build returns. The thread (named `segcache-ahead`) ends by itself once every
-    /// segment has been used once, and with the cache; a `fork()` child does not have it. With
-    /// `prefault`, or where the kernel cannot populate memory (before Linux 5.14), none starts.
-    /// No effect on [`build`](Builder::build).
+    /// next segments faulted in before the build returns. The thread (named `segcache-ahead`)
+    /// ends by itself once every segment has been used once, and with the cache; a `fork()`
+    /// child does not have it. With `prefault`, or where the kernel cannot populate memory
+    /// (before Linux 5.14), none starts. No effect on [`build`](Builder::build).
     ///
     /// ```
     /// use std::time::Duration;

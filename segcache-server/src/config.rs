@@ -717,6 +717,8 @@ impl Settings {
             let row = m.shards * m.segment_size; // a segment in every shard: the heap's unit
             m.heap_size == memory_bytes / row * row
         });
+        // The smallest segment that holds every item `-I` admits (see the default below).
+        let fits_items = max_item_size.next_power_of_two();
         let segment_size = match (cli.segment_size, e.segment_size) {
             (Some(s), _) => parse_size(&s)? as usize,
             (None, Some(s)) => s.bytes()? as usize,
@@ -728,8 +730,8 @@ impl Settings {
             // operations over 100 us as at 2 MiB, a quarter of their time).
             (None, None) => made
                 .map(|m| m.segment_size)
-                .filter(|&s| s >= max_item_size.next_power_of_two())
-                .unwrap_or_else(|| max_item_size.next_power_of_two().clamp(1 << 20, MAX_SEGMENT_SIZE)),
+                .filter(|&s| s >= fits_items)
+                .unwrap_or_else(|| fits_items.clamp(1 << 20, MAX_SEGMENT_SIZE)),
         };
         let policy_name = match cli.disable_evictions {
             true => "none".into(),
