@@ -18,7 +18,8 @@
 //!   counter when the segment was opened), when that difference is below 2^16, as it is for
 //!   every record appended while the segment is open for fewer than 2^16 modifications;
 //! - wide (`WIDE_CAS`), 4 bytes: the counter itself, for the others (a long-open segment, a
-//!   record copied by a merge or a touch into a segment whose base is far from its counter);
+//!   record copied by a merge or a touch into a segment whose base is far from its counter), and
+//!   for a key whose narrow record a rewrite in place outgrew (see `engine::rewrite`);
 //! - explicit (`EXPLICIT_CAS`): a client-chosen 64-bit value (memcached's `E`), its low word in
 //!   the 4 bytes and its high word in an extension that only such records carry.
 //!

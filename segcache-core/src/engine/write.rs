@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::config::MAX_KEY_LEN;
+use crate::engine::rewrite::Overwrite;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self};
@@ -401,12 +402,17 @@ impl Segcache {
         let counter = if st.explicit.is_some() { 0 } else { self.next_cas_mut() };
         let stamp = Stamp { stale: st.stale, won: st.won, ..Stamp::new(counter, st.explicit, 0) };
         let cas = st.explicit.unwrap_or_else(|| self.cas_of(counter));
-        if self.overwrite_in_place(key, h, value, flags, stamp, st.keep_fetched, value_len, ttl, expire_at, now) {
-            self.meta_mut().sets += 1;
-            return Ok(cas);
-        }
+        let wide =
+            match self.overwrite_in_place(key, h, value, flags, stamp, st.keep_fetched, value_len, ttl, expire_at, now)
+            {
+                Overwrite::Done => {
+                    self.meta_mut().sets += 1;
+                    return Ok(cas);
+                }
+                Overwrite::Append { wide } => wide,
+            };
         let width = if st.keep_expiry { 1 } else { crate::ttl::width_of(ttl) };
-        let loc = self.append_record(key, value, flags, stamp, ttl, expire_at, width, pool, now)?;
+        let loc = self.append_record(key, value, flags, stamp, wide, ttl, expire_at, width, pool, now)?;
         // Appending may have evicted or moved the old copy: look it up again.
         let t = self.table();
         let old = t.find(h, |l| l != loc && self.key_at(l, key));

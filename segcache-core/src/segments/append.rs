@@ -22,7 +22,8 @@ pub(crate) fn expiry_fits(s: &SegHeader, expire_at: u32, width: u32) -> bool {
 impl Segcache {
     /// Appends a record to the open segment of its TTL bucket (and pool), opening a new segment
     /// when it is full or its expiry window has passed. Its CAS is narrow if the segment's base
-    /// allows (see `record::CasForm`).
+    /// allows (see `record::CasForm`), unless `wide` (a key whose narrow record a rewrite in place
+    /// outgrew: see `engine::rewrite`).
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn append_record(
         &mut self,
@@ -30,6 +31,7 @@ impl Segcache {
         value: &[&[u8]],
         flags: u32,
         stamp: record::Stamp,
+        wide: bool,
         ttl: u32,
         expire_at: u32,
         width: u32,
@@ -37,12 +39,16 @@ impl Segcache {
         now: u32,
     ) -> Result<Loc> {
         let value_len: usize = value.iter().map(|v| v.len()).sum();
-        let len_in = |base| record::record_len(key.len(), value_len, flags, CasForm::of(&stamp, base));
+        let form_in = |base| match CasForm::of(&stamp, base) {
+            CasForm::Narrow if wide => CasForm::Wide,
+            form => form,
+        };
+        let len_in = |base| record::record_len(key.len(), value_len, flags, form_in(base));
         let (seg, len) = self.segment_for(len_in, ttl, expire_at, width, pool, now)?;
         let (base, create_at) = (self.seg(seg).cas_base, self.seg(seg).create_at);
         let access = record::access_code(now.saturating_sub(create_at));
         let stamp = record::Stamp { access, ..stamp };
-        let form = CasForm::of(&stamp, base);
+        let form = form_in(base);
         Ok(self.write_record(seg, |dst| record::write(dst, key, value, flags, stamp, form, base), len))
     }
 
@@ -283,6 +289,43 @@ mod tests {
         assert!(v3 < v4);
         let s = c.stats();
         assert_eq!((s.items, s.bytes), (1, 1 + 7 + 8));
+    }
+
+    /// A store that outgrows the key's narrow record appends it wide, even into a segment whose
+    /// base would take the counter narrow: so a key stored less often than once in 2^16 stores
+    /// to its shard is appended once, then rewritten in place, where a narrow copy would be
+    /// outgrown (and appended, leaving a dead copy) at every store. A store that changes the
+    /// layout, or a new key, is appended narrow as before.
+    #[test]
+    fn a_key_that_outgrew_its_narrow_record_is_appended_wide_then_rewritten_in_place() {
+        let mut c = engine();
+        let v1 = set(&mut c, b"k", b"value-1");
+        set(&mut c, b"other", b"short");
+        let old = loc_of(&c, b"k");
+        assert_eq!(form_of(&c, b"k"), CasForm::Narrow);
+        // Later stores elsewhere take 70,000 counters, then fill the open segment, so that the
+        // next append goes to a segment opened after them (its base the latest counter).
+        skip_counters(&mut c, 70_000);
+        let filler = (1..)
+            .map(|i| format!("filler-{i}").into_bytes())
+            .find(|key| {
+                set(&mut c, key, &[b'f'; 500]);
+                loc_of(&c, key).seg != old.seg
+            })
+            .unwrap();
+        let open = loc_of(&c, &filler).seg;
+        assert_eq!(form_of(&c, &filler), CasForm::Narrow, "a new key is narrow");
+        let v2 = set(&mut c, b"k", b"value-2");
+        let at = loc_of(&c, b"k");
+        assert_eq!((at.seg, form_of(&c, b"k")), (open, CasForm::Wide), "appended wide");
+        set(&mut c, b"other", b"longer value");
+        assert_eq!((loc_of(&c, b"other").seg, form_of(&c, b"other")), (open, CasForm::Narrow), "another layout");
+        skip_counters(&mut c, 70_000);
+        let v3 = set(&mut c, b"k", b"value-3");
+        assert_eq!(loc_of(&c, b"k"), at, "rewritten in place");
+        let item = c.get(b"k").unwrap();
+        assert_eq!((item.value(), item.cas()), (&b"value-3"[..], v3));
+        assert!(v1 < v2 && v2 < v3);
     }
 
     /// A touch that moves a record to another segment keeps its CAS value, re-expressed for the

@@ -145,6 +145,41 @@ mod tests {
         assert_eq!(c.stats().items, 1);
     }
 
+    /// The exclusive path appends a key whose narrow record a shared rewrite outgrew wide, even
+    /// into a segment opened since (whose base would take the counter narrow): the key's later
+    /// stores are rewritten in place under the shared lock again, however many stores to other
+    /// keys come between.
+    #[test]
+    fn a_key_that_outgrew_its_narrow_record_is_rewritten_under_the_shared_lock_again() {
+        let c = Builder::new().heap_size(4 << 20).segment_size(64 << 10).shards(1).build_shared().unwrap();
+        let shard = c.shard_at(0);
+        let at = |key: &[u8]| c.shard_at(0).read().record_location(key).unwrap();
+        set(&c, b"k", b"value-1");
+        let first = at(b"k");
+        *shard.write().meta_mut().next_cas.get_mut() += 70_000;
+        // Fill the open segment: the next append goes to a segment opened after the skip.
+        let open = (1..)
+            .map(|i| {
+                let key = format!("filler-{i}");
+                set(&c, key.as_bytes(), &[b'f'; 500]);
+                at(key.as_bytes()).0
+            })
+            .find(|&seg| seg != first.0)
+            .unwrap();
+        let writes = shard.writes();
+        set(&c, b"k", b"value-2");
+        let second = at(b"k");
+        assert_eq!((shard.writes(), second.0), (writes + 1, open), "appended");
+        for round in 0..3 {
+            *shard.write().meta_mut().next_cas.get_mut() += 70_000;
+            let writes = shard.writes();
+            let cas = set(&c, b"k", format!("value-{}", round + 3).as_bytes());
+            assert_eq!((shard.writes(), at(b"k")), (writes, second), "round {round}: in place, under the shared lock");
+            let item = c.get(b"k").unwrap();
+            assert_eq!((item.value, item.cas), (format!("value-{}", round + 3).into_bytes(), cas));
+        }
+    }
+
     /// A rewrite under the shared lock is a new version, not fetched yet, whether or not the old
     /// one was (it clears the slot's fetched bit only when set).
     #[test]
