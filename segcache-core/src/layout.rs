@@ -42,6 +42,12 @@ pub struct Geometry {
     pub segments: usize,
 }
 
+/// Whole segments of `segment_size` bytes that each of `shards` shards gets from a heap of
+/// `heap_size` bytes (what `Builder` builds; the rest of the heap is not used).
+pub fn segments_per_shard(heap_size: usize, shards: usize, segment_size: usize) -> usize {
+    heap_size / shards / segment_size
+}
+
 impl Geometry {
     pub fn primary_buckets(&self) -> usize {
         1 << self.hash_power

@@ -713,10 +713,10 @@ impl Settings {
         // for other cores, does not turn a warm restart away. Not from a file of another heap
         // size, which cannot open anyway (and `--reset-bad-file` then starts over with settings
         // for this heap). A file that cannot be read is reported by the engine's open.
-        let made = path.as_deref().and_then(|p| segcache_core::FileLayout::read(p).ok().flatten()).filter(|m| {
-            let row = m.shards * m.segment_size; // a segment in every shard: the heap's unit
-            m.heap_size == memory_bytes / row * row
-        });
+        let made = path
+            .as_deref()
+            .and_then(|p| segcache_core::FileLayout::read(p).ok().flatten())
+            .filter(|m| m.has_heap_of(memory_bytes));
         // The smallest segment that holds every item `-I` admits (see the default below).
         let fits_items = max_item_size.next_power_of_two();
         let segment_size = match (cli.segment_size, e.segment_size) {

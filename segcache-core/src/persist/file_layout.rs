@@ -46,6 +46,26 @@ pub struct FileLayout {
 }
 
 impl FileLayout {
+    /// Whether a cache built with `heap_size` bytes of heap, and this file's segment size and
+    /// shard count, has this file's heap (each shard gets the whole segments that fit its share):
+    /// the one condition on the heap size under which the file opens.
+    ///
+    /// ```
+    /// # use segcache_core::{Builder, FileLayout};
+    /// # let path = std::env::temp_dir().join(format!("segcache-holds-{}.seg", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// drop(Builder::new().heap_size(8 << 20).segment_size(1 << 20).shards(2).path(&path).build_shared()?);
+    /// let made = FileLayout::read(&path)?.unwrap();
+    /// assert!(made.has_heap_of((8 << 20) + (1 << 20))); // half a segment per shard more: unused
+    /// assert!(!made.has_heap_of(10 << 20));
+    /// # std::fs::remove_file(&path)?;
+    /// # Ok::<(), Box<dyn std::error::Error>>(())
+    /// ```
+    pub fn has_heap_of(&self, heap_size: usize) -> bool {
+        let segments = crate::layout::segments_per_shard(heap_size, self.shards, self.segment_size);
+        segments * self.segment_size * self.shards == self.heap_size
+    }
+
     /// The layout of the file at `path`; `None` if there is no file, or one that holds no cache
     /// yet (empty, or zero-filled by a process that died while creating it). A file that is not a
     /// readable segcache file of this format version is [`Error::BadFile`].

@@ -60,7 +60,7 @@ impl Builder {
 
     fn layout(&self, shards: usize) -> Result<Layout> {
         self.validate()?;
-        let segments = self.heap_size / shards / self.segment_size;
+        let segments = layout::segments_per_shard(self.heap_size, shards, self.segment_size);
         if segments < 2 {
             return Err(Error::InvalidConfig(format!(
                 "heap_size {} holds fewer than 2 segments of {} bytes per shard ({shards} shards)",
