@@ -196,19 +196,23 @@ def test_unusable_persistence_file_is_refused_unless_reset(tmp_path):
 
 def test_a_file_keeps_the_layout_it_was_made_with(tmp_path):
     """A start that sets no segment size, shard count or hash power takes them from the file (as
-    the one of a server whose defaults differed: 2 MiB segments for -I 1m) and is warm. A start
+    the one of a server whose defaults differed: 2 MiB segments for -I 1m; none of the three is
+    this start's default) and is warm. A start
     that sets another, or whose -I needs larger segments than the file's, is refused with the
     setting named, and the file is left as it was."""
     path = tmp_path / "cache.seg"
     port = free_port()
-    s = Server("--persist", str(path), "-m", "16", "--segment-size", "2m", "--shards", "2", port=port).start()
+    made = ("--segment-size", "2m", "--shards", "2", "--hash-power", "9")  # none of them a default
+    s = Server("--persist", str(path), "-m", "16", *made, port=port).start()
     c = Client(("127.0.0.1", port), default_noreply=False)
     assert c.set("kept", b"value")
+    hash_bytes = stats(port)["hash_bytes"]
     c.close()
     assert s.stop() == 0
     before = path.read_bytes()
     for args, reason in ((["--segment-size", "1m"], "segment size is 2097152 in the file, 1048576 in this cache"),
                          (["--shards", "1"], "shard count is 2 in the file, 1 in this cache"),
+                         (["--hash-power", "10"], "hash power is 9 in the file, 10 in this cache"),
                          (["-I", "3m"], "segment size is 2097152 in the file, 4194304 in this cache")):
         r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path), "-m", "16", *args,
                             *ROOT_USER], capture_output=True, text=True, timeout=10)
@@ -219,6 +223,7 @@ def test_a_file_keeps_the_layout_it_was_made_with(tmp_path):
     assert c.get("kept") == b"value"
     settings = stats(port, "settings")
     assert (settings["segment_size"], settings["shards"]) == (str(2 << 20), "2"), settings
+    assert stats(port)["hash_bytes"] == hash_bytes
     c.close()
     assert s.stop() == 0
     # Another heap size: the file cannot open, and a start over it has this heap's own defaults.
