@@ -16,7 +16,7 @@ use segcache_core::MAX_KEY_LEN;
 use crate::exec::{execute, execute_binary, Flow, GetStream};
 use crate::observe::Probe;
 use crate::protocol::binary::{self, op, Command, Header, Status, HEADER_LEN, REQUEST_MAGIC};
-use crate::protocol::{get_head, parse, FailKind, Parse, MAX_GET_LINE};
+use crate::protocol::{get_head, parse, stalled_line, FailKind, Parse, MAX_GET_LINE};
 use crate::state::Ctx;
 pub use crate::state::OUT_HIGH_WATER;
 
@@ -74,6 +74,10 @@ enum Step {
 #[derive(Debug, Default)]
 pub struct Session {
     swallow: usize,
+    /// The refusal of the data block being dropped, sent once its last byte came: as memcached,
+    /// which answers a refused store only after it read the value. A client that takes an
+    /// earlier reply for the end of its request would read the rest as a reply to the next.
+    held: Vec<u8>,
     mode: Mode,
     get: Option<GetStream>,
     /// The client authenticated (only looked at with `-Y` or `-S`).
@@ -133,6 +137,7 @@ impl Session {
                 if self.swallow > 0 {
                     break;
                 }
+                out.append(&mut self.held);
             }
             if pos == input.len()
                 || out.len() >= budget.out_high
@@ -169,6 +174,27 @@ impl Session {
             *pos = input.len();
             self.swallow = skip - avail;
         }
+    }
+
+    /// Drops a refused request's `skip` bytes from `*pos` on; its reply, written to `out` from
+    /// `reply_at` on, is held back until the last of them came.
+    fn refuse(&mut self, input: &[u8], pos: &mut usize, skip: usize, out: &mut Vec<u8>, reply_at: usize) {
+        self.skip(input, pos, skip);
+        if self.swallow > 0 {
+            self.held.extend_from_slice(&out[reply_at..]);
+            out.truncate(reply_at);
+        }
+    }
+
+    /// Whether the connection holds a command line that will never be run: `input` is all that
+    /// came so far, and no more is waiting to be read. As memcached, the connection is then
+    /// closed (without a reply) rather than buffering a line with no end.
+    pub fn line_stalled(&self, input: &[u8]) -> bool {
+        self.mode == Mode::Text
+            && self.swallow == 0
+            && self.get.is_none()
+            && self.auth_value.is_none()
+            && stalled_line(input)
     }
 
     /// Runs (or rejects) the text or meta request at `input[*pos..]`.
@@ -209,13 +235,15 @@ impl Session {
                 if let Some(key) = f.unlink {
                     unlink(key, f.unlink_base64, ctx);
                 }
+                let reply_at = out.len();
                 if !f.noreply {
                     if let Some(reply) = f.kind.reply() {
                         out.extend_from_slice(reply);
                     }
                 }
-                self.skip(input, pos, f.skip);
+                self.refuse(input, pos, f.skip, out, reply_at);
                 if f.kind.closes() {
+                    out.append(&mut self.held);
                     log::debug!("closing connection: {:?}", f.kind);
                     return Step::Close;
                 }
@@ -413,11 +441,13 @@ impl Session {
                 if let Some(key) = f.unlink {
                     let _ = ctx.shared.cache.delete(key);
                 }
+                let reply_at = out.len();
                 if let Some(status) = f.status {
                     binary::put_error(out, &f.header, status);
                 }
-                self.skip(input, pos, f.skip);
+                self.refuse(input, pos, f.skip, out, reply_at);
                 if f.close {
+                    out.append(&mut self.held);
                     log::debug!("closing binary connection: {:?} (opcode {:#04x})", f.status, f.header.opcode);
                     return Step::Close;
                 }

@@ -563,6 +563,10 @@ impl Conn {
                 continue;
             }
             if drained {
+                if self.line_stalled() {
+                    self.closing = true;
+                    continue;
+                }
                 return if self.flush(ctx).is_ok() { Drive::Wait } else { Drive::Close };
             }
             if reads == READ_BUDGET || budget.requests == 0 || budget.bytes == 0 {
@@ -592,12 +596,22 @@ impl Conn {
                     bump(&ctx.stats.bytes_read, n as u64);
                 }
                 Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                    if self.line_stalled() {
+                        self.closing = true;
+                        continue;
+                    }
                     return if self.flush(ctx).is_ok() { Drive::Wait } else { Drive::Close };
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(_) => return Drive::Close,
             }
         }
+    }
+
+    /// Whether all the input there is holds a command line that will never end (see
+    /// [`Session::line_stalled`]).
+    fn line_stalled(&self) -> bool {
+        self.start < self.end && self.session.line_stalled(&self.buf[self.start..self.end])
     }
 
     /// Makes space to read into: compacts, or grows for a request larger than the buffer.

@@ -15,7 +15,7 @@ mod token;
 pub use meta::{parse_meta_flags, MetaCmd, MetaFlags};
 pub use reply::{put_i64, put_u64, FailKind};
 pub use text::{
-    check_key, get_head, parse, Admin, Detail, Fail, GetHead, Keys, Limits, Parse, Request, StoreKind, MAX_GET_LINE,
-    MAX_LINE, MAX_RESPONSE, WATCH_STREAMS,
+    check_key, get_head, parse, stalled_line, Admin, Detail, Fail, GetHead, Keys, Limits, Parse, Request, StoreKind,
+    MAX_GET_LINE, MAX_LINE, MAX_RESPONSE, READ_BUFFER, WATCH_STREAMS,
 };
 pub use token::{next_token, parse_i64, parse_u64, MAX_TOKENS};

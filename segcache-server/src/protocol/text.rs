@@ -13,14 +13,24 @@ use super::meta::{parse_meta_flags, MetaCmd, MetaFlags};
 use super::reply::FailKind;
 use super::token::{next_token, parse_client_flags, parse_i64, parse_u32, parse_u64, Tokens};
 
-/// The longest command line, as in memcached.
+/// The most of a command line that may be buffered without its newline once no more input is
+/// waiting: as memcached, which closes a connection holding more than this with no `\n` unless
+/// it is a retrieval line.
 pub const MAX_LINE: usize = 2048;
+/// The longest command line (with its newline) that is read whole: memcached's read buffer. A
+/// longer line that arrived with its newline still within this many bytes is run, as memcached
+/// runs any line whose newline its one read took in; past it the connection is closed.
+pub const READ_BUFFER: usize = 16 * 1024;
 /// Retrieval lines (`get`, `gets`, `gat`, `gats`) may carry any number of keys: one whose end is
 /// within this many bytes is parsed whole; a longer one is run as it streams in (see [`get_head`]),
 /// so that the input buffer never holds more of it than this.
 pub const MAX_GET_LINE: usize = 256 * 1024;
-/// The longest data block a request may declare, whatever the item size limit.
-const MAX_DATA_LEN: i64 = i32::MAX as i64;
+/// The longest data block a request may declare (memcached's: its length plus the CRLF must
+/// fit an `int`).
+const MAX_DATA_LEN: i32 = i32::MAX - 2;
+/// memcached's most tokens on a meta command line (the command, the key and the flags); a
+/// longer line is refused before its flags are read.
+const META_MAX_TOKENS: usize = 19;
 
 /// The limits the parser enforces.
 #[derive(Debug, Clone, Copy)]
@@ -239,8 +249,45 @@ fn line_limit(buf: &[u8]) -> usize {
     if is_get_line(buf) {
         MAX_GET_LINE
     } else {
-        MAX_LINE
+        READ_BUFFER
     }
+}
+
+/// Whether `buf`, all the input there is for now, is a command line that can no longer be
+/// waited for: more than [`MAX_LINE`] bytes without a newline and not a retrieval line (those
+/// stream). memcached closes such a connection as soon as a read leaves it so.
+pub fn stalled_line(buf: &[u8]) -> bool {
+    buf.len() > MAX_LINE && !is_get_line(buf) && memchr(b'\n', buf).is_none()
+}
+
+/// A data block's length token, read as memcached's `safe_strtol`: `strtol` (leading white
+/// space, a sign, decimal digits that fit a `long`, then the token's end or a white space
+/// character), the result kept in 32 bits, then refused if negative or too long to take its CRLF.
+/// `None` is a bad command line; the block that would follow is not swallowed.
+fn parse_length(tok: &[u8]) -> Option<usize> {
+    let is_space = |b: u8| b == b' ' || (b'\t'..=b'\r').contains(&b);
+    let start = tok.iter().position(|&b| !is_space(b)).unwrap_or(tok.len());
+    let (negative, rest) = match tok[start..].split_first() {
+        Some((b'-', rest)) => (true, rest),
+        Some((b'+', rest)) => (false, rest),
+        _ => (false, &tok[start..]),
+    };
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || rest.get(digits).is_some_and(|&b| !is_space(b)) {
+        return None;
+    }
+    // strtol's range is a `long`'s: beyond it, ERANGE.
+    let mut n: i128 = 0;
+    for &b in &rest[..digits] {
+        n = n * 10 + i128::from(b - b'0');
+        if n > i128::from(i64::MAX) + 1 {
+            return None;
+        }
+    }
+    let n = i64::try_from(if negative { -n } else { n }).ok()?;
+    // Stored into an `int`: the low 32 bits.
+    let n = n as i32;
+    (0..=MAX_DATA_LEN).contains(&n).then_some(n as usize)
 }
 
 /// The start of a retrieval line too long to parse whole ([`parse`] said [`Parse::Incomplete`]
@@ -285,7 +332,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
             return fail(FailKind::Http, buf.len(), false);
         }
         // A retrieval line may be longer: the caller streams it (`get_head`).
-        if buf.len() > limit && limit == MAX_LINE {
+        if buf.len() > limit && limit == READ_BUFFER {
             return fail(FailKind::LineTooLong, buf.len(), false);
         }
         return Parse::Incomplete;
@@ -356,8 +403,9 @@ fn parse_gat(mut rest: &[u8], cas: bool, used: usize) -> Parse<'_> {
 }
 
 fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, limits: &Limits) -> Parse<'a> {
+    // More tokens than memcached splits a line into: the wrong number of arguments.
     let Some(t) = Tokens::split(rest) else {
-        return fail(FailKind::BadFormat, used, false);
+        return fail(FailKind::Unknown, used, false);
     };
     let t = t.get();
     let base = if kind == StoreKind::Cas { 5 } else { 4 };
@@ -367,15 +415,11 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
         return fail(FailKind::Unknown, used, false);
     }
     let noreply = t.len() == base + 1 && t[base] == b"noreply";
-    let (key, flags, exptime, bytes) = (t[0], parse_client_flags(t[1]), parse_i64(t[2]), parse_i64(t[3]));
+    let (key, flags, exptime, bytes) = (t[0], parse_client_flags(t[1]), parse_i64(t[2]), parse_length(t[3]));
     let cas = if kind == StoreKind::Cas { parse_u64(t[4]) } else { Some(0) };
     let (Some(flags), Some(exptime), Some(bytes), Some(cas)) = (flags, exptime, bytes, cas) else {
         return fail(FailKind::BadFormat, used, noreply);
     };
-    if !(0..=MAX_DATA_LEN).contains(&bytes) {
-        return fail(FailKind::BadFormat, used, noreply);
-    }
-    let bytes = bytes as usize;
     // From here on the length is known: a rejected request drops its data block too.
     let whole = used + bytes + 2;
     if let Err(kind) = check_key(key) {
@@ -550,14 +594,32 @@ fn parse_meta<'a>(buf: &'a [u8], cmd: &[u8], mut rest: &'a [u8], used: usize, li
         let kind = if cmd == MetaCmd::Debug { FailKind::BadFormat } else { FailKind::Unknown };
         return fail(kind, used, false);
     };
+    if cmd != MetaCmd::Debug {
+        // memcached's checks before it reads a flag (or `ms` its data length, so nothing is
+        // swallowed): the key as sent, then the number of tokens.
+        if key.len() > MAX_KEY_LEN {
+            return fail(FailKind::BadFormat, used, false);
+        }
+        let mut probe = rest;
+        let mut tokens = 2;
+        while tokens < META_MAX_TOKENS + 1 && next_token(&mut probe).is_some() {
+            tokens += 1;
+        }
+        if tokens > META_MAX_TOKENS {
+            let line: &'static [u8] = match cmd {
+                MetaCmd::Get => b"CLIENT_ERROR options flags are too long\r\n",
+                _ => b"CLIENT_ERROR options flags too long\r\n",
+            };
+            return fail(FailKind::Msg(line), used, false);
+        }
+    }
     // `ms` has the data length before the flags; the rest of a bad `ms` is dropped with it.
     let mut whole = used;
     let mut datalen = 0usize;
     if cmd == MetaCmd::Set {
-        let len = next_token(&mut rest).and_then(parse_i64);
-        match len {
-            Some(n) if (0..=MAX_DATA_LEN).contains(&n) => datalen = n as usize,
-            _ => return fail(FailKind::BadFormat, used, false),
+        match next_token(&mut rest).and_then(parse_length) {
+            Some(n) => datalen = n,
+            None => return fail(FailKind::BadFormat, used, false),
         }
         whole = used + datalen + 2;
     }
