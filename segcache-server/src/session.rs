@@ -560,6 +560,63 @@ mod tests {
         assert!(out.is_empty() && closed);
     }
 
+    /// A server without authentication and with a 1 KiB item limit.
+    fn plain() -> Shared {
+        let cache = segcache_core::Builder::new().heap_size(4 << 20).segment_size(64 << 10).build_shared().unwrap();
+        Shared::new(cache, Settings { threads: 1, max_item_size: 1024, ..Settings::default() })
+    }
+
+    /// Feeds `input` `piece` bytes at a time; returns the replies as they were after each piece.
+    fn trickle(shared: &Shared, s: &mut Session, input: &[u8], piece: usize) -> Vec<Vec<u8>> {
+        let ctx = Ctx::new(shared, 0);
+        let (mut buf, mut out, mut seen) = (Vec::new(), Vec::new(), Vec::new());
+        for chunk in input.chunks(piece) {
+            buf.extend_from_slice(chunk);
+            let p = s.process(&buf, &mut out, &ctx);
+            assert!(!p.close);
+            buf.drain(..p.consumed);
+            seen.push(out.clone());
+        }
+        seen
+    }
+
+    #[test]
+    fn a_refused_value_is_answered_after_its_last_byte() {
+        let sh = plain();
+        let value = vec![b'v'; 5000];
+        let store = |head: &[u8]| [head, &value[..], b"\r\n"].concat();
+        let requests = [
+            (store(b"set k 0 0 5000\r\n"), &b"set n 0 0 1\r\nx\r\n"[..], &b"STORED\r\n"[..]),
+            (store(b"append k 0 0 5000 noreply\r\n"), b"mn\r\n", b"MN\r\n"),
+            // As memcached: a quiet `ms` is answered its refusal all the same.
+            (store(b"ms k 5000 q\r\n"), b"mn\r\n", b"MN\r\n"),
+            (binary::request(op::SET, b"k", &[0; 8], &value, 7, 0), &req(op::NOOP, b"", b"")[..], &[][..]),
+        ];
+        for (i, (request, next, next_reply)) in requests.iter().enumerate() {
+            for piece in [1, 7, 1000, 4999, request.len()] {
+                let mut s = Session::new();
+                let seen = trickle(&sh, &mut s, request, piece);
+                let (last, before) = seen.split_last().unwrap();
+                assert!(
+                    before.iter().all(|o| o.is_empty()),
+                    "request {i}, pieces of {piece}: a reply before the value"
+                );
+                assert!(s.at_boundary());
+                let more = trickle(&sh, &mut s, next, next.len()).pop().unwrap();
+                match i {
+                    0 | 2 => assert_eq!(last, crate::protocol::reply::TOO_LARGE, "request {i}"),
+                    1 => assert!(last.is_empty(), "noreply"),
+                    _ => {
+                        assert_eq!((status(last), &last[24..]), (0x03, &b"Too large."[..]), "pieces of {piece}");
+                        assert_eq!((status(&more), more.len()), (0, 24));
+                        continue;
+                    }
+                }
+                assert_eq!(more, *next_reply, "request {i}");
+            }
+        }
+    }
+
     fn req(opcode: u8, key: &[u8], value: &[u8]) -> Vec<u8> {
         binary::request(opcode, key, &[], value, 7, 0)
     }

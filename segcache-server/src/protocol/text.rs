@@ -244,12 +244,12 @@ fn is_get_line(buf: &[u8]) -> bool {
             || buf.starts_with(b"gats "))
 }
 
-/// The longest line allowed for the command that `buf` starts with.
+/// The longest line allowed for the command that `buf` starts with, without its newline.
 fn line_limit(buf: &[u8]) -> usize {
     if is_get_line(buf) {
         MAX_GET_LINE
     } else {
-        READ_BUFFER
+        READ_BUFFER - 1
     }
 }
 
@@ -332,7 +332,7 @@ pub fn parse<'a>(buf: &'a [u8], limits: &Limits) -> Parse<'a> {
             return fail(FailKind::Http, buf.len(), false);
         }
         // A retrieval line may be longer: the caller streams it (`get_head`).
-        if buf.len() > limit && limit == READ_BUFFER {
+        if buf.len() > limit && limit < MAX_GET_LINE {
             return fail(FailKind::LineTooLong, buf.len(), false);
         }
         return Parse::Incomplete;
@@ -755,6 +755,55 @@ mod tests {
     }
 
     #[test]
+    fn length_token_as_memcached_reads_it() {
+        // strtol into an int: a sign, then the low 32 bits of what fits a long.
+        assert_eq!(parse_length(b"5"), Some(5));
+        assert_eq!(parse_length(b"+5"), Some(5));
+        assert_eq!(parse_length(b"-0"), Some(0));
+        assert_eq!(parse_length(b"\t7"), Some(7));
+        assert_eq!(parse_length(b"4294967297"), Some(1));
+        assert_eq!(parse_length(b"-9223372036854775808"), Some(0));
+        assert_eq!(parse_length(b"2147483645"), Some(2147483645));
+        for bad in [&b"2147483646"[..], b"2147483647", b"2147483648", b"-1", b"9223372036854775808", b"", b"+", b"5x"] {
+            assert_eq!(parse_length(bad), None, "{:?}", String::from_utf8_lossy(bad));
+        }
+        // A length that is not valid is a bad command line: nothing after it is swallowed.
+        for line in [&b"set k 0 0 2147483647\r\n"[..], b"ms k 2147483647\r\n", b"ms k -1 T0\r\n"] {
+            let f = failed(line);
+            assert_eq!((f.kind, f.skip), (FailKind::BadFormat, line.len()));
+        }
+        // A valid one too large for an item is swallowed whole.
+        let f = failed(b"set k 0 0 2147483645\r\n");
+        assert_eq!((f.kind, f.skip), (FailKind::TooLarge, 22 + 2147483647));
+        let (r, _) = done(b"set k 0 0 4294967297\r\nx\r\n");
+        assert!(matches!(r, Request::Store { data: b"x", .. }));
+        let (r, _) = done(b"ms k +1 T0\r\nx\r\n");
+        assert!(matches!(r, Request::Meta { cmd: MetaCmd::Set, data: b"x", .. }));
+    }
+
+    #[test]
+    fn meta_token_count_and_key_before_the_flags() {
+        let flags = |cmd: &str, n: usize| format!("{cmd} k{}\r\n", " v".repeat(n)).into_bytes();
+        assert_eq!(failed(&flags("mg", 17)).kind, FailKind::Msg(b"CLIENT_ERROR duplicate flag\r\n"));
+        assert_eq!(failed(&flags("mg", 18)).kind, FailKind::Msg(b"CLIENT_ERROR options flags are too long\r\n"));
+        let ma = format!("ma k{}\r\n", " q".repeat(5000)).into_bytes();
+        let f = failed(&ma);
+        assert_eq!((f.kind, f.skip), (FailKind::Msg(b"CLIENT_ERROR options flags too long\r\n"), ma.len()));
+        // ms: refused before its length is read, so nothing is swallowed.
+        let ms = format!("ms k 5{}\r\n", " T0".repeat(17)).into_bytes();
+        let f = failed(&ms);
+        assert_eq!((f.kind, f.skip), (FailKind::Msg(b"CLIENT_ERROR options flags too long\r\n"), ms.len()));
+        let ms = format!("ms {} 5\r\n", "k".repeat(251)).into_bytes();
+        let f = failed(&ms);
+        assert_eq!((f.kind, f.skip), (FailKind::BadFormat, ms.len()));
+        let mg = format!("mg k O{}\r\n", "o".repeat(2089)).into_bytes();
+        assert_eq!(failed(&mg).kind, FailKind::Msg(b"CLIENT_ERROR opaque token too long\r\n"));
+        // A storage line with more tokens than memcached splits: an unknown command.
+        let set = format!("set k 0 0 1 noreply{}\r\nx\r\n", " x".repeat(1500)).into_bytes();
+        assert_eq!(failed(&set).kind, FailKind::Unknown);
+    }
+
+    #[test]
     fn bad_data_chunk() {
         let f = failed(b"set k 0 0 3\r\nabcde\r\n");
         assert_eq!((f.kind, f.skip), (FailKind::BadDataChunk, 18));
@@ -777,11 +826,32 @@ mod tests {
 
     #[test]
     fn line_limits() {
-        let long = vec![b'x'; MAX_LINE + 1];
+        // Without its newline a line waits up to the read buffer; the caller closes a stalled one
+        // past MAX_LINE.
+        let long = vec![b'x'; READ_BUFFER + 1];
         let f = failed(&long);
         assert_eq!(f.kind, FailKind::LineTooLong);
         assert!(f.kind.closes());
-        assert!(matches!(parse(&long[..MAX_LINE], &L), Parse::Incomplete));
+        assert!(matches!(parse(&long[..READ_BUFFER - 1], &L), Parse::Incomplete));
+        assert!(stalled_line(&long[..MAX_LINE + 1]) && !stalled_line(&long[..MAX_LINE]));
+        assert!(!stalled_line(b"get k k k k k k k k k k k k k k k k k k k k k k k k k k k k k k k k k k k k k"));
+        let mut ended = long[..MAX_LINE + 1].to_vec();
+        ended.extend_from_slice(b"\r\nget");
+        assert!(!stalled_line(&ended));
+        // With its newline within the read buffer, a long line is run.
+        let mut set = b"set k 0 0 1".to_vec();
+        set.resize(READ_BUFFER - 5, b' ');
+        set.extend_from_slice(b"\r\nx\r\n");
+        assert!(matches!(done(&set), (Request::Store { data: b"x", .. }, n) if n == set.len()));
+        let mut touch = b"touch k 10".to_vec();
+        touch.resize(3000, b' ');
+        touch.extend_from_slice(b"\r\n");
+        assert!(matches!(done(&touch).0, Request::Touch { exptime: 10, .. }));
+        let mut x = vec![b'x'; READ_BUFFER - 2];
+        x.extend_from_slice(b"\r\n");
+        assert_eq!(failed(&x).kind, FailKind::Unknown);
+        x.insert(0, b'x');
+        assert_eq!(failed(&x).kind, FailKind::LineTooLong);
         // A get line may be longer.
         let mut get = b"get".to_vec();
         while get.len() < 3 * MAX_LINE {
