@@ -179,11 +179,12 @@ fn binary_safe_values() {
 #[test]
 fn limits_and_bad_input() {
     let mut r = Rig::with_item_max(1024);
-    // Too large: refused, data swallowed even when it arrives later, stream stays in sync.
+    // Too large: refused, data swallowed even when it arrives later, stream stays in sync; as
+    // memcached, the refusal is sent once the data has all come.
     let (out, close, used) = r.feed(b"set big 0 0 2000\r\nxxxx");
-    assert_eq!((out.as_slice(), close, used), (&b"SERVER_ERROR object too large for cache\r\n"[..], false, 22));
+    assert_eq!((out.as_slice(), close, used), (&b""[..], false, 22));
     let rest = format!("{}\r\nget big\r\n", "x".repeat(1996));
-    assert_eq!(r.run(&rest), "END\r\n");
+    assert_eq!(r.run(&rest), "SERVER_ERROR object too large for cache\r\nEND\r\n");
     // A set refused as too large removes the old value (memcached does the same).
     r.run("set old 0 0 1\r\nx\r\n");
     let big = "x".repeat(2000);
@@ -200,8 +201,13 @@ fn limits_and_bad_input() {
     assert_eq!(r.run("set a 0 0 x\r\n"), "CLIENT_ERROR bad command line format\r\n");
     // As memcached: the declared length is dropped, what follows is read as a command.
     assert_eq!(r.run("set a 0 0 1\r\nxyz\r\n"), "CLIENT_ERROR bad data chunk\r\nERROR\r\n");
-    // Line too long (not a retrieval line): closed without a reply, as memcached does.
-    let (out, close, _) = r.feed(&vec![b'a'; 3000]);
+    // Line too long (not a retrieval line): once no more input is waiting, the connection is
+    // closed without a reply, as memcached does; past the read buffer, at once.
+    let line = vec![b'a'; 3000];
+    let (out, close, used) = r.feed(&line);
+    assert_eq!((out.as_slice(), close, used), (&b""[..], false, 0));
+    assert!(r.session.line_stalled(&line) && !r.session.line_stalled(&line[..2048]));
+    let (out, close, _) = r.feed(&vec![b'a'; 17000]);
     assert_eq!((out.as_slice(), close), (&b""[..], true));
     // One request cannot make the server buffer without bound: a reply past the limit becomes
     // memcached's out-of-memory error, and the connection goes on.

@@ -265,28 +265,38 @@ def rss_kib(pid: int) -> int:
     raise AssertionError("no VmRSS")
 
 
+def stream_refused(sc, head: bytes, size: int, after: bytes, done) -> tuple[int, int, bytes]:
+    """Sends `head`, then `size` zero bytes, then `after`; (RSS before, highest RSS, replies)."""
+    pid = sc.proc.pid
+    with connect(sc.port) as s:
+        s.sendall(head)
+        time.sleep(0.1)
+        base = peak = rss_kib(pid)
+        chunk = memoryview(bytes(4 << 20))
+        sent = 0
+        while sent < size:
+            k = min(size - sent, len(chunk))
+            s.sendall(chunk[:k])
+            sent += k
+            if sent % (256 << 20) < k:
+                peak = max(peak, rss_kib(pid))
+        s.sendall(after)
+        replies = read_until(s, done)
+        return base, max(peak, rss_kib(pid)), replies
+
+
 def test_two_gib_refused_value_streams_in_bounded_memory():
     sc = diffkit.start_segcache(server_binary(), ["-m", "64", "-t", "2"])
     try:
-        pid = sc.proc.pid
         n = 2147483645  # the longest length memcached reads (room for the CRLF in an int)
-        with connect(sc.port) as s:
-            s.sendall(b"set big 0 0 %d\r\n" % n)
-            time.sleep(0.1)
-            base = rss_kib(pid)
-            chunk = bytes(4 << 20)
-            left, peak = n + 2, base
-            sent = 0
-            while left:
-                k = min(left, len(chunk))
-                s.sendall(memoryview(chunk)[:k])
-                left -= k
-                sent += k
-                if sent % (256 << 20) < k:
-                    peak = max(peak, rss_kib(pid))
-            s.sendall(b"mn\r\n")
-            assert read_until(s, lines(2)) == TOO_LARGE + b"MN\r\n"
-            peak = max(peak, rss_kib(pid))
-        assert peak - base < 32 * 1024, f"RSS grew from {base} KiB to {peak} KiB"
+        base, peak, replies = stream_refused(sc, b"set big 0 0 %d\r\n" % n, n + 2, b"mn\r\n", through_mn)
+        assert replies == TOO_LARGE + b"MN\r\n"
+        assert peak - base < 32 * 1024, f"text: RSS grew from {base} KiB to {peak} KiB"
+        body = 2 << 30
+        head = bin_req(SET, b"big", b"\0" * 8)
+        head = head[:8] + struct.pack(">I", len(b"big") + 8 + body) + head[12:]
+        base, peak, replies = stream_refused(sc, head, body, bin_req(NOOP), lambda b: len(b) >= 24 + 10 + 24)
+        assert replies[6:8] == b"\x00\x03" and replies[34 + 1] == NOOP
+        assert peak - base < 32 * 1024, f"binary: RSS grew from {base} KiB to {peak} KiB"
     finally:
         assert sc.stop() == 0
