@@ -61,7 +61,8 @@ pub enum FailKind {
     BadDataChunk,
     BadDelta,
     DeleteUsage,
-    /// A line over the limit without a newline: close without a reply, as memcached does.
+    /// A line longer than the read buffer without a newline: close without a reply, as
+    /// memcached does.
     LineTooLong,
     /// The client speaks HTTP: close without a reply.
     Http,
