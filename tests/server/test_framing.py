@@ -233,6 +233,8 @@ def long_line_cases() -> list[tuple[str, bytes]]:
         ("set many tokens", b"set k 0 0 1 noreply" + b" x" * 1500 + b"\r\nx\r\n"),
         ("get 20000", b"get" + b" k" * 10000 + b"\r\n"),
         ("line 16000", b"set k 0 0 1" + b" " * (16000 - 13) + b"\r\nx\r\n"),
+        # The longest line memcached's read buffer holds with its newline.
+        ("line 16384", b"set k 0 0 1" + b" " * (16384 - 13) + b"\r\nx\r\n"),
     ]
 
 
@@ -245,8 +247,10 @@ def test_long_lines_with_a_newline_are_answered(pair, name, line):
     assert got.endswith(b"MN\r\n"), "the connection serves the next command"
 
 
-@pytest.mark.parametrize("data", [b"x" * 3000, b"set k 0 0 1" + b" " * 3000, b"x" * 17000 + b"\r\nmn\r\n"],
-                         ids=["3000 without newline", "set 3000 without newline", "17000 then newline"])
+@pytest.mark.parametrize("data", [b"x" * 3000, b"set k 0 0 1" + b" " * 3000, b"x" * 17000 + b"\r\nmn\r\n",
+                                  b"set k 0 0 1" + b" " * (16385 - 13) + b"\r\nx\r\nmn\r\n"],
+                         ids=["3000 without newline", "set 3000 without newline", "17000 then newline",
+                              "16385 with its newline"])
 def test_lines_that_cannot_end_close_without_a_reply(pair, data):
     mc, sc = pair
     got = {}
