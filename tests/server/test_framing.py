@@ -8,7 +8,6 @@ async-memcached's pipelined `meta_set_multi`) lose the connection or the request
 case sends its value in pieces and checks that nothing is answered until the last byte, then that
 the same connection serves a pipelined next command."""
 
-import os
 import select
 import socket
 import struct
@@ -18,7 +17,7 @@ import pytest
 
 import diffkit
 from conftest import server_binary
-from test_auth import PLAIN_OK, bin_req, both, sasl_pair, users_file  # noqa: F401 (fixtures)
+from test_auth import PLAIN_OK, bin_req, both, sasl_pair  # noqa: F401 (both and sasl_pair are fixtures)
 
 TOO_LARGE = b"SERVER_ERROR object too large for cache\r\n"
 BAD_FORMAT = b"CLIENT_ERROR bad command line format\r\n"
