@@ -107,8 +107,10 @@ step('concat append', fn() => $m->append('k1', '+a'));
 step('concat prepend', fn() => $m->prepend('k1', 'p-'));
 step('concat get', fn() => $m->get('k1'));
 
-// Expiry: the extension sends the exptime unsigned, so -1 goes out as 4294967295 (in the text
-// protocol memcached reads that as a negative number: expired at once).
+// Expiry: the extension sends the exptime unsigned, so -1 goes out as 4294967295. In the text
+// protocol memcached reads that as a negative 32-bit number: expired at once. The binary
+// protocol's exptime field is unsigned, and memcached takes 4294967295 there for a Unix time
+// far ahead: kept.
 step('expiry minus-one-set', fn() => $m->set('e1', 'v', 0, -1));
 step('expiry minus-one-get', fn() => $m->get('e1'));
 step('expiry minus-five-set', fn() => $m->set('e5', 'v', 0, -5));
