@@ -2,8 +2,9 @@
 // PHP's older memcache extension (Debian php-memcache, pecl memcache 4.0: its own protocol code,
 // not libmemcached), the scripted scenario.
 // Usage: php memcache.php HOST:PORT text|binary|sasl [USER PASSWORD]
-// `sasl` is the binary protocol with setSaslAuthData(): the extension authenticates each
-// connection it opens (SASL PLAIN) before its first command.
+// `sasl` is the binary protocol with setSaslAuthData() (Debian's build of pecl memcache 4.0.5.2
+// has it; SASL needs memcache.protocol=binary): the extension sends SASL PLAIN on a connection
+// before its first command.
 // Prints one line per step of what the user sees (see ../common.py for the line format): the
 // returned value and the notices the call raised (the extension reports a server's error
 // replies and lost connections as notices, the call itself returning false).
@@ -126,7 +127,10 @@ step('expiry relative-get', fn() => $m->get('er'));
 step('expiry over-existing', fn() => [$m->set('ex', 'v', 0, -1), $m->get('ex'), $m->get('e0')]);
 step('expiry add-after', fn() => [$m->add('e1', 'again'), $m->get('e1')]);
 
-// An oversized value is refused; the same client goes on working.
+// An oversized value is refused; the same client goes on working. memcached reads (and drops)
+// the whole value before it answers. A reply that comes while the extension is still writing
+// the value makes it close the connection and open a new one, which it does not log in again:
+// with SASL every later call of the process then fails (`Auth failure.`, then a closed socket).
 step('large set', fn() => $m->set('big', $big));
 step('large get', fn() => $m->get('big'));
 step('large too-big', fn() => $m->set('huge', $huge));
