@@ -3,8 +3,8 @@
 // not libmemcached), the scripted scenario.
 // Usage: php memcache.php HOST:PORT text|binary|sasl [USER PASSWORD]
 // `sasl` is the binary protocol with setSaslAuthData() (Debian's build of pecl memcache 4.0.5.2
-// has it; SASL needs memcache.protocol=binary): the extension sends SASL PLAIN on a connection
-// before its first command.
+// has it; memcache.protocol=binary, as SASL runs over the binary protocol): the extension sends
+// SASL PLAIN on a connection before its first command.
 // Prints one line per step of what the user sees (see ../common.py for the line format): the
 // returned value and the notices the call raised (the extension reports a server's error
 // replies and lost connections as notices, the call itself returning false).
