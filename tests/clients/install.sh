@@ -20,9 +20,10 @@ retry() {
   return 1
 }
 
-# Debian: Ruby's dalli, PHP's memcached extension; Go, Node and Maven where the image lacks them.
+# Debian: Ruby's dalli, PHP's memcached and memcache extensions, Cyrus SASL's sasldb and PLAIN
+# modules (the SASL scenario's memcached); Go, Node and Maven where the image lacks them.
 missing=""
-for p in ruby ruby-dalli php-cli php-memcached; do
+for p in ruby ruby-dalli php-cli php-memcached php-memcache libsasl2-modules libsasl2-modules-db; do
   dpkg -s "$p" >/dev/null 2>&1 || missing="$missing $p"
 done
 command -v go >/dev/null 2>&1 || [ -x /usr/local/go/bin/go ] || missing="$missing golang-go"
@@ -34,7 +35,7 @@ if [ -n "$missing" ]; then
   retry apt-get update -qq && retry env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
 fi
 
-# Python clients, into the venv.
+# Python clients (and Django, for its cache framework over pylibmc), into the venv.
 retry "$PY" -m pip install -q -r "$HERE/requirements.txt"
 
 # Go: gomemcache through the module proxy (pinned in go/go.mod, go.sum), the scenario built.

@@ -10,6 +10,10 @@ for the line format). Each test runs one scenario against a fresh memcached (`/u
 `make test-clients` installs the clients and builds the Go and Java scenarios under target/clients
 (CLIENTS_DIR); run it before this file. UPDATE_EXPECTED=1 rewrites the expected files from memcached.
 
+A scenario in SASL_CLIENTS logs in: both servers are started with `-S` (SASL PLAIN over the
+binary protocol) and the same user, memcached through Cyrus SASL (a sasldb, as
+tests/server/test_auth.py makes it) and segcache-server through its MEMCACHED_SASL_PWDB file.
+
 Features still being written elsewhere (the binary protocol, the meta flags h l I E R W X Z N,
 `stats cachedump`) are probed first on both servers: a scenario that needs one segcache lacks is
 skipped (whole, or only the sections that use it), the skip reason naming the feature and both
@@ -28,7 +32,10 @@ import pytest
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 sys.path.insert(0, str(ROOT / "tests" / "server"))
-from diffkit import start_memcached, start_segcache  # noqa: E402
+from conftest import ROOT_USER  # noqa: E402 - tests/server's
+from diffkit import MEMCACHED, free_port, start_memcached, start_segcache  # noqa: E402
+from test_auth import USERS, make_sasldb, users_file  # noqa: E402
+from test_auth import Proc as PortProc  # noqa: E402
 
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 CLIENTS_DIR = Path(os.environ.get("CLIENTS_DIR", TARGET / "clients"))
@@ -49,6 +56,8 @@ PROBES = {
 }
 
 
+SASL_LOGIN = ("alice", USERS["alice"])
+SASL_CLIENTS = {"php-memcache-sasl"}
 JAVA_CP = f"{CLIENTS_DIR}/java/lib/*:{CLIENTS_DIR}/java/classes"
 # name -> (argv with {addr}, features the whole scenario needs, {section: features it needs})
 META_SECTIONS = {"stale": ["meta flags I W X Z"], "recache": ["meta flags R"], "lease": ["meta flags N W Z"]}
@@ -62,6 +71,10 @@ CLIENTS = {
     "dalli": (["ruby", "ruby/scenario.rb", "{addr}"], ["binary protocol"], {}),
     "php-memcached-text": (["php", "php/scenario.php", "{addr}", "text"], [], {"dump": ["stats cachedump"]}),
     "php-memcached-binary": (["php", "php/scenario.php", "{addr}", "binary"], ["binary protocol"], {}),
+    "django-pylibmc": ([PY, "py_django.py", "{addr}"], [], {}),
+    "php-memcache-text": (["php", "php/memcache.php", "{addr}", "text"], [], {}),
+    "php-memcache-binary": (["php", "php/memcache.php", "{addr}", "binary"], ["binary protocol"], {}),
+    "php-memcache-sasl": (["php", "php/memcache.php", "{addr}", "sasl", *SASL_LOGIN], ["binary protocol"], {}),
     "gomemcache": ([str(CLIENTS_DIR / "gomemcache-scenario"), "{addr}"], [], {}),
     "node-memcached": (["node", "node/scenario.js", "{addr}"], [], {"dump": ["stats cachedump"]}),
     "spymemcached-text": (["java", "-cp", JAVA_CP, "Scenario", "{addr}", "text"], [], {}),
@@ -90,6 +103,25 @@ def _servers():
     mc = start_memcached()
     try:
         sc = start_segcache(SERVER_BIN, [])
+    except BaseException:
+        mc.stop()
+        raise
+    return mc, sc
+
+
+def _sasl_servers(tmp_path: Path):
+    """memcached and segcache-server with -S and the users of test_auth.USERS; both answer
+    nothing before a login, so only their ports are waited for."""
+    (tmp_path / "sasl").mkdir()
+    mc_env = make_sasldb(tmp_path / "sasl")
+    sc_env = {**os.environ, "MEMCACHED_SASL_PWDB": str(users_file(tmp_path))}
+    port = free_port()
+    mc = PortProc("memcached", [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "64", "-I", "1m",
+                                "-t", "2", "-S", *ROOT_USER], port, mc_env)
+    try:
+        port = free_port()
+        sc = PortProc("segcache-server", [str(SERVER_BIN), "-p", str(port), "-m", "1024", "-I", "1m", "--no-pin",
+                                          "-S", *ROOT_USER], port, sc_env)
     except BaseException:
         mc.stop()
         raise
@@ -130,9 +162,9 @@ def run_scenario(argv: list[str], port: int) -> list[str]:
 
 
 @pytest.mark.parametrize("name", list(CLIENTS))
-def test_client(name: str, missing: dict[str, str]) -> None:
+def test_client(name: str, missing: dict[str, str], tmp_path: Path) -> None:
     argv, needs, section_needs = CLIENTS[name]
-    mc, sc = _servers()
+    mc, sc = _sasl_servers(tmp_path) if name in SASL_CLIENTS else _servers()
     try:
         want = run_scenario(argv, mc.port)
         expected_file = HERE / "expected" / f"{name}.txt"
