@@ -11,7 +11,9 @@ use segcache_core::MAX_KEY_LEN;
 
 use super::meta::{parse_meta_flags, MetaCmd, MetaFlags};
 use super::reply::FailKind;
-use super::token::{next_token, parse_client_flags, parse_i64, parse_u32, parse_u64, Tokens};
+use super::token::{
+    next_token, parse_automove, parse_client_flags, parse_exptime, parse_i64, parse_u32, parse_u64, Tokens,
+};
 
 /// The longest command line, as in memcached.
 pub const MAX_LINE: usize = 2048;
@@ -136,7 +138,8 @@ pub enum Admin<'a> {
     Dump { mg: bool, classes: &'a [u8] },
     /// `lru_crawler crawl <classes>`: reclaim expired items now.
     Crawl { classes: &'a [u8] },
-    /// `lru_crawler tocrawl|sleep <n>`, `lru_crawler enable|disable`: accepted, nothing to tune.
+    /// `lru_crawler tocrawl|sleep <n>`, `lru_crawler enable|disable`, `slabs automove <level>`:
+    /// accepted, nothing to tune.
     CrawlerTune,
     /// `watch [stream...]`: the bit set of [`WATCH_STREAMS`] asked for.
     Watch { streams: u8 },
@@ -269,7 +272,7 @@ pub fn get_head(buf: &[u8]) -> Option<GetHead> {
         if rest.is_empty() {
             return None; // the exptime may not be all in
         }
-        Some(parse_i64(t).ok_or(FailKind::BadExptime))
+        Some(parse_exptime(t).ok_or(FailKind::BadExptime))
     } else {
         None
     };
@@ -341,7 +344,7 @@ fn parse_gat(mut rest: &[u8], cas: bool, used: usize) -> Parse<'_> {
     let Some(t) = next_token(&mut rest) else {
         return fail(FailKind::Unknown, used, false);
     };
-    let Some(exptime) = parse_i64(t) else {
+    let Some(exptime) = parse_exptime(t) else {
         return fail(FailKind::BadExptime, used, false);
     };
     // memcached answers `gat <exptime>` without keys with a bare END.
@@ -367,7 +370,7 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
         return fail(FailKind::Unknown, used, false);
     }
     let noreply = t.len() == base + 1 && t[base] == b"noreply";
-    let (key, flags, exptime, bytes) = (t[0], parse_client_flags(t[1]), parse_i64(t[2]), parse_i64(t[3]));
+    let (key, flags, exptime, bytes) = (t[0], parse_client_flags(t[1]), parse_exptime(t[2]), parse_i64(t[3]));
     let cas = if kind == StoreKind::Cas { parse_u64(t[4]) } else { Some(0) };
     let (Some(flags), Some(exptime), Some(bytes), Some(cas)) = (flags, exptime, bytes, cas) else {
         return fail(FailKind::BadFormat, used, noreply);
@@ -440,7 +443,7 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             if let Err(kind) = check_key(t[0]) {
                 return fail(kind, used, noreply);
             }
-            let Some(exptime) = parse_i64(t[1]) else {
+            let Some(exptime) = parse_exptime(t[1]) else {
                 return fail(FailKind::BadExptime, used, noreply);
             };
             Request::Touch { key: t[0], exptime, noreply }
@@ -454,7 +457,7 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             let delay = match t {
                 [] => 0,
                 [_] if noreply => 0,
-                [d, ..] => match parse_i64(d) {
+                [d, ..] => match parse_exptime(d) {
                     Some(d) => d.max(0),
                     None => return fail(FailKind::BadExptime, used, noreply),
                 },
@@ -493,6 +496,15 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             },
             // memcached ignores what follows a `stats` argument it knows.
             [a, ..] => Request::Stats { arg: Some(a) },
+        },
+        // One slab class, nothing to move: memcached's answers to its automove settings.
+        b"slabs" => match t {
+            [b"automove", args @ ..] => match parse_automove(args) {
+                Some(true) => Request::Admin(Admin::CrawlerTune),
+                Some(false) => return fail(FailKind::Unknown, used, false),
+                None => return fail(FailKind::BadFormat, used, false),
+            },
+            _ => return fail(FailKind::Unknown, used, false),
         },
         b"lru_crawler" => match t {
             [b"metadump", c] => Request::Admin(Admin::Dump { mg: false, classes: c }),
