@@ -670,7 +670,10 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     }
     match r {
         Arith::Value(Counted { n, cas }) => {
+            // An exptime that expires the item on arrival: it is reported this once, as it was.
+            let mut before = None;
             if let Some(t) = ttl_token {
+                before = look(ctx, key, |i| Info { cas, ..Info::of(&i) });
                 set_ttl(key, t, ctx);
             }
             // As memcached: `q` hides a success, with or without its value (not the reply
@@ -679,7 +682,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
                 return;
             }
             // The CAS value this request gave the item (a read now could see another writer's).
-            let info = look(ctx, key, |i| Info { cas, ..Info::of(&i) });
+            let info = look(ctx, key, |i| Info { cas, ..Info::of(&i) }).or(before);
             let mut digits = itoa::Buffer::new();
             let digits = digits.format(n).as_bytes();
             if f.value {
