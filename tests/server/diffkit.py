@@ -626,7 +626,7 @@ class Gen:
         return self.same(f"me {sent}{' b' if b else ''}\r\n", keys=[key])
 
     def flush(self) -> Op:
-        tail = self.rng.choice(["", " 0", " noreply", " 0 noreply", " -1"])
+        tail = self.rng.choice(["", " 0", " noreply", " 0 noreply", " -1", " 4294967295", " 4294967296 noreply"])
         return self.same(f"flush_all{tail}\r\n", quiet="noreply" in tail)
 
     def misc(self) -> Op:
