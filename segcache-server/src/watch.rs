@@ -234,6 +234,11 @@ impl Watchers {
         }
     }
 
+    /// Forgets every prefix's counts (`stats reset`, as memcached's `stats_prefix_clear`).
+    pub fn detail_clear(&self) {
+        self.detail.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
     /// memcached's `stats detail dump` lines.
     pub fn detail_dump(&self, out: &mut Vec<u8>) {
         let map = self.detail.lock().unwrap_or_else(|e| e.into_inner());

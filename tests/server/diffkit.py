@@ -37,7 +37,20 @@ from pathlib import Path
 
 MEMCACHED = os.environ.get("SEGCACHE_MEMCACHED_BIN", "/usr/bin/memcached")
 ITEM_MAX = 1 << 20  # -I 1m on both servers
-TOO_LARGE = ITEM_MAX + 50_000  # too large for either, whatever the item header overhead
+# Exptime tokens as clients send them, beyond what fits a signed 32-bit number: memcached reads
+# an exptime with strtol into 64 bits, then keeps the low 32 bits as a signed number (so 2^31 to
+# 2^32-1 are negative: expired at once; 2^32 is 0: never; 2^32+100 is 100 s; 2^63-1 is -1), and
+# refuses a number outside the 64-bit range. Django sends "forever" as 4294967295, PHP sends -1
+# likewise.
+BIG_EXPTIMES = ["2147483647", "2147483648", "4294967295", "4294967296", "4294967396",
+                "9223372036854775807", "18446744073709551615", "100000000000000000000",
+                "+100", "+4294967295", "000100", "0004294967396", "-4294967196"]
+# Those memcached refuses (outside the 64-bit range): a text store's data line is then read as a
+# command, and how a data line over 2048 bytes read as a command is framed is not this stream's
+# business, so stores take only the others.
+REFUSED_EXPTIMES = {"18446744073709551615", "100000000000000000000"}
+# The command mixes (SEGCACHE_DIFF_MIX): every command, the text protocol's, the meta protocol's.
+MIXES = ("all", "text", "meta")
 
 KEYS = [f"k{i}" for i in range(24)]
 # Keys only ever used by meta commands with `b` (base64): memcached remembers per item whether
@@ -142,7 +155,7 @@ class Conn:
     def _fill(self) -> None:
         chunk = self.sock.recv(1 << 20)
         if not chunk:
-            raise EOFError(f"connection closed; pending {bytes(self.buf[:200])!r}")
+            raise EOFError(f"{self.name}: connection closed; pending {bytes(self.buf[:200])!r}")
         self.buf += chunk
 
     def line(self) -> bytes:
@@ -266,10 +279,16 @@ def normalise(unit: bytes, op: Op) -> bytes:
 class Gen:
     """The random command stream. `tokens[name][key]` is the last CAS token `name` returned."""
 
-    def __init__(self, rng: random.Random, names: list[str]):
+    def __init__(self, rng: random.Random, names: list[str], item_max: int = ITEM_MAX, mix: str = "all"):
+        assert mix in MIXES, f"mix {mix!r} is not one of {MIXES}"
         self.rng = rng
         self.names = names
         self.tokens: dict[str, dict[str, int]] = {n: {} for n in names}
+        # the item limit (-I) both servers run with: an oversized store is a little over it
+        self.item_max = item_max
+        self.mix = mix
+        # ops generated ahead as one scenario (a decr then an `ma` on its padded result)
+        self.queued: deque = deque()
 
     # --- pieces ---------------------------------------------------------------------------
 
@@ -303,12 +322,15 @@ class Gen:
                 v = bytes(rng.choice(alphabet) for _ in range(n))
         return v
 
-    def exptime(self) -> int:
+    def exptime(self, refused: bool = True) -> int | str:
+        """An exptime token; `refused`: possibly one that memcached refuses."""
         rng = self.rng
         r = rng.random()
         now = int(time.time())
         if r < 0.45:
             return 0
+        if r < 0.5:
+            return rng.choice([e for e in BIG_EXPTIMES if refused or e not in REFUSED_EXPTIMES])
         if r < 0.75:
             return self.seconds()
         if r < 0.83:
@@ -339,6 +361,8 @@ class Gen:
     # --- commands -------------------------------------------------------------------------
 
     def op(self) -> Op:
+        if self.queued:
+            return self.queued.popleft()
         rng = self.rng
         r = rng.random()
         table = [
@@ -358,7 +382,10 @@ class Gen:
             (0.002, self.flush),
             (0.005, self.misc),
             (0.003, self.too_large),
+            (0.01, self.padded),
         ]
+        if self.mix != "all":
+            table = [(w, f) for w, f in table if self.mix in self.PROTOCOL[f.__name__]]
         total = sum(w for w, _ in table)
         r *= total
         for w, f in table:
@@ -367,13 +394,50 @@ class Gen:
             r -= w
         return self.get()
 
+    # Which mixes each generator belongs to.
+    PROTOCOL = {
+        "store": "text", "cas": "text", "get": "text", "gat": "text", "touch": "text",
+        "arith": "text", "delete": "text", "malformed": "text meta", "flush": "text meta",
+        "misc": "text meta", "too_large": "text meta", "padded": "text meta",
+        "mg": "meta", "ms": "meta", "md": "meta", "ma": "meta", "me": "meta",
+    }
+
+    def padded(self) -> Op:
+        """A number whose decrement memcached writes in place, space padded to the old length,
+        then arithmetic (`ma` or incr/decr) or append/prepend on the padded value, then a read:
+        queued as separate ops (each arithmetic op is alone on its key in its write, see
+        `splits`)."""
+        rng = self.rng
+        key = self.key()
+        text = self.mix != "meta"
+        meta = self.mix != "text"
+        number = rng.choice(["510", "60000", "99999", "1000000", "18446744073709551615"])
+        delta = rng.choice(["1", "500", "59940", str(int(number) - 1), "18446744073709551615"])
+        if text and (not meta or rng.random() < 0.5):
+            first = self.same(f"set {key} 0 0 {len(number)}\r\n{number}\r\n", keys=[key])
+            dec = self.same(f"decr {key} {delta}\r\n", keys=[key], arith=True)
+        else:
+            first = self.same(f"ms {key} {len(number)}\r\n{number}\r\n", keys=[key])
+            dec = self.same(f"ma {key} MD D{delta} v\r\n", keys=[key], arith=True)
+        nexts = []
+        if meta:
+            nexts += [self.same(f"ma {key} {rng.choice(['', 'MI', 'MD', 'N0 MI', 'MI D1000000'])} v\r\n"
+                                .replace("  ", " "), keys=[key], arith=True)]
+        if text:
+            nexts += [self.same(f"incr {key} {rng.choice([1, 9, 1000000])}\r\n", keys=[key], arith=True),
+                      self.same(f"prepend {key} 0 0 2\r\nZd\r\n", keys=[key]),
+                      self.same(f"append {key} 0 0 1\r\n7\r\n", keys=[key])]
+        read = self.same(f"mg {key} s v\r\n" if meta else f"get {key}\r\n", keys=[key])
+        self.queued.extend([dec, rng.choice(nexts), read])
+        return first
+
     def store(self) -> Op:
         rng = self.rng
         kind = rng.choice(["set", "set", "set", "add", "replace", "append", "prepend"])
         key, flags = self.key(), self.flags()
         data = self.value(flags)
         noreply = rng.random() < 0.15
-        line = f"{kind} {key} {flags} {self.exptime()} {len(data)}" + (" noreply" if noreply else "")
+        line = f"{kind} {key} {flags} {self.exptime(refused=False)} {len(data)}" + (" noreply" if noreply else "")
         wire = (line + "\r\n").encode() + data + b"\r\n"
         return Op(text=f"{line} <{data[:40]!r}>", wire={n: wire for n in self.names}, keys=[key],
                   quiet=noreply)
@@ -382,7 +446,7 @@ class Gen:
         rng = self.rng
         key, flags = self.key(), self.flags()
         data = self.value(flags)
-        exp = self.exptime()
+        exp = self.exptime(refused=False)
         noreply = rng.random() < 0.1
         toks = self.cas_for(key)
         wire, text = {}, ""
@@ -452,7 +516,7 @@ class Gen:
         # R: a recache window below every TTL the stream gives, or above them all (TTLs are
         # rounded to a bucket width: docs/server.md).
         flags = [self._opaque() if f == "O" else f"T{self.exptime()}" if f == "T"
-                 else f"N{self.seconds()}" if f == "N" else f"R{rng.choice([30, 1_000_000])}" if f == "R"
+                 else f"N{rng.choice([self.seconds(), self.seconds(), rng.choice(BIG_EXPTIMES)])}" if f == "N" else f"R{rng.choice([30, 1_000_000])}" if f == "R"
                  else f for f in flags]
         if b:
             flags.insert(rng.randrange(len(flags) + 1), "b")
@@ -529,13 +593,13 @@ class Gen:
         out, has_cas = [], False
         for f in flags:
             if f == "N":
-                out.append(f"N{self.seconds()}")
+                out.append(f"N{rng.choice([self.seconds(), self.seconds(), rng.choice(BIG_EXPTIMES)])}")
             elif f == "J":
                 out.append(f"J{rng.choice([0, 1, 13, 1 << 40])}")
             elif f == "D":
                 out.append(f"D{rng.choice([0, 1, 3, 1000, (1 << 64) - 1])}")
             elif f == "T":
-                out.append(f"T{rng.choice([0, self.seconds()])}")
+                out.append(f"T{rng.choice([0, self.seconds(), rng.choice(BIG_EXPTIMES)])}")
             elif f == "M":
                 out.append("M" + rng.choice("I+D-"))
             elif f == "O":
@@ -562,7 +626,7 @@ class Gen:
         return self.same(f"me {sent}{' b' if b else ''}\r\n", keys=[key])
 
     def flush(self) -> Op:
-        tail = self.rng.choice(["", " 0", " noreply", " 0 noreply", " -1"])
+        tail = self.rng.choice(["", " 0", " noreply", " 0 noreply", " -1", " 4294967295", " 4294967296 noreply"])
         return self.same(f"flush_all{tail}\r\n", quiet="noreply" in tail)
 
     def misc(self) -> Op:
@@ -572,8 +636,9 @@ class Gen:
     def too_large(self) -> Op:
         rng = self.rng
         key = self.key()
-        data = b"z" * TOO_LARGE
-        if rng.random() < 0.5:
+        # a little over the limit: too large for either server, whatever its item header
+        data = b"z" * (self.item_max + rng.choice([1, 100, 5000]))
+        if self.mix == "text" or (self.mix == "all" and rng.random() < 0.5):
             kind = rng.choice(["set", "set", "add", "replace", "append"])
             noreply = rng.random() < 0.3
             line = f"{kind} {key} 0 0 {len(data)}" + (" noreply" if noreply else "")
@@ -594,6 +659,8 @@ class Gen:
             f"set {k} x 0 1\r\na\r\n",
             f"set {k} 0 0 -1\r\n",
             f"set {k} 0 x 1 noreply\r\na\r\n",
+            f"set {k} 0 18446744073709551615 1\r\na\r\n",
+            f"touch {k} 100000000000000000000\r\n",
             f"cas {k} 0 0 1 x\r\na\r\n",
             f"incr {k} x\r\n",
             f"incr {k} -1\r\n",
@@ -673,10 +740,17 @@ class Gen:
                          own_segment=text.startswith(f"get {LONG_KEY}"))
 
 
+def size_arg(text: str) -> int:
+    """A size as -I takes it: bytes, or with a k or m suffix."""
+    scale = {"k": 1 << 10, "m": 1 << 20}.get(text[-1:].lower(), 1)
+    return int(text[:-1] if scale > 1 else text) * scale
+
+
 def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print,
-               keep_going: bool = False) -> dict:
+               keep_going: bool = False, mix: str = "all") -> dict:
     """Runs `ops` random operations against memcached and segcache-server; returns counts.
-    Raises AssertionError with a replayable report at the first divergence (unless keep_going)."""
+    Raises AssertionError with a replayable report at the first divergence (unless keep_going).
+    `mix`: every command (`all`), the text protocol's only (`text`) or the meta protocol's."""
     rng = random.Random(seed)
     item_max = seg_args[seg_args.index("-I") + 1] if "-I" in seg_args else "1m"
     # memcached's largest slab chunk (see start_memcached): a bigger item is chunked
@@ -694,7 +768,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     if trace:
         trace_write(trace, {"t": "start", "seed": seed, "args": seg_args})
     conns = {n: Conn(p.port, n, trace) for n, p in procs.items()}
-    gen = Gen(rng, names)
+    gen = Gen(rng, names, size_arg(item_max), mix)
     history: deque = deque(maxlen=20)
     diffs = []
     done = 0
@@ -1260,5 +1334,6 @@ if __name__ == "__main__":
     if args and args[0] == "--":
         args = args[1:]
     t0 = time.monotonic()
-    res = run_stream(default_binary(), args, seed, ops, keep_going=bool(os.environ.get("SEGCACHE_DIFF_KEEP_GOING")))
+    res = run_stream(default_binary(), args, seed, ops, keep_going=bool(os.environ.get("SEGCACHE_DIFF_KEEP_GOING")),
+                     mix=os.environ.get("SEGCACHE_DIFF_MIX", "all"))
     print(f"seed {seed}: {res} in {time.monotonic() - t0:.1f}s")

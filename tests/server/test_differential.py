@@ -8,7 +8,8 @@ Knobs (environment):
 - SEGCACHE_DIFF_SEED: run this seed only (replay a reported divergence);
 - SEGCACHE_DIFF_OPS: operations per seed and configuration (default 20000; a soak takes a big
   value, e.g. 500000);
-- SEGCACHE_DIFF_TRACE=FILE: write each op's wire bytes and replies (last run wins).
+- SEGCACHE_DIFF_TRACE=FILE: write each op's wire bytes and replies (last run wins);
+- SEGCACHE_DIFF_MIX=all|text|meta: every command (default), or one protocol's only.
 """
 
 import os
@@ -21,6 +22,7 @@ import pytest
 from diffkit import MEMCACHED, default_binary, run_stream
 
 OPS = int(os.environ.get("SEGCACHE_DIFF_OPS", "20000"))
+MIX = os.environ.get("SEGCACHE_DIFF_MIX", "all")
 FIXED_SEED = 20240611
 
 pytestmark = pytest.mark.skipif(shutil.which(MEMCACHED) is None and not os.path.exists(MEMCACHED),
@@ -52,7 +54,7 @@ def test_same_replies_as_memcached(config, seed, capsys):
     assert binary.exists(), f"{binary} missing: cargo build --release -p segcache-server"
     with tempfile.TemporaryDirectory() as tmp:
         args = [a.format(tmp=tmp) for a in CONFIGS[config]]
-        res = run_stream(binary, args, seed, OPS)
+        res = run_stream(binary, args, seed, OPS, mix=MIX)
     with capsys.disabled():
         print(f"\n[differential] {config} seed {seed}: replies identical: {res}")
     assert res["ops"] >= OPS

@@ -21,8 +21,9 @@ use crate::protocol::StoreKind;
 use crate::state::Ctx;
 use crate::stats::bump;
 
-/// The VERSION response (the text protocol's version, without the `VERSION ` word).
-const VERSION: &[u8] = concat!("1.6.0-segcache-", env!("CARGO_PKG_VERSION")).as_bytes();
+/// The VERSION response: the text protocol's version (without the `VERSION ` word), so that every
+/// protocol names one memcached version.
+const VERSION: &[u8] = super::text::VERSION.as_bytes();
 
 /// A response without a body.
 fn put_ok(out: &mut Vec<u8>, h: &Header, cas: u64) {
@@ -268,8 +269,24 @@ fn arith(
 
 /// STAT: one response per figure (its name as the key, its value as the value), the text
 /// protocol's `stats [group]` figures, then an empty response; `reset` answers the empty one
-/// alone; an unknown group is `KEY_ENOENT`.
+/// alone; an unknown group is `KEY_ENOENT`. `detail on|off|dump` as memcached's
+/// `process_bin_stat`: matched by prefix, the dump as one figure named `detailed`.
 fn stat(h: &Header, group: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    if let Some(sub) = group.strip_prefix(b"detail") {
+        let watchers = &ctx.shared.watchers;
+        if sub.starts_with(b" dump") {
+            let mut dump = Vec::new();
+            watchers.detail_dump(&mut dump);
+            put_response(out, op::STAT, Status::Success, h.opaque, 0, &[], b"detailed", &dump);
+        } else if sub.starts_with(b" on") {
+            watchers.set_detail(true);
+        } else if sub.starts_with(b" off") {
+            watchers.set_detail(false);
+        } else {
+            return put_error(out, h, Status::KeyNotFound);
+        }
+        return put_response(out, op::STAT, Status::Success, h.opaque, 0, &[], &[], &[]);
+    }
     let mut lines = Vec::new();
     let arg = (!group.is_empty()).then_some(group);
     if !write_stats(&mut lines, ctx, arg) {

@@ -254,7 +254,10 @@ fn put_hit(
     } else if let Some((fetched, idle)) = order.before_touch {
         (info.fetched, info.idle) = (fetched, idle);
     }
-    if f.value {
+    // As the newest memcached: a `C` that matches the item's CAS means the client holds this
+    // value already, so it is not sent again.
+    let value = f.value && f.compare_cas != Some(item.cas());
+    if value {
         out.extend_from_slice(reply::VA);
         put_u64(out, info.size as u64);
     } else {
@@ -272,7 +275,7 @@ fn put_hit(
         out.extend_from_slice(reply::WON);
     }
     out.extend_from_slice(reply::CRLF);
-    if f.value {
+    if value {
         out.extend_from_slice(item.value());
         out.extend_from_slice(reply::CRLF);
     }
@@ -555,15 +558,18 @@ fn meta_delete(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8
     let code: &[u8] = match (current, f.compare_cas) {
         (None, _) => reply::NF,
         (Some((cas, _, _)), Some(c)) if cas != c => reply::EX,
-        // Mark stale, with a new CAS value (E's, or the next) and T's TTL if given.
-        (Some(_), _) if f.invalidate => {
-            let ttl = f.ttl.map(|t| Expiry::from_exptime(t, cache.now()));
-            match ttl {
+        // Mark stale, with a new CAS value (E's, or the next) and T's TTL if given; with `x`
+        // (the newest memcached) the value is emptied first.
+        (Some((cas, flags, ttl)), _) if f.invalidate => {
+            let ttl_now = f.ttl.map(|t| Expiry::from_exptime(t, cache.now()));
+            match ttl_now {
+                // (keeping the CAS value, which `C` is then compared with)
+                _ if f.remove_value && !empty_value(cache, key, cas, flags, ttl, Some(cas)) => reply::NF,
                 Some(Expiry::Expired) => match cache.delete(key) {
                     Ok(()) => reply::HD,
                     Err(_) => reply::NF,
                 },
-                _ => match cache.invalidate(key, ttl.and_then(Expiry::ttl), f.compare_cas, f.explicit_cas) {
+                _ => match cache.invalidate(key, ttl_now.and_then(Expiry::ttl), f.compare_cas, f.explicit_cas) {
                     Ok(_) => reply::HD,
                     Err(Error::Exists) => reply::EX,
                     Err(_) => reply::NF,
@@ -571,12 +577,9 @@ fn meta_delete(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8
             }
         }
         (Some((cas, flags, ttl)), _) if f.remove_value => {
-            // A TTL of zero means "never" to the engine: keep at least one second left.
-            let ttl = ttl.map_or(std::time::Duration::ZERO, |d| d.max(std::time::Duration::from_secs(1)));
-            let opts = StoreOptions { cas: f.explicit_cas, ..StoreOptions::default() };
-            match cache.store_with(key, b"", flags, ttl, StoreMode::Cas(cas), opts) {
-                Ok(_) => reply::HD,
-                Err(_) => reply::NF,
+            match empty_value(cache, key, cas, flags, ttl, f.explicit_cas) {
+                true => reply::HD,
+                false => reply::NF,
             }
         }
         (Some(_), Some(c)) => match cache.delete_cas(key, c) {
@@ -598,6 +601,22 @@ fn meta_delete(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8
         return;
     }
     put_code(out, code, f, key_token, KEY_ONLY, None);
+}
+
+/// `md ... x`: the item at CAS `cas` keeps its flags and TTL with an empty value, its CAS
+/// `explicit` (E's) or the next; `false` when it changed or went meanwhile.
+fn empty_value(
+    cache: &segcache_core::SharedCache,
+    key: &[u8],
+    cas: u64,
+    flags: u32,
+    ttl: Option<std::time::Duration>,
+    explicit: Option<u64>,
+) -> bool {
+    // A TTL of zero means "never" to the engine: keep at least one second left.
+    let ttl = ttl.map_or(std::time::Duration::ZERO, |d| d.max(std::time::Duration::from_secs(1)));
+    let opts = StoreOptions { cas: explicit, ..StoreOptions::default() };
+    cache.store_with(key, b"", flags, ttl, StoreMode::Cas(cas), opts).is_ok()
 }
 
 fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
@@ -651,7 +670,10 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     }
     match r {
         Arith::Value(Counted { n, cas }) => {
+            // An exptime that expires the item on arrival: it is reported this once, as it was.
+            let mut before = None;
             if let Some(t) = ttl_token {
+                before = look(ctx, key, |i| Info { cas, ..Info::of(&i) });
                 set_ttl(key, t, ctx);
             }
             // As memcached: `q` hides a success, with or without its value (not the reply
@@ -660,7 +682,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
                 return;
             }
             // The CAS value this request gave the item (a read now could see another writer's).
-            let info = look(ctx, key, |i| Info { cas, ..Info::of(&i) });
+            let info = look(ctx, key, |i| Info { cas, ..Info::of(&i) }).or(before);
             let mut digits = itoa::Buffer::new();
             let digits = digits.format(n).as_bytes();
             if f.value {

@@ -227,6 +227,7 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
             for w in shared.workers.iter() {
                 w.reset();
             }
+            shared.watchers.detail_clear();
             out.extend_from_slice(reply::RESET);
         }
         _ => return false,

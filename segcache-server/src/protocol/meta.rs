@@ -2,7 +2,7 @@
 //! and error words.
 
 use super::reply::FailKind;
-use super::token::{next_token, parse_client_flags, parse_i64, parse_u64};
+use super::token::{next_token, parse_client_flags, parse_exptime, parse_u64};
 
 /// Which meta command.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -96,15 +96,15 @@ pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailK
                 }
                 f.opaque = Some(val);
             }
-            b'T' => match parse_i64(val) {
+            b'T' => match parse_exptime(val) {
                 Some(t) => f.ttl = Some(t),
                 None => bad_number = Some(BAD_TOKEN),
             },
-            b'N' => match parse_i64(val) {
+            b'N' => match parse_exptime(val) {
                 Some(t) => f.vivify = Some(t),
                 None => bad_number = Some(BAD_TOKEN),
             },
-            b'R' => match parse_i64(val) {
+            b'R' => match parse_exptime(val) {
                 Some(t) => f.recache = Some(t),
                 None => bad_number = Some(BAD_TOKEN),
             },

@@ -18,4 +18,4 @@ pub use text::{
     check_key, get_head, parse, stalled_line, Admin, Detail, Fail, GetHead, Keys, Limits, Parse, Request, StoreKind,
     MAX_GET_LINE, MAX_LINE, MAX_RESPONSE, READ_BUFFER, WATCH_STREAMS,
 };
-pub use token::{next_token, parse_i64, parse_u64, MAX_TOKENS};
+pub use token::{next_token, parse_u64, MAX_TOKENS};

@@ -11,7 +11,9 @@ use segcache_core::MAX_KEY_LEN;
 
 use super::meta::{parse_meta_flags, MetaCmd, MetaFlags};
 use super::reply::FailKind;
-use super::token::{next_token, parse_client_flags, parse_i64, parse_u32, parse_u64, Tokens};
+use super::token::{
+    next_token, parse_automove, parse_c_int, parse_client_flags, parse_exptime, parse_u32, parse_u64, Tokens,
+};
 
 /// The most of a command line that may be buffered without its newline once no more input is
 /// waiting: as memcached, which closes a connection holding more than this with no `\n` unless
@@ -146,7 +148,8 @@ pub enum Admin<'a> {
     Dump { mg: bool, classes: &'a [u8] },
     /// `lru_crawler crawl <classes>`: reclaim expired items now.
     Crawl { classes: &'a [u8] },
-    /// `lru_crawler tocrawl|sleep <n>`, `lru_crawler enable|disable`: accepted, nothing to tune.
+    /// `lru_crawler tocrawl|sleep <n>`, `lru_crawler enable|disable`, `slabs automove <level>`:
+    /// accepted, nothing to tune.
     CrawlerTune,
     /// `watch [stream...]`: the bit set of [`WATCH_STREAMS`] asked for.
     Watch { streams: u8 },
@@ -260,33 +263,11 @@ pub fn stalled_line(buf: &[u8]) -> bool {
     buf.len() > MAX_LINE && !is_get_line(buf) && memchr(b'\n', buf).is_none()
 }
 
-/// A data block's length token, read as memcached's `safe_strtol`: `strtol` (leading white
-/// space, a sign, decimal digits that fit a `long`, then the token's end or a white space
-/// character), the result kept in 32 bits, then refused if negative or too long to take its CRLF.
+/// A data block's length token, read as memcached reads it into an `int` ([`parse_c_int`]), then
+/// refused if negative or too long to take its CRLF.
 /// `None` is a bad command line; the block that would follow is not swallowed.
 fn parse_length(tok: &[u8]) -> Option<usize> {
-    let is_space = |b: u8| b == b' ' || (b'\t'..=b'\r').contains(&b);
-    let start = tok.iter().position(|&b| !is_space(b)).unwrap_or(tok.len());
-    let (negative, rest) = match tok[start..].split_first() {
-        Some((b'-', rest)) => (true, rest),
-        Some((b'+', rest)) => (false, rest),
-        _ => (false, &tok[start..]),
-    };
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || rest.get(digits).is_some_and(|&b| !is_space(b)) {
-        return None;
-    }
-    // strtol's range is a `long`'s: beyond it, ERANGE.
-    let mut n: i128 = 0;
-    for &b in &rest[..digits] {
-        n = n * 10 + i128::from(b - b'0');
-        if n > i128::from(i64::MAX) + 1 {
-            return None;
-        }
-    }
-    let n = i64::try_from(if negative { -n } else { n }).ok()?;
-    // Stored into an `int`: the low 32 bits.
-    let n = n as i32;
+    let n = parse_c_int(tok)?;
     (0..=MAX_DATA_LEN).contains(&n).then_some(n as usize)
 }
 
@@ -316,7 +297,7 @@ pub fn get_head(buf: &[u8]) -> Option<GetHead> {
         if rest.is_empty() {
             return None; // the exptime may not be all in
         }
-        Some(parse_i64(t).ok_or(FailKind::BadExptime))
+        Some(parse_exptime(t).ok_or(FailKind::BadExptime))
     } else {
         None
     };
@@ -388,7 +369,7 @@ fn parse_gat(mut rest: &[u8], cas: bool, used: usize) -> Parse<'_> {
     let Some(t) = next_token(&mut rest) else {
         return fail(FailKind::Unknown, used, false);
     };
-    let Some(exptime) = parse_i64(t) else {
+    let Some(exptime) = parse_exptime(t) else {
         return fail(FailKind::BadExptime, used, false);
     };
     // memcached answers `gat <exptime>` without keys with a bare END.
@@ -415,7 +396,7 @@ fn parse_store<'a>(buf: &'a [u8], rest: &'a [u8], kind: StoreKind, used: usize, 
         return fail(FailKind::Unknown, used, false);
     }
     let noreply = t.len() == base + 1 && t[base] == b"noreply";
-    let (key, flags, exptime, bytes) = (t[0], parse_client_flags(t[1]), parse_i64(t[2]), parse_length(t[3]));
+    let (key, flags, exptime, bytes) = (t[0], parse_client_flags(t[1]), parse_exptime(t[2]), parse_length(t[3]));
     let cas = if kind == StoreKind::Cas { parse_u64(t[4]) } else { Some(0) };
     let (Some(flags), Some(exptime), Some(bytes), Some(cas)) = (flags, exptime, bytes, cas) else {
         return fail(FailKind::BadFormat, used, noreply);
@@ -484,7 +465,7 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             if let Err(kind) = check_key(t[0]) {
                 return fail(kind, used, noreply);
             }
-            let Some(exptime) = parse_i64(t[1]) else {
+            let Some(exptime) = parse_exptime(t[1]) else {
                 return fail(FailKind::BadExptime, used, noreply);
             };
             Request::Touch { key: t[0], exptime, noreply }
@@ -498,7 +479,7 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             let delay = match t {
                 [] => 0,
                 [_] if noreply => 0,
-                [d, ..] => match parse_i64(d) {
+                [d, ..] => match parse_exptime(d) {
                     Some(d) => d.max(0),
                     None => return fail(FailKind::BadExptime, used, noreply),
                 },
@@ -537,6 +518,15 @@ fn parse_simple<'a>(cmd: &[u8], t: &[&'a [u8]], used: usize) -> Parse<'a> {
             },
             // memcached ignores what follows a `stats` argument it knows.
             [a, ..] => Request::Stats { arg: Some(a) },
+        },
+        // One slab class, nothing to move: memcached's answers to its automove settings.
+        b"slabs" => match t {
+            [b"automove", args @ ..] => match parse_automove(args) {
+                Some(true) => Request::Admin(Admin::CrawlerTune),
+                Some(false) => return fail(FailKind::Unknown, used, false),
+                None => return fail(FailKind::BadFormat, used, false),
+            },
+            _ => return fail(FailKind::Unknown, used, false),
         },
         b"lru_crawler" => match t {
             [b"metadump", c] => Request::Admin(Admin::Dump { mg: false, classes: c }),
@@ -969,9 +959,6 @@ mod tests {
 
     #[test]
     fn numbers() {
-        assert_eq!(parse_i64(b"-9223372036854775808"), Some(i64::MIN));
-        assert_eq!(parse_i64(b"9223372036854775808"), None);
-        assert_eq!(parse_i64(b"-"), None);
         assert_eq!(parse_u64(b"+1"), None);
         assert_eq!(parse_u64(b""), None);
     }
