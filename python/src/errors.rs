@@ -39,6 +39,7 @@ pub fn engine_error(e: Error) -> PyErr {
         Error::Io { .. } => "PersistenceError",
         Error::BadFile { .. } => "BadFile",
         Error::Locked { .. } => "Locked",
+        Error::NoSpace { .. } => "NoSpace",
         Error::Map { .. } => "MapError",
         Error::Forked => "ForkedError",
         _ => "Error",

@@ -75,6 +75,20 @@ pub enum Error {
         /// What is wrong with it.
         reason: String,
     },
+    /// The filesystem of the persistence file has no room for the whole heap. The file's blocks
+    /// are reserved when it is opened, so a cache never runs out of space later (writing to a
+    /// page of a mapped file that the filesystem cannot back kills the process with `SIGBUS`).
+    #[error(
+        "no space for the persistence file {path}: the heap needs {needed} bytes there, the filesystem has {free} free"
+    )]
+    NoSpace {
+        /// The file.
+        path: PathBuf,
+        /// The bytes the file takes.
+        needed: u64,
+        /// The bytes the filesystem had free for it (besides those the file held already).
+        free: u64,
+    },
     /// Another process (or another cache in this process) holds the persistence file open, and
     /// the two do not both share it between processes (`Builder::multi_process`).
     #[error("persistence file {path} is in use by another cache")]

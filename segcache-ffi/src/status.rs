@@ -52,13 +52,16 @@ pub enum segcache_status_t {
     /// `segcache_get_or_load`: the loader callback returned non-zero (or set no value); nothing
     /// was stored. `segcache_last_error()` names the code.
     SEGCACHE_LOAD_FAILED = 18,
+    /// The filesystem of the persistence file has no room for the whole heap (its blocks are
+    /// reserved at open); `segcache_last_error()` names the path, the bytes needed and free.
+    SEGCACHE_NO_SPACE = 19,
 }
 
 use segcache_status_t::*;
 
 impl segcache_status_t {
     /// Every status, by value.
-    pub const ALL: [segcache_status_t; 19] = [
+    pub const ALL: [segcache_status_t; 20] = [
         SEGCACHE_OK,
         SEGCACHE_NOT_FOUND,
         SEGCACHE_EXISTS,
@@ -78,6 +81,7 @@ impl segcache_status_t {
         SEGCACHE_INTERNAL_ERROR,
         SEGCACHE_FORKED,
         SEGCACHE_LOAD_FAILED,
+        SEGCACHE_NO_SPACE,
     ];
 
     /// A short static description, NUL-terminated for C.
@@ -102,6 +106,7 @@ impl segcache_status_t {
             SEGCACHE_INTERNAL_ERROR => c"internal error",
             SEGCACHE_FORKED => c"cache handle used in a child process after fork()",
             SEGCACHE_LOAD_FAILED => c"the loader failed",
+            SEGCACHE_NO_SPACE => c"no space on the filesystem for the persistence file",
         }
     }
 }
@@ -122,6 +127,7 @@ pub(crate) fn status_of(e: &segcache_core::Error) -> segcache_status_t {
         E::Io { .. } => SEGCACHE_IO_ERROR,
         E::BadFile { .. } => SEGCACHE_BAD_FILE,
         E::Locked { .. } => SEGCACHE_LOCKED,
+        E::NoSpace { .. } => SEGCACHE_NO_SPACE,
         E::Map { .. } => SEGCACHE_MAP_FAILED,
         E::Forked => SEGCACHE_FORKED,
         _ => SEGCACHE_INTERNAL_ERROR,
@@ -160,6 +166,7 @@ mod tests {
             (E::Io { path: PathBuf::from("/p"), source: io() }, SEGCACHE_IO_ERROR),
             (E::BadFile { path: PathBuf::from("/p"), reason: "r".into() }, SEGCACHE_BAD_FILE),
             (E::Locked { path: PathBuf::from("/p") }, SEGCACHE_LOCKED),
+            (E::NoSpace { path: PathBuf::from("/p"), needed: 2, free: 1 }, SEGCACHE_NO_SPACE),
             (E::Map { bytes: 1, source: io() }, SEGCACHE_MAP_FAILED),
             (E::Forked, SEGCACHE_FORKED),
         ];

@@ -198,8 +198,8 @@ def test_a_file_keeps_the_layout_it_was_made_with(tmp_path):
     """A start that sets no segment size, shard count or hash power takes them from the file (as
     the one of a server whose defaults differed: 2 MiB segments for -I 1m; none of the three is
     this start's default) and is warm. A start
-    that sets another, or whose -I needs larger segments than the file's, is refused with the
-    setting named, and the file is left as it was."""
+    that sets another, or whose -I needs larger segments than the file's, or another heap size, is
+    refused with the setting named, and the file is left as it was."""
     path = tmp_path / "cache.seg"
     port = free_port()
     made = ("--segment-size", "2m", "--shards", "2", "--hash-power", "9")  # none of them a default
@@ -213,7 +213,8 @@ def test_a_file_keeps_the_layout_it_was_made_with(tmp_path):
     for args, reason in ((["--segment-size", "1m"], "segment size is 2097152 in the file, 1048576 in this cache"),
                          (["--shards", "1"], "shard count is 2 in the file, 1 in this cache"),
                          (["--hash-power", "10"], "hash power is 9 in the file, 10 in this cache"),
-                         (["-I", "3m"], "segment size is 2097152 in the file, 4194304 in this cache")):
+                         (["-I", "3m"], "segment size is 2097152 in the file, 4194304 in this cache"),
+                         (["-m", "32"], "heap size is 16777216 bytes in the file, 33554432 in this cache")):
         r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path), "-m", "16", *args,
                             *ROOT_USER], capture_output=True, text=True, timeout=10)
         assert r.returncode == 1 and reason in r.stderr, (args, r.stderr)

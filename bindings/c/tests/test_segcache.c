@@ -75,7 +75,7 @@ static void test_version_and_strerror(void) {
     const char *v = segcache_version();
     CHECK(v != NULL && strncmp(v, "0.", 2) == 0);
     CHECK(SEGCACHE_ABI_VERSION == 0);
-    for (int s = SEGCACHE_OK; s <= SEGCACHE_LOAD_FAILED; s++) {
+    for (int s = SEGCACHE_OK; s <= SEGCACHE_NO_SPACE; s++) {
         const char *m = segcache_strerror(s);
         CHECK(m != NULL && m[0] != '\0' && strcmp(m, "unknown status") != 0);
         for (int t = SEGCACHE_OK; t < s; t++) CHECK(strcmp(segcache_strerror(t), m) != 0);
@@ -83,7 +83,7 @@ static void test_version_and_strerror(void) {
     CHECK(strcmp(segcache_strerror(SEGCACHE_NOT_FOUND), "not found") == 0);
     CHECK(strcmp(segcache_strerror(-1), "unknown status") == 0);
     CHECK(strstr(segcache_strerror(SEGCACHE_FORKED), "fork") != NULL);
-    CHECK(strcmp(segcache_strerror(SEGCACHE_LOAD_FAILED + 1), "unknown status") == 0);
+    CHECK(strcmp(segcache_strerror(SEGCACHE_NO_SPACE + 1), "unknown status") == 0);
     CHECK(strcmp(segcache_strerror(1 << 30), "unknown status") == 0);
 }
 

@@ -27,6 +27,7 @@ from ._errors import (
     Locked,
     MapError,
     NoMemory,
+    NoSpace,
     NotFound,
     NotNumeric,
     NotStored,
@@ -52,6 +53,6 @@ __all__ = [
     "Cache", "Item", "ManualClock", "memoize", "make_key", "CacheInfo", "UncacheableResultWarning",
     "MAX_KEY_LEN", "MAX_SEGMENT_SIZE", "MIN_SEGMENT_SIZE", "MAX_TTL", "__version__",
     "Error", "Closed", "NotFound", "Exists", "NotStored", "TooLarge", "KeyTooLong", "EmptyKey",
-    "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "MapError",
+    "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "NoSpace", "MapError",
     "ForkedError",
 ]

@@ -62,6 +62,12 @@ class Locked(PersistenceError):
     """Another cache (in this or another process) holds the persistence file."""
 
 
+class NoSpace(PersistenceError):
+    """The filesystem of the persistence file has no room for the whole heap: its blocks are
+    reserved when the cache opens, so a full disk or tmpfs is this error then, never a crash
+    later. The message names the path, the bytes needed and the bytes free."""
+
+
 class MapError(Error, MemoryError):
     """Anonymous memory for the heap could not be mapped."""
 
@@ -77,6 +83,6 @@ class ForkedError(Error, RuntimeError):
 
 __all__ = [
     "Error", "Closed", "NotFound", "Exists", "NotStored", "TooLarge", "KeyTooLong", "EmptyKey",
-    "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "MapError",
+    "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "NoSpace", "MapError",
     "ForkedError",
 ]

@@ -251,6 +251,29 @@ impl Segcache {
         (self.geo.segment_size - record::MAX_HEADER_LEN - 4).min(record::MAX_VALUE_LEN)
     }
 
+    /// Writes the heap to stable storage and returns once it is there (`msync`, then `fsync`):
+    /// for a file-backed cache that must survive a power loss or a kernel crash, not only the
+    /// death of the process (which loses nothing without it). Every store that returned before
+    /// the call is then on disk; a reopen after a power loss rebuilds the index from the file,
+    /// as after `kill -9`. Stores made during or after the call may or may not be there. A
+    /// cache without a file has nothing to write: `Ok`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-sync", std::process::id()));
+    /// let mut cache = Builder::new().heap_size(4 << 20).path(&path).build()?;
+    /// cache.set(b"order:17", b"paid", 0, Duration::ZERO)?;
+    /// cache.sync()?; // on disk now, whatever happens to the machine
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn sync(&self) -> Result<()> {
+        crate::persist::file::sync(&self.mem.region)
+    }
+
     /// Graceful stop: with a persistence path, writes what a warm restart needs and marks the
     /// file clean. Dropping the engine does the same but cannot report an error.
     ///

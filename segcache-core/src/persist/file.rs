@@ -8,6 +8,7 @@
 //! - Reopen, clean: header and metadata checksums, then every segment's records and record
 //!   checksum sum are verified (in parallel), and the cache resumes as it was.
 //! - Reopen, not clean (the process died): the index is rebuilt from the segments (`recover`).
+//! - Open: the file's blocks are reserved, or the open fails with [`Error::NoSpace`] (`space`).
 //! - Anything unexpected is a [`Error::BadFile`] naming the problem, or, with
 //!   `reset_bad_file(true)`, a warning and an empty cache over the same file.
 
@@ -22,6 +23,7 @@ use crate::persist::header::Header;
 use crate::persist::held::HeldFile;
 use crate::persist::region::{advise_huge_pages, PersistFile, Region};
 use crate::persist::share::{self, Entry, Sharing};
+use crate::persist::space;
 use crate::{Error, Result};
 
 /// How a file was found at open.
@@ -112,10 +114,23 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool, sharing: Option
             (None, Err(_)) => Found::Fresh,
         }
     };
+    let total = layout.total_len() as u64;
     if found == Found::Fresh {
-        // Zero the whole file: a sparse file costs nothing until written.
+        // Zero the whole file (cheaply: truncating it drops its blocks), then reserve them.
         file.set_len(0).map_err(io_err(path))?;
-        file.set_len(layout.total_len() as u64).map_err(io_err(path))?;
+        file.set_len(total).map_err(io_err(path))?;
+    }
+    // The first process to open the file reserves its blocks (a file from before may be sparse);
+    // those that join find them reserved.
+    if found != Found::Joined {
+        if let Err(e) = space::reserve(file, path, total) {
+            if found == Found::Fresh {
+                // Nothing of value is in it: leave an empty file, not a sparse one that looks
+                // like a heap.
+                let _ = file.set_len(0);
+            }
+            return Err(e);
+        }
     }
     // No MAP_POPULATE: it faults the whole file in on one thread before anything else can run;
     // the verification or rebuild that follows reads every page anyway, on every core, and the
@@ -127,7 +142,7 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool, sharing: Option
         layout,
         file: Some(PersistFile {
             path: path.to_path_buf(),
-            _held: held,
+            held: held,
             active: std::sync::atomic::AtomicBool::new(found == Found::Joined),
             closed: false,
             sharing,
@@ -249,6 +264,16 @@ fn close_region(region: &mut Region, now: u32) -> Result<()> {
         pf.closed = true;
     }
     Ok(())
+}
+
+/// Writes the heap's dirty pages and the file's metadata to stable storage, returning once they
+/// are there. Nothing is marked clean: a reopen after a power loss rebuilds the index from the
+/// segments, as after a crash. A heap without a file has nothing to write.
+pub(crate) fn sync(region: &Region) -> Result<()> {
+    region.origin.check()?;
+    let Some(pf) = region.file.as_ref() else { return Ok(()) };
+    region.map.flush().map_err(io_err(&pf.path))?;
+    pf.held.file().sync_all().map_err(io_err(&pf.path))
 }
 
 // A region closes its file when the last engine over it drops it. This lives beside the close it

@@ -108,8 +108,17 @@ impl Header {
         })
     }
 
-    /// Names the first setting in which the file differs from the configuration.
+    /// Names the first setting in which the file differs from the configuration. The heap size
+    /// comes before the shard count and segments per shard derived from it: a user who changed
+    /// the heap size is told so, not that a count they never set differs.
     pub(crate) fn mismatch(&self, want: &Header) -> Option<String> {
+        let (have_heap, want_heap) = (self.heap_bytes(), want.heap_bytes());
+        if have_heap != want_heap {
+            return Some(format!(
+                "made with another configuration: heap size is {have_heap} bytes in the file, {want_heap} in this \
+                 cache (open it with the heap size it was made with, or remove it to start empty)"
+            ));
+        }
         let checks: [(&str, u64, u64); 4] = [
             ("segment size", self.segment_size, want.segment_size),
             ("shard count", u64::from(self.shards), u64::from(want.shards)),
@@ -119,6 +128,11 @@ impl Header {
         checks.iter().find(|(_, have, want)| have != want).map(|(name, have, want)| {
             format!("made with another configuration: {name} is {have} in the file, {want} in this cache")
         })
+    }
+
+    /// The bytes of segments the heap holds.
+    fn heap_bytes(&self) -> u64 {
+        self.segment_size.saturating_mul(self.segments_per_shard).saturating_mul(u64::from(self.shards))
     }
 }
 
@@ -163,9 +177,15 @@ mod tests {
     #[test]
     fn configuration_mismatch_is_named() {
         let a = Header::for_layout(&layout());
+        // The same heap in more shards.
+        let mut l = layout();
+        (l.shards, l.geometry.segments) = (4, 2);
+        assert!(a.mismatch(&Header::for_layout(&l)).unwrap().contains("shard count is 2 in the file, 4"));
+        // A heap twice the size (which a shared cache splits into more shards): the heap size is named.
         let mut l = layout();
         l.shards = 4;
-        assert!(a.mismatch(&Header::for_layout(&l)).unwrap().contains("shard count"));
+        let msg = a.mismatch(&Header::for_layout(&l)).unwrap();
+        assert!(msg.contains("heap size is 524288 bytes in the file, 1048576 in this cache"), "{msg}");
         let mut l = layout();
         l.geometry.segment_size = 128 << 10;
         assert!(a.mismatch(&Header::for_layout(&l)).unwrap().contains("segment size"));

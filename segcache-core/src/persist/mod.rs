@@ -10,4 +10,5 @@ pub(crate) mod recover;
 pub(crate) mod region;
 pub(crate) mod resident;
 pub(crate) mod share;
+pub(crate) mod space;
 pub(crate) mod undo;

@@ -43,8 +43,8 @@ impl std::fmt::Debug for Region {
 #[derive(Debug)]
 pub(crate) struct PersistFile {
     pub path: PathBuf,
-    /// Held open for its lock, released when the region is dropped.
-    pub _held: HeldFile,
+    /// Held open for its lock (released when the region is dropped) and for `sync`.
+    pub held: HeldFile,
     /// Set once the contents were accepted (verified, rebuilt or fresh): only then may a close
     /// vouch for them. A file rejected at open is left exactly as it was found.
     pub active: std::sync::atomic::AtomicBool,

@@ -1086,6 +1086,26 @@ impl SharedCache {
         self.len() == 0
     }
 
+    /// Writes the heap to stable storage and returns once it is there, as [`Segcache::sync`]:
+    /// every store that returned before the call survives a power loss after it returns. It
+    /// takes no lock: stores go on meanwhile (and may or may not be written by it).
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-shared-sync", std::process::id()));
+    /// let cache = Builder::new().heap_size(8 << 20).path(&path).build_shared()?;
+    /// cache.set(b"order:17", b"paid", 0, Duration::ZERO)?;
+    /// cache.sync()?;
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn sync(&self) -> Result<()> {
+        crate::persist::file::sync(&self.region)
+    }
+
     /// Graceful stop: with a persistence path, writes everything needed for a warm restart and
     /// marks the file clean. Dropping the cache does the same but cannot report an error.
     ///
