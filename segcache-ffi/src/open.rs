@@ -231,6 +231,23 @@ pub unsafe extern "C" fn segcache_close(cache: *mut segcache_t) -> segcache_stat
     })
 }
 
+/// Writes the heap of a cache opened with a `path` to stable storage (`msync`, then `fsync`) and
+/// returns once it is there: every store that returned before the call then survives a power
+/// loss or a kernel crash, not only the death of the process (which loses nothing without it).
+/// A reopen after a power loss rebuilds the index from the file, as after a crash. Stores made
+/// during the call may or may not be written by it. Without a `path`: `SEGCACHE_OK`, nothing
+/// to write. A failure of the disk is `SEGCACHE_IO_ERROR`, with the system's message.
+/// Thread safety: any thread, while others read and write.
+/// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+///
+/// # Safety
+/// `cache` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_sync(cache: *const segcache_t) -> segcache_status_t {
+    // SAFETY: the caller's contract.
+    unsafe { run_with(cache, |h| Ok(h.cache.sync()?)) }
+}
+
 /// Moves the manual clock of a cache opened with `manual_clock_start != 0` forward by `secs`
 /// seconds; items whose TTL has run out are then misses.
 ///

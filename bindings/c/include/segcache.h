@@ -124,6 +124,11 @@ typedef enum segcache_status_t {
    * was stored. `segcache_last_error()` names the code.
    */
   SEGCACHE_LOAD_FAILED = 18,
+  /**
+   * The filesystem of the persistence file has no room for the whole heap (its blocks are
+   * reserved at open); `segcache_last_error()` names the path, the bytes needed and free.
+   */
+  SEGCACHE_NO_SPACE = 19,
 } segcache_status_t;
 
 /**
@@ -556,7 +561,7 @@ typedef int (*segcache_load_cb)(void *user_data, const uint8_t *key, size_t key_
 /**
  * Every status, by value.
  */
-#define segcache_status_t_ALL { SEGCACHE_OK, SEGCACHE_NOT_FOUND, SEGCACHE_EXISTS, SEGCACHE_NOT_STORED, SEGCACHE_TOO_LARGE, SEGCACHE_KEY_TOO_LONG, SEGCACHE_NO_MEMORY, SEGCACHE_NOT_NUMERIC, SEGCACHE_INVALID_ARGUMENT, SEGCACHE_INVALID_CONFIG, SEGCACHE_IO_ERROR, SEGCACHE_BAD_FILE, SEGCACHE_LOCKED, SEGCACHE_MAP_FAILED, SEGCACHE_BUFFER_TOO_SMALL, SEGCACHE_PANIC, SEGCACHE_INTERNAL_ERROR, SEGCACHE_FORKED, SEGCACHE_LOAD_FAILED, }
+#define segcache_status_t_ALL { SEGCACHE_OK, SEGCACHE_NOT_FOUND, SEGCACHE_EXISTS, SEGCACHE_NOT_STORED, SEGCACHE_TOO_LARGE, SEGCACHE_KEY_TOO_LONG, SEGCACHE_NO_MEMORY, SEGCACHE_NOT_NUMERIC, SEGCACHE_INVALID_ARGUMENT, SEGCACHE_INVALID_CONFIG, SEGCACHE_IO_ERROR, SEGCACHE_BAD_FILE, SEGCACHE_LOCKED, SEGCACHE_MAP_FAILED, SEGCACHE_BUFFER_TOO_SMALL, SEGCACHE_PANIC, SEGCACHE_INTERNAL_ERROR, SEGCACHE_FORKED, SEGCACHE_LOAD_FAILED, SEGCACHE_NO_SPACE, }
 
 #ifdef __cplusplus
 extern "C" {
@@ -664,6 +669,21 @@ enum segcache_status_t segcache_open(const struct segcache_config_t *config, str
  * has not been closed.
  */
 enum segcache_status_t segcache_close(struct segcache_t *cache);
+
+/**
+ * Writes the heap of a cache opened with a `path` to stable storage (`msync`, then `fsync`) and
+ * returns once it is there: every store that returned before the call then survives a power
+ * loss or a kernel crash, not only the death of the process (which loses nothing without it).
+ * A reopen after a power loss rebuilds the index from the file, as after a crash. Stores made
+ * during the call may or may not be written by it. Without a `path`: `SEGCACHE_OK`, nothing
+ * to write. A failure of the disk is `SEGCACHE_IO_ERROR`, with the system's message.
+ * Thread safety: any thread, while others read and write.
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle.
+ */
+enum segcache_status_t segcache_sync(const struct segcache_t *cache);
 
 /**
  * Moves the manual clock of a cache opened with `manual_clock_start != 0` forward by `secs`

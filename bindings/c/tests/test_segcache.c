@@ -926,6 +926,72 @@ static size_t max_value_len(segcache_t *c, const char *key, uint8_t *buf, size_t
     return lo;
 }
 
+/* A persistence file on a filesystem too small for the heap: segcache_open returns
+ * SEGCACHE_NO_SPACE with the path and sizes in segcache_last_error() (never a SIGBUS later).
+ * The small filesystem is a tmpfs mounted here, which needs root; without it, only sync is
+ * checked. segcache_sync writes the heap to the file. */
+static void test_no_space_and_sync(void) {
+    char dir[] = "/tmp/segcache-c-space-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char cmd[512], path[300];
+    snprintf(path, sizeof path, "%s/cache.dat", dir);
+    snprintf(cmd, sizeof cmd, "mount -t tmpfs -o size=20m tmpfs %s 2>/dev/null", dir);
+    int mounted = system(cmd) == 0;
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.path = path;
+    segcache_t *c = NULL;
+    if (mounted) {
+        cfg.heap_size = 64u << 20;
+        CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_NO_SPACE);
+        CHECK(c == NULL);
+        CHECK(strstr(segcache_last_error(), path) != NULL);
+        CHECK(strstr(segcache_last_error(), "free") != NULL);
+        CHECK(strcmp(segcache_strerror(SEGCACHE_NO_SPACE), "unknown status") != 0);
+        cfg.multi_process = true;
+        CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_NO_SPACE);
+        cfg.multi_process = false;
+    } else {
+        printf("test_no_space_and_sync: cannot mount a tmpfs (not root?): no-space not checked\n");
+    }
+    cfg.heap_size = 8u << 20;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    static char big[100000];
+    memset(big, 'v', sizeof big);
+    char key[32];
+    for (int i = 0; i < 200; i++) {
+        snprintf(key, sizeof key, "k%d", i);
+        CHECK_ST(segcache_set(c, K(key), (const uint8_t *)big, sizeof big, 0, 0), SEGCACHE_OK);
+    }
+    const char *marker = "a value only the heap holds";
+    CHECK_ST(segcache_set(c, K("m"), K(marker), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_sync(c), SEGCACHE_OK);
+    FILE *f = fopen(path, "rb");
+    CHECK(f != NULL);
+    int found = 0;
+    if (f) {
+        static char page[1 << 16];
+        size_t n, keep = 0, mlen = strlen(marker);
+        while ((n = fread(page + keep, 1, sizeof page - keep, f)) > 0 && !found) {
+            n += keep;
+            for (size_t i = 0; i + mlen <= n && !found; i++) found = memcmp(page + i, marker, mlen) == 0;
+            keep = mlen - 1;
+            memmove(page, page + n - keep, keep);
+        }
+        fclose(f);
+    }
+    CHECK(found);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    CHECK_ST(segcache_sync(NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strlen(segcache_last_error()) > 0);
+    unlink(path);
+    if (mounted) {
+        snprintf(cmd, sizeof cmd, "umount -l %s", dir);
+        CHECK(system(cmd) == 0);
+    }
+    rmdir(dir);
+}
+
 static void test_oversized_arguments(void) {
     const size_t seg = 256u << 10;
     segcache_t *c = open_small(0);
@@ -2270,6 +2336,7 @@ int main(int argc, char **argv) {
     test_persistence();
     test_prefault();
     test_touch_ahead();
+    test_no_space_and_sync();
     test_oversized_arguments();
     test_fork();
     test_rewrites();
