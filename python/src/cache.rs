@@ -751,6 +751,13 @@ impl Cache {
         self.with(|c| Ok(c.now()))
     }
 
+    /// With `path`: writes the heap to stable storage and returns once it is there (every store
+    /// that returned before the call then survives a power loss, not only a crash of the
+    /// process). Without a path there is nothing to write. The GIL is released meanwhile.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(|c| py.detach(|| c.sync()).map_err(engine_error))
+    }
+
     /// Closes the cache: with `path`, writes what a warm restart needs and marks the file clean.
     /// Idempotent; every other method raises `segcache.Closed` afterwards.
     fn close(&self, py: Python<'_>) -> PyResult<()> {

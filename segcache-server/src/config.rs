@@ -158,7 +158,7 @@ pub struct Cli {
     /// log2 of the hash table's buckets per shard [default: sized for the heap].
     #[arg(long)]
     pub hash_power: Option<u8>,
-    /// Keep the cache in this file: a graceful stop (SIGTERM/SIGINT) makes the next start warm.
+    /// Keep the cache in this file: a graceful stop (SIGTERM, SIGINT, SIGUSR1) makes the next start warm.
     #[arg(long, value_name = "FILE")]
     pub persist: Option<PathBuf>,
     /// Start empty over an unusable persistence file instead of refusing to start.

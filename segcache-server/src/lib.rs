@@ -12,9 +12,11 @@
 //!   byte chooses text or binary, as in memcached.
 //! - [`Server`]: acceptor, workers, lifecycle.
 //! - [`auth`]: the users of `-Y` and `-S`, and their constant-time check.
+//! - [`bus_error`]: the last line logged when the persistence file stops backing the heap.
 
 mod admin;
 pub mod auth;
+pub mod bus_error;
 mod config;
 mod exec;
 mod listen;

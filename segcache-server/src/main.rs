@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use segcache_server::{logger, Cli, Server, Settings};
-use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
 use signal_hook::iterator::Signals;
 
 fn main() -> ExitCode {
@@ -54,8 +54,9 @@ fn main() -> ExitCode {
     }
     // Installed before the (maybe long) start: a stop asked meanwhile is served once listening.
     // SIGHUP reloads the auth file (-Y, or MEMCACHED_SASL_PWDB with -S) and the TLS certificates,
-    // as memcached; it is otherwise ignored.
-    let mut signals = match Signals::new([SIGTERM, SIGINT, SIGHUP]) {
+    // as memcached; it is otherwise ignored. SIGUSR1 stops gracefully, as memcached's (which
+    // keeps a restartable cache then). SIGUSR2 writes the heap to stable storage (--persist).
+    let mut signals = match Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2]) {
         Ok(s) => s,
         Err(e) => {
             eprintln!("segcache-server: cannot install signal handlers: {e}");
@@ -66,6 +67,7 @@ fn main() -> ExitCode {
     let auth_users = settings.users.clone();
     let pidfile = settings.pidfile.clone();
     let unix_socket = settings.unix_socket.clone();
+    let persist = settings.path.clone();
     let server = match Server::bind(settings) {
         Ok(s) => s,
         Err(e) => {
@@ -73,6 +75,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Some(path) = &persist {
+        segcache_server::bus_error::report_lost_file(path);
+    }
     if let Some(p) = &pidfile {
         // Written before giving up root, so that it may live in /run.
         if let Err(e) = write_pidfile(p) {
@@ -95,6 +100,7 @@ fn main() -> ExitCode {
     }
     let stop = server.stop_handle();
     let tls = server.tls();
+    let sync = server.syncer();
     std::thread::spawn(move || {
         let mut seen = false;
         for sig in signals.forever() {
@@ -108,6 +114,14 @@ fn main() -> ExitCode {
                     if let Err(e) = tls.reload() {
                         log::error!("Could not reload TLS certificates on SIGHUP: {e}");
                     }
+                }
+                continue;
+            }
+            if sig == SIGUSR2 {
+                let started = std::time::Instant::now();
+                match sync() {
+                    Ok(()) => log::info!("SIGUSR2: the heap is on stable storage ({:?})", started.elapsed()),
+                    Err(e) => log::error!("SIGUSR2: writing the heap to stable storage failed: {e}"),
                 }
                 continue;
             }

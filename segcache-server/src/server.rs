@@ -168,6 +168,14 @@ impl Server {
         self.shared.tls.get().cloned()
     }
 
+    /// A call that writes the cache's heap to stable storage (a no-op without `--persist`, or
+    /// once the server has stopped), for the signal that asks for it. It holds the server's state
+    /// weakly: the graceful close at the end needs it alone.
+    pub fn syncer(&self) -> impl Fn() -> segcache_core::Result<()> + Send + 'static {
+        let shared = Arc::downgrade(&self.shared);
+        move || shared.upgrade().map_or(Ok(()), |s| s.cache.sync())
+    }
+
     pub fn stop_handle(&self) -> StopHandle {
         StopHandle { stopping: self.shared.stopping.clone(), waker: self.waker.clone() }
     }

@@ -215,8 +215,8 @@ def test_a_file_keeps_the_layout_it_was_made_with(tmp_path):
                          (["--hash-power", "10"], "hash power is 9 in the file, 10 in this cache"),
                          (["-I", "3m"], "segment size is 2097152 in the file, 4194304 in this cache"),
                          (["-m", "32"], "heap size is 16777216 bytes in the file, 33554432 in this cache")):
-        r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path), "-m", "16", *args,
-                            *ROOT_USER], capture_output=True, text=True, timeout=10)
+        r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path),
+                            *([] if "-m" in args else ["-m", "16"]), *args, *ROOT_USER], capture_output=True, text=True, timeout=10)
         assert r.returncode == 1 and reason in r.stderr, (args, r.stderr)
         assert path.read_bytes() == before
     s = Server("--persist", str(path), "-m", "16", port=port).start()
