@@ -142,7 +142,7 @@ pub(crate) fn open(path: &Path, layout: Layout, reset_bad: bool, sharing: Option
         layout,
         file: Some(PersistFile {
             path: path.to_path_buf(),
-            held: held,
+            held,
             active: std::sync::atomic::AtomicBool::new(found == Found::Joined),
             closed: false,
             sharing,
