@@ -165,7 +165,7 @@ impl SocketFile {
                     log::warn!("cannot remove the UNIX socket {}: {e}", self.path.display());
                 }
             }
-            Ok(_) => log::info!("leaving {}: another socket took its place", self.path.display()),
+            Ok(_) => log::warn!("leaving {}: another socket took its place", self.path.display()),
             Err(_) => {}
         }
     }
