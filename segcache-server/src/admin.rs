@@ -246,11 +246,10 @@ impl Endpoint {
         }
         let health = self.health.clone();
         let spawned = std::thread::Builder::new().name("admin-client".into()).spawn(move || {
-            let body = match health.shared() {
-                Some(s) => prometheus(&s),
-                None => "starting: the cache is opening\n".to_string(),
+            let (status, body) = match health.shared() {
+                Some(s) => ("200 OK", prometheus(&s)),
+                None => ("503 Service Unavailable", "starting: the cache is opening\n".to_string()),
             };
-            let status = if health.shared().is_some() { "200 OK" } else { "503 Service Unavailable" };
             if let Err(e) = send(p.stream, &health, &http_reply(status, &body)) {
                 log::debug!("admin request failed: {e}");
             }
