@@ -23,6 +23,7 @@ mod listen;
 pub mod logger;
 pub mod observe;
 pub mod protocol;
+mod ratelimit;
 mod server;
 mod session;
 mod state;

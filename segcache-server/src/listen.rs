@@ -140,11 +140,42 @@ impl Source for Stream {
     }
 }
 
+/// The file a UNIX listener bound: its path and the device and inode it had right after the
+/// bind, which tell it from a socket another process made at the same path later.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SocketFile {
+    path: PathBuf,
+    dev: u64,
+    ino: u64,
+}
+
+impl SocketFile {
+    fn of(path: &Path) -> io::Result<SocketFile> {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::symlink_metadata(path)?;
+        Ok(SocketFile { path: path.to_path_buf(), dev: m.dev(), ino: m.ino() })
+    }
+
+    /// Removes the file if it is still the one bound: a server started later on the same path
+    /// (after this one's was removed by hand, say) keeps its socket.
+    fn remove(&self) {
+        match SocketFile::of(&self.path) {
+            Ok(now) if now == *self => {
+                if let Err(e) = std::fs::remove_file(&self.path) {
+                    log::warn!("cannot remove the UNIX socket {}: {e}", self.path.display());
+                }
+            }
+            Ok(_) => log::warn!("leaving {}: another socket took its place", self.path.display()),
+            Err(_) => {}
+        }
+    }
+}
+
 /// A listening socket.
 #[derive(Debug)]
 pub enum Listener {
     Tcp(TcpListener, SocketAddr),
-    Unix(UnixListener, PathBuf),
+    Unix(UnixListener, SocketFile),
     /// TCP whose connections speak TLS (`-Z`).
     Tls(TcpListener, SocketAddr, Arc<Tls>),
 }
@@ -157,7 +188,7 @@ impl Listener {
                 let _ = s.set_nodelay(true);
                 (Stream::Tcp(s), peer.to_string())
             }),
-            Listener::Unix(l, path) => l.accept().map(|(s, _)| (Stream::Unix(s), path.display().to_string())),
+            Listener::Unix(l, file) => l.accept().map(|(s, _)| (Stream::Unix(s), file.path.display().to_string())),
             Listener::Tls(l, _, tls) => {
                 let (s, peer) = l.accept()?;
                 let _ = s.set_nodelay(true);
@@ -170,7 +201,7 @@ impl Listener {
     pub fn describe(&self) -> String {
         match self {
             Listener::Tcp(_, a) => a.to_string(),
-            Listener::Unix(_, p) => format!("unix:{}", p.display()),
+            Listener::Unix(_, f) => format!("unix:{}", f.path.display()),
             Listener::Tls(_, a, _) => format!("{a} (TLS)"),
         }
     }
@@ -180,6 +211,13 @@ impl Listener {
         match self {
             Listener::Tcp(_, a) | Listener::Tls(_, a, _) => Some(*a),
             Listener::Unix(..) => None,
+        }
+    }
+
+    /// At stop: a UNIX listener removes its socket file, if the file is still the one it bound.
+    pub fn remove_socket_file(&self) {
+        if let Listener::Unix(_, file) = self {
+            file.remove();
         }
     }
 
@@ -256,23 +294,49 @@ pub fn bind_all(s: &Settings, tls: Option<&Arc<Tls>>) -> Result<Vec<Listener>, S
     Ok(out)
 }
 
-/// Binds a UNIX socket at `path` (replacing a stale socket there, never another kind of file)
-/// with permissions `mask`.
+/// Binds a UNIX socket at `path` with permissions `mask`. A socket already there is replaced only
+/// when stale (a connect to it is refused: its server is gone); one that accepts connections
+/// belongs to a running server, and taking its path would leave that server unreachable, so the
+/// start is refused as a TCP port in use is. Never another kind of file.
 fn bind_unix(path: &Path, mask: u32, backlog: i32) -> Result<Listener, String> {
     use std::os::unix::fs::{FileTypeExt, PermissionsExt};
     if let Ok(meta) = std::fs::symlink_metadata(path) {
         if !meta.file_type().is_socket() {
             return Err(format!("cannot listen on {}: a file that is not a socket is there", path.display()));
         }
-        let _ = std::fs::remove_file(path);
+        // Non-blocking, so that a live server with a full backlog (EAGAIN) does not hang the start.
+        match UnixStream::connect(path) {
+            Err(e) if matches!(e.kind(), io::ErrorKind::ConnectionRefused | io::ErrorKind::NotFound) => {}
+            Ok(_) => {
+                return Err(format!(
+                    "cannot listen on UNIX socket {}: another server is listening on it (address in use)",
+                    path.display()
+                ))
+            }
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                return Err(format!(
+                    "cannot listen on UNIX socket {}: another server is listening on it (its backlog is full)",
+                    path.display()
+                ))
+            }
+            Err(e) => {
+                return Err(format!(
+                    "cannot listen on UNIX socket {}: cannot tell whether a server is listening on it: {e}",
+                    path.display()
+                ))
+            }
+        }
+        std::fs::remove_file(path).map_err(|e| format!("cannot remove the stale socket {}: {e}", path.display()))?;
     }
     let l = std::os::unix::net::UnixListener::bind(path)
         .map_err(|e| format!("cannot listen on UNIX socket {}: {e}", path.display()))?;
+    // Read at once, so that the file this server removes at stop is the one it made.
+    let file = SocketFile::of(path).map_err(|e| format!("cannot read back the UNIX socket {}: {e}", path.display()))?;
     std::fs::set_permissions(path, std::fs::Permissions::from_mode(mask))
         .map_err(|e| format!("cannot set the mode of {} to {mask:o}: {e}", path.display()))?;
     l.set_nonblocking(true).map_err(|e| e.to_string())?;
     set_backlog(l.as_raw_fd(), backlog);
-    Ok(Listener::Unix(UnixListener::from_std(l), path.to_path_buf()))
+    Ok(Listener::Unix(UnixListener::from_std(l), file))
 }
 
 /// std listens with a backlog of 128; a burst of connects (a proxy or a pool starting) needs

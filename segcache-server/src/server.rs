@@ -15,6 +15,7 @@ use crate::admin::Health;
 use crate::config::Settings;
 use crate::listen::Listener;
 use crate::observe::Observe;
+use crate::ratelimit::{warn_limited, RateLimit};
 use crate::state::Shared;
 use crate::worker::{self, WorkerHandle};
 
@@ -53,6 +54,10 @@ pub struct Server {
     health: Arc<Health>,
     /// SO_BUSY_POLL was refused once: not tried again.
     busy_poll_refused: bool,
+    /// Warnings for clients refused past `-c`: one a second.
+    refusing: RateLimit,
+    /// Warnings for failed accepts (out of descriptors): one a second.
+    accept_failing: RateLimit,
 }
 
 impl Server {
@@ -149,7 +154,20 @@ impl Server {
         health.serving(shared.clone());
         let admin = admin.take();
         let health = health.clone();
-        Ok(Server { shared, poll, waker, listeners, addr, workers, threads, admin, health, busy_poll_refused: false })
+        Ok(Server {
+            shared,
+            poll,
+            waker,
+            listeners,
+            addr,
+            workers,
+            threads,
+            admin,
+            health,
+            busy_poll_refused: false,
+            refusing: RateLimit::per_second(),
+            accept_failing: RateLimit::per_second(),
+        })
     }
 
     /// The (first) TCP address the server listens on; `0.0.0.0:0` when it listens on a UNIX
@@ -203,9 +221,7 @@ impl Server {
         self.health.draining();
         log::info!("stopping: no longer accepting connections");
         for l in self.listeners.drain(..) {
-            if let Listener::Unix(_, path) = &l {
-                let _ = std::fs::remove_file(path);
-            }
+            l.remove_socket_file();
         }
         for w in &self.workers {
             w.wake();
@@ -240,7 +256,11 @@ impl Server {
                 Ok((mut stream, peer)) => {
                     if conns.curr_connections.load(Ordering::Relaxed) >= self.shared.settings.max_connections as u64 {
                         conns.rejected_connections.fetch_add(1, Ordering::Relaxed);
-                        log::warn!("refusing {peer}: {} connections open", self.shared.settings.max_connections);
+                        warn_limited!(
+                            self.refusing,
+                            "refusing {peer}: {} connections open",
+                            self.shared.settings.max_connections
+                        );
                         let _ = stream.write(TOO_MANY);
                         continue;
                     }
@@ -261,7 +281,7 @@ impl Server {
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => {
                     // Out of file descriptors or similar: try again on the next readiness event.
-                    log::warn!("accept failed: {e}");
+                    warn_limited!(self.accept_failing, "accept failed: {e}");
                     std::thread::sleep(std::time::Duration::from_millis(10));
                     return;
                 }

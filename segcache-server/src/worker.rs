@@ -19,10 +19,17 @@ use slab::Slab;
 
 use crate::config::Protocol;
 use crate::protocol::MAX_GET_LINE;
+use crate::ratelimit::{warn_limited, RateLimit};
 use crate::session::{Budget, Session, OUT_HIGH_WATER};
 use crate::state::{Ctx, Shared};
 use crate::stats::bump;
 use crate::watch::{ConnEntry, Watcher, CONNEVENTS};
+
+/// Connections the event loop cannot take (one per accept when it happens): one warning a second.
+static REGISTER_FAILED: RateLimit = RateLimit::per_second();
+/// Clients closed for a request over every limit (a client can send them at will): one warning a
+/// second.
+static OVER_LIMIT: RateLimit = RateLimit::per_second();
 
 const WAKER: Token = Token(usize::MAX);
 /// Per-connection starting size of each buffer: small, so that many idle connections are cheap.
@@ -190,7 +197,7 @@ impl Worker {
             let entry = self.conns.vacant_entry();
             let token = Token(entry.key());
             if let Err(e) = self.poll.registry().register(&mut stream, token, Interest::READABLE | Interest::WRITABLE) {
-                log::warn!("worker {}: cannot register a connection: {e}", self.index);
+                warn_limited!(REGISTER_FAILED, "worker {}: cannot register a connection: {e}", self.index);
                 self.shared.conns.curr_connections.fetch_sub(1, Ordering::Relaxed);
                 continue;
             }
@@ -629,7 +636,7 @@ impl Conn {
         // limits before they arrive, so the buffer never needs to exceed this.
         let cap = input_cap(ctx.shared.settings.max_item_size);
         if self.buf.len() >= cap {
-            log::warn!("closing a connection whose request exceeds every limit");
+            warn_limited!(OVER_LIMIT, "closing a connection whose request exceeds every limit");
             return false;
         }
         let new_len = (self.buf.len() * 2).min(cap);

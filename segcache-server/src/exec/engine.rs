@@ -5,6 +5,7 @@ use segcache_core::{Error, Item, ReadOptions, RmwOptions, StoreMode, StoreOption
 
 use super::expiry::Expiry;
 use crate::protocol::StoreKind;
+use crate::ratelimit::{warn_limited, RateLimit};
 use crate::state::Ctx;
 use crate::stats::bump;
 
@@ -157,7 +158,7 @@ pub fn do_store(kind: StoreKind, key: &[u8], flags: u32, exptime: i64, data: &[u
             Stored::NoMemory
         }
         Err(e) => {
-            log::warn!("store failed: {e}");
+            warn_limited!(STORE_FAILED, "store failed: {e}");
             Stored::Failed
         }
     }
@@ -179,6 +180,11 @@ pub enum Arith {
     Failed,
 }
 
+/// Engine failures of a store (one per request when they happen): one warning a second.
+static STORE_FAILED: RateLimit = RateLimit::per_second();
+/// Engine failures of an incr/decr: one warning a second.
+static ARITH_FAILED: RateLimit = RateLimit::per_second();
+
 /// Runs incr/decr and counts it.
 pub fn do_arith(incr: bool, key: &[u8], delta: u64, ctx: &Ctx<'_>) -> Arith {
     match arith_with(incr, key, delta, None, None, ctx) {
@@ -186,7 +192,7 @@ pub fn do_arith(incr: bool, key: &[u8], delta: u64, ctx: &Ctx<'_>) -> Arith {
         Err(Error::NotFound) => Arith::NotFound,
         Err(Error::NotNumeric) => Arith::NotNumeric,
         Err(e) => {
-            log::warn!("incr/decr failed: {e}");
+            warn_limited!(ARITH_FAILED, "incr/decr failed: {e}");
             Arith::Failed
         }
     }

@@ -6,6 +6,10 @@
 //! A line, as Pelikan's (with the time in RFC 3339 UTC):
 //! `PEER - [TIME] "REQUEST LINE" STATUS REPLY_BYTES`, where STATUS is the reply's first word
 //! (`VALUE`, `END`, `STORED`, `NOT_FOUND`, `HD`, ... or `-` for none) and REPLY_BYTES its size.
+//!
+//! A file that cannot be written (a full disk) fails every line: the warning that says so is
+//! rate-limited (one a second, naming how many were held back), so the server's own log does not
+//! grow with the traffic.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, BufWriter, Write};
@@ -28,6 +32,7 @@ const IDLE: Duration = Duration::from_millis(5);
 pub const MAX_REQUEST: usize = 1024;
 
 pub use crate::config::KlogSettings;
+use crate::ratelimit::{suppressed_note, RateLimit};
 
 /// Counters of the command log.
 #[derive(Debug, Default)]
@@ -83,6 +88,7 @@ impl Klog {
             out: BufWriter::with_capacity(64 << 10, file),
             size,
             stats: stats.clone(),
+            failing: RateLimit::per_second(),
         };
         let (stop_w, rx) = (stop.clone(), receivers);
         let thread = std::thread::Builder::new().name("klog".into()).spawn(move || w.run(&rx, &stop_w))?;
@@ -117,6 +123,8 @@ struct Writer {
     out: BufWriter<File>,
     size: u64,
     stats: Arc<KlogStats>,
+    /// Write failures: one warning a second.
+    failing: RateLimit,
 }
 
 impl Writer {
@@ -130,7 +138,7 @@ impl Writer {
                 while let Ok(line) = rx.try_recv() {
                     got = true;
                     if let Err(e) = self.write(&line) {
-                        log::warn!("klog: cannot write {}: {e}", self.path.display());
+                        self.failed(&e);
                     }
                 }
             }
@@ -140,14 +148,30 @@ impl Writer {
             if got && last_flush.elapsed() < FLUSH_EVERY {
                 continue;
             }
-            let _ = self.out.flush();
+            if let Err(e) = self.out.flush() {
+                self.failed(&e);
+            }
+            if let Some(n) = self.failing.overdue() {
+                log::warn!("klog: {n} more failed writes to {} suppressed", self.path.display());
+            }
             last_flush = Instant::now();
             if !got {
                 std::thread::sleep(IDLE);
             }
         }
         if let Err(e) = self.out.flush() {
-            log::warn!("klog: cannot write {}: {e}", self.path.display());
+            self.failed(&e);
+        }
+        let n = self.failing.take_suppressed();
+        if n > 0 {
+            log::warn!("klog: {n} more failed writes to {} suppressed", self.path.display());
+        }
+    }
+
+    /// A line or a flush could not be written: a warning, unless one went out within the second.
+    fn failed(&self, e: &io::Error) {
+        if let Some(n) = self.failing.check() {
+            log::warn!("klog: cannot write {}: {e}{}", self.path.display(), suppressed_note(n));
         }
     }
 
