@@ -52,8 +52,14 @@ impl Segcache {
         if self.origin.forked() {
             return;
         }
-        let at = self.now().saturating_add(ttl_secs(delay));
-        self.meta_mut().flush_at = at;
+        // A flush already due has hidden every item from reads: it takes effect before the new
+        // one replaces it, or the items it removed would come back until the new time.
+        let now = self.now();
+        if self.flushed(now) {
+            self.reset(false);
+            self.meta_mut().flushes += 1;
+        }
+        self.meta_mut().flush_at = now.saturating_add(ttl_secs(delay));
     }
 
     /// Empties the shard: every segment free, the table cleared (CAS values go on increasing).
