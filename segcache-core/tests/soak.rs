@@ -7,7 +7,8 @@
 //! file-backed.
 //!
 //! Each run prints its seed; `SEGCACHE_SOAK_SEED=N` replays one, `SEGCACHE_SOAK_OPS=N` sets the
-//! operations per configuration (default sized for CI; a soak wants 1000000 or more).
+//! operations per configuration (default sized for CI; a soak wants 1000000 or more), and
+//! `SEGCACHE_SOAK_VERIFY_EVERY=N` how often the engine's whole-table check runs (default 64).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -93,6 +94,10 @@ enum Op {
     Add(usize, Vec<u8>, u32, u32),
     Replace(usize, Vec<u8>, u32, u32),
     Cas(usize, Vec<u8>, u32, u32, bool),
+    /// A set with a client-chosen CAS value (memcached's `ms E`): a record of another layout.
+    SetExplicit(usize, Vec<u8>, u32, u32, u64),
+    /// Marks the item stale (memcached's `md I`), with a new TTL if given.
+    Invalidate(usize, Option<u32>),
     Append(usize, Vec<u8>),
     Prepend(usize, Vec<u8>),
     Incr(usize, u64),
@@ -177,7 +182,9 @@ fn gen_op(rng: &mut StdRng, segment: usize) -> Op {
         520..=619 => Op::Incr(k, rng.gen_range(0..1_000_000)),
         620..=659 => Op::Decr(k, rng.gen_range(0..1_000)),
         660..=719 => Op::Touch(k, ttl_of(rng)),
-        720..=779 => Op::Delete(k),
+        720..=739 => Op::Delete(k),
+        740..=759 => Op::SetExplicit(k, value(rng, segment), flags, ttl_of(rng), rng.gen_range(1 << 40..1 << 50)),
+        760..=779 => Op::Invalidate(k, rng.gen_bool(0.5).then(|| ttl_of(rng))),
         780..=996 => Op::Get(k),
         // Rare enough that the heap fills between flushes.
         997 if rng.gen_bool(0.01) => Op::FlushAfter(rng.gen_range(1..4)),
@@ -226,6 +233,8 @@ impl Cache {
 
 struct Soak {
     cache: Cache,
+    steps: u64,
+    verify_every: u64,
     pad: bool,
     clock: Arc<ManualClock>,
     model: Vec<Option<Entry>>,
@@ -269,7 +278,15 @@ impl Soak {
             (Out::Stored, Some(Some(Entry { value, cas: 0, ..e.clone() })))
         };
         match (op, entry) {
-            (Op::Set(_, v, f, t), _) => (Out::Stored, Some(Some(new(v, *f, *t)))),
+            (Op::Set(_, v, f, t) | Op::SetExplicit(_, v, f, t, _), _) => (Out::Stored, Some(Some(new(v, *f, *t)))),
+            (Op::Invalidate(..), None) => (Out::Err("not found"), None),
+            (Op::Invalidate(_, t), Some(e)) => {
+                let e = match t {
+                    Some(t) => Entry { expire_at: if *t == 0 { 0 } else { now + t }, early: early_of(*t), ..e.clone() },
+                    None => e.clone(),
+                };
+                (Out::Stored, Some(Some(e)))
+            }
             (Op::Add(_, v, f, t), None) | (Op::Replace(_, v, f, t), Some(_)) => {
                 (Out::Stored, Some(Some(new(v, *f, *t))))
             }
@@ -328,6 +345,11 @@ impl Soak {
                 let token = StoreMode::Cas(if *right { known } else { known.wrapping_add(1 << 40) });
                 stored(on!(c, store_with(&key(*k), v, *f, d(t), token, opts)))
             }
+            Op::SetExplicit(k, v, f, t, e) => {
+                let opts = StoreOptions { cas: Some(*e), ..opts };
+                stored(on!(c, store_with(&key(*k), v, *f, d(t), StoreMode::Set, opts)))
+            }
+            Op::Invalidate(k, t) => stored(on!(c, invalidate(&key(*k), t.as_ref().map(d), None, None))),
             Op::Append(k, v) => stored(on!(c, append_with(&key(*k), v, none))),
             Op::Prepend(k, v) => stored(on!(c, prepend_with(&key(*k), v, none))),
             Op::Incr(k, n) | Op::Decr(k, n) => match on!(c, add_delta(&key(*k), matches!(op, Op::Incr(..)), *n)) {
@@ -358,6 +380,8 @@ impl Soak {
     fn key_of(op: &Op) -> Option<usize> {
         match op {
             Op::Set(k, ..)
+            | Op::SetExplicit(k, ..)
+            | Op::Invalidate(k, _)
             | Op::Add(k, ..)
             | Op::Replace(k, ..)
             | Op::Cas(k, ..)
@@ -433,7 +457,14 @@ impl Soak {
                 self.model[i] = None;
             }
         }
-        self.check_all()
+        self.check_all()?;
+        // The engine's own check (no slot leads to a dead record or a segment not in use); it
+        // walks the whole table, so not after every op.
+        self.steps += 1;
+        if self.steps % self.verify_every == 0 {
+            on!(&self.cache, verify())?;
+        }
+        Ok(())
     }
 
     /// Every key against the model; a key that may have expired is learnt from the engine.
@@ -484,6 +515,7 @@ fn describe(op: &Op) -> String {
         Op::Add(k, x, f, t) => format!("add k{k} {} flags {f} ttl {t}", v(x)),
         Op::Replace(k, x, f, t) => format!("replace k{k} {} flags {f} ttl {t}", v(x)),
         Op::Cas(k, x, f, t, right) => format!("cas k{k} {} flags {f} ttl {t} right token {right}", v(x)),
+        Op::SetExplicit(k, x, f, t, e) => format!("set k{k} {} flags {f} ttl {t} cas {e}", v(x)),
         Op::Append(k, x) => format!("append k{k} {}", v(x)),
         Op::Prepend(k, x) => format!("prepend k{k} {}", v(x)),
         other => format!("{other:?}"),
@@ -514,8 +546,19 @@ fn soak(cfg: &Config, seed: u64, ops: usize) {
         None => Cache::Engine(b.build().unwrap()),
         Some(shards) => Cache::Shared(b.shards(shards).build_shared().unwrap()),
     };
-    let mut s =
-        Soak { cache, pad: cfg.pad, clock, model: vec![None; KEYS], told, told_total: 0, flush_at: 0, max_item };
+    let verify_every = env("SEGCACHE_SOAK_VERIFY_EVERY").unwrap_or(64).max(1);
+    let mut s = Soak {
+        cache,
+        steps: 0,
+        verify_every,
+        pad: cfg.pad,
+        clock,
+        model: vec![None; KEYS],
+        told,
+        told_total: 0,
+        flush_at: 0,
+        max_item,
+    };
     let mut rng = StdRng::seed_from_u64(seed);
     let mut recent: std::collections::VecDeque<String> = std::collections::VecDeque::new();
     for n in 0..ops {
@@ -552,16 +595,19 @@ fn soak(cfg: &Config, seed: u64, ops: usize) {
     }
 }
 
+/// A number from the environment.
+fn env<T: std::str::FromStr>(name: &str) -> Option<T> {
+    std::env::var(name).ok().and_then(|s| s.parse().ok())
+}
+
+/// Operations per configuration: sized so that CI (a debug build runs fewer) spends about a
+/// minute on the whole file; SEGCACHE_SOAK_OPS for a real soak.
 fn ops() -> usize {
-    std::env::var("SEGCACHE_SOAK_OPS").ok().and_then(|s| s.parse().ok()).unwrap_or(if cfg!(debug_assertions) {
-        20_000
-    } else {
-        150_000
-    })
+    env("SEGCACHE_SOAK_OPS").unwrap_or(if cfg!(debug_assertions) { 20_000 } else { 150_000 })
 }
 
 fn seed() -> u64 {
-    std::env::var("SEGCACHE_SOAK_SEED").ok().and_then(|s| s.parse().ok()).unwrap_or_else(|| rand::thread_rng().gen())
+    env("SEGCACHE_SOAK_SEED").unwrap_or_else(|| rand::thread_rng().gen())
 }
 
 fn run(cfg: Config) {
