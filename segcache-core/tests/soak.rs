@@ -461,7 +461,7 @@ impl Soak {
         // The engine's own check (no slot leads to a dead record or a segment not in use); it
         // walks the whole table, so not after every op.
         self.steps += 1;
-        if self.steps % self.verify_every == 0 {
+        if self.steps.is_multiple_of(self.verify_every) {
             on!(&self.cache, verify())?;
         }
         Ok(())
