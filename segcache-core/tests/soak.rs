@@ -792,3 +792,27 @@ fn shared_merge_64k_padded() {
         file: true,
     });
 }
+
+/// The server's shape: 64 MiB of 1 MiB segments, through the shared handle, numbers padded;
+/// the heap fills with dead copies late in a run, as in the server's differential soaks.
+#[test]
+fn shared_merge_64m_as_the_server() {
+    run(Config {
+        shared: Some(1),
+        pad: true,
+        name: "shared-merge-64m",
+        heap: 64 * MIB,
+        segment: MIB,
+        policy: Policy::Merge,
+        file: false,
+    });
+    run(Config {
+        shared: Some(4),
+        pad: true,
+        name: "shared-merge-64m-file",
+        heap: 64 * MIB,
+        segment: MIB,
+        policy: Policy::Merge,
+        file: true,
+    });
+}
