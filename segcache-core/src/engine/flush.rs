@@ -120,3 +120,30 @@ impl Segcache {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{Builder, ManualClock};
+
+    /// A flush that is due hides every item from reads before any write applies it; a new
+    /// delayed flush must not bring them back until its own time.
+    #[test]
+    fn a_delayed_flush_after_a_due_one_does_not_bring_items_back() {
+        let clock = ManualClock::new(1_700_000_000);
+        let mut c = Builder::new().heap_size(4 << 20).clock(clock.clone()).build().unwrap();
+        c.set(b"k", b"v", 0, Duration::ZERO).unwrap();
+        c.flush_after(Duration::from_secs(2));
+        clock.advance(2);
+        assert!(c.get(b"k").is_none(), "flushed at its time");
+        c.flush_after(Duration::from_secs(5));
+        assert!(c.get(b"k").is_none(), "still gone");
+        assert_eq!(c.stats().flushes, 1);
+        c.set(b"new", b"v", 0, Duration::ZERO).unwrap();
+        clock.advance(4);
+        assert!(c.get(b"new").is_some(), "stored before the new flush's time");
+        clock.advance(1);
+        assert!(c.get(b"new").is_none(), "flushed at the new time");
+    }
+}
