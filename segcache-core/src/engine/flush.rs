@@ -52,8 +52,14 @@ impl Segcache {
         if self.origin.forked() {
             return;
         }
-        let at = self.now().saturating_add(ttl_secs(delay));
-        self.meta_mut().flush_at = at;
+        // A flush already due has hidden every item from reads: it takes effect before the new
+        // one replaces it, or the items it removed would come back until the new time.
+        let now = self.now();
+        if self.flushed(now) {
+            self.reset(false);
+            self.meta_mut().flushes += 1;
+        }
+        self.meta_mut().flush_at = now.saturating_add(ttl_secs(delay));
     }
 
     /// Empties the shard: every segment free, the table cleared (CAS values go on increasing).
@@ -112,5 +118,32 @@ impl Segcache {
             self.meta_mut().spare = NONE;
             self.push_free(spare);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::{Builder, ManualClock};
+
+    /// A flush that is due hides every item from reads before any write applies it; a new
+    /// delayed flush must not bring them back until its own time.
+    #[test]
+    fn a_delayed_flush_after_a_due_one_does_not_bring_items_back() {
+        let clock = ManualClock::new(1_700_000_000);
+        let mut c = Builder::new().heap_size(4 << 20).clock(clock.clone()).build().unwrap();
+        c.set(b"k", b"v", 0, Duration::ZERO).unwrap();
+        c.flush_after(Duration::from_secs(2));
+        clock.advance(2);
+        assert!(c.get(b"k").is_none(), "flushed at its time");
+        c.flush_after(Duration::from_secs(5));
+        assert!(c.get(b"k").is_none(), "still gone");
+        assert_eq!(c.stats().flushes, 1);
+        c.set(b"new", b"v", 0, Duration::ZERO).unwrap();
+        clock.advance(4);
+        assert!(c.get(b"new").is_some(), "stored before the new flush's time");
+        clock.advance(1);
+        assert!(c.get(b"new").is_none(), "flushed at the new time");
     }
 }

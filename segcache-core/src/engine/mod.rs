@@ -11,6 +11,7 @@ pub(crate) mod rewrite;
 pub(crate) mod rmw;
 pub(crate) mod slots;
 pub(crate) mod stats;
+pub(crate) mod verify;
 pub(crate) mod write;
 
 use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};

@@ -247,6 +247,13 @@ impl SharedCache {
         &self.shards[i]
     }
 
+    /// Each shard's [`Segcache::verify`], under its read lock: the first inconsistency found.
+    /// Walks every table: for tests and soaks only.
+    #[doc(hidden)]
+    pub fn verify(&self) -> Result<(), String> {
+        self.shards.iter().enumerate().try_for_each(|(i, s)| s.read().verify().map_err(|e| format!("shard {i}: {e}")))
+    }
+
     /// Every shard's lock.
     pub(crate) fn shards(&self) -> &[ShardLock<Segcache>] {
         &self.shards

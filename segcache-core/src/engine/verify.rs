@@ -1,0 +1,67 @@
+//! A whole-shard consistency check, for soaks and tests: every item slot leads to a live record
+//! of a key of its chain, in a segment in use, and each segment's live count is the number of
+//! slots that lead into it. A slot that leads to a dead record is an item the next reuse of its
+//! segment loses without a trace (scans of live records skip it), so this is what a soak checks.
+
+use crate::hash::hash;
+use crate::hashtable::slot;
+use crate::record;
+use crate::segments::header::{SEG_OPEN, SEG_SEALED};
+use crate::Segcache;
+
+impl Segcache {
+    /// Checks the shard's hash table against its segments (see the module); the first
+    /// inconsistency found, described. Walks the whole table: for tests and soaks only.
+    #[doc(hidden)]
+    pub fn verify(&self) -> Result<(), String> {
+        let t = self.table();
+        let mut slots_in = vec![0u32; self.geo.segments];
+        let mut items = 0u64;
+        let mut bad = None;
+        for chain in 0..=t.mask {
+            // A chain's index serves as its hash: `head` only uses the masked bits.
+            t.scan(chain, |_, v| {
+                let loc = slot::slot_loc(v);
+                let why = if loc.seg as usize >= self.geo.segments {
+                    Some("a segment out of range".to_string())
+                } else if !matches!(self.seg(loc.seg).state, SEG_OPEN | SEG_SEALED) {
+                    Some(format!("segment {} in state {}", loc.seg, self.seg(loc.seg).state))
+                } else {
+                    let data = self.seg_data(loc.seg);
+                    let base = self.seg(loc.seg).cas_base;
+                    match data.get(loc.offset as usize..).and_then(|src| record::parse(src, base)) {
+                        None => Some(format!("no record at {loc:?}")),
+                        Some(r) if r.dead => Some(format!("a dead record of key {:?}", String::from_utf8_lossy(r.key))),
+                        Some(r) if hash(r.key) & t.mask != chain || slot::slot_tag(v) != slot::tag_of(hash(r.key)) => {
+                            Some(format!("key {:?} of another chain", String::from_utf8_lossy(r.key)))
+                        }
+                        Some(_) => None,
+                    }
+                };
+                if let Some(why) = why {
+                    bad = Some(format!("chain {chain}: a slot ({loc:?}) leads to {why}"));
+                    return true;
+                }
+                slots_in[loc.seg as usize] += 1;
+                items += 1;
+                false
+            });
+            if let Some(bad) = bad {
+                return Err(bad);
+            }
+        }
+        for id in 0..self.geo.segments as u32 {
+            let s = self.seg(id);
+            if matches!(s.state, SEG_OPEN | SEG_SEALED) && s.live_items != slots_in[id as usize] {
+                return Err(format!(
+                    "segment {id}: {} live records counted, {} slots lead into it",
+                    s.live_items, slots_in[id as usize]
+                ));
+            }
+        }
+        if self.meta().items != items {
+            return Err(format!("{} items counted, {items} slots", self.meta().items));
+        }
+        Ok(())
+    }
+}
