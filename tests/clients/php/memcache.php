@@ -35,21 +35,7 @@ set_error_handler(function (int $no, string $msg) use (&$notices) {
     return true;
 }, E_ALL & ~E_DEPRECATED);
 
-function show($v): string
-{
-    if (is_string($v) && strlen($v) > 64) {
-        return sprintf('<%d bytes sha1 %s>', strlen($v), substr(sha1($v), 0, 12));
-    }
-    if (is_array($v)) {
-        ksort($v);
-        $parts = [];
-        foreach ($v as $k => $x) {
-            $parts[] = "$k: " . show($x);
-        }
-        return '{' . implode(', ', $parts) . '}';
-    }
-    return var_export($v, true);
-}
+require_once __DIR__ . '/show.php';
 
 function step(string $name, callable $call)
 {

@@ -14,21 +14,7 @@ $m->setOption(Memcached::OPT_RECV_TIMEOUT, 5000000);
 $m->setOption(Memcached::OPT_SEND_TIMEOUT, 5000000);
 $m->addServer($host, (int) $port);
 
-function show($v): string
-{
-    if (is_string($v) && strlen($v) > 64) {
-        return sprintf('<%d bytes sha1 %s>', strlen($v), substr(sha1($v), 0, 12));
-    }
-    if (is_array($v)) {
-        ksort($v);
-        $parts = [];
-        foreach ($v as $k => $x) {
-            $parts[] = "$k: " . show($x);
-        }
-        return '{' . implode(', ', $parts) . '}';
-    }
-    return var_export($v, true);
-}
+require_once __DIR__ . '/show.php';
 
 function step(string $name, callable $call)
 {
