@@ -186,8 +186,9 @@ mod tests {
         l.shards = 4;
         let msg = a.mismatch(&Header::for_layout(&l)).unwrap();
         assert!(msg.contains("heap size is 524288 bytes in the file, 1048576 in this cache"), "{msg}");
+        // The same heap in larger segments.
         let mut l = layout();
-        l.geometry.segment_size = 128 << 10;
+        (l.geometry.segment_size, l.geometry.segments) = (128 << 10, 2);
         assert!(a.mismatch(&Header::for_layout(&l)).unwrap().contains("segment size"));
         assert!(a.mismatch(&a).is_none());
     }
