@@ -220,6 +220,9 @@ class Op:
     # A retrieval with a key over 250 bytes: memcached 1.6.18 drops the reply of the command
     # just before it in the same read (docs/server.md), so it starts a segment (after an `mn`).
     own_segment: bool = False
+    # A delayed flush: seconds during which nothing else is sent, so that no op lands where the
+    # two servers' clocks may disagree on whether the flush has come due (see `Gen.flush`).
+    settle: float = 0.0
 
 
 CAS_RE = re.compile(rb"^(VALUE \S+ \d+ \d+) \d+")
@@ -380,6 +383,7 @@ class Gen:
             (0.02, self.me),
             (0.03, self.malformed),
             (0.002, self.flush),
+            (0.00005, self.flush_later),
             (0.005, self.misc),
             (0.003, self.too_large),
             (0.01, self.padded),
@@ -398,6 +402,7 @@ class Gen:
     PROTOCOL = {
         "store": "text", "cas": "text", "get": "text", "gat": "text", "touch": "text",
         "arith": "text", "delete": "text", "malformed": "text meta", "flush": "text meta",
+        "flush_later": "text meta",
         "misc": "text meta", "too_large": "text meta", "padded": "text meta",
         "mg": "meta", "ms": "meta", "md": "meta", "ma": "meta", "me": "meta",
     }
@@ -629,6 +634,18 @@ class Gen:
         tail = self.rng.choice(["", " 0", " noreply", " 0 noreply", " -1", " 4294967295", " 4294967296 noreply"])
         return self.same(f"flush_all{tail}\r\n", quiet="noreply" in tail)
 
+    def flush_later(self) -> Op:
+        """A delayed flush (rare: the stream waits it out). memcached's comes due at a tick of
+        its own once-a-second clock, whose phase is set by when it started: between delay-2 and
+        delay-1 s from now, and it hides the items stored until its next tick; this server's at
+        the wall clock's second, between delay-1 and delay s from now. Which of the two removes
+        an item stored in between depends on those phases alone (two memcached processes
+        disagree there too, see test_compat.py), so nothing else is sent until both are due."""
+        delay, tail = self.rng.choice([(1, "1"), (2, "2"), (2, "2 noreply"), (2, "4294967298")])
+        op = self.same(f"flush_all {tail}\r\n", quiet="noreply" in tail)
+        op.settle = delay + 0.3
+        return op
+
     def misc(self) -> Op:
         return self.same(self.rng.choice(["verbosity 0\r\n", "verbosity 0 noreply\r\n", "version\r\n",
                                           "verbosity noreply\r\n", "mn\r\n"]))
@@ -830,7 +847,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
             if post["memcached"] == post["segcache"] and o not in claimed:
                 continue
             if value_of(conns["memcached"], k, raw=True) == stored \
-                    and post["segcache"] == arith_result(o, number):
+                    and post["segcache"] == (None if expires_now(o) else arith_result(o, number)):
                 # memcached refused it on a '-' after the number; this server did the arithmetic
                 quirks += 1
                 resync.add(k)
@@ -886,8 +903,12 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
                     batch[-1].append(op)
                 else:
                     batch.append([op])
+                if op.settle:
+                    break
             for batch in batches:
+                sent = time.monotonic()
                 done = run_batch(batch, done)
+                settle(batch, sent)
         for n, c in conns.items():
             c.send(b"mn\r\n")
             assert c.segment() == [] and not c.buf, f"{n}: replies out of step at the end"
@@ -925,6 +946,13 @@ def engine_stats(port: int) -> str:
             "segments_free", "curr_items")
     stats = dict(ln.split(" ")[1:3] for ln in buf.decode().splitlines() if ln.startswith("STAT "))
     return " ".join(f"{k}={stats.get(k)}" for k in want)
+
+
+def settle(batch: list[list[Op]], sent: float) -> None:
+    """Waits out the settle time of a batch's delayed flush (see `Op.settle`), from `sent`."""
+    wait = max((o.settle for seg in batch for o in seg), default=0.0)
+    if wait:
+        time.sleep(max(0.0, sent + wait - time.monotonic()))
 
 
 def splits(batch: list[list[Op]], op: Op) -> bool:
@@ -1013,6 +1041,15 @@ def ttl_lost(pre: dict) -> dict:
         if ttl is not None and int(v) < 1 << 64 and len(arith_result(o, v.rstrip(b" "))) > len(v):
             out[o] = ttl
     return out
+
+
+def expires_now(op: Op) -> bool:
+    """Whether a successful `ma` leaves its item expired: its T, read as memcached reads an
+    exptime (a C long cut to 32 bits), is negative."""
+    ttl = meta_token(op, b"T") if op.wire["memcached"].startswith(b"ma ") else None
+    if ttl is None or not re.fullmatch(rb"-?[0-9]+", ttl) or not -(1 << 63) <= int(ttl) < 1 << 63:
+        return False
+    return (int(ttl) + (1 << 31)) % (1 << 32) < 1 << 31
 
 
 def arith_result(op: Op, value: bytes) -> bytes:
@@ -1138,7 +1175,7 @@ def trace_write(trace, entry: dict) -> None:
 
 def trace_segment(trace, first: int, seg: list[Op], replies: dict) -> None:
     ops = [{"text": o.text, "keys": o.keys, "cas_key": o.cas_key, "quiet": o.quiet, "arith": o.arith,
-            "reconnect": o.reconnect, "wire": o.wire} for o in seg]
+            "reconnect": o.reconnect, "settle": o.settle, "wire": o.wire} for o in seg]
     trace_write(trace, {"t": "seg", "first": first, "ops": ops, "reply": replies})
 
 
@@ -1157,7 +1194,7 @@ def load_trace(path) -> list[dict]:
             if e["t"] == "seg":
                 e["ops"] = [Op(text=o["text"], wire=unb(o["wire"]), keys=o["keys"], quiet=o["quiet"],
                                cas_key=o["cas_key"], arith=o["arith"],
-                               reconnect=o["reconnect"]) for o in e["ops"]]
+                               reconnect=o["reconnect"], settle=o.get("settle", 0.0)) for o in e["ops"]]
                 e["reply"] = {n: unb(r) for n, r in e["reply"].items()}
             elif e["t"] == "aux":
                 e["send"], e["reply"] = unb(e["send"]), unb(e["reply"])
@@ -1237,9 +1274,11 @@ def replay(binary, path, keys: set[str] | None = None, upto: int | None = None, 
                     parts = [_with_token(o.wire[n], o.keys[0] if o.keys else None, before[n], new.tokens[n])
                              for _, o in picked]
                     wires[n] = b"".join(parts) + b"mn\r\n"
+                sent = time.monotonic()
                 for n, c in conns.items():
                     c.send(wires[n])
                 replies = {n: c.replies([o for _, o in picked]) for n, c in conns.items()}
+                settle([[o for _, o in picked]], sent)
                 last = picked[-1][1]
                 norm = {n: [normalise(u, last) for u in r] for n, r in replies.items()}
                 last_diverged = norm["memcached"] != norm["segcache"]

@@ -173,6 +173,51 @@ def test_flush_all_delay_tokens(both):
     compare(both, script)
 
 
+
+def test_a_delayed_flush_comes_due_where_memcacheds_own_clocks_disagree(both):
+    """`flush_all 2` removes what was stored well before its time and keeps what is stored well
+    after, on every server. Between, memcached decides by a tick of its own once-a-second clock,
+    whose phase is set by when the process started: two memcached processes started half a
+    second apart disagree on some items stored there, so no server can agree with every
+    memcached on them (the differential stream waits that window out)."""
+    first = start_memcached()
+    time.sleep(0.5)
+    second = start_memcached()
+    ports = {"memcached": first.port, "memcached (started 0.5 s later)": second.port,
+             "segcache": both["segcache"]}
+    try:
+        clients = {n: Client(p) for n, p in ports.items()}
+        for c in clients.values():
+            c.ask(b"set before 0 0 1\r\nx\r\n")
+        start = time.monotonic()
+        for c in clients.values():
+            c.ask(b"flush_all 2\r\n")
+        stored = []  # (seconds after the flush command, key)
+        while (t := time.monotonic() - start) < 3.0:
+            key = f"at{len(stored)}"
+            for c in clients.values():
+                assert c.ask(f"set {key} 0 0 1\r\nx\r\n".encode()) == b"STORED\r\n"
+            stored.append((t, key))
+            time.sleep(0.04)
+        time.sleep(0.3)
+        kept = {n: {k for _, k in stored if c.ask(f"get {k}\r\n".encode()) != b"END\r\n"}
+                for n, c in clients.items()}
+        for n, c in clients.items():
+            assert c.ask(b"get before\r\n") == b"END\r\n", n
+            # a flush removes a prefix of the stream: everything stored before some moment
+            order = [k in kept[n] for _, k in stored]
+            assert order == sorted(order), (n, order)
+            # between one and two seconds after the command, whatever the clock's phase
+            assert not kept[n] & {k for t, k in stored if t < 0.95}, n
+            assert {k for t, k in stored if t > 2.05} <= kept[n], n
+        # the floor: memcached itself is not one answer there
+        assert kept["memcached"] != kept["memcached (started 0.5 s later)"]
+    finally:
+        for c in clients.values():
+            c.close()
+        first.stop()
+        second.stop()
+
 # --- arithmetic padding ---------------------------------------------------------------------
 
 PADDING_SCRIPTS = [
