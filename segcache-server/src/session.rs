@@ -16,7 +16,7 @@ use segcache_core::MAX_KEY_LEN;
 use crate::exec::{execute, execute_binary, Flow, GetStream};
 use crate::observe::Probe;
 use crate::protocol::binary::{self, op, Command, Header, Status, HEADER_LEN, REQUEST_MAGIC};
-use crate::protocol::{get_head, parse, stalled_line, FailKind, Parse, MAX_GET_LINE};
+use crate::protocol::{get_head, parse, stalled_line, FailKind, MetaCmd, MetaKey, Parse, MAX_GET_LINE};
 use crate::state::Ctx;
 pub use crate::state::OUT_HIGH_WATER;
 
@@ -460,14 +460,9 @@ impl Session {
 /// Removes the key of a store refused as too large, decoding a base64 one first (a key that
 /// does not decode names no item).
 fn unlink(key: &[u8], base64: bool, ctx: &Ctx<'_>) {
-    use base64::Engine as _;
-    if !base64 {
+    let key = if base64 { MetaKey::base64(MetaCmd::Set, key) } else { MetaKey::plain(key) };
+    if let Ok(key) = key.key() {
         let _ = ctx.shared.cache.delete(key);
-        return;
-    }
-    let mut buf = [0u8; 256];
-    if let Ok(n) = base64::engine::general_purpose::STANDARD.decode_slice(key, &mut buf) {
-        let _ = ctx.shared.cache.delete(&buf[..n]);
     }
 }
 

@@ -29,8 +29,25 @@ pub enum After {
     Close,
 }
 
+/// memcached's refusal of an operator command that `-X` (dumps) or `-W` (`watch`) turned off.
+fn refused(cmd: &Admin<'_>, ctx: &Ctx<'_>) -> Option<&'static [u8]> {
+    let s = &ctx.shared.settings;
+    match cmd {
+        Admin::CacheDump { .. } if !s.dump_enabled => Some(b"CLIENT_ERROR stats cachedump not allowed\r\n"),
+        Admin::Dump { mg: false, .. } if !s.dump_enabled => Some(b"ERROR metadump not allowed\r\n"),
+        // The newest memcached's words (1.6.18 has no mgdump).
+        Admin::Dump { mg: true, .. } if !s.dump_enabled => Some(b"ERROR key dump not allowed\r\n"),
+        Admin::Watch { .. } if !s.watch_enabled => Some(b"CLIENT_ERROR watch commands not allowed\r\n"),
+        _ => None,
+    }
+}
+
 /// Runs an operator command, appending its reply to `out`.
 pub fn execute(cmd: Admin<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> After {
+    if let Some(refusal) = refused(&cmd, ctx) {
+        out.extend_from_slice(refusal);
+        return After::Continue;
+    }
     let shared = ctx.shared;
     match cmd {
         Admin::CacheDump { class, limit } => cachedump(class, limit, out, ctx),

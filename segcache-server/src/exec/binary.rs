@@ -15,64 +15,14 @@ use segcache_core::{Item, StoreMode, StoreOptions};
 use super::engine::{arith_with, do_arith, do_store, grow_with, look, touch, Arith, Counted, Stored};
 use super::expiry::Expiry;
 use super::report::write_stats;
-use super::text::Flow;
-use crate::protocol::binary::{op, put_error, put_response, Command, Header, Request, Status, NO_CREATE};
+use crate::protocol::binary::{op, put_error, put_response, Header, Status, NO_CREATE};
 use crate::protocol::StoreKind;
 use crate::state::Ctx;
 use crate::stats::bump;
 
-/// The VERSION response: the text protocol's version (without the `VERSION ` word), so that every
-/// protocol names one memcached version.
-const VERSION: &[u8] = super::text::VERSION.as_bytes();
-
 /// A response without a body.
-fn put_ok(out: &mut Vec<u8>, h: &Header, cas: u64) {
+pub(super) fn put_ok(out: &mut Vec<u8>, h: &Header, cas: u64) {
     put_response(out, h.opcode, Status::Success, h.opaque, cas, &[], &[], &[]);
-}
-
-/// Runs one request, appending its response (unless quiet) to `out`.
-pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
-    let h = &req.header;
-    let quiet = req.quiet;
-    match req.cmd {
-        Command::Get { key, exptime, with_key, with_value } => {
-            get(h, quiet, key, exptime, with_key, with_value, out, ctx)
-        }
-        Command::Store { kind, key, flags, exptime, value } => {
-            store(h, quiet, kind, key, flags, exptime, value, out, ctx)
-        }
-        Command::Delete { key } => delete(h, quiet, key, out, ctx),
-        Command::Arith { incr, key, delta, initial, exptime } => {
-            arith(h, quiet, incr, key, delta, initial, exptime, out, ctx)
-        }
-        Command::Flush { .. } if !ctx.shared.settings.flush_enabled => {
-            // -F: memcached answers an auth error (quiet or not) and counts nothing.
-            put_error(out, h, Status::AuthError);
-        }
-        Command::Flush { exptime } => {
-            bump(&ctx.stats.cmd_flush, 1);
-            let cache = &ctx.shared.cache;
-            match Expiry::from_exptime(i64::from(exptime), cache.now()) {
-                Expiry::After(d) => cache.flush_after(d),
-                Expiry::Never | Expiry::Expired => cache.flush(),
-            }
-            if !quiet {
-                put_ok(out, h, 0);
-            }
-        }
-        Command::Noop => put_ok(out, h, 0),
-        Command::Version => put_response(out, h.opcode, Status::Success, h.opaque, 0, &[], &[], VERSION),
-        Command::Quit => {
-            if !quiet {
-                put_ok(out, h, 0);
-            }
-            return Flow::Close;
-        }
-        Command::Stat { group } => stat(h, group, out, ctx),
-        // The session runs the SASL exchange (its state is the connection's).
-        Command::SaslList | Command::Sasl { .. } => put_error(out, h, Status::UnknownCommand),
-    }
-    Flow::Continue
 }
 
 /// Writes a hit: flags as extras, the key for the K forms, the value unless TOUCH.
@@ -85,7 +35,7 @@ fn put_hit(out: &mut Vec<u8>, h: &Header, key: &[u8], item: &Item<'_>, with_key:
 
 /// GET, GETK, GAT, GATK, TOUCH and their quiet forms.
 #[allow(clippy::too_many_arguments)]
-fn get(
+pub(super) fn get(
     h: &Header,
     quiet: bool,
     key: &[u8],
@@ -144,7 +94,7 @@ fn get(
 
 /// SET, ADD, REPLACE, APPEND, PREPEND and their quiet forms.
 #[allow(clippy::too_many_arguments)]
-fn store(
+pub(super) fn store(
     h: &Header,
     quiet: bool,
     kind: StoreKind,
@@ -197,7 +147,7 @@ fn store(
     put_error(out, h, status);
 }
 
-fn delete(h: &Header, quiet: bool, key: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+pub(super) fn delete(h: &Header, quiet: bool, key: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let cache = &ctx.shared.cache;
     let r = if h.cas != 0 { cache.delete_cas(key, h.cas) } else { cache.delete(key) };
     if matches!(r, Err(segcache_core::Error::Exists)) {
@@ -215,7 +165,7 @@ fn delete(h: &Header, quiet: bool, key: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>)
 /// INCREMENT/DECREMENT and their quiet forms: the new value as 8 bytes, or the initial value
 /// of an item created on a miss.
 #[allow(clippy::too_many_arguments)]
-fn arith(
+pub(super) fn arith(
     h: &Header,
     quiet: bool,
     incr: bool,
@@ -271,7 +221,7 @@ fn arith(
 /// protocol's `stats [group]` figures, then an empty response; `reset` answers the empty one
 /// alone; an unknown group is `KEY_ENOENT`. `detail on|off|dump` as memcached's
 /// `process_bin_stat`: matched by prefix, the dump as one figure named `detailed`.
-fn stat(h: &Header, group: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+pub(super) fn stat(h: &Header, group: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     if let Some(sub) = group.strip_prefix(b"detail") {
         let watchers = &ctx.shared.watchers;
         if sub.starts_with(b" dump") {

@@ -197,3 +197,13 @@ pub fn do_arith(incr: bool, key: &[u8], delta: u64, ctx: &Ctx<'_>) -> Arith {
         }
     }
 }
+
+/// `flush_all` (text) and FLUSH (binary): the delay is an exptime, as memcached reads it.
+pub fn flush_all(delay: i64, ctx: &Ctx<'_>) {
+    bump(&ctx.stats.cmd_flush, 1);
+    let cache = &ctx.shared.cache;
+    match Expiry::from_exptime(delay, cache.now()) {
+        Expiry::After(d) => cache.flush_after(d),
+        Expiry::Never | Expiry::Expired => cache.flush(),
+    }
+}

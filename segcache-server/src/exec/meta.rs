@@ -13,13 +13,12 @@
 
 use std::time::Duration;
 
-use base64::Engine as _;
-use segcache_core::{Error, ReadOptions, StoreMode, StoreOptions, MAX_KEY_LEN};
+use segcache_core::{Error, ReadOptions, StoreMode, StoreOptions};
 
 use super::engine::{arith_with, do_arith, do_store, grow_with, look, Arith, Counted, Stored};
 use super::expiry::Expiry;
-use super::text::{log_get, log_store, watching};
-use crate::protocol::{next_token, put_i64, put_u64, reply, FailKind, MetaCmd, MetaFlags, StoreKind};
+use super::watched::{log_get, log_store, watching};
+use crate::protocol::{put_i64, put_u64, reply, MetaCmd, MetaFlags, MetaKey, StoreKind};
 use crate::state::Ctx;
 use crate::stats::bump;
 use crate::watch::{FETCHERS, MUTATIONS};
@@ -86,24 +85,12 @@ fn remaining(exptime: Option<i64>, now: u32) -> Option<i64> {
     })
 }
 
-/// Whether a token in `rest` changes the TTL (`T`, or `N` on an item the request created).
-fn ttl_token_in(mut rest: &[u8], created: bool) -> bool {
-    while let Some(tok) = next_token(&mut rest) {
-        if tok[0] == b'T' || (tok[0] == b'N' && created) {
-            return true;
-        }
-    }
-    false
-}
-
 /// Appends the return flags the request asked for among `which`, in the request's order.
 fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8], info: Option<&Info>, order: TtlOrder) {
-    let mut rest = f.raw;
     let mut ttl_applied = false;
-    // The TTL as the tokens read so far set it (memcached applies them in order).
+    // The TTL as the flags read so far set it (memcached applies them in order).
     let mut current = None;
-    while let Some(tok) = next_token(&mut rest) {
-        let c = tok[0];
+    for (at, &c) in f.order.letters().iter().enumerate() {
         if c == b'T' {
             ttl_applied = true;
             current = remaining(f.ttl, order.now);
@@ -116,8 +103,8 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8],
         }
         match (c, info) {
             (b'O', _) => {
-                out.push(b' ');
-                out.extend_from_slice(tok);
+                out.extend_from_slice(b" O");
+                out.extend_from_slice(f.opaque.unwrap_or_default());
             }
             (b'k', _) => {
                 out.extend_from_slice(b" k");
@@ -152,7 +139,7 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8],
                     (Some(before), _) if !ttl_applied => before,
                     // A later token changes it again, or this one expired the item (returned
                     // this once): report it as it stands here.
-                    (_, Some(now)) if now == -1 || ttl_token_in(rest, order.created) => now,
+                    (_, Some(now)) if now == -1 || f.ttl_changes_after(at, order.created) => now,
                     _ => i.ttl,
                 };
                 put_i64(out, ttl);
@@ -162,12 +149,6 @@ fn put_ret_flags(out: &mut Vec<u8>, f: &MetaFlags<'_>, key: &[u8], which: &[u8],
     }
 }
 
-/// Whether the request asked for the return flag `c`.
-fn asks(f: &MetaFlags<'_>, c: u8) -> bool {
-    let mut rest = f.raw;
-    std::iter::from_fn(|| next_token(&mut rest)).any(|tok| tok[0] == c)
-}
-
 /// Writes `CODE<flags>\r\n`.
 fn put_code(out: &mut Vec<u8>, code: &[u8], f: &MetaFlags<'_>, key: &[u8], which: &[u8], info: Option<&Info>) {
     out.extend_from_slice(code);
@@ -175,46 +156,14 @@ fn put_code(out: &mut Vec<u8>, code: &[u8], f: &MetaFlags<'_>, key: &[u8], which
     out.extend_from_slice(reply::CRLF);
 }
 
-/// The TTL token that wins among `T` and (when `created`) `N`: the last one, as memcached
-/// applies them in the order given.
-fn last_ttl_token(f: &MetaFlags<'_>, created: bool) -> Option<i64> {
-    let mut rest = f.raw;
-    let mut last = None;
-    while let Some(tok) = next_token(&mut rest) {
-        match tok[0] {
-            b'T' => last = f.ttl,
-            b'N' if created => last = f.vivify,
-            _ => {}
-        }
-    }
-    last
-}
-
-/// Decodes a base64 key into `buf`, or checks a plain one.
-fn decode_key<'k>(cmd: MetaCmd, key: &'k [u8], base64: bool, buf: &'k mut [u8; 256]) -> Result<&'k [u8], FailKind> {
-    if !base64 {
-        return Ok(key);
-    }
-    // memcached's words: `md` and `ma` lump every flag problem together.
-    let bad = match cmd {
-        MetaCmd::Delete | MetaCmd::Arith => FailKind::Msg(b"CLIENT_ERROR invalid or duplicate flag\r\n"),
-        _ => FailKind::Msg(b"CLIENT_ERROR error decoding key\r\n"),
-    };
-    let n = base64::engine::general_purpose::STANDARD.decode_slice(key, &mut buf[..]).map_err(|_| bad)?;
-    if n == 0 || n > MAX_KEY_LEN {
-        return Err(FailKind::KeyTooLong);
-    }
-    Ok(&buf[..n])
-}
-
 /// Runs one meta command.
-pub fn execute(cmd: MetaCmd, key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+pub fn execute(cmd: MetaCmd, key: &MetaKey<'_>, data: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     if cmd == MetaCmd::Noop {
         out.extend_from_slice(reply::MN_LINE);
         return;
     }
-    let mut buf = [0u8; 256];
-    let key = match decode_key(cmd, key_token, f.base64, &mut buf) {
+    let key_token = key.sent();
+    let key = match key.key() {
         Ok(k) => k,
         Err(kind) => {
             out.extend_from_slice(kind.reply().unwrap_or(reply::BAD_KEY));
@@ -281,34 +230,6 @@ fn put_hit(
     }
 }
 
-/// Whether the flag `first` comes before `second` among the request's flags (or without it).
-fn token_before(f: &MetaFlags<'_>, first: u8, second: u8) -> bool {
-    let mut rest = f.raw;
-    while let Some(tok) = next_token(&mut rest) {
-        if tok[0] == first {
-            return true;
-        }
-        if tok[0] == second {
-            return false;
-        }
-    }
-    false
-}
-
-/// Whether the request asks for `t` before it gives `T`/`N`.
-fn t_before_ttl(f: &MetaFlags<'_>) -> bool {
-    let mut rest = f.raw;
-    while let Some(tok) = next_token(&mut rest) {
-        match tok[0] {
-            b't' => return true,
-            // (`N` changes the TTL only of an item the request creates, which has none before.)
-            b'T' => return false,
-            _ => {}
-        }
-    }
-    false
-}
-
 fn ttl_secs(item: &segcache_core::Item<'_>) -> i64 {
     item.ttl().map_or(-1, |d| d.as_secs() as i64)
 }
@@ -320,14 +241,14 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
     let mut order = TtlOrder { now: cache.now(), ..TtlOrder::default() };
     // memcached's R window, an exptime as T's.
     let window = f.recache.and_then(|r| Expiry::from_exptime(r, cache.now()).ttl());
-    let r_first = f.ttl.is_some() && window.is_some() && token_before(f, b'R', b'T');
+    let r_first = f.ttl.is_some() && window.is_some() && f.order.before(b'R', b'T');
     if r_first {
         // R before T sees the TTL from before T.
         let opts = ReadOptions { claim_token: true, recache_below: window, no_update: true };
         order.won_before_ttl = cache.get_with_options(key, opts, |i| i.won()).unwrap_or(false);
     }
     if let Some(t) = f.ttl {
-        if t_before_ttl(f) {
+        if f.order.before(b't', b'T') {
             order.before = look(ctx, key, |item| ttl_secs(&item));
         }
         order.before_touch = look(ctx, key, |item| (item.fetched(), item.last_access().as_secs()));
@@ -340,7 +261,7 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
             None => {
                 expire_after_read = true;
                 // memcached applies the tokens in order: R sees T's expiry only after it.
-                order.expired_in_window = f.recache.is_some_and(|r| r > 0) && !token_before(f, b'R', b'T');
+                order.expired_in_window = f.recache.is_some_and(|r| r > 0) && !f.order.before(b'R', b'T');
             }
         }
     }
@@ -364,7 +285,7 @@ fn meta_get(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>, 
         // it. memcached creates it with no TTL, then applies T and N in their order: its TTL is
         // the last of them.
         let order = TtlOrder { before: Some(-1), created: true, now: cache.now(), ..TtlOrder::default() };
-        let expiry = last_ttl_token(f, true).map(|n| Expiry::from_exptime(n, cache.now()));
+        let expiry = f.last_ttl(true).map(|n| Expiry::from_exptime(n, cache.now()));
         if let Some(expiry) = expiry {
             // One that expires on arrival is still returned this once, as memcached does.
             let ttl = expiry.ttl().unwrap_or(Duration::ZERO);
@@ -407,7 +328,7 @@ fn meta_set(key: &[u8], key_token: &[u8], data: &[u8], f: &MetaFlags<'_>, out: &
     let grows = matches!(kind, StoreKind::Append | StoreKind::Prepend);
     // `s` on an append reports the joined size: what the value held before, as a fallback for
     // when another writer replaces the item before it is read back below.
-    let joined_size = grows && asks(f, b's');
+    let joined_size = grows && f.order.has(b's');
     let size_before = if joined_size { look(ctx, key, |i| i.value().len()) } else { None };
     let expires = Expiry::from_exptime(exptime, cache.now()) == Expiry::Expired;
     // (memcached: set and replace with C are a cas, the only stores that I changes.)
@@ -631,7 +552,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
         return;
     }
     let mut order = TtlOrder { now: cache.now(), ..TtlOrder::default() };
-    if f.ttl.is_some() && t_before_ttl(f) {
+    if f.ttl.is_some() && f.order.before(b't', b'T') {
         order.before = look(ctx, key, |item| ttl_secs(&item));
     }
     // C and E: one compare-and-swap of the new number.
@@ -651,7 +572,7 @@ fn meta_arith(key: &[u8], key_token: &[u8], f: &MetaFlags<'_>, out: &mut Vec<u8>
     if r == Arith::NotFound && f.vivify.is_some() {
         // memcached creates the item with no TTL, then applies N and T in their order.
         order = TtlOrder { before: Some(-1), created: true, now: cache.now(), ..TtlOrder::default() };
-        ttl_token = last_ttl_token(f, true);
+        ttl_token = f.last_ttl(true);
         let initial = f.initial.unwrap_or(0);
         let mut digits = itoa::Buffer::new();
         let opts = StoreOptions { cas: f.explicit_cas, ..StoreOptions::default() };
@@ -739,20 +660,5 @@ fn meta_debug(key: &[u8], key_token: &[u8], out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     });
     if found.is_none() {
         out.extend_from_slice(reply::EN_LINE);
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn base64_keys() {
-        let mut buf = [0u8; 256];
-        assert_eq!(decode_key(MetaCmd::Get, b"Zm9v", true, &mut buf).unwrap(), b"foo");
-        let mut buf = [0u8; 256];
-        assert!(decode_key(MetaCmd::Get, b"!!!", true, &mut buf).is_err());
-        let mut buf = [0u8; 256];
-        assert_eq!(decode_key(MetaCmd::Get, b"plain", false, &mut buf).unwrap(), b"plain");
     }
 }

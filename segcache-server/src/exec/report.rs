@@ -38,7 +38,7 @@ fn general(shared: &Shared) -> Vec<Row> {
         ("pid", Val::U(u64::from(std::process::id()))),
         ("uptime", Val::U(shared.uptime())),
         ("time", Val::U(u64::from(shared.cache.now()))),
-        ("version", Val::S(super::text::VERSION.into())),
+        ("version", Val::S(reply::VERSION.into())),
         ("pointer_size", Val::U(usize::BITS as u64)),
         ("rusage_user", Val::F(user)),
         ("rusage_system", Val::F(sys)),

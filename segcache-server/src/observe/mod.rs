@@ -176,8 +176,8 @@ impl<'r> Probe<'r> {
                 Request::Store { key, .. }
                 | Request::Arith { key, .. }
                 | Request::Delete { key, .. }
-                | Request::Touch { key, .. }
-                | Request::Meta { key, .. } => w.hot.record(key, now),
+                | Request::Touch { key, .. } => w.hot.record(key, now),
+                Request::Meta { key, .. } => w.hot.record(key.sent(), now),
                 _ => {}
             }
         }

@@ -1,5 +1,8 @@
-//! Meta-command flag parsing (`mg`, `ms`, `md`, `ma`, `me`, `mn`), with memcached 1.6's checks
-//! and error words.
+//! Meta-command parsing (`mg`, `ms`, `md`, `ma`, `me`, `mn`): the key (a base64 one decoded)
+//! and the flags, their values and their order, with memcached 1.6's checks and error words.
+
+use base64::Engine as _;
+use segcache_core::MAX_KEY_LEN;
 
 use super::reply::FailKind;
 use super::token::{next_token, parse_client_flags, parse_exptime, parse_u64};
@@ -15,11 +18,104 @@ pub enum MetaCmd {
     Noop,
 }
 
-/// A meta command's flags. `raw` keeps the flag tokens as sent so that return flags are echoed
-/// in the order the client gave them, as memcached does.
+/// A meta command's key: the token as sent (what the `k` flag echoes) and the key it names.
+#[derive(Clone)]
+pub struct MetaKey<'a> {
+    sent: &'a [u8],
+    decoded: Decoded,
+}
+
+#[derive(Clone)]
+enum Decoded {
+    /// The key is the token.
+    Plain,
+    /// A base64 token, decoded (the one request form the parser allocates for: a plain key
+    /// borrows the client's bytes, and keeping room for a decoded one in every request would
+    /// make each as large as a key).
+    Base64(Box<[u8]>),
+    /// A base64 token that names no key: the reply.
+    Bad(FailKind),
+}
+
+impl<'a> MetaKey<'a> {
+    /// A key used as sent.
+    pub fn plain(sent: &'a [u8]) -> MetaKey<'a> {
+        MetaKey { sent, decoded: Decoded::Plain }
+    }
+
+    /// A key sent in base64 (`b`), decoded now; a failure is kept for `cmd`'s reply, which
+    /// memcached sends only once the request (an `ms` with its data) has been read whole.
+    pub fn base64(cmd: MetaCmd, sent: &'a [u8]) -> MetaKey<'a> {
+        // memcached's words: `md` and `ma` lump every flag problem together.
+        let bad = match cmd {
+            MetaCmd::Delete | MetaCmd::Arith => FailKind::Msg(b"CLIENT_ERROR invalid or duplicate flag\r\n"),
+            _ => FailKind::Msg(b"CLIENT_ERROR error decoding key\r\n"),
+        };
+        let mut buf = [0u8; 256];
+        let decoded = match base64::engine::general_purpose::STANDARD.decode_slice(sent, &mut buf[..]) {
+            Ok(n) if n == 0 || n > MAX_KEY_LEN => Decoded::Bad(FailKind::KeyTooLong),
+            Ok(n) => Decoded::Base64(buf[..n].into()),
+            Err(_) => Decoded::Bad(bad),
+        };
+        MetaKey { sent, decoded }
+    }
+
+    /// The token as sent.
+    pub fn sent(&self) -> &'a [u8] {
+        self.sent
+    }
+
+    /// The key the request names, or the reply for a token that names none.
+    pub fn key(&self) -> Result<&[u8], FailKind> {
+        match &self.decoded {
+            Decoded::Plain => Ok(self.sent),
+            Decoded::Base64(key) => Ok(key),
+            Decoded::Bad(kind) => Err(*kind),
+        }
+    }
+}
+
+impl std::fmt::Debug for MetaKey<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MetaKey").field("sent", &self.sent).field("key", &self.key()).finish()
+    }
+}
+
+/// The flag letters of a request in the order sent: memcached echoes return flags in that
+/// order, and applies `T` and `N` where it meets them among the others. (A letter appears at
+/// most once: a duplicate is refused.)
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FlagOrder {
+    letters: [u8; KNOWN_FLAGS.len()],
+    len: u8,
+}
+
+impl FlagOrder {
+    fn push(&mut self, c: u8) {
+        self.letters[usize::from(self.len)] = c;
+        self.len += 1;
+    }
+
+    /// The letters, in the order sent.
+    pub fn letters(&self) -> &[u8] {
+        &self.letters[..usize::from(self.len)]
+    }
+
+    /// Whether the request gave the flag `c`.
+    pub fn has(&self, c: u8) -> bool {
+        self.letters().contains(&c)
+    }
+
+    /// Whether `first` was given, and before `second` if that was given too.
+    pub fn before(&self, first: u8, second: u8) -> bool {
+        self.letters().iter().find(|&&c| c == first || c == second) == Some(&first)
+    }
+}
+
+/// A meta command's flags: each one's value, and (`order`) the order they came in.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct MetaFlags<'a> {
-    pub raw: &'a [u8],
+    pub order: FlagOrder,
     /// `b`: the key is base64.
     pub base64: bool,
     /// `q`: suppress the common success/miss code.
@@ -54,6 +150,23 @@ pub struct MetaFlags<'a> {
     pub no_update: bool,
 }
 
+impl MetaFlags<'_> {
+    /// The TTL token that wins among `T` and (when `created`: `N` sets the TTL only of an item
+    /// the request creates) `N`: the later one, as memcached applies them in order.
+    pub fn last_ttl(&self, created: bool) -> Option<i64> {
+        self.order.letters().iter().rev().find_map(|&c| match c {
+            b'T' => Some(self.ttl),
+            b'N' if created => Some(self.vivify),
+            _ => None,
+        })?
+    }
+
+    /// Whether a flag after position `i` changes the TTL (`T`, or `N` when `created`).
+    pub fn ttl_changes_after(&self, i: usize, created: bool) -> bool {
+        self.order.letters()[i + 1..].iter().any(|&c| c == b'T' || (c == b'N' && created))
+    }
+}
+
 /// Every flag letter memcached 1.6 knows (it accepts each on every meta command, and ignores
 /// those that mean nothing to that command). `x` (md: keep the item, drop its value) and `E`
 /// (the client sets the CAS value) are from later memcached versions; `P` and `L` are proxy
@@ -74,7 +187,7 @@ pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailK
             FailKind::Msg(line)
         }
     };
-    let mut f = MetaFlags { raw, ..MetaFlags::default() };
+    let mut f = MetaFlags::default();
     let mut seen = [false; 128];
     // memcached reads every flag before it reports a bad number; the last message set wins.
     let mut bad_number: Option<&'static [u8]> = None;
@@ -88,6 +201,7 @@ pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailK
         if !KNOWN_FLAGS.contains(&c) || (c == b'x' && cmd != MetaCmd::Delete) {
             return Err(err(b"CLIENT_ERROR invalid flag\r\n"));
         }
+        f.order.push(c);
         const BAD_TOKEN: &[u8] = b"CLIENT_ERROR bad token in command line format\r\n";
         match c {
             b'O' => {
@@ -164,6 +278,45 @@ pub fn parse_meta_flags(cmd: MetaCmd, raw: &[u8]) -> Result<MetaFlags<'_>, FailK
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base64_keys_are_decoded_once_parsed() {
+        let k = MetaKey::base64(MetaCmd::Get, b"Zm9v");
+        assert_eq!((k.sent(), k.key()), (&b"Zm9v"[..], Ok(&b"foo"[..])));
+        let decoding = FailKind::Msg(b"CLIENT_ERROR error decoding key\r\n");
+        assert_eq!(MetaKey::base64(MetaCmd::Get, b"!!!").key(), Err(decoding));
+        let lumped = FailKind::Msg(b"CLIENT_ERROR invalid or duplicate flag\r\n");
+        assert_eq!(MetaKey::base64(MetaCmd::Arith, b"!!!").key(), Err(lumped));
+        assert_eq!(MetaKey::base64(MetaCmd::Get, b"").key(), Err(FailKind::KeyTooLong));
+        // 251 bytes decoded: one past the longest key.
+        let long = base64::engine::general_purpose::STANDARD.encode([7u8; 251]);
+        assert_eq!(MetaKey::base64(MetaCmd::Set, long.as_bytes()).key(), Err(FailKind::KeyTooLong));
+        let longest = base64::engine::general_purpose::STANDARD.encode([7u8; 250]);
+        assert_eq!(MetaKey::base64(MetaCmd::Set, longest.as_bytes()).key(), Ok(&[7u8; 250][..]));
+        assert_eq!(MetaKey::plain(b"plain").key(), Ok(&b"plain"[..]));
+    }
+
+    #[test]
+    fn flag_order_is_recorded() {
+        let f = parse_meta_flags(MetaCmd::Get, b"t Oab T30 k N5 R10").unwrap();
+        assert_eq!(f.order.letters(), b"tOTkNR");
+        assert!(f.order.has(b'k') && !f.order.has(b'v'));
+        assert!(f.order.before(b't', b'T') && !f.order.before(b'R', b'T') && f.order.before(b'T', b'R'));
+        // Without `second`, `first` given is enough; without `first`, never.
+        assert!(f.order.before(b'k', b'v') && !f.order.before(b'v', b'k'));
+        // The later of T and (for an item the request creates) N.
+        assert_eq!((f.last_ttl(true), f.last_ttl(false)), (Some(5), Some(30)));
+        assert!(f.ttl_changes_after(0, false) && !f.ttl_changes_after(2, false) && f.ttl_changes_after(2, true));
+        let none = parse_meta_flags(MetaCmd::Get, b"v").unwrap();
+        assert_eq!(none.last_ttl(true), None);
+        // Every known flag at once fits.
+        let all: Vec<u8> = KNOWN_FLAGS
+            .iter()
+            .filter(|&&c| c != b'x')
+            .flat_map(|&c| [c, if b"TNRECFDJ".contains(&c) { b'1' } else { b'a' }, b' '])
+            .collect();
+        assert_eq!(parse_meta_flags(MetaCmd::Get, &all).unwrap().order.letters().len(), KNOWN_FLAGS.len() - 1);
+    }
 
     #[test]
     fn flags_parse_and_validate() {

@@ -4,7 +4,7 @@
 //! alone.
 //!
 //! [`parse`] turns the bytes a client sent into one [`Request`] that borrows them, without
-//! allocating or copying.
+//! allocating or copying (a meta command's base64 key aside: it is decoded).
 
 pub mod binary;
 mod meta;
@@ -12,7 +12,7 @@ pub mod reply;
 mod text;
 mod token;
 
-pub use meta::{parse_meta_flags, MetaCmd, MetaFlags};
+pub use meta::{parse_meta_flags, FlagOrder, MetaCmd, MetaFlags, MetaKey};
 pub use reply::{put_i64, put_u64, FailKind};
 pub use text::{
     check_key, get_head, parse, stalled_line, Admin, Detail, Fail, GetHead, Keys, Limits, Parse, Request, StoreKind,

@@ -50,6 +50,11 @@ pub const EN_LINE: &[u8] = b"EN\r\n";
 /// `W` return flag: this client won the right to recache.
 pub const WON: &[u8] = b" W";
 
+/// The version every protocol reports (text `version`, binary VERSION, `stats`): a memcached 1.6
+/// release number, which clients' version checks accept (`stats` names segcache and its own
+/// version beside it).
+pub const VERSION: &str = "1.6.18";
+
 /// Why a request was rejected. Each has the reply memcached clients expect.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FailKind {

@@ -9,7 +9,7 @@
 use memchr::memchr;
 use segcache_core::MAX_KEY_LEN;
 
-use super::meta::{parse_meta_flags, MetaCmd, MetaFlags};
+use super::meta::{parse_meta_flags, MetaCmd, MetaFlags, MetaKey};
 use super::reply::FailKind;
 use super::token::{
     next_token, parse_automove, parse_c_int, parse_client_flags, parse_exptime, parse_u32, parse_u64, Tokens,
@@ -128,10 +128,10 @@ pub enum Request<'a> {
     },
     /// One of memcached's operator commands.
     Admin(Admin<'a>),
-    /// A meta command (`mg`, `ms`, `md`, `ma`, `me`, `mn`). `key` is as sent (base64 with `b`).
+    /// A meta command (`mg`, `ms`, `md`, `ma`, `me`, `mn`).
     Meta {
         cmd: MetaCmd,
-        key: &'a [u8],
+        key: MetaKey<'a>,
         data: &'a [u8],
         flags: MetaFlags<'a>,
     },
@@ -574,7 +574,7 @@ fn parse_meta<'a>(buf: &'a [u8], cmd: &[u8], mut rest: &'a [u8], used: usize, li
         b"me" => MetaCmd::Debug,
         _ => {
             return Parse::Done(
-                Request::Meta { cmd: MetaCmd::Noop, key: &[], data: &[], flags: MetaFlags::default() },
+                Request::Meta { cmd: MetaCmd::Noop, key: MetaKey::plain(&[]), data: &[], flags: MetaFlags::default() },
                 used,
             )
         }
@@ -651,6 +651,7 @@ fn parse_meta<'a>(buf: &'a [u8], cmd: &[u8], mut rest: &'a [u8], used: usize, li
         }
         data = &buf[used..used + datalen];
     }
+    let key = if flags.base64 { MetaKey::base64(cmd, key) } else { MetaKey::plain(key) };
     Parse::Done(Request::Meta { cmd, key, data, flags }, whole)
 }
 
