@@ -1,6 +1,6 @@
-//! memcached's operator commands: `stats cachedump`, `stats detail`, `stats sizes`,
-//! `stats conns`, `lru_crawler metadump|mgdump|crawl`, `watch`, `shutdown` and
-//! `cache_memlimit`, with memcached's replies.
+//! memcached's operator commands: `stats cachedump`, `stats detail`,
+//! `lru_crawler metadump|mgdump|crawl`, `watch`, `shutdown` and `cache_memlimit`, with
+//! memcached's replies.
 //!
 //! segcache has no slab classes: every item is in class 1, the one class `stats items` lists
 //! (so that php's `getAllKeys()`, which asks `stats items` for the classes and then
@@ -12,12 +12,11 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use segcache_core::{record_size, Item};
 
+use super::engine::{each_item, SCAN_STEP};
 use crate::protocol::{put_u64, reply, Admin, Detail};
 use crate::state::{Ctx, OUT_HIGH_WATER};
 use crate::watch::{uriencode, ConnEntry, DumpJob, EVICTIONS};
 
-/// Items read per engine step of a dump.
-const STEP: usize = 256;
 /// memcached stops a cachedump at 2 MB of reply.
 const CACHEDUMP_LIMIT: usize = 2 << 20;
 
@@ -135,24 +134,6 @@ fn dump_classes(classes: &[u8]) -> Option<bool> {
     Some(ours)
 }
 
-/// Calls `f` on every live item, a step of the engine's key cursor at a time, until `f`
-/// returns `false`.
-fn each_item(ctx: &Ctx<'_>, mut f: impl FnMut(&Item<'_>) -> bool) {
-    let cache = &ctx.shared.cache;
-    let mut cursor = 0;
-    let mut more = true;
-    loop {
-        cursor = cache.scan_with(cursor, STEP, |item| {
-            if more {
-                more = f(&item);
-            }
-        });
-        if cursor == 0 || !more {
-            return;
-        }
-    }
-}
-
 /// `stats cachedump <class> <limit>`: `ITEM <key> [<bytes> b; <expiry> s]` lines (expiry as a
 /// Unix time, 0 for never), then END; memcached's limits: class ids below 64, 2 MB of reply.
 fn cachedump(class: u32, limit: u32, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
@@ -226,7 +207,7 @@ fn dump_step(job: &mut DumpJob, out: &mut Vec<u8>, ctx: &Ctx<'_>, until: usize) 
     let now = cache.now();
     let mut line = String::with_capacity(96);
     loop {
-        job.cursor = cache.scan_with(job.cursor, STEP, |item| {
+        job.cursor = cache.scan_with(job.cursor, SCAN_STEP, |item| {
             if job.mg {
                 mg_line(&item, out);
             } else {
@@ -291,60 +272,4 @@ fn fits_heap(bytes: usize, ctx: &Ctx<'_>) -> bool {
     let cache = &ctx.shared.cache;
     let heap = cache.stats().heap_bytes as usize;
     bytes <= ctx.shared.settings.memory_bytes.max(heap) && cache.set_memory_limit(bytes.min(heap)).is_ok()
-}
-
-/// `stats sizes`: with `stats sizes_enable` sent, a histogram of item sizes by 32-byte step
-/// (taken with a key scan, as memcached's is kept as items come and go); otherwise memcached's
-/// answer for a server not tracking sizes.
-pub fn sizes(out: &mut Vec<u8>, ctx: &Ctx<'_>) {
-    if !ctx.shared.sizes_enabled.load(Relaxed) {
-        out.extend_from_slice(b"STAT sizes_status disabled\r\nEND\r\n");
-        return;
-    }
-    let mut hist = std::collections::BTreeMap::<usize, u64>::new();
-    each_item(ctx, |item| {
-        *hist.entry(record_size(item).div_ceil(32) * 32).or_default() += 1;
-        true
-    });
-    let mut s = String::new();
-    for (size, n) in hist {
-        let _ = write!(s, "STAT {size} {n}\r\n");
-    }
-    out.extend_from_slice(s.as_bytes());
-    out.extend_from_slice(reply::END);
-}
-
-/// `stats conns`: memcached's lines for the listening socket and each client connection
-/// (the one asking is parsing a command; the others wait for one).
-pub fn conns(out: &mut Vec<u8>, ctx: &Ctx<'_>) {
-    let shared = ctx.shared;
-    let up = shared.uptime();
-    let mut s = String::new();
-    // With -s the server listens on the UNIX socket only: memcached's spellings for it (a
-    // client's own address is `?:<AF 0>` there).
-    let unix = shared.settings.unix_socket.as_ref().map(|p| format!("unix:{}", p.display()));
-    if let Some((fd, addr)) = shared.watchers.listener() {
-        match &unix {
-            Some(u) => _ = write!(s, "STAT {fd}:addr {u}\r\n"),
-            None => _ = write!(s, "STAT {fd}:addr tcp:{addr}\r\n"),
-        }
-        let _ = write!(s, "STAT {fd}:state conn_listening\r\nSTAT {fd}:secs_since_last_cmd {up}\r\n");
-    }
-    for c in shared.watchers.conns() {
-        match &unix {
-            Some(u) => _ = write!(s, "STAT {0}:addr ?:<AF 0>\r\nSTAT {0}:listen_addr {u}\r\n", c.fd),
-            None => _ = write!(s, "STAT {0}:addr tcp:{1}\r\nSTAT {0}:listen_addr tcp:{2}\r\n", c.fd, c.peer, c.local),
-        }
-        let state = if ctx.conn.is_some_and(|m| m.fd == c.fd) {
-            "conn_parse_cmd"
-        } else if c.watch.load(Relaxed) != 0 {
-            "conn_watch"
-        } else {
-            "conn_waiting"
-        };
-        let idle = up.saturating_sub(c.last_cmd.load(Relaxed));
-        let _ = write!(s, "STAT {0}:state {state}\r\nSTAT {0}:secs_since_last_cmd {idle}\r\n", c.fd);
-    }
-    out.extend_from_slice(s.as_bytes());
-    out.extend_from_slice(reply::END);
 }

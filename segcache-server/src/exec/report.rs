@@ -1,11 +1,14 @@
-//! `stats` replies (memcached names and meanings) and the Prometheus text for `/metrics`.
+//! `stats` replies (memcached names and meanings), `stats sizes` and `stats conns` among them,
+//! and the Prometheus text for `/metrics`.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
+use std::sync::atomic::Ordering::Relaxed;
 
-use segcache_core::{Figure, FigureKind};
+use segcache_core::{record_size, Figure, FigureKind};
 
+use super::engine::each_item;
 use crate::protocol::reply;
 use crate::state::{Ctx, Shared};
 use crate::stats::rusage;
@@ -198,6 +201,62 @@ fn put(out: &mut Vec<u8>, rows: impl IntoIterator<Item = Row>) {
     out.extend_from_slice(reply::END);
 }
 
+/// `stats sizes`: with `stats sizes_enable` sent, a histogram of item sizes by 32-byte step
+/// (taken with a key scan, as memcached's is kept as items come and go); otherwise memcached's
+/// answer for a server not tracking sizes.
+fn sizes(out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    if !ctx.shared.sizes_enabled.load(Relaxed) {
+        out.extend_from_slice(b"STAT sizes_status disabled\r\nEND\r\n");
+        return;
+    }
+    let mut hist = std::collections::BTreeMap::<usize, u64>::new();
+    each_item(ctx, |item| {
+        *hist.entry(record_size(item).div_ceil(32) * 32).or_default() += 1;
+        true
+    });
+    let mut s = String::new();
+    for (size, n) in hist {
+        let _ = write!(s, "STAT {size} {n}\r\n");
+    }
+    out.extend_from_slice(s.as_bytes());
+    out.extend_from_slice(reply::END);
+}
+
+/// `stats conns`: memcached's lines for the listening socket and each client connection
+/// (the one asking is parsing a command; the others wait for one).
+fn conns(out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+    let shared = ctx.shared;
+    let up = shared.uptime();
+    let mut s = String::new();
+    // With -s the server listens on the UNIX socket only: memcached's spellings for it (a
+    // client's own address is `?:<AF 0>` there).
+    let unix = shared.settings.unix_socket.as_ref().map(|p| format!("unix:{}", p.display()));
+    if let Some((fd, addr)) = shared.watchers.listener() {
+        match &unix {
+            Some(u) => _ = write!(s, "STAT {fd}:addr {u}\r\n"),
+            None => _ = write!(s, "STAT {fd}:addr tcp:{addr}\r\n"),
+        }
+        let _ = write!(s, "STAT {fd}:state conn_listening\r\nSTAT {fd}:secs_since_last_cmd {up}\r\n");
+    }
+    for c in shared.watchers.conns() {
+        match &unix {
+            Some(u) => _ = write!(s, "STAT {0}:addr ?:<AF 0>\r\nSTAT {0}:listen_addr {u}\r\n", c.fd),
+            None => _ = write!(s, "STAT {0}:addr tcp:{1}\r\nSTAT {0}:listen_addr tcp:{2}\r\n", c.fd, c.peer, c.local),
+        }
+        let state = if ctx.conn.is_some_and(|m| m.fd == c.fd) {
+            "conn_parse_cmd"
+        } else if c.watch.load(Relaxed) != 0 {
+            "conn_watch"
+        } else {
+            "conn_waiting"
+        };
+        let idle = up.saturating_sub(c.last_cmd.load(Relaxed));
+        let _ = write!(s, "STAT {0}:state {state}\r\nSTAT {0}:secs_since_last_cmd {idle}\r\n", c.fd);
+    }
+    out.extend_from_slice(s.as_bytes());
+    out.extend_from_slice(reply::END);
+}
+
 /// Writes the reply to `stats [arg]`; `false` for an unknown argument.
 pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool {
     let shared = ctx.shared;
@@ -209,7 +268,7 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
             out,
             rows([("active_slabs", Val::U(1)), ("total_malloced", Val::U(shared.settings.memory_bytes as u64))]),
         ),
-        Some(b"sizes") => super::admin::sizes(out, ctx),
+        Some(b"sizes") => sizes(out, ctx),
         Some(b"sizes_enable") => {
             shared.sizes_enabled.store(true, Ordering::Relaxed);
             out.extend_from_slice(b"STAT sizes_status enabled\r\n");
@@ -218,7 +277,7 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
             shared.sizes_enabled.store(false, Ordering::Relaxed);
             out.extend_from_slice(b"STAT sizes_status disabled\r\n");
         }
-        Some(b"conns") => super::admin::conns(out, ctx),
+        Some(b"conns") => conns(out, ctx),
         Some(b"hotkeys") => crate::observe::write_hotkeys(out, &ctx.shared.observe),
         // memcached's answers to these without their arguments.
         Some(b"cachedump") => out.extend_from_slice(b"CLIENT_ERROR bad command line\r\n"),
