@@ -1,46 +1,28 @@
 //! The binary protocol end to end, without sockets: bytes through a `Session` over a real engine
 //! with a manual clock (expiry rules, requests split anywhere, values refused across reads).
 
-use std::sync::Arc;
+mod rig;
 
-use segcache_core::{Builder, ManualClock};
+use rig::{Rig, T0};
 use segcache_server::protocol::binary::{op, request as packet, HEADER_LEN, NO_CREATE};
-use segcache_server::{Ctx, Session, Settings, Shared};
+use segcache_server::{Ctx, Session};
 
-const T0: u32 = 1_700_000_000;
-
-struct Rig {
-    shared: Shared,
-    clock: Arc<ManualClock>,
-    session: Session,
+/// The rig's output read as binary responses.
+trait Responses {
+    /// Runs complete requests; returns the responses.
+    fn packets(&mut self, input: &[u8]) -> Vec<Resp>;
+    fn one(&mut self, input: &[u8]) -> Resp;
 }
 
-impl Rig {
-    fn new(max_item: usize) -> Rig {
-        let clock = ManualClock::new(T0);
-        let cache =
-            Builder::new().heap_size(4 << 20).segment_size(64 << 10).clock(clock.clone()).build_shared().unwrap();
-        let settings = Settings { max_item_size: max_item, threads: 1, ..Settings::default() };
-        Rig { shared: Shared::new(cache, settings), clock, session: Session::new() }
-    }
-
-    /// Feeds `input` in one piece: the output, whether the connection closes, the bytes used.
-    fn feed(&mut self, input: &[u8]) -> (Vec<u8>, bool, usize) {
-        let mut out = Vec::new();
-        let ctx = Ctx::new(&self.shared, 0);
-        let p = self.session.process(input, &mut out, &ctx);
-        (out, p.close, p.consumed)
-    }
-
-    /// Runs complete requests; returns the responses.
-    fn run(&mut self, input: &[u8]) -> Vec<Resp> {
+impl Responses for Rig {
+    fn packets(&mut self, input: &[u8]) -> Vec<Resp> {
         let (out, _, used) = self.feed(input);
         assert_eq!(used, input.len());
         responses(&out)
     }
 
     fn one(&mut self, input: &[u8]) -> Resp {
-        let mut rs = self.run(input);
+        let mut rs = self.packets(input);
         assert_eq!(rs.len(), 1, "{rs:?}");
         rs.pop().unwrap()
     }
@@ -100,8 +82,8 @@ fn hit(r: &mut Rig, key: &[u8]) -> bool {
 #[test]
 fn exptime_rules_follow_the_cache_clock() {
     let mut r = Rig::new(1 << 20);
-    r.run(&[set(b"rel", b"x", 0, 10), set(b"never", b"x", 0, 0), set(b"abs", b"x", 0, T0 + 20)].concat());
-    r.run(&set(b"past", b"x", 0, T0 - 1));
+    r.packets(&[set(b"rel", b"x", 0, 10), set(b"never", b"x", 0, 0), set(b"abs", b"x", 0, T0 + 20)].concat());
+    r.packets(&set(b"past", b"x", 0, T0 - 1));
     assert!(!hit(&mut r, b"past"));
     r.clock.advance(11);
     assert!(!hit(&mut r, b"rel"));
@@ -109,7 +91,7 @@ fn exptime_rules_follow_the_cache_clock() {
     r.clock.advance(10);
     assert!(!hit(&mut r, b"abs"));
     // TOUCH, GAT and GATK move the expiry.
-    r.run(&set(b"t", b"x", 7, 5));
+    r.packets(&set(b"t", b"x", 7, 5));
     let t = r.one(&with_exptime(op::TOUCH, b"t", 100));
     assert_eq!((t.status, t.extras.as_slice(), t.value.as_slice()), (0, &7u32.to_be_bytes()[..], &b""[..]));
     r.clock.advance(50);
@@ -118,7 +100,7 @@ fn exptime_rules_follow_the_cache_clock() {
     r.clock.advance(2);
     assert!(!hit(&mut r, b"t"));
     // A GAT with a time in the past returns the item this once.
-    r.run(&set(b"g", b"x", 0, 0));
+    r.packets(&set(b"g", b"x", 0, 0));
     assert_eq!(r.one(&with_exptime(op::GAT, b"g", T0 - 5)).status, 0);
     assert!(!hit(&mut r, b"g"));
     // An incr that creates its item gives it the expiration.
@@ -135,10 +117,10 @@ fn exptime_rules_follow_the_cache_clock() {
 #[test]
 fn flush_now_and_later() {
     let mut r = Rig::new(1 << 20);
-    r.run(&set(b"a", b"x", 0, 0));
-    assert_eq!(r.run(&packet(op::FLUSHQ, &[], &[], &[], 0, 0)), vec![]);
+    r.packets(&set(b"a", b"x", 0, 0));
+    assert_eq!(r.packets(&packet(op::FLUSHQ, &[], &[], &[], 0, 0)), vec![]);
     assert!(!hit(&mut r, b"a"));
-    r.run(&set(b"b", b"x", 0, 0));
+    r.packets(&set(b"b", b"x", 0, 0));
     assert_eq!(r.one(&packet(op::FLUSH, &[], &100u32.to_be_bytes(), &[], 0, 0)).status, 0);
     assert!(hit(&mut r, b"b"));
     r.clock.advance(101);
@@ -220,8 +202,8 @@ fn the_first_byte_chooses_for_good() {
 #[test]
 fn counters_and_stats_are_the_text_protocols() {
     let mut r = Rig::new(1 << 20);
-    r.run(&[set(b"k", b"v", 0, 0), get(b"k"), packet(op::GETQ, b"x", &[], &[], 0, 0)].concat());
-    let stats = r.run(&packet(op::STAT, &[], &[], &[], 42, 0));
+    r.packets(&[set(b"k", b"v", 0, 0), get(b"k"), packet(op::GETQ, b"x", &[], &[], 0, 0)].concat());
+    let stats = r.packets(&packet(op::STAT, &[], &[], &[], 42, 0));
     assert!(stats.iter().all(|s| s.opcode == op::STAT && s.opaque == 42 && s.status == 0));
     assert_eq!(stats.last().map(|s| (s.key.len(), s.value.len())), Some((0, 0)));
     let find = |name: &[u8]| stats.iter().find(|s| s.key == name).map(|s| s.value.clone());
@@ -230,7 +212,7 @@ fn counters_and_stats_are_the_text_protocols() {
     assert_eq!(find(b"get_misses"), Some(b"1".to_vec()));
     assert_eq!(find(b"cmd_set"), Some(b"1".to_vec()));
     // The text side's `stats settings`, figure for figure.
-    let settings = r.run(&packet(op::STAT, b"settings", &[], &[], 0, 0));
+    let settings = r.packets(&packet(op::STAT, b"settings", &[], &[], 0, 0));
     let mut text = Session::new();
     let mut out = Vec::new();
     text.process(b"stats settings\r\n", &mut out, &Ctx::new(&r.shared, 0));

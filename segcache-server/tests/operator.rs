@@ -1,38 +1,18 @@
 //! memcached's operator commands through a `Session` over a real engine, without sockets (the
 //! socket-level checks, against memcached itself, are in tests/server/test_operator.py).
 
-use std::sync::Arc;
+mod rig;
 
-use segcache_core::{Builder, ManualClock};
-use segcache_server::{Ctx, Session, Settings, Shared};
+use rig::{Rig, T0};
+use segcache_server::{Ctx, Settings};
 
-const T0: u32 = 1_700_000_000;
-
-struct Rig {
-    shared: Shared,
-    clock: Arc<ManualClock>,
-    session: Session,
-}
-
-impl Rig {
-    fn new(settings: Settings) -> Rig {
-        let clock = ManualClock::new(T0);
-        let cache =
-            Builder::new().heap_size(16 << 20).segment_size(256 << 10).clock(clock.clone()).build_shared().unwrap();
-        Rig { shared: Shared::new(cache, settings), clock, session: Session::new() }
-    }
-
-    fn run(&mut self, input: &str) -> String {
-        let mut out = Vec::new();
-        let ctx = Ctx::new(&self.shared, 0);
-        let p = self.session.process(input.as_bytes(), &mut out, &ctx);
-        assert_eq!(p.consumed, input.len(), "input not fully used: {input:?}");
-        String::from_utf8(out).unwrap()
-    }
+/// A cache of 16 MiB in 256 KiB segments, serving with `settings`.
+fn rig_with(settings: Settings) -> Rig {
+    Rig::with(16 << 20, 256 << 10, settings)
 }
 
 fn rig() -> Rig {
-    Rig::new(Settings { threads: 1, ..Settings::default() })
+    rig_with(Settings { threads: 1, ..Settings::default() })
 }
 
 #[test]
@@ -111,7 +91,7 @@ fn detail_sizes_memlimit_shutdown_watch() {
 
 #[test]
 fn shutdown_with_a_stops_the_server() {
-    let mut r = Rig::new(Settings { threads: 1, shutdown_command: true, ..Settings::default() });
+    let mut r = rig_with(Settings { threads: 1, shutdown_command: true, ..Settings::default() });
     assert_eq!(r.run("shutdown now\r\n"), "CLIENT_ERROR invalid shutdown mode\r\n");
     assert!(!r.shared.is_stopping());
     let mut out = Vec::new();

@@ -1,49 +1,13 @@
 //! Protocol handling end to end, without sockets: bytes through a `Session` over a real engine.
 
-use std::sync::Arc;
+mod rig;
 
-use segcache_core::{Builder, ManualClock};
-use segcache_server::{Ctx, Session, Settings, Shared};
-
-struct Rig {
-    shared: Shared,
-    clock: Arc<ManualClock>,
-    session: Session,
-}
-
-const T0: u32 = 1_700_000_000;
-
-impl Rig {
-    fn new() -> Rig {
-        Rig::with_item_max(1 << 20)
-    }
-    fn with_item_max(max: usize) -> Rig {
-        let clock = ManualClock::new(T0);
-        let cache =
-            Builder::new().heap_size(4 << 20).segment_size(64 << 10).clock(clock.clone()).build_shared().unwrap();
-        let settings = Settings { max_item_size: max, threads: 1, ..Settings::default() };
-        Rig { shared: Shared::new(cache, settings), clock, session: Session::new() }
-    }
-
-    /// Feeds `input` in one piece; returns the replies and whether the connection closes.
-    fn feed(&mut self, input: &[u8]) -> (Vec<u8>, bool, usize) {
-        let mut out = Vec::new();
-        let ctx = Ctx::new(&self.shared, 0);
-        let p = self.session.process(input, &mut out, &ctx);
-        (out, p.close, p.consumed)
-    }
-
-    /// Feeds a complete exchange and returns the replies as text.
-    fn run(&mut self, input: &str) -> String {
-        let (out, _, used) = self.feed(input.as_bytes());
-        assert_eq!(used, input.len(), "input not fully used: {input:?}");
-        String::from_utf8(out).unwrap()
-    }
-}
+use rig::{Rig, T0};
+use segcache_server::Session;
 
 #[test]
 fn storage_commands() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     assert_eq!(r.run("set a 5 0 3\r\nabc\r\n"), "STORED\r\n");
     assert_eq!(r.run("get a\r\n"), "VALUE a 5 3\r\nabc\r\nEND\r\n");
     assert_eq!(r.run("add a 0 0 1\r\nx\r\n"), "NOT_STORED\r\n");
@@ -58,7 +22,7 @@ fn storage_commands() {
 
 #[test]
 fn cas_round_trip() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     r.run("set k 0 0 1\r\nx\r\n");
     let reply = r.run("gets k\r\n");
     let cas: u64 = reply.lines().next().unwrap().split(' ').nth(4).unwrap().parse().unwrap();
@@ -71,7 +35,7 @@ fn cas_round_trip() {
 
 #[test]
 fn incr_decr_delete_touch() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     r.run("set n 0 0 2\r\n10\r\n");
     assert_eq!(r.run("incr n 5\r\n"), "15\r\n");
     assert_eq!(r.run("decr n 100\r\n"), "0\r\n");
@@ -88,21 +52,21 @@ fn incr_decr_delete_touch() {
 
 #[test]
 fn noreply_suppresses_replies() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     let out = r.run(
         "set a 0 0 1 noreply\r\n1\r\nadd a 0 0 1 noreply\r\n2\r\nincr a 4 noreply\r\ntouch a 10 noreply\r\n\
          delete b noreply\r\nverbosity 1 noreply\r\nget a\r\n",
     );
     assert_eq!(out, "VALUE a 0 1\r\n5\r\nEND\r\n");
     // A too-large value under noreply is swallowed silently, as memcached does.
-    let mut r = Rig::with_item_max(1024);
+    let mut r = Rig::new(1024);
     let big = "x".repeat(2000);
     assert_eq!(r.run(&format!("set a 0 0 2000 noreply\r\n{big}\r\nversion\r\n")), "VERSION 1.6.18\r\n");
 }
 
 #[test]
 fn exptime_rules_follow_the_cache_clock() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     r.run("set rel 0 10 1\r\nx\r\nset never 0 0 1\r\nx\r\n");
     r.run(&format!("set abs 0 {} 1\r\nx\r\n", T0 + 20));
     r.run(&format!("set past 0 {} 1\r\nx\r\n", T0 - 1));
@@ -127,7 +91,7 @@ fn exptime_rules_follow_the_cache_clock() {
 
 #[test]
 fn flush_all_now_and_later() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     r.run("set a 0 0 1\r\nx\r\n");
     assert_eq!(r.run("flush_all\r\n"), "OK\r\n");
     assert_eq!(r.run("get a\r\n"), "END\r\n");
@@ -142,12 +106,12 @@ fn flush_all_now_and_later() {
 #[test]
 fn pipelined_requests_in_any_split() {
     let script = b"set a 0 0 5\r\nhello\r\nget a\r\nmn\r\nincr x 1\r\nset b 0 0 0\r\n\r\ngets b\r\n";
-    let mut whole = Rig::new();
+    let mut whole = Rig::new(1 << 20);
     let (expected, _, used) = whole.feed(script);
     assert_eq!(used, script.len());
     // Every split point gives the same replies.
     for cut in 0..script.len() {
-        let mut r = Rig::new();
+        let mut r = Rig::new(1 << 20);
         let mut out = Vec::new();
         let mut pending = script[..cut].to_vec();
         let (o, _, used) = r.feed(&pending);
@@ -164,7 +128,7 @@ fn pipelined_requests_in_any_split() {
 
 #[test]
 fn binary_safe_values() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     let value: Vec<u8> = (0..=255u8).chain(b"\r\nEND\r\n".iter().copied()).collect();
     let mut req = format!("set bin 0 0 {}\r\n", value.len()).into_bytes();
     req.extend_from_slice(&value);
@@ -178,7 +142,7 @@ fn binary_safe_values() {
 
 #[test]
 fn limits_and_bad_input() {
-    let mut r = Rig::with_item_max(1024);
+    let mut r = Rig::new(1024);
     // Too large: refused, data swallowed even when it arrives later, stream stays in sync; as
     // memcached, the refusal is sent once the data has all come.
     let (out, close, used) = r.feed(b"set big 0 0 2000\r\nxxxx");
@@ -211,7 +175,7 @@ fn limits_and_bad_input() {
     assert_eq!((out.as_slice(), close), (&b""[..], true));
     // One request cannot make the server buffer without bound: a reply past the limit becomes
     // memcached's out-of-memory error, and the connection goes on.
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     r.shared.limits.max_response = 10_000;
     r.run(&format!("set v 0 0 1000\r\n{}\r\n", "v".repeat(1000)));
     let many = format!("get{}\r\n", " v".repeat(50));
@@ -219,21 +183,21 @@ fn limits_and_bad_input() {
     assert_eq!(r.run(&many.replacen("get", "gat 0", 1)), "SERVER_ERROR out of memory writing get response\r\n");
     assert_eq!(r.run("get v v\r\n").matches("VALUE v 0 1000").count(), 2);
     // HTTP: close without a reply.
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     let (out, close, _) = r.feed(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n");
     assert!(out.is_empty() && close);
 }
 
 #[test]
 fn quit_closes_after_earlier_replies() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     let (out, close, used) = r.feed(b"version\r\nquit\r\nget a\r\n");
     assert_eq!((String::from_utf8(out).unwrap().as_str(), close, used), ("VERSION 1.6.18\r\n", true, 15));
 }
 
 #[test]
 fn stats_reports() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     r.run("set a 0 0 1\r\nx\r\nget a b\r\n");
     let s = r.run("stats\r\n");
     for want in [
@@ -271,7 +235,7 @@ fn stats_reports() {
 
 #[test]
 fn meta_get_and_set() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     assert_eq!(r.run("ms foo 3 T0 F7\r\nbar\r\n"), "HD\r\n");
     assert_eq!(r.run("mg foo v f s t k Oq1\r\n"), "VA 3 f7 s3 t-1 kfoo Oq1\r\nbar\r\n");
     assert_eq!(r.run("mg foo\r\n"), "HD\r\n");
@@ -301,14 +265,14 @@ fn meta_get_and_set() {
     assert_eq!(r.run("mg AAEC b v k\r\n"), "VA 2 kAAEC b\r\nhi\r\n");
     assert!(r.run("mg !!!! b v\r\n").starts_with("CLIENT_ERROR"));
     // Too large, with the data swallowed.
-    let mut r = Rig::with_item_max(1024);
+    let mut r = Rig::new(1024);
     let big = "x".repeat(1500);
     assert_eq!(r.run(&format!("ms k 1500\r\n{big}\r\nmn\r\n")), "SERVER_ERROR object too large for cache\r\nMN\r\n");
 }
 
 #[test]
 fn meta_vivify_delete_arith_debug() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     // N: the first miss wins the right to fill, the item then exists (empty).
     assert_eq!(r.run("mg v1 v N30\r\n"), "VA 0 W\r\n\r\n");
     // The others see that a client holds the token (memcached's Z).
@@ -353,7 +317,7 @@ fn meta_vivify_delete_arith_debug() {
 /// for the same key, growing byte for byte with the value, and covering key and value.
 #[test]
 fn meta_debug_reports_class_and_record_size() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     let field = |line: &str, name: &str| -> usize {
         let token =
             line.split_whitespace().find_map(|t| t.strip_prefix(name)).unwrap_or_else(|| panic!("{name} in {line:?}"));
@@ -410,7 +374,7 @@ fn random_input_never_breaks_a_session() {
         seed ^= seed << 17;
         (seed % n as u64) as usize
     };
-    let mut r = Rig::with_item_max(4096);
+    let mut r = Rig::new(4096);
     for round in 0..3000 {
         r.session = Session::new();
         let mut input = Vec::new();
@@ -438,7 +402,7 @@ fn random_input_never_breaks_a_session() {
         rest.drain(..used);
         let _ = r.feed(&rest);
     }
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     assert_eq!(r.run("version\r\n"), "VERSION 1.6.18\r\n");
 }
 
@@ -446,7 +410,7 @@ fn random_input_never_breaks_a_session() {
 /// assertions failed before the fix (the old reply is in the comment).
 #[test]
 fn memcached_parity() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     // A miss keeps the opaque and the key (was a bare EN); q hides it.
     assert_eq!(r.run("mg miss v O123 k\r\n"), "EN O123 kmiss\r\n");
     assert_eq!(r.run("mg bWlzcw== b k s\r\n"), "EN kbWlzcw== b\r\n");
@@ -461,7 +425,7 @@ fn memcached_parity() {
     assert_eq!(r.run("delete k 10 noreply\r\nmn\r\n"), "MN\r\n");
     assert_eq!(r.run("delete k 10\r\n"), "CLIENT_ERROR bad command line format.  Usage: delete <key> [noreply]\r\n");
     // An ms over the item size limit removes the old value, as a set does (it stayed).
-    let mut small = Rig::with_item_max(1024);
+    let mut small = Rig::new(1024);
     small.run("set big 0 0 1\r\nx\r\n");
     let big = "y".repeat(1500);
     assert_eq!(
@@ -505,7 +469,7 @@ fn memcached_parity() {
 /// with it would succeed where memcached's (stale) token fails.
 #[test]
 fn meta_set_expired_on_arrival_reports_a_token_that_matches_nothing() {
-    let mut r = Rig::new();
+    let mut r = Rig::new(1 << 20);
     let reply = r.run("ms k 1 c T-1\r\n5\r\n");
     let cas: u64 = reply.trim_end().strip_prefix("HD c").unwrap().parse().unwrap();
     assert_ne!(cas, 0, "{reply}");
