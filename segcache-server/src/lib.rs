@@ -14,7 +14,6 @@
 //! - [`auth`]: the users of `-Y` and `-S`, and their constant-time check.
 //! - [`bus_error`]: the last line logged when the persistence file stops backing the heap.
 
-mod admin;
 pub mod auth;
 pub mod bus_error;
 mod config;
@@ -27,9 +26,7 @@ mod ratelimit;
 mod server;
 mod session;
 mod state;
-mod stats;
 mod tls;
-mod watch;
 mod worker;
 
 pub use config::{parse_extended, Cli, Extended, Protocol, Settings};

@@ -11,9 +11,9 @@ use std::time::{Duration, Instant};
 
 use mio::{Events, Interest, Poll, Token, Waker};
 
-use crate::admin::Health;
 use crate::config::Settings;
 use crate::listen::Listener;
+use crate::observe::http::Health;
 use crate::observe::Observe;
 use crate::ratelimit::{warn_limited, RateLimit};
 use crate::state::Shared;
@@ -68,7 +68,7 @@ impl Server {
         let health = Arc::new(Health::default());
         let mut admin = match settings.admin_port {
             Some(port) => Some(
-                crate::admin::spawn(health.clone(), &settings.admin_listen, port)
+                crate::observe::http::spawn(health.clone(), &settings.admin_listen, port)
                     .map_err(|e| format!("cannot start the admin endpoint {}:{port}: {e}", settings.admin_listen))?,
             ),
             None => None,

@@ -230,7 +230,7 @@ impl Session {
             }
             Parse::Fail(f) => {
                 if f.kind == FailKind::TooLarge {
-                    crate::stats::bump(&ctx.stats.store_too_large, 1);
+                    crate::observe::stats::bump(&ctx.stats.store_too_large, 1);
                 }
                 if let Some(key) = f.unlink {
                     unlink(key, f.unlink_base64, ctx);
@@ -354,9 +354,9 @@ impl Session {
     }
 
     fn auth_counted(&self, ok: bool, ctx: &Ctx<'_>) {
-        crate::stats::bump(&ctx.stats.auth_cmds, 1);
+        crate::observe::stats::bump(&ctx.stats.auth_cmds, 1);
         if !ok {
-            crate::stats::bump(&ctx.stats.auth_errors, 1);
+            crate::observe::stats::bump(&ctx.stats.auth_errors, 1);
         }
     }
 
@@ -436,7 +436,7 @@ impl Session {
             binary::Parse::Incomplete => return Step::Incomplete,
             binary::Parse::Fail(f) => {
                 if f.status == Some(binary::Status::TooLarge) {
-                    crate::stats::bump(&ctx.stats.store_too_large, 1);
+                    crate::observe::stats::bump(&ctx.stats.store_too_large, 1);
                 }
                 if let Some(key) = f.unlink {
                     let _ = ctx.shared.cache.delete(key);

@@ -7,10 +7,10 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use segcache_core::SharedCache;
 
 use crate::config::Settings;
+use crate::observe::stats::{ConnStats, Totals, WorkerStats};
+use crate::observe::watch::{ConnEntry, Watchers};
 use crate::observe::Observe;
 use crate::protocol::Limits;
-use crate::stats::{ConnStats, Totals, WorkerStats};
-use crate::watch::{ConnEntry, Watchers};
 
 /// Stop taking requests from a pipeline once this much output waits to be sent, so that a
 /// client that writes without reading cannot grow the buffer without bound: the output buffer

@@ -18,12 +18,12 @@ use mio::{Events, Interest, Poll, Token, Waker};
 use slab::Slab;
 
 use crate::config::Protocol;
+use crate::observe::stats::bump;
+use crate::observe::watch::{ConnEntry, Watcher, CONNEVENTS};
 use crate::protocol::MAX_GET_LINE;
 use crate::ratelimit::{warn_limited, RateLimit};
 use crate::session::{Budget, Session, OUT_HIGH_WATER};
 use crate::state::{Ctx, Shared};
-use crate::stats::bump;
-use crate::watch::{ConnEntry, Watcher, CONNEVENTS};
 
 /// Connections the event loop cannot take (one per accept when it happens): one warning a second.
 static REGISTER_FAILED: RateLimit = RateLimit::per_second();

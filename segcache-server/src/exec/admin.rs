@@ -12,10 +12,10 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use segcache_core::{record_size, Item};
 
-use super::engine::{each_item, SCAN_STEP};
+use crate::observe::scan::{each_item, SCAN_STEP};
+use crate::observe::watch::{uriencode, ConnEntry, DumpJob, EVICTIONS};
 use crate::protocol::{put_u64, reply, Admin, Detail};
 use crate::state::{Ctx, OUT_HIGH_WATER};
-use crate::watch::{uriencode, ConnEntry, DumpJob, EVICTIONS};
 
 /// memcached stops a cachedump at 2 MB of reply.
 const CACHEDUMP_LIMIT: usize = 2 << 20;

@@ -14,11 +14,11 @@ use segcache_core::{Item, StoreMode, StoreOptions};
 
 use super::engine::{arith_with, do_arith, do_store, grow_with, look, touch, Arith, Counted, Stored};
 use super::expiry::Expiry;
-use super::report::write_stats;
+use crate::observe::report::write_stats;
+use crate::observe::stats::bump;
 use crate::protocol::binary::{op, put_error, put_response, Header, Status, NO_CREATE};
 use crate::protocol::StoreKind;
 use crate::state::Ctx;
-use crate::stats::bump;
 
 /// A response without a body.
 pub(super) fn put_ok(out: &mut Vec<u8>, h: &Header, cas: u64) {

@@ -4,10 +4,10 @@
 use segcache_core::{Error, Item, ReadOptions, RmwOptions, StoreMode, StoreOptions};
 
 use super::expiry::Expiry;
+use crate::observe::stats::bump;
 use crate::protocol::StoreKind;
 use crate::ratelimit::{warn_limited, RateLimit};
 use crate::state::Ctx;
-use crate::stats::bump;
 
 /// Reads made to answer a request, not by the client: they leave the item's state alone.
 const QUIET_READ: ReadOptions = ReadOptions { claim_token: false, recache_below: None, no_update: true };
@@ -205,27 +205,5 @@ pub fn flush_all(delay: i64, ctx: &Ctx<'_>) {
     match Expiry::from_exptime(delay, cache.now()) {
         Expiry::After(d) => cache.flush_after(d),
         Expiry::Never | Expiry::Expired => cache.flush(),
-    }
-}
-
-/// Items read per step of the engine's key cursor (a dump, `stats sizes`): writers wait at most
-/// that long for one step.
-pub const SCAN_STEP: usize = 256;
-
-/// Calls `f` on every live item, a step of the engine's key cursor at a time, until `f`
-/// returns `false`.
-pub fn each_item(ctx: &Ctx<'_>, mut f: impl FnMut(&Item<'_>) -> bool) {
-    let cache = &ctx.shared.cache;
-    let mut cursor = 0;
-    let mut more = true;
-    loop {
-        cursor = cache.scan_with(cursor, SCAN_STEP, |item| {
-            if more {
-                more = f(&item);
-            }
-        });
-        if cursor == 0 || !more {
-            return;
-        }
     }
 }

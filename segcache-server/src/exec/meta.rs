@@ -18,10 +18,10 @@ use segcache_core::{Error, ReadOptions, StoreMode, StoreOptions};
 use super::engine::{arith_with, do_arith, do_store, grow_with, look, Arith, Counted, Stored};
 use super::expiry::Expiry;
 use super::watched::{log_get, log_store, watching};
+use crate::observe::stats::bump;
+use crate::observe::watch::{FETCHERS, MUTATIONS};
 use crate::protocol::{put_i64, put_u64, reply, MetaCmd, MetaFlags, MetaKey, StoreKind};
 use crate::state::Ctx;
-use crate::stats::bump;
-use crate::watch::{FETCHERS, MUTATIONS};
 
 /// What return flags can report about an item.
 #[derive(Debug, Clone, Copy, Default)]

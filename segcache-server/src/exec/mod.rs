@@ -2,27 +2,27 @@
 //! meta commands) and the binary protocol.
 //!
 //! Below the dispatchers, one way: the handlers of each protocol (`text`, `meta`, `binary`) and
-//! of the operator commands and reports (`admin`, `report`), which share `engine` (the engine
-//! calls with memcached's rules and counters), `watched` (what `watch` streams and `stats
-//! detail` see) and `expiry` (memcached's exptime rules). No handler module imports another.
+//! of the operator commands (`admin`), which share `engine` (the engine calls with memcached's
+//! rules and counters), `watched` (what `watch` streams and `stats detail` see) and `expiry`
+//! (memcached's exptime rules). No handler module imports another. `stats` replies are written
+//! by `observe::report`.
 
 mod admin;
 mod binary;
 mod engine;
 mod expiry;
 mod meta;
-mod report;
 mod text;
 mod watched;
 
 pub use admin::dump_more;
-pub use report::prometheus;
 pub use text::GetStream;
 
+use crate::observe::report::write_stats;
+use crate::observe::stats::bump;
 use crate::protocol::binary::{self as bin, put_error, put_response, Command, Status};
 use crate::protocol::{reply, Request};
 use crate::state::Ctx;
-use crate::stats::bump;
 use admin::After;
 use binary::put_ok;
 use engine::flush_all;
@@ -93,7 +93,7 @@ pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
         }
         Request::Quit => return Flow::Close,
         Request::Stats { arg } => {
-            if !report::write_stats(out, ctx, arg) {
+            if !write_stats(out, ctx, arg) {
                 out.extend_from_slice(reply::ERROR);
             }
             false

@@ -13,9 +13,9 @@ use segcache_core::Item;
 use super::engine::{do_arith, do_store, touch, Arith, Counted, Stored};
 use super::expiry::Expiry;
 use super::watched::{fetched, stored};
+use crate::observe::stats::bump;
 use crate::protocol::{check_key, next_token, put_u64, reply, FailKind, GetHead, Keys, StoreKind};
 use crate::state::Ctx;
-use crate::stats::bump;
 
 /// Writes the `VALUE` block of a hit.
 #[inline]

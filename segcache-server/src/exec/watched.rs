@@ -3,9 +3,9 @@
 
 use super::engine::Stored;
 use super::expiry::Expiry;
+use crate::observe::watch::{uriencode_str, FETCHERS, MUTATIONS};
 use crate::protocol::StoreKind;
 use crate::state::Ctx;
-use crate::watch::{uriencode_str, FETCHERS, MUTATIONS};
 
 /// The connection's descriptor, as memcached's logs print it (`cfd=`).
 fn cfd(ctx: &Ctx<'_>) -> i32 {

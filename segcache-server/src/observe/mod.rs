@@ -1,5 +1,8 @@
-//! What the server tells about the requests it runs: per-command latency histograms
-//! ([`latency`]), the sampled command log ([`klog`]) and the hot-key view ([`hotkeys`]).
+//! What the server tells about itself. Recorded as requests run: the counters behind `stats`
+//! (`stats`), the `watch` streams and `stats detail` (`watch`), per-command latency histograms
+//! ([`latency`]), the sampled command log ([`klog`]) and the hot-key view ([`hotkeys`]). Read
+//! out: the `stats` replies and the Prometheus text (`report`, walking items with `scan` for
+//! `stats sizes`), served over HTTP with the health probes (`http`).
 //!
 //! Each worker has a [`WorkerObs`] of its own. The request path calls [`Probe::text`] or
 //! [`Probe::binary`] before running a request and [`Probe::finish`] after: one clock read per
@@ -8,8 +11,13 @@
 //! sampler; only a sampled request formats a log line or touches the hot-key map.
 
 pub mod hotkeys;
+pub(crate) mod http;
 pub mod klog;
 pub mod latency;
+pub(crate) mod report;
+pub(crate) mod scan;
+pub(crate) mod stats;
+pub(crate) mod watch;
 
 use std::collections::HashMap;
 use std::fmt::Write as _;

@@ -26,7 +26,7 @@ use std::sync::{Arc, RwLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::exec::prometheus;
+use crate::observe::report::prometheus;
 use crate::ratelimit::{warn_limited, RateLimit};
 use crate::state::Shared;
 

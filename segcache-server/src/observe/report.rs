@@ -8,10 +8,10 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use segcache_core::{record_size, Figure, FigureKind};
 
-use super::engine::each_item;
+use super::scan::each_item;
+use crate::observe::stats::rusage;
 use crate::protocol::reply;
 use crate::state::{Ctx, Shared};
-use crate::stats::rusage;
 
 /// One `name value` pair of a report.
 enum Val {
