@@ -1,5 +1,5 @@
 //! `segcache.Item`: what `Cache.get_state` found of an item, its value and its state (the meta
-//! protocol's stale-while-revalidate bits, issue #19).
+//! protocol's stale-while-revalidate bits).
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;

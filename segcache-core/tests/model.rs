@@ -6,7 +6,7 @@
 //!
 //! Values and flags are drawn so that one key's records collide in length with different layouts
 //! (client flags take 4 bytes only when non-zero: n bytes with flags 0 against n - 4 bytes with
-//! flags), which is what lost writes in place before; most operations run within one second.
+//! flags), which a rewrite in place must tell apart; most operations run within one second.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -583,9 +583,11 @@ fn read_modify_writes_keep_the_expiry_to_the_second() {
     run_all(Policy::Fifo, true, 2, true, &ops);
 }
 
-/// The sequences that lost acknowledged writes, and their mirror images.
+/// Stores of one key whose record has the length of the current one but another layout (with
+/// client flags and a value 4 bytes shorter, or the reverse), then CAS and touch on such records:
+/// every handle serves exactly what the model holds.
 #[test]
-fn layout_collisions_from_the_report() {
+fn same_length_stores_of_another_layout_keep_the_value() {
     let ops = vec![
         Op::Set(0, b"a".to_vec(), 1, 0),
         Op::Set(0, b"bbbbb".to_vec(), 0, 0),

@@ -1,6 +1,8 @@
-//! Regression tests for acknowledged writes lost or wrong values served: records of one key with
-//! the same length but another layout, CAS per item version, touch without a copy, the manual
-//! clock, and memcached's reading of numbers.
+//! What a client trusts the cache to keep: every acknowledged write is served back with its
+//! value and flags, and CAS tokens, touches, the clock and numbers behave as memcached's. Covered:
+//! stores of one key whose records have the same length but another layout, a CAS value per item
+//! version, touch that moves a record only when it must, the manual clock, and memcached's
+//! reading of numbers for `incr`.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -21,9 +23,9 @@ fn got(c: &SharedCache, k: &[u8]) -> Option<(u32, Vec<u8>)> {
     c.get(k).map(|i| (i.flags, i.value))
 }
 
-/// The exact sequences that lost a write: with default settings, through the server's handle,
-/// the second set has the first's record length but not its layout (flags take 4 bytes only
-/// when non-zero).
+/// With default settings, through the server's handle: the second set has the first's record
+/// length but not its layout (flags take 4 bytes only when non-zero), and the value stored last
+/// is the one served.
 #[test]
 fn same_length_other_layout_rewrites_keep_the_value_shared() {
     for shards in [None, Some(1)] {

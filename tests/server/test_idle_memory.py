@@ -1,4 +1,4 @@
-"""Idle connections are cheap (issue #21): a connection that waits between requests with nothing
+"""Idle connections are cheap: a connection that waits between requests with nothing
 buffered holds no input or output buffer (its worker keeps a few spare ones for the next event),
 so thousands of idle clients cost little memory, as with memcached."""
 

@@ -10,15 +10,16 @@
 //! Both require the old record's *layout*, not only its length: client flags take 4 bytes only
 //! when non-zero, so a record with flags and a value 4 bytes shorter has the length of one
 //! without, with its key and value elsewhere (`record::same_layout`). Writing only the flags and
-//! the value over such a record once lost the item. The new record keeps the old one's CAS form
-//! (`record::CasForm`): a wide one holds any counter, but a narrow one only a counter less than
-//! 2^16 above its segment's base; a new counter beyond that leaves the store to an append, which
-//! holds the counter wide (`Overwrite::Append { wide }`). Every store takes a new counter, so in
-//! a cache that rewrites, a segment's base falls 2^16 behind within 2^16 stores to its shard:
-//! were the append narrow again, a key rewritten less often than that would be appended on every
-//! store, leaving a dead copy each time. Held wide, it is rewritten in place from then on (Zipf
-//! 0.99 with 50% sets: hit ratio 0.8858 -> 0.8926; see docs/benchmarks.md, "Keys that outgrow a
-//! narrow CAS").
+//! the value over such a record would write them over its key and lose the item.
+//!
+//! The new record keeps the old one's CAS form (`record::CasForm`): a wide one holds any counter,
+//! but a narrow one only a counter less than 2^16 above its segment's base; a new counter beyond
+//! that leaves the store to an append, which holds the counter wide (`Overwrite::Append { wide }`).
+//! Every store takes a new counter, so in a cache that rewrites, a segment's base falls 2^16
+//! behind within 2^16 stores to its shard: were the append narrow again, a key rewritten less
+//! often than that would be appended on every store, leaving a dead copy each time that takes
+//! space until a merge and so lowers the hit ratio. Held wide, it is rewritten in place from
+//! then on.
 //!
 //! In a file, a crash in the middle of a rewrite would leave a mix of both values: there each
 //! rewrite saves the old record first (`persist::undo`), which recovery puts back, and records
@@ -83,8 +84,8 @@ impl Segcache {
         let mut old = None;
         let found = self.table().find(h, |loc| {
             // The rewrite writes the record's last line too, which the key comparison does not
-            // read: fetch it beside the first rather than at the write (criterion's set of
-            // random cold keys: 330 -> 309 ns).
+            // read: fetch it beside the first, so that its miss overlaps the comparison's
+            // rather than stalling the write.
             let last = loc.seg as usize * self.geo.segment_size + loc.offset as usize + len - 1;
             prefetch(self.mem.heap.wrapping_add(last));
             old = self.keyed_record(loc, key);

@@ -13,10 +13,10 @@ pub(crate) fn same_expiry_window(first: &SegHeader, later: &SegHeader, b: usize)
 
 /// Segments merged at once by `Merge`. Two, not the paper's four: each merge then frees exactly
 /// one segment, the one about to be written, instead of two of which one waits on the free list
-/// (a segment per shard holding nothing; with 8 shards of 32 segments 3% of the heap), and
-/// keeps a little more (the last destination is continued by the next merge, so the smaller
-/// merges do not leave partly filled segments). Zipf bench, 64 MiB: 0.8920 -> 0.8922 unsharded,
-/// 0.8837 -> 0.8852 with 4 shards, for as many items copied.
+/// (a segment per shard holding nothing; with 8 shards of 32 segments 3% of the heap). The
+/// smaller merges leave no partly filled segments behind, since the next merge continues the
+/// last destination, so the hit ratio is at least that of four-segment merges for as many items
+/// copied.
 pub(crate) const MERGE_SOURCES: usize = 2;
 
 /// Segments whose pairs one search for a lossless merge looks at (see `lossless_pair`): 64 KiB
@@ -82,9 +82,9 @@ impl Segcache {
     ///
     /// A pair is named by its first segment. One call looks at the pairs of at most
     /// `LOSSLESS_WINDOW` segments, the next call at the following ones, so that the search costs
-    /// the same at any heap size: looking at every segment cost 100-240 us per eviction at 16,384
-    /// segments (1 GiB of 64 KiB segments), more than the merge it chose. A shard with no more
-    /// segments than the window looks at all of them every time.
+    /// the same at any heap size: a search over every segment of a large shard (16,384 segments,
+    /// 1 GiB of 64 KiB segments) would cost more per eviction than the merge it chooses. A shard
+    /// with no more segments than the window looks at all of them every time.
     pub(crate) fn lossless_pair(&mut self) -> Option<(usize, [u32; 2])> {
         let n = self.geo.segments;
         let count = n.min(LOSSLESS_WINDOW);

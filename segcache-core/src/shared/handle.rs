@@ -25,10 +25,10 @@
 //!   rewritten in place ([`crate::engine::rewrite`]) under the shard's lock taken *shared*, with the lock
 //!   bit of the key's hash chain keeping out other rewrites of that chain. It writes no line but
 //!   the chain's bucket and the record, so two cores rewriting keys of one shard do not pass the
-//!   shard's lock line between them (50:50 on two threads: 1.7x one thread's throughput, against
-//!   1.4-1.5x when every set took the lock exclusively). Lock-free reads check the chain's info
-//!   word as well as the shard's sequence number; reads under the shared lock copy small items
-//!   the same way, since a rewrite may run beside them. With a file, rewrites run one at a time
+//!   shard's lock line between them, and stores of existing keys on different cores do not
+//!   queue behind one another. Lock-free reads check the chain's info word as well as the
+//!   shard's sequence number; reads under the shared lock copy small items the same way, since
+//!   a rewrite may run beside them. With a file, rewrites run one at a time
 //!   per shard (see [`crate::persist::undo`]): under the exclusive lock, or under the shard's
 //!   mutex where processes share the file.
 //! - Other writes take the shard's lock exclusively for the append and the slot update only (a
@@ -650,7 +650,7 @@ impl SharedCache {
         // A new key skips the shared lock: the summary and then the chain's tags, read without a
         // lock, are only a hint, and the exclusive path is complete on its own when it is stale.
         // The summary alone passes about half the new keys once chains are full (one bit of 8 per
-        // item), and each then paid a read lock, a chain lock and a chain walk for nothing.
+        // item), and each of those would pay a read lock, a chain lock and a chain walk for nothing.
         if mode == Mode::Set && view.rewrites() && view.table().may_hold(h) {
             // Every line the exclusive path needs is fetched while the tags are compared.
             view.prefetch_store(h, secs);

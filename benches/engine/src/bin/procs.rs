@@ -1,4 +1,5 @@
-//! Processes sharing one cache against threads sharing one `SharedCache` (issue #23).
+//! Processes sharing one cache file (`Builder::multi_process`) against threads sharing one
+//! `SharedCache`.
 //!
 //! Throughput: `--workers` workers (2 by default), each running `--ops` operations of a
 //! pre-generated stream over the same prefilled key space, value size and heap as the `threads`
