@@ -562,8 +562,8 @@ fn run_all(policy: Policy, small: bool, shards: usize, evicts: bool, ops: &[Op])
     }
 }
 
-/// Appends and prepends keep their item's expiry to the second: each used to re-round it down
-/// to a bucket width below, so that a few of them shortened the item's life past its bucket's.
+/// Appends and prepends keep their item's expiry to the second: rounding it down to a bucket
+/// width at each rewrite would let a few of them shorten the item's life past its bucket's.
 #[test]
 fn read_modify_writes_keep_the_expiry_to_the_second() {
     let ops = vec![

@@ -1,4 +1,4 @@
-//! `restart-bench`: warm-restart benchmarks of segcache's persistent heap (issue 4), beside
+//! `restart-bench`: warm-restart benchmarks of segcache's persistent heap, beside
 //! memcached 1.6's restartable mode. Every subcommand runs in its own process so that "time from
 //! process start" is honest; `compare` drives the others. See docs/restart.md.
 

@@ -1,5 +1,5 @@
 //! Inserts of new keys, one thread, each library in turn: `--items` keys never stored before
-//! into a freshly built cache sized to hold them all (the "1M into a big heap": first
+//! into a freshly built cache sized to hold them all ("1M into a big heap": the first
 //! touch of the heap included), then (`--steady`) as many again into a cache that is full and
 //! evicting. The full caches hold equal data: the byte-budget caches (ours, Pelikan) get the heap
 //! that holds `items / 4` with room to spare, and the count-sized peers as many items as that heap
