@@ -68,7 +68,7 @@ doc:
 test-rust:
 	$(CARGO) test --workspace --release
 	# The shard lock's protocol under loom's model checker (its own target dir: other RUSTFLAGS).
-	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom $(CARGO) test --release -p segcache-core --lib shared::lock::loom_tests
+	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom $(CARGO) test --release -p segcache-core --lib sync::lock::loom_tests
 	# Processes sharing one file: the pre-fork example runs its workers and checks what they stored.
 	$(CARGO) run --release -p segcache-core --example prefork
 

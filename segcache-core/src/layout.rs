@@ -21,11 +21,11 @@
 //! Everything is addressed by index (segment id, byte offset, bucket index), never by pointer, so
 //! the same bytes mean the same thing wherever the region is mapped.
 
-use crate::engine::meta::ShardMeta;
 use crate::hashtable::bucket::Bucket;
+use crate::meta::ShardMeta;
 use crate::segments::header::SegHeader;
-use crate::shared::lock::ReaderSlot;
-use crate::shared::mapped::MappedLock;
+use crate::sync::lock::ReaderSlot;
+use crate::sync::mapped::MappedLock;
 use crate::ttl;
 use crate::ttl_buckets::bucket::TtlBucket;
 

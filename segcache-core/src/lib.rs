@@ -46,12 +46,14 @@ mod hashtable;
 mod item;
 mod layout;
 mod listener;
+mod meta;
 mod persist;
 mod prefetch;
 mod record;
 mod segments;
 mod shared;
 mod stats;
+mod sync;
 mod ttl_buckets;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -1,9 +1,9 @@
 //! Raw access to the shard's memory: the hash table, metadata, segment headers and data, TTL
 //! buckets and records.
 
-use crate::engine::meta::ShardMeta;
 use crate::hashtable::slot::Loc;
 use crate::hashtable::table::Table;
+use crate::meta::ShardMeta;
 use crate::record::{self, Record};
 use crate::segments::header::SegHeader;
 use crate::ttl;

@@ -4,7 +4,6 @@
 pub(crate) mod flush;
 pub(crate) mod keys;
 pub(crate) mod memory;
-pub(crate) mod meta;
 pub(crate) mod read;
 pub(crate) mod removal;
 pub(crate) mod rewrite;

@@ -3,13 +3,13 @@
 use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
-use crate::engine::meta::{bump, Gone, ReadCounters};
 use crate::engine::write::valid_key;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self};
 use crate::hashtable::table::{self, Table};
 use crate::item::ItemState;
+use crate::meta::{bump, Gone, ReadCounters};
 use crate::prefetch::prefetch;
 use crate::record::{self, Record, Stamp};
 use crate::ttl_buckets::expire::flushed_by;

@@ -16,9 +16,9 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::engine::meta::ShardMeta;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, FILE_HEADER_LEN};
+use crate::meta::ShardMeta;
 use crate::persist::header::Header;
 use crate::persist::held::HeldFile;
 use crate::persist::region::{advise_huge_pages, PersistFile, Region};

@@ -9,8 +9,8 @@ use crate::layout::{self, Geometry, Layout};
 use crate::persist::file::{self, Found};
 use crate::persist::region::Region;
 use crate::persist::share;
-use crate::shared::lock::ReaderSlot;
-use crate::shared::mapped::MappedLock;
+use crate::sync::lock::ReaderSlot;
+use crate::sync::mapped::MappedLock;
 use crate::{Builder, Error, Result, Segcache, SharedCache};
 
 impl Builder {

@@ -7,15 +7,15 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
-use crate::engine::meta::ShardMeta;
 use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, HUGE_PAGE};
+use crate::meta::ShardMeta;
 use crate::persist::held::HeldFile;
 use crate::persist::resident::Resident;
 use crate::segments::header::SegHeader;
-use crate::shared::lock::ReaderSlot;
-use crate::shared::mapped::MappedLock;
+use crate::sync::lock::ReaderSlot;
+use crate::sync::mapped::MappedLock;
 use crate::ttl_buckets::bucket::TtlBucket;
 use crate::{Error, Result};
 

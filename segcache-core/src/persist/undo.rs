@@ -4,7 +4,7 @@
 //! In a file, a process killed in the middle of that would leave a record half old, half new:
 //! crash recovery would find its segment's checksums no longer adding up and drop every item in
 //! it. So a rewrite first saves the old record and its segment's checksum sum in the shard's
-//! undo record (`engine::meta::Undo`), and clears it once the new record and the sum are whole;
+//! undo record (`meta::Undo`), and clears it once the new record and the sum are whole;
 //! `rebuild`, which crash recovery and the repair after a dead process both run, puts back
 //! whatever an undo record still holds. A crash thus leaves the old value or the new one, as an
 //! append does.
@@ -17,8 +17,8 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{fence, AtomicU64};
 
-use crate::engine::meta::UNDO_BYTES;
 use crate::hashtable::slot::Loc;
+use crate::meta::UNDO_BYTES;
 use crate::record;
 use crate::Segcache;
 

@@ -12,7 +12,7 @@
 //!   after two overlapped tries takes the lock. Such a read writes no memory another core uses,
 //!   and neither waits for writers nor makes them wait. Larger items, `get_many` and `contains`
 //!   take the shard's lock shared: any number of threads read one shard at once. The lock
-//!   ([`crate::shared::lock::ShardLock`]) counts each thread's readers on a cache line of that thread's
+//!   ([`crate::sync::lock::ShardLock`]) counts each thread's readers on a cache line of that thread's
 //!   own, so those reads on different cores scale without passing a lock word between them; the
 //!   price is a writer that checks every reader slot (twice the cores) before it goes on, and a
 //!   slot that lock-free reads leave untouched costs it no cache miss. Hits and misses are counted
@@ -55,7 +55,6 @@ use std::mem::MaybeUninit;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::engine::meta::{bump, ReadCounters};
 use crate::engine::read::{access_due, token_due, ReadOptions};
 use crate::engine::write::{Mode, StoreOptions};
 use crate::fork::Origin;
@@ -63,13 +62,14 @@ use crate::hash::{hash, shard_of};
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::table::Table;
 use crate::layout;
+use crate::meta::{bump, ReadCounters};
 use crate::persist::file;
 use crate::persist::region::Region;
 use crate::persist::share::Entry;
 use crate::prefetch::prefetch;
-use crate::shared::lock::{self, ShardLock};
 use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
 use crate::shared::toucher::Toucher;
+use crate::sync::lock::{self, ShardLock};
 use crate::{Builder, Error, Item, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.

@@ -1,12 +1,10 @@
-//! Thread-safe access: the `SharedCache` handle over sharded engines, the shard lock, reads that
-//! take no lock, stores that rewrite in place under the read lock, and the thread that faults
-//! the heap in ahead of the writers.
+//! Thread-safe access: the `SharedCache` handle over sharded engines (each behind its
+//! `sync::lock::ShardLock`), reads that take no lock, stores that rewrite in place under the read
+//! lock, and the thread that faults the heap in ahead of the writers.
 
 mod ahead;
 pub(crate) mod handle;
 pub(crate) mod loader;
-pub(crate) mod lock;
-pub(crate) mod mapped;
 pub(crate) mod peek;
 mod rewrite;
 pub(crate) mod toucher;

@@ -36,16 +36,16 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::engine::cas_token;
-use crate::engine::meta::{Gone, ShardMeta};
 use crate::engine::read::state_of;
 use crate::engine::write::valid_key;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::{Found, Table};
 use crate::item::ItemState;
+use crate::meta::{Gone, ShardMeta};
 use crate::prefetch::prefetch;
 use crate::record::{self, Header};
 use crate::segments::header::SegHeader;
-use crate::shared::lock::{relax, word_snapshot, word_unchanged};
+use crate::sync::lock::{relax, word_snapshot, word_unchanged};
 use crate::ttl_buckets::bucket::TtlBucket;
 use crate::ttl_buckets::expire::{flushed_by, live_until};
 use crate::{Item, Segcache};

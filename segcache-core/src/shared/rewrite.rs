@@ -15,8 +15,8 @@ use crate::engine::rewrite::InPlace;
 use crate::engine::write::valid_key;
 use crate::hashtable::slot;
 use crate::record;
-use crate::shared::lock::{lock_word, unlock_word};
 use crate::shared::peek::PEEK_BYTES;
+use crate::sync::lock::{lock_word, unlock_word};
 use crate::ttl_buckets::expire::expiry_of;
 use crate::Segcache;
 

@@ -8,7 +8,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::persist::region::Region;
-use crate::shared::lock::ShardLock;
+use crate::sync::lock::ShardLock;
 use crate::Segcache;
 
 /// Which shards a turn of touching ahead serves.

@@ -36,8 +36,8 @@
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 
-use crate::engine::meta::ReadCounters;
-use crate::shared::mapped::{MappedLock, Taken};
+use crate::sync::mapped::{MappedLock, Taken};
+use crate::meta::ReadCounters;
 #[cfg(loom)]
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(loom)]
@@ -536,7 +536,7 @@ mod tests {
     /// and take the lock (which repairs the shard) instead of waiting for it forever.
     #[test]
     fn an_optimistic_reader_gives_up_on_a_writer_that_never_finishes() {
-        let lock = crate::shared::mapped::tests::shared_lock();
+        let lock = crate::sync::mapped::tests::shared_lock();
         lock.seq.store(3, std::sync::atomic::Ordering::Relaxed);
         let slots: &'static [ReaderSlot] = Box::leak((0..2).map(|_| ReaderSlot::default()).collect());
         let shard = ShardLock::mapped(7u32, lock, slots, |v| *v += 1);
