@@ -325,13 +325,14 @@ impl Cache {
         prefault: bool,
         touch_ahead: bool,
     ) -> PyResult<Self> {
+        // Unless told, the engine's defaults, as every face of segcache has them.
         let heap_size = match heap_size {
             Some(v) => convert::size(v, "heap_size")?,
-            None => 256 << 20,
+            None => segcache_core::DEFAULT_HEAP_SIZE,
         };
         let segment_size = match segment_size {
             Some(v) => convert::size(v, "segment_size")?,
-            None => 1 << 20,
+            None => segcache_core::DEFAULT_SEGMENT_SIZE,
         };
         let policy = match eviction {
             None => Policy::Merge,

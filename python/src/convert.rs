@@ -191,13 +191,14 @@ pub fn ttl_value(v: &Bound<'_, PyAny>, name: &str) -> PyResult<Duration> {
     Ok(Duration::from_secs(secs.ceil() as u64))
 }
 
-/// A size in bytes: an int, or a string with an optional unit: `"256MiB"`, `"64 KiB"`, `"1.5G"`,
-/// `"4096"`. Binary units (KiB, MiB, GiB, TiB and the bare K, M, G, T) are powers of 1024;
-/// decimal units (KB, MB, GB, TB) powers of 1000. Units are case-insensitive.
+/// A size in bytes: an int, or a string with an optional unit, read by the engine's
+/// [`segcache_core::parse_size`] as the server reads its sizes: `"256MiB"`, `"64 KiB"`, `"1.5G"`,
+/// `"4096"`. Every unit is a power of 1024, whether written K, KB or KiB (so `"64MB"` is 64 MiB,
+/// as memcached's `-m 64` is); units are case-insensitive.
 pub fn size(v: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
     if let Ok(s) = v.cast::<PyString>() {
         let s = s.to_cow()?;
-        return parse_size(&s).ok_or_else(|| {
+        return segcache_core::parse_size(&s).ok().and_then(|n| usize::try_from(n).ok()).ok_or_else(|| {
             PyValueError::new_err(format!(
                 "{name}: cannot read {s:?} as a size; give an int or a string like \"256MiB\", \"64KiB\", \"1GB\""
             ))
@@ -210,59 +211,4 @@ pub fn size(v: &Bound<'_, PyAny>, name: &str) -> PyResult<usize> {
         "{name} must be an int or a string with a unit such as \"256MiB\", not {}",
         type_name(v)
     )))
-}
-
-pub fn parse_size(s: &str) -> Option<usize> {
-    let s = s.trim();
-    let split = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '_')).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let num: String = num.chars().filter(|c| *c != '_').collect();
-    if num.is_empty() || num.starts_with('.') {
-        return None;
-    }
-    let mult: u128 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        "kb" => 1_000,
-        "mb" => 1_000_000,
-        "gb" => 1_000_000_000,
-        "tb" => 1_000_000_000_000,
-        _ => return None,
-    };
-    let (int_part, frac_part) = match num.split_once('.') {
-        Some((i, f)) => (i, f),
-        None => (num.as_str(), ""),
-    };
-    if frac_part.contains('.') || frac_part.len() > 18 {
-        return None;
-    }
-    let whole: u128 = int_part.parse().ok()?;
-    let mut bytes = whole.checked_mul(mult)?;
-    if !frac_part.is_empty() {
-        let frac: u128 = frac_part.parse().ok()?;
-        bytes = bytes.checked_add(frac.checked_mul(mult)? / 10u128.pow(frac_part.len() as u32))?;
-    }
-    usize::try_from(bytes).ok()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_size;
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_size("256MiB"), Some(256 << 20));
-        assert_eq!(parse_size("64 kib"), Some(64 << 10));
-        assert_eq!(parse_size("1GB"), Some(1_000_000_000));
-        assert_eq!(parse_size("1.5K"), Some(1536));
-        assert_eq!(parse_size("4_096"), Some(4096));
-        assert_eq!(parse_size("12 parsecs"), None);
-        assert_eq!(parse_size("-1M"), None);
-        assert_eq!(parse_size("MiB"), None);
-        assert_eq!(parse_size("1.2.3M"), None);
-        assert_eq!(parse_size("99999999999999999999999T"), None);
-    }
 }

@@ -319,9 +319,17 @@ def test_repr_and_properties(clock):
     assert c.now() == clock.now
 
 
+def test_defaults_are_the_engines():
+    # The engine's DEFAULT_HEAP_SIZE and DEFAULT_SEGMENT_SIZE, as the C library's.
+    with segcache.Cache() as c:
+        assert (c.heap_size, c.segment_size, c.eviction) == (64 << 20, 1 << 20, "merge")
+
+
 def test_constructor_sizes():
     for spec, expect in [(8 << 20, 8 << 20), ("8MiB", 8 << 20), ("8 mib", 8 << 20), ("8M", 8 << 20),
-                         ("8192KiB", 8 << 20), ("0.0625GiB", 64 << 20), ("8_388_608", 8 << 20)]:
+                         ("8192KiB", 8 << 20), ("0.0625GiB", 64 << 20), ("8_388_608", 8 << 20),
+                         # One meaning per unit, the server's and memcached's: MB is MiB.
+                         ("8MB", 8 << 20), ("8 mb", 8 << 20), ("8192kB", 8 << 20), ("8388608b", 8 << 20)]:
         c = segcache.Cache(heap_size=spec, segment_size="64KiB")
         assert c.heap_size == expect
         c.close()

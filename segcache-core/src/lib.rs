@@ -9,6 +9,8 @@
 //! - [`Segcache`]: the single-owner engine (`&mut self` for writes, `&self` for reads).
 //! - [`SharedCache`]: the thread-safe handle over sharded engines.
 //! - [`Builder`]: every setting; `build()` or `build_shared()`.
+//! - [`parse_size`]: a size written as text (`64MiB`, `512k`), read as every face of segcache
+//!   reads it (each unit a power of 1024).
 //! - [`SharedCache::get_or_insert_with`] / [`SharedCache::try_get_or_insert_with`]: single-flight
 //!   loaders (one loader per missing key at a time; see [`LoadError`]).
 //!
@@ -52,6 +54,7 @@ mod prefetch;
 mod record;
 mod segments;
 mod shared;
+mod size;
 mod stats;
 mod sync;
 mod ttl_buckets;
@@ -71,5 +74,6 @@ pub use persist::file_layout::FileLayout;
 pub use persist::header::FORMAT_VERSION;
 pub use shared::handle::SharedCache;
 pub use shared::loader::LoadError;
+pub use size::{parse_size, SizeError};
 pub use stats::{Figure, FigureKind, Stats};
 pub use ttl_buckets::ttl;

@@ -29,7 +29,7 @@ mod state;
 mod tls;
 mod worker;
 
-pub use config::{parse_extended, Cli, Extended, Protocol, Settings};
+pub use config::{parse_extended, Cli, ConfigError, Extended, Protocol, Settings};
 pub use server::{start_kind, start_line, Opened, Server, StartKind, StopHandle};
 pub use session::{Progress, Session};
 pub use state::{Ctx, Shared};

@@ -17,7 +17,7 @@ KIB = 1 << 10
 MIB = 1 << 20
 
 # The constants of the bound, as in segcache-server/src (session.rs, worker.rs, parse.rs,
-# config.rs) and docs/server.md.
+# config/mod.rs) and docs/server.md.
 OUT_HIGH_WATER = 256 * KIB
 MAX_GET_LINE = 256 * KIB
 DEFAULT_MAX_REPLY = 16 * MIB

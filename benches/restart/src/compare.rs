@@ -17,7 +17,7 @@ use crate::memcached::{signal_and_wait, Conn, Memcached};
 #[derive(Debug, clap::Args)]
 pub struct CompareArgs {
     /// Heap sizes (both engines), comma-separated.
-    #[arg(long, value_delimiter = ',', default_value = "256MiB,1GiB", value_parser = crate::data::parse_size)]
+    #[arg(long, value_delimiter = ',', default_value = "256MiB,1GiB", value_parser = crate::data::size_arg)]
     pub sizes: Vec<usize>,
     /// Folder for the files (tmpfs).
     #[arg(long, default_value = "/dev/shm")]

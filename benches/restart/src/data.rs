@@ -36,20 +36,11 @@ pub fn value(i: u64) -> [u8; VALUE_LEN] {
     v
 }
 
-/// Parses a size such as `1GiB`, `256MiB`, `64M`, `4096` (bytes; K/M/G are powers of 1024).
-pub fn parse_size(s: &str) -> Result<usize, String> {
-    let t = s.trim();
-    let split = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}: expected a number and a unit such as 256MiB"))?;
-    let mult: usize = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "k" | "kb" | "kib" => 1 << 10,
-        "m" | "mb" | "mib" => 1 << 20,
-        "g" | "gb" | "gib" => 1 << 30,
-        u => return Err(format!("bad size {s:?}: unknown unit {u:?} (use B, KiB, MiB or GiB)")),
-    };
-    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} overflows"))
+/// A size on the command line (`1GiB`, `256MiB`, `64m`, `4096`), read by the engine's
+/// [`segcache_core::parse_size`], so every unit is a power of 1024 as in the rest of segcache.
+pub fn size_arg(s: &str) -> Result<usize, String> {
+    let n = segcache_core::parse_size(s).map_err(|e| e.to_string())?;
+    usize::try_from(n).map_err(|_| format!("size {s:?} does not fit in this machine's address space"))
 }
 
 #[cfg(test)]
@@ -76,13 +67,14 @@ mod tests {
     }
 
     #[test]
-    fn sizes_parse_and_reject_nonsense() {
-        assert_eq!(parse_size("1GiB"), Ok(1 << 30));
-        assert_eq!(parse_size("256MiB"), Ok(256 << 20));
-        assert_eq!(parse_size("64m"), Ok(64 << 20));
-        assert_eq!(parse_size("4096"), Ok(4096));
-        assert!(parse_size("lots").is_err());
-        assert!(parse_size("12 parsecs").unwrap_err().contains("unknown unit"));
-        assert!(parse_size("99999999999999999999G").is_err());
+    fn size_args_are_the_engines_sizes() {
+        assert_eq!(size_arg("1GiB"), Ok(1 << 30));
+        assert_eq!(size_arg("256MiB"), Ok(256 << 20));
+        assert_eq!(size_arg("256MB"), Ok(256 << 20));
+        assert_eq!(size_arg("64m"), Ok(64 << 20));
+        assert_eq!(size_arg("4096"), Ok(4096));
+        assert!(size_arg("lots").is_err());
+        assert!(size_arg("12 parsecs").unwrap_err().contains("unknown size unit"));
+        assert!(size_arg("99999999999999999999G").is_err());
     }
 }

@@ -19,10 +19,10 @@ pub struct CacheArgs {
     #[arg(long)]
     pub path: PathBuf,
     /// Heap size, e.g. 256MiB or 1GiB.
-    #[arg(long, default_value = "1GiB", value_parser = crate::data::parse_size)]
+    #[arg(long, default_value = "1GiB", value_parser = crate::data::size_arg)]
     pub heap: usize,
     /// Segment size, e.g. 1MiB (the engine's default).
-    #[arg(long, default_value = "1MiB", value_parser = crate::data::parse_size)]
+    #[arg(long, default_value = "1MiB", value_parser = crate::data::size_arg)]
     pub segment: usize,
     /// Eviction policy. `none` by default: the fill stops at the first write refused for lack
     /// of memory, so every acknowledged key is still in the heap at the stop. With an evicting

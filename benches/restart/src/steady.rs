@@ -20,7 +20,7 @@ pub struct SteadyArgs {
     #[arg(long, default_value_t = 1_000_000)]
     pub items: u64,
     /// Heap size: large enough that the items are not evicted.
-    #[arg(long, default_value = "256MiB", value_parser = crate::data::parse_size)]
+    #[arg(long, default_value = "256MiB", value_parser = crate::data::size_arg)]
     pub heap: usize,
 }
 

@@ -139,7 +139,7 @@ fn bad_input_is_a_clear_error() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("does not exist"));
     let out = Command::new(BIN).args(["fill", "--path", "/dev/null/x", "--heap", "lots"]).output().unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("bad size"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("\"lots\" is not a size"));
     // A file of another size is refused by name, not misread.
     let dir = tmp_dir("bad");
     let p = dir.join("other.heap");

@@ -17,7 +17,7 @@ Value = Buffer
 TTL = Union[int, float, timedelta, None]
 """Seconds (a fraction rounds up), a timedelta, 0 for never, None for the cache's default."""
 Size = Union[int, str]
-"""Bytes, or a string such as "256MiB", "64KiB", "1GB"."""
+"""Bytes, or a string such as "256MiB", "64KiB", "1GB"; every unit is a power of 1024 ("1GB" is "1GiB")."""
 
 _D = TypeVar("_D")
 _T = TypeVar("_T")
@@ -67,7 +67,9 @@ class Cache(MutableMapping[Key, bytes]):
     A cache belongs to the process that opened it: in an `os.fork()` child every method of an
     inherited one raises `segcache.ForkedError` (reads included); open a new one there. With
     `multi_process=True` (and a `path`) processes share the cache through its file instead: an
-    inherited one works in the child, and other processes may open the same path."""
+    inherited one works in the child, and other processes may open the same path.
+
+    Unless told, the heap is 64 MiB in 1 MiB segments: the engine's defaults, as the C library's."""
 
     def __init__(
         self,

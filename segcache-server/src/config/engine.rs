@@ -1,0 +1,149 @@
+//! The engine's settings: the heap (`-m`), the largest item (`-I`) and the segment size that
+//! holds it, the eviction policy, the persistence file and the layout it was made with, and the
+//! engine's `Builder` they make.
+
+use std::path::PathBuf;
+
+use segcache_core::{FileLayout, Policy, DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE};
+
+use super::cli::Cli;
+use super::error::ConfigError;
+use super::file::FileConfig;
+use super::memcached_opts::Extended;
+use super::settings::Settings;
+use super::size;
+
+/// The largest value the engine can hold is a segment less its headers; segments are at most
+/// 4 MiB, so `-I` is capped just below that.
+pub const MAX_ITEM_SIZE_LIMIT: usize = MAX_SEGMENT_SIZE - 4096;
+
+/// `-I` unless told: memcached's default largest item, 1 MiB.
+pub const DEFAULT_MAX_ITEM_SIZE: u64 = 1 << 20;
+
+/// `-m` unless told: memcached's default, 64 megabytes, so that a command line written for
+/// memcached sizes the cache as memcached would. The engine's own default heap
+/// (`segcache_core::DEFAULT_HEAP_SIZE`) is the same 64 MiB today; this one follows memcached,
+/// not the engine, should the two part.
+pub const DEFAULT_MEMORY_MB: u64 = 64;
+
+/// The engine's part of the settings, resolved.
+#[derive(Debug)]
+pub struct Engine {
+    pub memory_bytes: usize,
+    pub segment_size: usize,
+    pub eviction: Policy,
+    pub shards: Option<usize>,
+    pub hash_power: Option<u8>,
+    pub path: Option<PathBuf>,
+    pub reset_bad_file: bool,
+    pub lazy_verify: bool,
+    pub prefault: bool,
+    pub touch_ahead: bool,
+}
+
+/// `-I` over the file's `max_item_size`, checked against what a segment can hold.
+pub fn max_item_size(cli: &Cli, file: &FileConfig) -> Result<usize, ConfigError> {
+    let n = match (&cli.max_item_size, &file.max_item_size) {
+        (Some(s), _) => size::bytes(s)?,
+        (None, Some(s)) => s.bytes()?,
+        (None, None) => DEFAULT_MAX_ITEM_SIZE,
+    };
+    if n < 1024 || n as usize > MAX_ITEM_SIZE_LIMIT {
+        return Err(ConfigError::MaxItemSize { got: n, max: MAX_ITEM_SIZE_LIMIT });
+    }
+    Ok(n as usize)
+}
+
+/// The heap, the segments that hold items of `max_item_size`, the eviction policy and the
+/// persistence file: flags over the file's `[engine]` table, and what a setting leaves open taken
+/// from the layout the persistence file was made with.
+pub fn resolve(cli: &Cli, ext: &Extended, file: &FileConfig, max_item_size: usize) -> Result<Engine, ConfigError> {
+    let e = &file.engine;
+    let memory_bytes = memory_bytes(cli.memory_mb.or(file.memory_mb).unwrap_or(DEFAULT_MEMORY_MB))?;
+    let path = cli.persist.clone().or_else(|| cli.memory_file.clone()).or_else(|| e.path.clone());
+    let made = layout_made(path.as_deref(), memory_bytes);
+    // The smallest segment that holds every item `-I` admits (see the default below).
+    let fits_items = max_item_size.next_power_of_two();
+    let segment_size = match (&cli.segment_size, &e.segment_size) {
+        (Some(s), _) => size::bytes(s)? as usize,
+        (None, Some(s)) => s.bytes()? as usize,
+        // The file's, unless its segments are too small for `-I`. Else the smallest power of
+        // two that holds every item `-I` admits, at least the engine's default segment (1 MiB).
+        // `-I` counts memcached's item header (at least 59 bytes) where a record's is at most 18,
+        // so `-I` bytes of segment hold the largest item. No larger: a merge stops the writer
+        // for as long as reading two segments' records takes (`target/release/stalls`: at
+        // 1 MiB, half as many operations over 100 us as at 2 MiB, a quarter of their time).
+        (None, None) => made
+            .map(|m| m.segment_size)
+            .filter(|&s| s >= fits_items)
+            .unwrap_or_else(|| fits_items.clamp(DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE)),
+    };
+    let eviction = eviction(cli, file)?;
+    Ok(Engine {
+        memory_bytes,
+        segment_size,
+        eviction,
+        shards: cli.shards.or(e.shards).or(made.map(|m| m.shards)),
+        hash_power: cli.hash_power.or(ext.hash_power).or(e.hash_power).or(made.map(|m| m.hash_power)),
+        path,
+        reset_bad_file: cli.reset_bad_file || e.reset_bad_file.unwrap_or(false),
+        lazy_verify: cli.lazy_verify || e.lazy_verify.unwrap_or(false),
+        prefault: cli.large_pages || e.prefault.unwrap_or(false),
+        touch_ahead: ext.touch_ahead.or(e.touch_ahead).unwrap_or(true),
+    })
+}
+
+/// `-m`'s megabytes in bytes.
+fn memory_bytes(memory_mb: u64) -> Result<usize, ConfigError> {
+    if memory_mb == 0 {
+        return Err(ConfigError::NoMemory);
+    }
+    usize::try_from(memory_mb.saturating_mul(1 << 20)).map_err(|_| ConfigError::MemoryTooLarge(memory_mb))
+}
+
+/// The layout the persistence file at `path` was made with, when it has a heap of
+/// `memory_bytes`.
+///
+/// A persistence file opens only with the layout it was made with: what is not set here comes
+/// from the file, so that a default that changed since, or a shard count chosen for other cores,
+/// does not turn a warm restart away. Not from a file of another heap size, which cannot open
+/// anyway (and `--reset-bad-file` then starts over with settings for this heap). A file that
+/// cannot be read is reported by the engine's open.
+fn layout_made(path: Option<&std::path::Path>, memory_bytes: usize) -> Option<FileLayout> {
+    path.and_then(|p| FileLayout::read(p).ok().flatten()).filter(|m| m.has_heap_of(memory_bytes))
+}
+
+/// `-M` (no eviction), else `--eviction` over the file's, else merge.
+fn eviction(cli: &Cli, file: &FileConfig) -> Result<Policy, ConfigError> {
+    let name = match cli.disable_evictions {
+        true => "none".to_string(),
+        false => cli.eviction.clone().or_else(|| file.engine.eviction.clone()).unwrap_or_else(|| "merge".into()),
+    };
+    name.parse().map_err(|source| ConfigError::Eviction { name, source })
+}
+
+impl Settings {
+    /// The engine builder these settings describe.
+    pub fn builder(&self) -> segcache_core::Builder {
+        let mut b = segcache_core::Builder::new()
+            .heap_size(self.memory_bytes)
+            .segment_size(self.segment_size)
+            .eviction(self.eviction)
+            .reset_bad_file(self.reset_bad_file)
+            .lazy_verify(self.lazy_verify)
+            .prefault(self.prefault)
+            .touch_ahead(self.touch_ahead)
+            // Clients see memcached's bytes for a number that got shorter.
+            .pad_numbers(true);
+        if let Some(s) = self.shards {
+            b = b.shards(s);
+        }
+        if let Some(h) = self.hash_power {
+            b = b.hash_power(h);
+        }
+        if let Some(p) = &self.path {
+            b = b.path(p);
+        }
+        b
+    }
+}
