@@ -74,6 +74,8 @@ pub trait Store {
     fn get(&mut self, key: &[u8]) -> Option<usize>;
     /// Stores `key` -> `value` without expiry; false when the cache refused it.
     fn set(&mut self, key: &[u8], value: &[u8]) -> bool;
+    /// Removes `key`; whether it was there.
+    fn delete(&mut self, key: &[u8]) -> bool;
     /// Runs deferred maintenance (moka's pending evictions) before memory or hits are counted.
     fn settle(&mut self) {}
     /// Engine counters worth printing with a result (ours only; empty for the others).
@@ -86,6 +88,7 @@ pub trait Store {
 pub trait SharedStore: Send + Sync {
     fn get(&self, key: &[u8]) -> Option<usize>;
     fn set(&self, key: &[u8], value: &[u8]) -> bool;
+    fn delete(&self, key: &[u8]) -> bool;
     fn settle(&self) {}
     fn describe(&self) -> String {
         String::new()
@@ -100,6 +103,10 @@ impl<T: SharedStore + ?Sized> Store for &T {
     #[inline]
     fn set(&mut self, key: &[u8], value: &[u8]) -> bool {
         SharedStore::set(*self, key, value)
+    }
+    #[inline]
+    fn delete(&mut self, key: &[u8]) -> bool {
+        SharedStore::delete(*self, key)
     }
     fn settle(&mut self) {
         SharedStore::settle(*self)
@@ -118,6 +125,10 @@ impl<S: Store + ?Sized> Store for &mut S {
     fn set(&mut self, key: &[u8], value: &[u8]) -> bool {
         (**self).set(key, value)
     }
+    #[inline]
+    fn delete(&mut self, key: &[u8]) -> bool {
+        (**self).delete(key)
+    }
     fn settle(&mut self) {
         (**self).settle()
     }
@@ -134,6 +145,10 @@ impl Store for segcache_core::Segcache {
     #[inline]
     fn set(&mut self, key: &[u8], value: &[u8]) -> bool {
         segcache_core::Segcache::set(self, key, value, 0, Duration::ZERO).is_ok()
+    }
+    #[inline]
+    fn delete(&mut self, key: &[u8]) -> bool {
+        segcache_core::Segcache::delete(self, key).is_ok()
     }
     fn describe(&mut self) -> String {
         describe_ours(&self.stats())
@@ -166,6 +181,10 @@ impl SharedStore for segcache_core::SharedCache {
     fn set(&self, key: &[u8], value: &[u8]) -> bool {
         segcache_core::SharedCache::set(self, key, value, 0, Duration::ZERO).is_ok()
     }
+    #[inline]
+    fn delete(&self, key: &[u8]) -> bool {
+        segcache_core::SharedCache::delete(self, key).is_ok()
+    }
     fn describe(&self) -> String {
         describe_ours(&self.stats())
     }
@@ -189,6 +208,10 @@ impl SharedStore for segcache::Segcache {
     fn set(&self, key: &[u8], value: &[u8]) -> bool {
         self.insert(key, value, None, Duration::ZERO).is_ok()
     }
+    #[inline]
+    fn delete(&self, key: &[u8]) -> bool {
+        segcache::Segcache::delete(self, key)
+    }
 }
 
 /// `quick_cache::sync::Cache` with heap keys and values.
@@ -204,6 +227,10 @@ impl SharedStore for QuickCache {
         self.insert(key.into(), value.into());
         true
     }
+    #[inline]
+    fn delete(&self, key: &[u8]) -> bool {
+        self.remove(key).is_some()
+    }
 }
 
 /// `moka::sync::Cache` with heap keys and values.
@@ -218,6 +245,10 @@ impl SharedStore for MokaCache {
     fn set(&self, key: &[u8], value: &[u8]) -> bool {
         self.insert(key.into(), value.into());
         true
+    }
+    #[inline]
+    fn delete(&self, key: &[u8]) -> bool {
+        self.remove(key).is_some()
     }
     fn settle(&self) {
         self.run_pending_tasks();
@@ -238,6 +269,11 @@ impl SharedStore for LruMutex {
         let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
         guard.put(key.into(), value.into());
         true
+    }
+    #[inline]
+    fn delete(&self, key: &[u8]) -> bool {
+        let mut guard = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        guard.pop(key).is_some()
     }
 }
 

@@ -1,11 +1,15 @@
 //! Instructions per operation of each library, counted by callgrind: get hit, get miss, set of a
-//! present key. Unlike timings on a shared machine the counts repeat
+//! present key, set of a new key, delete. Unlike timings on a shared machine the counts repeat
 //! exactly, and they say how far the processor can overlap consecutive operations: it keeps as
 //! many in flight as its reorder buffer holds, so a get of fewer instructions starts the next
 //! gets' memory misses sooner (see docs/benchmarks.md, "Get hits read in another order").
 //!
 //! `target/release/instructions` runs itself under `valgrind --tool=callgrind` once per library
-//! and operation, counting only inside that operation's loop, and prints a table.
+//! and operation, counting only inside that operation's loop, and prints a table. With
+//! `--budget FILE` it also holds our counts to the budgets in FILE (`benches/engine/budget.txt`,
+//! which `make test` checks): it fails when one exceeds its budget by more than 2%, and says
+//! which budgets a change has beaten by as much, to be lowered. The peers' counts are printed
+//! beside ours for context and never checked.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -29,6 +33,10 @@ struct Args {
     /// The valgrind program.
     #[arg(long, default_value = "valgrind")]
     valgrind: PathBuf,
+    /// Check our counts against the budgets in this file (lines `<library> <operation>
+    /// <instructions>`, `#` comments); the run fails when one is exceeded by more than 2%.
+    #[arg(long)]
+    budget: Option<PathBuf>,
     /// Inner run (under callgrind): fill `--libs`' only library and run this operation.
     #[arg(long, value_enum, hide = true)]
     child: Option<Op>,
@@ -38,10 +46,20 @@ struct Args {
 enum Op {
     GetHit,
     GetMiss,
-    Set,
+    /// A store over a key the cache holds.
+    SetPresent,
+    /// A store of a key the cache does not hold, with room for it.
+    SetNew,
+    Delete,
 }
 
 impl Op {
+    /// The cache for `n` keys and this operation: a new key needs room beside the ones the fill
+    /// stored.
+    fn sizing(self, n: usize) -> Sizing {
+        Sizing::holding(if self == Op::SetNew { 2 * n } else { n })
+    }
+
     /// The name on the command line (`--child`), as clap spells it.
     fn arg(self) -> String {
         self.to_possible_value().expect("no skipped variants").get_name().to_string()
@@ -59,9 +77,14 @@ fn measured_ops<S: Store>(s: &mut S, op: Op, ks: &[Key]) -> usize {
                 acc += s.get(k).unwrap_or(0);
             }
         }
-        Op::Set => {
+        Op::SetPresent | Op::SetNew => {
             for k in ks {
                 acc += usize::from(s.set(k, &VALUE));
+            }
+        }
+        Op::Delete => {
+            for k in ks {
+                acc += usize::from(s.delete(k));
             }
         }
     }
@@ -82,7 +105,8 @@ impl Child {
         }
         s.settle();
         let mut ks: Vec<Key> = shuffled(self.n, 1).into_iter().map(|i| all[i as usize]).collect();
-        if self.op == Op::GetMiss {
+        // Keys the fill did not store (a first byte `keys` never writes).
+        if matches!(self.op, Op::GetMiss | Op::SetNew) {
             for k in &mut ks {
                 k[0] = b'm';
             }
@@ -93,7 +117,11 @@ impl Child {
             // Pelikan's table may refuse a few keys of a fill (see the engine bench's `fill`).
             Op::GetHit => assert!(done * 1000 >= touch(&VALUE) * ks.len() * 999, "gets missed"),
             Op::GetMiss => assert_eq!(done, 0, "a get of an absent key hit"),
-            Op::Set => assert_eq!(done, ks.len(), "a store was refused"),
+            Op::SetPresent => assert_eq!(done, ks.len(), "a store was refused"),
+            // (Pelikan's table, which does not chain, may refuse a few new keys.)
+            Op::SetNew => assert!(done * 1000 >= ks.len() * 999, "new keys refused"),
+            // (Pelikan's fill may have missed a few, as for the hits.)
+            Op::Delete => assert!(done * 1000 >= ks.len() * 999, "deletes missed"),
         }
     }
 }
@@ -138,23 +166,85 @@ fn count(args: &Args, lib: Lib, op: Op) -> Result<f64, String> {
     Ok(n? as f64 / args.items as f64)
 }
 
+/// One budget: our count of `op` on `lib` must stay within 2% of `instructions`.
+#[derive(Debug, PartialEq)]
+struct Budget {
+    lib: String,
+    op: String,
+    instructions: f64,
+}
+
+/// Reads a budget file: `<library> <operation> <instructions>` lines (names as on the command
+/// line), blank lines and `#` comments ignored.
+fn read_budgets(text: &str) -> Result<Vec<Budget>, String> {
+    let mut out = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let bad = || format!("budget line {}: want `<library> <operation> <instructions>`: {line:?}", n + 1);
+        let [lib, op, count] = line.split_whitespace().collect::<Vec<_>>()[..] else { return Err(bad()) };
+        Lib::from_str(lib, false).map_err(|_| bad())?;
+        Op::from_str(op, false).map_err(|_| bad())?;
+        out.push(Budget { lib: lib.into(), op: op.into(), instructions: count.parse().map_err(|_| bad())? });
+    }
+    Ok(out)
+}
+
+/// Allowed above a budget: instruction counts repeat exactly on one build, but another compiler
+/// or CPU may move them a little.
+const SLACK: f64 = 0.02;
+
+/// Holds `counts` (library, operation -> instructions per operation) to `budgets`: the lines
+/// that fail (over budget by more than `SLACK`) and those a change beat by as much (whose budget
+/// should come down with it).
+fn check(budgets: &[Budget], counts: &[(String, String, f64)]) -> (Vec<String>, Vec<String>) {
+    let (mut over, mut under) = (Vec::new(), Vec::new());
+    for b in budgets {
+        let Some(&(_, _, n)) = counts.iter().find(|(l, o, _)| *l == b.lib && *o == b.op) else { continue };
+        let line = format!("{} on {}: {n:.0} instructions, budget {:.0}", b.op, b.lib, b.instructions);
+        if n > b.instructions * (1.0 + SLACK) {
+            over.push(format!("{line} (more than {:.0}% over)", SLACK * 100.0));
+        } else if n < b.instructions * (1.0 - SLACK) {
+            under.push(line);
+        }
+    }
+    (over, under)
+}
+
 fn main() -> Result<(), String> {
     let args = Args::parse();
-    let sizing = Sizing::holding(args.items);
     if let Some(op) = args.child {
         let [lib] = args.libs[..] else { return Err("an inner run takes one library".into()) };
-        with_cache(lib, &sizing, Child { op, n: args.items });
+        with_cache(lib, &op.sizing(args.items), Child { op, n: args.items });
         return Ok(());
     }
+    let budgets = match &args.budget {
+        Some(path) => read_budgets(&std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?)?,
+        None => Vec::new(),
+    };
     println!("Instructions per operation, callgrind, {} items of 16-byte keys and 64-byte values\n", args.items);
-    println!("| library | get hit | get miss | set (present key) |");
-    println!("|---|---|---|---|");
+    println!("| library | get hit | get miss | set (present key) | set (new key) | delete |");
+    println!("|---|---|---|---|---|---|");
+    let mut counts = Vec::new();
     for &lib in &args.libs {
         let mut row = format!("| {} |", lib.name());
         for &op in Op::value_variants() {
-            row.push_str(&format!(" {:.0} |", count(&args, lib, op)?));
+            let n = count(&args, lib, op)?;
+            row.push_str(&format!(" {n:.0} |"));
+            counts.push((lib.arg().to_string(), op.arg(), n));
         }
         println!("{row}");
+    }
+    let (over, under) = check(&budgets, &counts);
+    for line in &under {
+        println!("below its budget by more than {:.0}%: {line} (lower the budget)", SLACK * 100.0);
+    }
+    if !over.is_empty() {
+        let file = args.budget.as_deref().unwrap_or(Path::new("")).display();
+        eprintln!("over budget ({file}):\n  {}", over.join("\n  "));
+        std::process::exit(1);
     }
     Ok(())
 }
@@ -169,9 +259,29 @@ mod tests {
     fn every_loop_runs_its_operation() {
         for lib in Lib::ALL {
             for &op in Op::value_variants() {
-                with_cache(lib, &Sizing::holding(1000), Child { op, n: 1000 });
+                with_cache(lib, &op.sizing(1000), Child { op, n: 1000 });
             }
         }
+    }
+
+    #[test]
+    fn budgets_are_read_and_held_to_two_percent() {
+        let text = "# ours\nours get-hit 500\n\nours-single delete 100 # single owner\n";
+        let b = read_budgets(text).unwrap();
+        assert_eq!(b.len(), 2);
+        assert_eq!((b[1].lib.as_str(), b[1].op.as_str(), b[1].instructions), ("ours-single", "delete", 100.0));
+        for bad in ["ours get-hit", "nobody get-hit 1", "ours fly 1", "ours get-hit many", "ours get-hit 1 2"] {
+            assert!(read_budgets(bad).is_err(), "{bad}");
+        }
+        let run = |hit: f64, del: f64| {
+            check(&b, &[("ours".into(), "get-hit".into(), hit), ("ours-single".into(), "delete".into(), del)])
+        };
+        assert_eq!(run(510.0, 100.0), (vec![], vec![]));
+        let (over, under) = run(511.0, 97.0);
+        assert_eq!(over, ["get-hit on ours: 511 instructions, budget 500 (more than 2% over)"]);
+        assert_eq!(under, ["delete on ours-single: 97 instructions, budget 100"]);
+        // Counts of operations without a budget (the peers') are never checked.
+        assert_eq!(check(&b, &[("lru".into(), "get-hit".into(), 1e9)]), (vec![], vec![]));
     }
 
     #[test]
