@@ -36,8 +36,8 @@
 use std::cell::UnsafeCell;
 use std::ops::{Deref, DerefMut};
 
-use crate::sync::mapped::{MappedLock, Taken};
 use crate::meta::ReadCounters;
+use crate::sync::mapped::{MappedLock, Taken};
 #[cfg(loom)]
 use loom::sync::atomic::{fence, AtomicBool, AtomicU64, AtomicUsize};
 #[cfg(loom)]
