@@ -35,8 +35,10 @@ venv:
 # Formatting (rustfmt.toml) and lints, warnings denied: clippy over every target of the workspace,
 # the Python crate and the fuzz targets; undocumented `unsafe` and undocumented public items of the
 # library crates are among them (Cargo.toml's [workspace.lints], the crates' lib.rs). No source
-# file of a crate imports another that imports it back (.ci/import_cycles.py).
+# file of a crate imports another that imports it back (.ci/import_cycles.py: `use` paths and
+# paths in code, through re-exports), the checker's own tests (.ci/test_import_cycles.py) first.
 lint:
+	python3 .ci/test_import_cycles.py
 	python3 .ci/import_cycles.py segcache-core/src segcache-ffi/src segcache-server/src python/src benches/*/src
 	$(CARGO) fmt --all --check
 	$(CARGO) fmt --manifest-path python/Cargo.toml --check
