@@ -1,5 +1,7 @@
 //! The one error type every operation returns.
 
+use std::convert::Infallible;
+use std::fmt;
 use std::path::PathBuf;
 
 /// Everything that can go wrong in the engine, one variant per outcome a caller may handle.
@@ -129,3 +131,52 @@ pub enum Error {
 /// # Ok::<(), segcache_core::Error>(())
 /// ```
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What [`SharedCache::try_get_or_insert_with`](crate::SharedCache::try_get_or_insert_with) returns on failure: the cache refused the call,
+/// or this caller's loader failed.
+///
+/// # Examples
+/// ```
+/// use segcache_core::{Error, LoadError};
+/// let e: LoadError<std::io::Error> = LoadError::Cache(Error::EmptyKey);
+/// assert_eq!(e.to_string(), "empty key");
+/// ```
+#[derive(Debug)]
+pub enum LoadError<E> {
+    /// The cache refused the call (an empty or too long key, a handle used after `fork()`).
+    Cache(Error),
+    /// The loader returned this error. Nothing was stored.
+    Loader(E),
+}
+
+impl<E: fmt::Display> fmt::Display for LoadError<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Cache(e) => e.fmt(f),
+            LoadError::Loader(e) => e.fmt(f),
+        }
+    }
+}
+
+impl<E: std::error::Error + 'static> std::error::Error for LoadError<E> {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LoadError::Cache(e) => Some(e),
+            LoadError::Loader(e) => Some(e),
+        }
+    }
+}
+
+impl<E> From<Error> for LoadError<E> {
+    fn from(e: Error) -> Self {
+        LoadError::Cache(e)
+    }
+}
+
+/// The error of a load whose loader cannot fail.
+pub(crate) fn cache_error(e: LoadError<Infallible>) -> Error {
+    match e {
+        LoadError::Cache(e) => e,
+        LoadError::Loader(never) => match never {},
+    }
+}

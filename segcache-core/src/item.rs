@@ -255,3 +255,11 @@ pub struct OwnedItem {
     /// Time left to live; `None` when the item never expires.
     pub ttl: Option<Duration>,
 }
+
+impl OwnedItem {
+    /// The item a loaded value becomes: stored when the cache takes it (its CAS value then), or
+    /// handed back unstored (CAS value 0).
+    pub(crate) fn loaded(value: Vec<u8>, ttl: Duration, stored: Option<u64>) -> OwnedItem {
+        OwnedItem { value, flags: 0, cas: stored.unwrap_or(0), ttl: (!ttl.is_zero()).then_some(ttl) }
+    }
+}

@@ -66,14 +66,14 @@ pub use engine::read::ReadOptions;
 pub use engine::rmw::{parse_decimal, Delta, RmwOptions};
 pub use engine::write::{Mode as StoreMode, StoreOptions};
 pub use engine::Segcache;
-pub use error::{Error, Result};
+pub use error::{Error, LoadError, Result};
 pub use eviction::policy::Policy;
 pub use item::{Item, OwnedItem};
 pub use listener::{RemovalCause, RemovalListener};
 pub use persist::file_layout::FileLayout;
 pub use persist::header::FORMAT_VERSION;
 pub use shared::handle::SharedCache;
-pub use shared::loader::LoadError;
+
 pub use size::{parse_size, SizeError};
 pub use stats::{Figure, FigureKind, Stats};
 pub use ttl_buckets::ttl;

@@ -16,7 +16,7 @@
 //! The cursor starts at 0, and 0 comes back when the scan is complete (as Redis's `SCAN`).
 
 use crate::hashtable::table::Found;
-use crate::{Item, Segcache, SharedCache};
+use crate::{Item, Segcache};
 
 impl Segcache {
     /// Primary buckets of the hash table: the cursor range of [`Segcache::scan_with`].
@@ -134,116 +134,6 @@ impl Segcache {
     /// than a client-chosen CAS value, which a read does not report).
     pub(crate) fn record_len_of(item: &Item<'_>) -> usize {
         crate::record::record_len(item.key().len(), item.value().len(), item.flags(), crate::record::CasForm::Narrow)
-    }
-}
-
-impl SharedCache {
-    /// The cursor range of [`SharedCache::scan_with`]: every shard's primary buckets.
-    ///
-    /// ```
-    /// use segcache_core::Builder;
-    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).hash_power(8).build_shared()?;
-    /// assert_eq!(cache.scan_len(), 4 * 256);
-    /// # Ok::<(), segcache_core::Error>(())
-    /// ```
-    pub fn scan_len(&self) -> u64 {
-        self.shard_count() as u64 * self.per_shard()
-    }
-
-    fn per_shard(&self) -> u64 {
-        self.shard_at(0).read().scan_len()
-    }
-
-    /// One step of a key scan from `cursor` (0 to start), as [`Segcache::scan_with`]: `f` sees
-    /// every live item of the chains read, and the next cursor comes back, 0 once every shard
-    /// is done. Each step takes one shard's lock exclusively while it reads at least `count`
-    /// items' chains (and never more than one shard), so a scan never holds a lock between
-    /// steps and a step holds up that shard's writers and lock-free readers only briefly;
-    /// `f` runs under that lock, so keep it short. The exclusive lock keeps out rewrites in
-    /// place too, so the values and CAS values `f` sees are whole.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use segcache_core::Builder;
-    ///
-    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
-    /// for i in 0..100 {
-    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::ZERO)?;
-    /// }
-    /// let (mut cursor, mut seen) = (0, 0);
-    /// loop {
-    ///     cursor = cache.scan_with(cursor, 10, |_item| seen += 1);
-    ///     if cursor == 0 {
-    ///         break;
-    ///     }
-    /// }
-    /// assert_eq!(seen, 100);
-    /// # Ok::<(), segcache_core::Error>(())
-    /// ```
-    pub fn scan_with(&self, cursor: u64, count: usize, mut f: impl FnMut(Item<'_>)) -> u64 {
-        if self.origin_forked() {
-            return 0;
-        }
-        let per = self.per_shard();
-        let (shard, bucket) = ((cursor / per) as usize, cursor % per);
-        if shard >= self.shard_count() {
-            return 0;
-        }
-        let engine = self.shard_at(shard).write();
-        let next = engine.scan_with(bucket, count, &mut f);
-        drop(engine);
-        if next != 0 {
-            shard as u64 * per + next
-        } else if shard + 1 < self.shard_count() {
-            (shard as u64 + 1) * per
-        } else {
-            0
-        }
-    }
-
-    /// One step of a key scan (see [`SharedCache::scan_with`]): the keys read and the next cursor.
-    ///
-    /// ```
-    /// use std::time::Duration;
-    /// use segcache_core::Builder;
-    ///
-    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
-    /// for i in 0..100 {
-    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::ZERO)?;
-    /// }
-    /// let (mut cursor, mut keys) = (0, Vec::new());
-    /// loop {
-    ///     let (batch, next) = cache.scan(cursor, 16);
-    ///     keys.extend(batch);
-    ///     if next == 0 {
-    ///         break;
-    ///     }
-    ///     cursor = next;
-    /// }
-    /// assert_eq!(keys.len(), 100);
-    /// # Ok::<(), segcache_core::Error>(())
-    /// ```
-    pub fn scan(&self, cursor: u64, count: usize) -> (Vec<Vec<u8>>, u64) {
-        let mut keys = Vec::new();
-        let next = self.scan_with(cursor, count, |item| keys.push(item.key().to_vec()));
-        (keys, next)
-    }
-
-    /// Bytes of the hash tables (every shard's primary and overflow buckets), and log2 of the
-    /// primary buckets of all shards together: memcached's `hash_bytes` and `hash_power_level`.
-    ///
-    /// ```
-    /// use segcache_core::Builder;
-    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).hash_power(8).build_shared()?;
-    /// let (bytes, power) = cache.table_size();
-    /// assert_eq!(power, 10); // 4 shards of 2^8 primary buckets
-    /// assert!(bytes >= 4 * 256 * 64); // 64-byte buckets, overflow pool included
-    /// # Ok::<(), segcache_core::Error>(())
-    /// ```
-    pub fn table_size(&self) -> (u64, u32) {
-        let engine = self.shard_at(0).read();
-        let bytes = engine.geo.table_len() as u64 * self.shard_count() as u64;
-        (bytes, self.scan_len().max(1).ilog2())
     }
 }
 

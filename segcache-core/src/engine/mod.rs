@@ -3,6 +3,7 @@
 
 pub(crate) mod flush;
 pub(crate) mod keys;
+pub(crate) mod load;
 pub(crate) mod memory;
 pub(crate) mod read;
 pub(crate) mod removal;

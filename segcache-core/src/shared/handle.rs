@@ -51,12 +51,15 @@
 //! - Eviction and expiry are per shard, so a shard evicts by its own policy view; with keys spread
 //!   evenly this approximates the global policy.
 
+use std::convert::Infallible;
 use std::mem::MaybeUninit;
+use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::engine::read::{access_due, token_due, ReadOptions};
-use crate::engine::write::{Mode, StoreOptions};
+use crate::engine::write::{check_key, Mode, StoreOptions};
+use crate::error::cache_error;
 use crate::fork::Origin;
 use crate::hash::{hash, shard_of};
 use crate::hashtable::bucket::Bucket;
@@ -67,10 +70,11 @@ use crate::persist::file;
 use crate::persist::region::Region;
 use crate::persist::share::Entry;
 use crate::prefetch::prefetch;
+use crate::shared::loader::single_flight;
 use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
-use crate::shared::toucher::Toucher;
+use crate::shared::toucher::{touch_ahead_in, Shards, Toucher};
 use crate::sync::lock::{self, ShardLock};
-use crate::{Builder, Error, Item, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
+use crate::{Builder, Error, Item, LoadError, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
 ///
@@ -1136,6 +1140,238 @@ impl SharedCache {
         let region = Arc::clone(&self.region);
         drop(self);
         crate::persist::file::close_last(region, now)
+    }
+
+    /// Faults in the next `per_shard` free segments of each shard (the ones the next new
+    /// segments will be), except those this process faulted in or wrote before. Returns how
+    /// many it faulted in now, or `None` once there is nothing left to do: every segment of the
+    /// heap was faulted in or taken by a writer (or the heap was prefaulted at build), or the
+    /// kernel cannot populate memory (Linux before 5.14, other systems). Processes sharing a
+    /// file each fault in for themselves, and see only their own writers' segments as taken.
+    ///
+    /// Meant for a thread of its own, beside the ones that use the cache: it takes each shard's
+    /// lock shared for a moment only, and faults in with no lock held, so writers never wait
+    /// for a fault they did not need. [`Builder::touch_ahead`](crate::Builder::touch_ahead)
+    /// starts such a thread with the cache.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(4 << 20).segment_size(256 << 10).shards(2).build_shared()?;
+    /// let background = std::thread::scope(|s| {
+    ///     let toucher = s.spawn(|| {
+    ///         let mut faulted = 0;
+    ///         while let Some(n) = cache.touch_ahead(2) {
+    ///             faulted += n;
+    ///             if n == 0 {
+    ///                 std::thread::sleep(Duration::from_millis(1));
+    ///             }
+    ///         }
+    ///         faulted
+    ///     });
+    ///     for i in 0..20_000 {
+    ///         cache.set(format!("key{i}").as_bytes(), &[7; 300], 0, Duration::ZERO).unwrap();
+    ///     }
+    ///     toucher.join().unwrap()
+    /// });
+    /// // The writers took every segment of the heap (16), some faulted in ahead by the toucher,
+    /// // which then ended.
+    /// assert!(background <= 16);
+    /// assert_eq!(cache.touch_ahead(2), None);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn touch_ahead(&self, per_shard: usize) -> Option<usize> {
+        if self.origin_forked() {
+            return None;
+        }
+        touch_ahead_in(self.shards(), self.region(), per_shard, Shards::All)
+    }
+
+    /// The item under `key`; on a miss, the value `loader` makes, stored with flags 0 and `ttl`
+    /// (zero: never expires). Single flight: of the threads that miss on one key at once, one
+    /// runs its loader and the others wait for its value (see [`try_get_or_insert_with`]
+    /// for errors, panics and re-entrancy).
+    ///
+    /// A value the cache cannot keep (too large for a segment, no memory with eviction off) is
+    /// still returned, with a CAS value of 0. Errors: only the cache's own ([`Error::EmptyKey`],
+    /// [`Error::KeyTooLong`], [`Error::Forked`]).
+    ///
+    /// [`try_get_or_insert_with`]: SharedCache::try_get_or_insert_with
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// let cache = segcache_core::Builder::new().heap_size(8 << 20).build_shared()?;
+    /// let item = cache.get_or_insert_with(b"k", Duration::from_secs(60), || b"computed".to_vec())?;
+    /// assert_eq!(item.value, b"computed");
+    /// // A hit: the loader does not run.
+    /// let again = cache.get_or_insert_with(b"k", Duration::from_secs(60), || unreachable!())?;
+    /// assert_eq!(again.value, b"computed");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn get_or_insert_with(
+        &self,
+        key: &[u8],
+        ttl: Duration,
+        loader: impl FnOnce() -> Vec<u8>,
+    ) -> Result<OwnedItem, Error> {
+        self.try_get_or_insert_with(key, ttl, || Ok::<_, Infallible>(loader())).map_err(cache_error)
+    }
+
+    /// [`get_or_insert_with`](SharedCache::get_or_insert_with) with a loader that may fail.
+    ///
+    /// - Single flight: while one thread runs its loader for `key`, other threads that miss on
+    ///   `key` wait (blocking, with no cache lock held) and get its value.
+    /// - A loader that returns `Err(e)` stores nothing; its caller gets [`LoadError::Loader`]`(e)`,
+    ///   and the threads waiting on it try again: one of them runs its own loader. A loader that
+    ///   panics does the same, its panic going on up its own caller's stack.
+    /// - Re-entrancy: a loader that asks for its own key on its own thread does not wait for
+    ///   itself; the inner call runs its loader directly (no single flight) and stores the
+    ///   result. Loaders on two threads that each wait for the other's key deadlock: keep
+    ///   loaders acyclic.
+    ///
+    /// # Examples
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::LoadError;
+    /// let cache = segcache_core::Builder::new().heap_size(8 << 20).build_shared()?;
+    /// let r = cache.try_get_or_insert_with(b"k", Duration::ZERO, || Err::<Vec<u8>, _>("backend down"));
+    /// assert!(matches!(r, Err(LoadError::Loader("backend down"))));
+    /// assert!(cache.get(b"k").is_none()); // errors are not cached
+    /// let item = cache.try_get_or_insert_with(b"k", Duration::ZERO, || Ok::<_, &str>(b"v".to_vec()));
+    /// assert_eq!(item.unwrap().value, b"v");
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn try_get_or_insert_with<E>(
+        &self,
+        key: &[u8],
+        ttl: Duration,
+        loader: impl FnOnce() -> Result<Vec<u8>, E>,
+    ) -> Result<OwnedItem, LoadError<E>> {
+        check_key(key)?;
+        self.check_fork()?;
+        let lookup = || self.get(key);
+        let load = || loader().map(|value| self.store_loaded(key, value, ttl));
+        single_flight(self as *const SharedCache as usize, key, lookup, load)
+    }
+
+    fn store_loaded(&self, key: &[u8], value: Vec<u8>, ttl: Duration) -> OwnedItem {
+        // A store that panics (it should not) must not lose the value the waiters wait for.
+        let stored = panic::catch_unwind(AssertUnwindSafe(|| {
+            self.store_with(key, &value, 0, ttl, Mode::Set, StoreOptions::default()).ok()
+        }))
+        .ok()
+        .flatten();
+        OwnedItem::loaded(value, ttl, stored)
+    }
+
+    /// The cursor range of [`SharedCache::scan_with`]: every shard's primary buckets.
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).hash_power(8).build_shared()?;
+    /// assert_eq!(cache.scan_len(), 4 * 256);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn scan_len(&self) -> u64 {
+        self.shard_count() as u64 * self.per_shard()
+    }
+
+    fn per_shard(&self) -> u64 {
+        self.shard_at(0).read().scan_len()
+    }
+
+    /// One step of a key scan from `cursor` (0 to start), as [`Segcache::scan_with`]: `f` sees
+    /// every live item of the chains read, and the next cursor comes back, 0 once every shard
+    /// is done. Each step takes one shard's lock exclusively while it reads at least `count`
+    /// items' chains (and never more than one shard), so a scan never holds a lock between
+    /// steps and a step holds up that shard's writers and lock-free readers only briefly;
+    /// `f` runs under that lock, so keep it short. The exclusive lock keeps out rewrites in
+    /// place too, so the values and CAS values `f` sees are whole.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
+    /// for i in 0..100 {
+    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::ZERO)?;
+    /// }
+    /// let (mut cursor, mut seen) = (0, 0);
+    /// loop {
+    ///     cursor = cache.scan_with(cursor, 10, |_item| seen += 1);
+    ///     if cursor == 0 {
+    ///         break;
+    ///     }
+    /// }
+    /// assert_eq!(seen, 100);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn scan_with(&self, cursor: u64, count: usize, mut f: impl FnMut(Item<'_>)) -> u64 {
+        if self.origin_forked() {
+            return 0;
+        }
+        let per = self.per_shard();
+        let (shard, bucket) = ((cursor / per) as usize, cursor % per);
+        if shard >= self.shard_count() {
+            return 0;
+        }
+        let engine = self.shard_at(shard).write();
+        let next = engine.scan_with(bucket, count, &mut f);
+        drop(engine);
+        if next != 0 {
+            shard as u64 * per + next
+        } else if shard + 1 < self.shard_count() {
+            (shard as u64 + 1) * per
+        } else {
+            0
+        }
+    }
+
+    /// One step of a key scan (see [`SharedCache::scan_with`]): the keys read and the next cursor.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).build_shared()?;
+    /// for i in 0..100 {
+    ///     cache.set(format!("k{i}").as_bytes(), b"v", 0, Duration::ZERO)?;
+    /// }
+    /// let (mut cursor, mut keys) = (0, Vec::new());
+    /// loop {
+    ///     let (batch, next) = cache.scan(cursor, 16);
+    ///     keys.extend(batch);
+    ///     if next == 0 {
+    ///         break;
+    ///     }
+    ///     cursor = next;
+    /// }
+    /// assert_eq!(keys.len(), 100);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn scan(&self, cursor: u64, count: usize) -> (Vec<Vec<u8>>, u64) {
+        let mut keys = Vec::new();
+        let next = self.scan_with(cursor, count, |item| keys.push(item.key().to_vec()));
+        (keys, next)
+    }
+
+    /// Bytes of the hash tables (every shard's primary and overflow buckets), and log2 of the
+    /// primary buckets of all shards together: memcached's `hash_bytes` and `hash_power_level`.
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    /// let cache = Builder::new().heap_size(16 << 20).segment_size(256 << 10).shards(4).hash_power(8).build_shared()?;
+    /// let (bytes, power) = cache.table_size();
+    /// assert_eq!(power, 10); // 4 shards of 2^8 primary buckets
+    /// assert!(bytes >= 4 * 256 * 64); // 64-byte buckets, overflow pool included
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn table_size(&self) -> (u64, u32) {
+        let engine = self.shard_at(0).read();
+        let bytes = engine.geo.table_len() as u64 * self.shard_count() as u64;
+        (bytes, self.scan_len().max(1).ilog2())
     }
 }
 

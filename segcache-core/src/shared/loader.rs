@@ -1,5 +1,5 @@
-//! Single-flight loaders: [`SharedCache::get_or_insert_with`] and
-//! [`SharedCache::try_get_or_insert_with`] (and the single-owner [`Segcache`] versions).
+//! Single flight for [`SharedCache::get_or_insert_with`](crate::SharedCache::get_or_insert_with)
+//! and [`SharedCache::try_get_or_insert_with`](crate::SharedCache::try_get_or_insert_with).
 //!
 //! # Design
 //! On a miss, the first caller for a key becomes its *loader*: it registers a flight in a
@@ -21,67 +21,13 @@
 //!   documents the same): keep loaders acyclic.
 //! - Single flight is per process: two processes sharing a cache file may both load a key.
 
-use std::convert::Infallible;
-use std::fmt;
-use std::panic::{self, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
-use std::time::Duration;
 
-use crate::engine::write::{check_key, Mode};
 use crate::fork::Origin;
 use crate::hash::hash;
-use crate::{Error, OwnedItem, Segcache, SharedCache, StoreOptions};
-
-/// What [`SharedCache::try_get_or_insert_with`] returns on failure: the cache refused the call,
-/// or this caller's loader failed.
-///
-/// # Examples
-/// ```
-/// use segcache_core::{Error, LoadError};
-/// let e: LoadError<std::io::Error> = LoadError::Cache(Error::EmptyKey);
-/// assert_eq!(e.to_string(), "empty key");
-/// ```
-#[derive(Debug)]
-pub enum LoadError<E> {
-    /// The cache refused the call (an empty or too long key, a handle used after `fork()`).
-    Cache(Error),
-    /// The loader returned this error. Nothing was stored.
-    Loader(E),
-}
-
-impl<E: fmt::Display> fmt::Display for LoadError<E> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            LoadError::Cache(e) => e.fmt(f),
-            LoadError::Loader(e) => e.fmt(f),
-        }
-    }
-}
-
-impl<E: std::error::Error + 'static> std::error::Error for LoadError<E> {
-    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
-        match self {
-            LoadError::Cache(e) => Some(e),
-            LoadError::Loader(e) => Some(e),
-        }
-    }
-}
-
-impl<E> From<Error> for LoadError<E> {
-    fn from(e: Error) -> Self {
-        LoadError::Cache(e)
-    }
-}
-
-/// The error of a load whose loader cannot fail.
-fn cache_error(e: LoadError<Infallible>) -> Error {
-    match e {
-        LoadError::Cache(e) => e,
-        LoadError::Loader(never) => match never {},
-    }
-}
+use crate::{LoadError, OwnedItem};
 
 /// Shards of the in-flight map.
 const FLIGHT_SHARDS: usize = 64;
@@ -200,176 +146,46 @@ fn join(cache: usize, key: &[u8], shard: usize) -> Joined {
     Joined::Leader(Leader { ended: false, shard, flight })
 }
 
-/// The item a loaded value becomes: stored when the cache takes it (its CAS value then), or
-/// handed back unstored (CAS value 0).
-fn loaded(value: Vec<u8>, ttl: Duration, stored: Option<u64>) -> OwnedItem {
-    OwnedItem { value, flags: 0, cas: stored.unwrap_or(0), ttl: (!ttl.is_zero()).then_some(ttl) }
-}
-
-impl SharedCache {
-    /// The item under `key`; on a miss, the value `loader` makes, stored with flags 0 and `ttl`
-    /// (zero: never expires). Single flight: of the threads that miss on one key at once, one
-    /// runs its loader and the others wait for its value (see [`try_get_or_insert_with`]
-    /// for errors, panics and re-entrancy).
-    ///
-    /// A value the cache cannot keep (too large for a segment, no memory with eviction off) is
-    /// still returned, with a CAS value of 0. Errors: only the cache's own ([`Error::EmptyKey`],
-    /// [`Error::KeyTooLong`], [`Error::Forked`]).
-    ///
-    /// [`try_get_or_insert_with`]: SharedCache::try_get_or_insert_with
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// let cache = segcache_core::Builder::new().heap_size(8 << 20).build_shared()?;
-    /// let item = cache.get_or_insert_with(b"k", Duration::from_secs(60), || b"computed".to_vec())?;
-    /// assert_eq!(item.value, b"computed");
-    /// // A hit: the loader does not run.
-    /// let again = cache.get_or_insert_with(b"k", Duration::from_secs(60), || unreachable!())?;
-    /// assert_eq!(again.value, b"computed");
-    /// # Ok::<(), segcache_core::Error>(())
-    /// ```
-    pub fn get_or_insert_with(
-        &self,
-        key: &[u8],
-        ttl: Duration,
-        loader: impl FnOnce() -> Vec<u8>,
-    ) -> Result<OwnedItem, Error> {
-        self.try_get_or_insert_with(key, ttl, || Ok::<_, Infallible>(loader())).map_err(cache_error)
+/// Single flight for `key` of the cache at address `cache`: the item `lookup` finds, or the one
+/// `load` (run by one caller at a time, with no cache lock held) makes and stores; the other
+/// callers that miss meanwhile wait for its item (see the module docs).
+pub(crate) fn single_flight<E>(
+    cache: usize,
+    key: &[u8],
+    lookup: impl Fn() -> Option<OwnedItem>,
+    load: impl FnOnce() -> Result<OwnedItem, E>,
+) -> Result<OwnedItem, LoadError<E>> {
+    let shard = flight_shard(key);
+    let mut delivered = DELIVERED[shard].load(Ordering::Acquire);
+    if let Some(item) = lookup() {
+        return Ok(item);
     }
-
-    /// [`get_or_insert_with`](SharedCache::get_or_insert_with) with a loader that may fail.
-    ///
-    /// - Single flight: while one thread runs its loader for `key`, other threads that miss on
-    ///   `key` wait (blocking, with no cache lock held) and get its value.
-    /// - A loader that returns `Err(e)` stores nothing; its caller gets [`LoadError::Loader`]`(e)`,
-    ///   and the threads waiting on it try again: one of them runs its own loader. A loader that
-    ///   panics does the same, its panic going on up its own caller's stack.
-    /// - Re-entrancy: a loader that asks for its own key on its own thread does not wait for
-    ///   itself; the inner call runs its loader directly (no single flight) and stores the
-    ///   result. Loaders on two threads that each wait for the other's key deadlock: keep
-    ///   loaders acyclic.
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// use segcache_core::LoadError;
-    /// let cache = segcache_core::Builder::new().heap_size(8 << 20).build_shared()?;
-    /// let r = cache.try_get_or_insert_with(b"k", Duration::ZERO, || Err::<Vec<u8>, _>("backend down"));
-    /// assert!(matches!(r, Err(LoadError::Loader("backend down"))));
-    /// assert!(cache.get(b"k").is_none()); // errors are not cached
-    /// let item = cache.try_get_or_insert_with(b"k", Duration::ZERO, || Ok::<_, &str>(b"v".to_vec()));
-    /// assert_eq!(item.unwrap().value, b"v");
-    /// # Ok::<(), segcache_core::Error>(())
-    /// ```
-    pub fn try_get_or_insert_with<E>(
-        &self,
-        key: &[u8],
-        ttl: Duration,
-        loader: impl FnOnce() -> Result<Vec<u8>, E>,
-    ) -> Result<OwnedItem, LoadError<E>> {
-        check_key(key)?;
-        self.check_fork()?;
-        let shard = flight_shard(key);
-        let mut delivered = DELIVERED[shard].load(Ordering::Acquire);
-        if let Some(item) = self.get(key) {
-            return Ok(item);
-        }
-        let id = self as *const SharedCache as usize;
-        loop {
-            match join(id, key, shard) {
-                Joined::Leader(leader) => {
-                    // A load that ended between the miss above and `join` stored the value.
-                    if DELIVERED[shard].load(Ordering::Acquire) != delivered {
-                        if let Some(item) = self.get(key) {
-                            leader.finish(&item);
-                            return Ok(item);
-                        }
+    loop {
+        match join(cache, key, shard) {
+            Joined::Leader(leader) => {
+                // A load that ended between the miss above and `join` stored the value.
+                if DELIVERED[shard].load(Ordering::Acquire) != delivered {
+                    if let Some(item) = lookup() {
+                        leader.finish(&item);
+                        return Ok(item);
                     }
-                    // `leader` is dropped (failing the flight) if the loader panics.
-                    let value = loader().map_err(LoadError::Loader)?;
-                    let item = self.store_loaded(key, value, ttl);
-                    leader.finish(&item);
+                }
+                // `leader` is dropped (failing the flight) if the loader panics.
+                let item = load().map_err(LoadError::Loader)?;
+                leader.finish(&item);
+                return Ok(item);
+            }
+            Joined::Reentrant => return load().map_err(LoadError::Loader),
+            Joined::Waiter(flight) => {
+                if let Some(item) = flight.wait() {
                     return Ok(item);
                 }
-                Joined::Reentrant => {
-                    let value = loader().map_err(LoadError::Loader)?;
-                    return Ok(self.store_loaded(key, value, ttl));
-                }
-                Joined::Waiter(flight) => {
-                    if let Some(item) = flight.wait() {
-                        return Ok(item);
-                    }
-                    // The loader failed: look again, then load or wait for the next loader.
-                    delivered = DELIVERED[shard].load(Ordering::Acquire);
-                    if let Some(item) = self.get(key) {
-                        return Ok(item);
-                    }
+                // The loader failed: look again, then load or wait for the next loader.
+                delivered = DELIVERED[shard].load(Ordering::Acquire);
+                if let Some(item) = lookup() {
+                    return Ok(item);
                 }
             }
         }
-    }
-
-    fn store_loaded(&self, key: &[u8], value: Vec<u8>, ttl: Duration) -> OwnedItem {
-        // A store that panics (it should not) must not lose the value the waiters wait for.
-        let stored = panic::catch_unwind(AssertUnwindSafe(|| {
-            self.store_with(key, &value, 0, ttl, Mode::Set, StoreOptions::default()).ok()
-        }))
-        .ok()
-        .flatten();
-        loaded(value, ttl, stored)
-    }
-}
-
-impl Segcache {
-    /// The single-owner form of [`SharedCache::get_or_insert_with`]: the item under `key`, or the
-    /// value `loader` makes, stored with flags 0 and `ttl` (returned with CAS value 0 if the cache
-    /// cannot keep it). With `&mut self` no other caller can miss meanwhile, so there is nothing
-    /// to wait for; a loader cannot reach this cache.
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// let mut cache = segcache_core::Builder::new().heap_size(8 << 20).build()?;
-    /// let item = cache.get_or_insert_with(b"k", Duration::ZERO, || b"v".to_vec())?;
-    /// assert_eq!((item.value.as_slice(), item.ttl), (&b"v"[..], None));
-    /// assert_eq!(cache.get(b"k").unwrap().value(), b"v");
-    /// # Ok::<(), segcache_core::Error>(())
-    /// ```
-    pub fn get_or_insert_with(
-        &mut self,
-        key: &[u8],
-        ttl: Duration,
-        loader: impl FnOnce() -> Vec<u8>,
-    ) -> Result<OwnedItem, Error> {
-        self.try_get_or_insert_with(key, ttl, || Ok::<_, Infallible>(loader())).map_err(cache_error)
-    }
-
-    /// The single-owner form of [`SharedCache::try_get_or_insert_with`]: a failing loader's
-    /// error comes back as [`LoadError::Loader`] and nothing is stored.
-    ///
-    /// # Examples
-    /// ```
-    /// use std::time::Duration;
-    /// let mut cache = segcache_core::Builder::new().heap_size(8 << 20).build()?;
-    /// let r = cache.try_get_or_insert_with(b"k", Duration::ZERO, || Err::<Vec<u8>, _>(42));
-    /// assert!(matches!(r, Err(segcache_core::LoadError::Loader(42))));
-    /// assert!(cache.get(b"k").is_none());
-    /// # Ok::<(), segcache_core::Error>(())
-    /// ```
-    pub fn try_get_or_insert_with<E>(
-        &mut self,
-        key: &[u8],
-        ttl: Duration,
-        loader: impl FnOnce() -> Result<Vec<u8>, E>,
-    ) -> Result<OwnedItem, LoadError<E>> {
-        check_key(key)?;
-        self.check_fork()?;
-        if let Some(item) = self.get(key) {
-            return Ok(item.to_owned());
-        }
-        let value = loader().map_err(LoadError::Loader)?;
-        let stored = self.store_with(key, &value, 0, ttl, Mode::Set, StoreOptions::default()).ok();
-        Ok(loaded(value, ttl, stored))
     }
 }

@@ -2,7 +2,6 @@
 //! `sync::lock::ShardLock`), reads that take no lock, stores that rewrite in place under the read
 //! lock, and the thread that faults the heap in ahead of the writers.
 
-mod ahead;
 pub(crate) mod handle;
 pub(crate) mod loader;
 pub(crate) mod peek;
