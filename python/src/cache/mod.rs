@@ -1,0 +1,297 @@
+//! `segcache.Cache`: the Python face of `segcache_core::SharedCache`.
+//!
+//! # Locking and the GIL
+//! - The handle sits in `RwLock<Option<SharedCache>>`: every call takes the read side (one
+//!   uncontended atomic), `close()` takes the write side to move the engine out and close it.
+//!   Reads use `read_recursive`, which never waits for a queued writer: a thread holding the GIL
+//!   can then never wait on a `close()` that itself waits for a thread that needs the GIL. So
+//!   that a stream of readers cannot starve `close()`, it first raises `closing`, after which new
+//!   calls fail at once with `Closed` and the readers in flight drain.
+//! - Rule: no engine lock is ever held while the GIL is being acquired. Work done with the GIL
+//!   released (`py.detach`) takes and drops the engine's shard locks inside the closure; work
+//!   done with the GIL held (small gets build their `bytes` inside `get_with`) never releases it.
+//! - The GIL is released for values of `BIG` bytes or more (see [`ops`]), `flush`, `expire`, `close` and
+//!   opening the cache (which may read a persisted heap).
+//!
+//! # fork()
+//! In a `fork()` child of the process that opened the cache, every method that reaches the
+//! engine raises `segcache.ForkedError` (reads included, rather than missing): the engine's
+//! check is one relaxed load, made in [`Cache::with`]. `close()` there lets the child's copy go
+//! (the engine's drop leaves the parent's file alone) and raises it too.
+//!
+//! A cache opened with `multi_process=True` is shared by processes through its file: in a child
+//! the same check joins the file as this process's own (`SharedCache::check_fork`), and every
+//! method works there. Its `close()` in a child leaves the cache as any process does; it takes
+//! the write side with `try_write`, since a thread of the parent that held the read side when
+//! it forked does not exist in the child to release it (then the child leaves when the object
+//! is dropped, or at its exit).
+//!
+//! # Layout
+//! The class's methods sit in one `#[pymethods]` block per job (pyo3's `multiple-pymethods`):
+//! - this file: the type and its state, [`Cache::with`], construction and lifetime (`close`,
+//!   `sync`, `__enter__`/`__exit__`) and the read-only properties;
+//! - [`ops`]: the cache operations (`get`, `set`, `cas`, `incr`, `get_or_set`, ...) and their
+//!   helpers;
+//! - [`mapping`]: the `MutableMapping` protocol (`cache[key]`, `keys()`, `pop`, `update`, ...);
+//! - [`iter`]: iteration (`iter(cache)`, the views' iterators) over the engine's key scan.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use parking_lot::RwLock;
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::PyTuple;
+use segcache_core::{Policy, SharedCache};
+
+use crate::clock::ManualClock;
+use crate::convert;
+use crate::errors::{closed, engine_error};
+
+mod iter;
+mod mapping;
+mod ops;
+
+/// The thread-safe segment cache. See the package README for the full API.
+#[pyclass(module = "segcache", frozen)]
+pub struct Cache {
+    inner: RwLock<Option<SharedCache>>,
+    /// Set by `close()` before it waits for the write lock.
+    closing: AtomicBool,
+    default_ttl: Duration,
+    path: Option<PathBuf>,
+    heap_size: usize,
+    segment_size: usize,
+    policy: Policy,
+    /// `multi_process=True`: shared by processes through `path`.
+    multi_process: bool,
+    /// The process that opened the cache (`multi_process` children tell themselves apart by it).
+    opener: u32,
+    /// Where the last `popitem()` found a key: the next one starts its scan there.
+    pop_hint: AtomicU64,
+}
+
+impl Cache {
+    /// Runs `f` on the open engine, or raises `segcache.Closed` (after `close()`) or
+    /// `segcache.ForkedError` (in a `fork()` child of the process that opened it).
+    #[inline(always)]
+    fn with<R>(&self, f: impl FnOnce(&SharedCache) -> PyResult<R>) -> PyResult<R> {
+        let guard = self.inner.read_recursive();
+        match guard.as_ref() {
+            Some(c) if !self.closing.load(Ordering::Relaxed) => {
+                c.check_fork().map_err(engine_error)?;
+                f(c)
+            }
+            _ => Err(closed()),
+        }
+    }
+
+    /// `Closed` or `ForkedError` as [`Cache::with`] would raise them, for a method that may not
+    /// reach the engine (an empty `set_many`, say).
+    #[inline]
+    fn usable(&self) -> PyResult<()> {
+        self.with(|_| Ok(()))
+    }
+}
+
+#[pymethods]
+impl Cache {
+    #[new]
+    #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
+                        hash_power=None, shards=None, clock=None, reset_bad_file=false,
+                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        heap_size: Option<&Bound<'_, PyAny>>,
+        segment_size: Option<&Bound<'_, PyAny>>,
+        eviction: Option<&Bound<'_, PyAny>>,
+        ttl: Option<&Bound<'_, PyAny>>,
+        path: Option<&Bound<'_, PyAny>>,
+        hash_power: Option<&Bound<'_, PyAny>>,
+        shards: Option<&Bound<'_, PyAny>>,
+        clock: Option<&Bound<'_, PyAny>>,
+        reset_bad_file: bool,
+        lazy_verify: bool,
+        multi_process: bool,
+        prefault: bool,
+        touch_ahead: bool,
+    ) -> PyResult<Self> {
+        // Unless told, the engine's defaults, as every face of segcache has them.
+        let heap_size = match heap_size {
+            Some(v) => convert::size(v, "heap_size")?,
+            None => segcache_core::DEFAULT_HEAP_SIZE,
+        };
+        let segment_size = match segment_size {
+            Some(v) => convert::size(v, "segment_size")?,
+            None => segcache_core::DEFAULT_SEGMENT_SIZE,
+        };
+        let policy = match eviction {
+            None => Policy::Merge,
+            Some(v) => {
+                let s: String = v.extract().map_err(|_| {
+                    PyTypeError::new_err(format!("eviction must be a str, not {}", convert::type_name(v)))
+                })?;
+                s.parse::<Policy>().map_err(|e| crate::errors::bad_arg(format!("eviction: {e}")))?
+            }
+        };
+        let default_ttl = match ttl {
+            Some(v) if !v.is_none() => convert::ttl_value(v, "ttl")?,
+            _ => Duration::ZERO,
+        };
+        let path: Option<PathBuf> = match path {
+            Some(v) if !v.is_none() => Some(v.extract().map_err(|_| {
+                PyTypeError::new_err(format!("path must be a str or os.PathLike, not {}", convert::type_name(v)))
+            })?),
+            _ => None,
+        };
+        let mut b = SharedCache::builder()
+            .heap_size(heap_size)
+            .segment_size(segment_size)
+            .eviction(policy)
+            .reset_bad_file(reset_bad_file)
+            .lazy_verify(lazy_verify)
+            .multi_process(multi_process)
+            .prefault(prefault)
+            .touch_ahead(touch_ahead);
+        if let Some(v) = hash_power.filter(|v| !v.is_none()) {
+            b = b.hash_power(convert::int_in_range(v, "hash_power", 4, 32)? as u8);
+        }
+        if let Some(v) = shards.filter(|v| !v.is_none()) {
+            b = b.shards(convert::int_in_range(v, "shards", 1, 256)? as usize);
+        }
+        if let Some(v) = clock.filter(|v| !v.is_none()) {
+            let clock = v.cast::<ManualClock>().map_err(|_| {
+                PyTypeError::new_err(format!("clock must be a segcache.ManualClock, not {}", convert::type_name(v)))
+            })?;
+            b = b.clock(clock.get().inner.clone());
+        }
+        if let Some(p) = &path {
+            b = b.path(p.clone());
+        }
+        // Opening may map and check a persisted heap of gigabytes: let other threads run.
+        let cache = py.detach(move || b.build_shared()).map_err(engine_error)?;
+        Ok(Cache {
+            inner: RwLock::new(Some(cache)),
+            closing: AtomicBool::new(false),
+            default_ttl,
+            path,
+            heap_size,
+            segment_size,
+            policy,
+            multi_process,
+            opener: std::process::id(),
+            pop_hint: AtomicU64::new(0),
+        })
+    }
+
+    /// With `path`: writes the heap to stable storage and returns once it is there (every store
+    /// that returned before the call then survives a power loss, not only a crash of the
+    /// process). Without a path there is nothing to write. The GIL is released meanwhile.
+    fn sync(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(|c| py.detach(|| c.sync()).map_err(engine_error))
+    }
+
+    /// Closes the cache: with `path`, writes what a warm restart needs and marks the file clean.
+    /// Idempotent; every other method raises `segcache.Closed` afterwards.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        // In a fork() child: let the inherited engine go (its drop leaves the parent's file
+        // alone) and raise ForkedError. `try_write`: a thread of the parent that held the read
+        // side when it forked does not exist here to release it.
+        let forked = self.inner.read_recursive().as_ref().and_then(|c| c.check_fork().err());
+        if let Some(e) = forked {
+            self.closing.store(true, Ordering::Relaxed);
+            if let Some(mut slot) = self.inner.try_write() {
+                drop(slot.take());
+            }
+            return Err(engine_error(e));
+        }
+        // A child sharing the cache (`multi_process`) leaves it as any process does, if no
+        // thread held the read side (one of the parent's when it forked, say): else it leaves
+        // when the object is dropped, or at its exit, and calls raise `Closed` meanwhile.
+        if self.opener != std::process::id() {
+            self.closing.store(true, Ordering::Relaxed);
+            let taken = self.inner.try_write().and_then(|mut slot| slot.take());
+            return match taken {
+                Some(c) => py.detach(move || c.close()).map_err(engine_error),
+                None => Ok(()),
+            };
+        }
+        // The write lock is taken with the GIL released: readers that hold the read side may need
+        // the GIL to finish.
+        self.closing.store(true, Ordering::Relaxed);
+        let taken = py.detach(|| self.inner.write().take());
+        match taken {
+            Some(c) => py.detach(move || c.close()).map_err(engine_error),
+            None => Ok(()),
+        }
+    }
+
+    /// Whether `close()` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closing.load(Ordering::Relaxed) || self.inner.read_recursive().is_none()
+    }
+
+    /// The persistence file, or None.
+    #[getter]
+    fn path(&self) -> Option<PathBuf> {
+        self.path.clone()
+    }
+
+    /// The default TTL in seconds (0: never expires).
+    #[getter]
+    fn ttl(&self) -> u64 {
+        self.default_ttl.as_secs()
+    }
+
+    #[getter]
+    fn heap_size(&self) -> usize {
+        self.heap_size
+    }
+
+    #[getter]
+    fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    #[getter]
+    fn eviction(&self) -> &'static str {
+        self.policy.name()
+    }
+
+    /// Whether the cache is shared by processes through its file (`multi_process=True`).
+    #[getter]
+    fn multi_process(&self) -> bool {
+        self.multi_process
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> PyResult<Bound<'_, Self>> {
+        if let Some(c) = slf.get().inner.read_recursive().as_ref() {
+            c.check_fork().map_err(engine_error)?;
+        }
+        Ok(slf)
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        let state = match self.inner.read_recursive().as_ref() {
+            Some(c) if c.check_fork().is_err() => "forked".into(),
+            Some(c) => format!("items={}", c.len()),
+            None => "closed".into(),
+        };
+        format!(
+            "<segcache.Cache heap_size={} segment_size={} eviction={} {}>",
+            self.heap_size,
+            self.segment_size,
+            self.policy.name(),
+            state
+        )
+    }
+}
