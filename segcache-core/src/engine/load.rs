@@ -10,9 +10,10 @@ use crate::error::cache_error;
 use crate::{Error, LoadError, OwnedItem, Segcache, StoreOptions};
 
 impl Segcache {
-    /// The single-owner form of [`SharedCache::get_or_insert_with`]: the item under `key`, or the
-    /// value `loader` makes, stored with flags 0 and `ttl` (returned with CAS value 0 if the cache
-    /// cannot keep it). With `&mut self` no other caller can miss meanwhile, so there is nothing
+    /// The single-owner form of
+    /// [`SharedCache::get_or_insert_with`](crate::SharedCache::get_or_insert_with): the item
+    /// under `key`, or the value `loader` makes, stored with flags 0 and `ttl` (returned with CAS
+    /// value 0 if the cache cannot keep it). With `&mut self` no other caller can miss meanwhile, so there is nothing
     /// to wait for; a loader cannot reach this cache.
     ///
     /// # Examples
@@ -33,8 +34,9 @@ impl Segcache {
         self.try_get_or_insert_with(key, ttl, || Ok::<_, Infallible>(loader())).map_err(cache_error)
     }
 
-    /// The single-owner form of [`SharedCache::try_get_or_insert_with`]: a failing loader's
-    /// error comes back as [`LoadError::Loader`] and nothing is stored.
+    /// The single-owner form of
+    /// [`SharedCache::try_get_or_insert_with`](crate::SharedCache::try_get_or_insert_with): a
+    /// failing loader's error comes back as [`LoadError::Loader`] and nothing is stored.
     ///
     /// # Examples
     /// ```
