@@ -375,8 +375,10 @@ impl Header {
         self.ctl & HAS_CLIENT_FLAGS != 0
     }
     /// The record's stamp, read from `src` (the record's first `key_at()` bytes at least), for a
-    /// record of a segment whose base is `base` (see `CasForm::Narrow`).
-    #[inline]
+    /// record of a segment whose base is `base` (see `CasForm::Narrow`). Always inlined: every
+    /// hit decodes it, and left to itself the compiler made it a call on the single owner's read
+    /// path (`benches/engine/budget.txt` holds what inlining it saves).
+    #[inline(always)]
     pub fn stamp(&self, src: &[u8], base: u32) -> Stamp {
         let word = |at: usize| u32::from_le_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]]);
         let cas_hi = (self.ctl & EXPLICIT_CAS != 0).then(|| word(self.key_at() - 4));
