@@ -9,6 +9,7 @@ import traceback
 import pytest
 
 import segcache
+from conftest import threads_named
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
 
@@ -174,8 +175,7 @@ def test_the_touch_ahead_thread_stays_the_parents():
     child opens has a thread of its own."""
 
     def toucher_threads():
-        tasks = "/proc/self/task"
-        return sum(open(f"{tasks}/{t}/comm").read().strip() == "segcache-ahead" for t in os.listdir(tasks))
+        return threads_named("segcache-ahead")
 
     def eventually(predicate):
         """A new thread names itself once it runs: poll for up to ten seconds."""

@@ -1,13 +1,13 @@
 """Full heaps: eviction makes room; with eviction off, writes fail cleanly with NoMemory."""
 
 import gc
-import os
 import threading
 import time
 
 import pytest
 
 import segcache
+from conftest import threads_named
 
 
 def test_no_memory_without_eviction():
@@ -78,11 +78,6 @@ def test_touch_ahead_faults_in_the_next_segments_only():
         c.touch_ahead("2")
 
 
-def _threads_named(name: str) -> int:
-    tasks = "/proc/self/task"
-    return sum(open(f"{tasks}/{t}/comm").read().strip() == name for t in os.listdir(tasks))
-
-
 def _wait_for(predicate, seconds: float = 10.0) -> bool:
     deadline = time.monotonic() + seconds
     while not predicate():
@@ -103,17 +98,17 @@ def test_touch_ahead_thread_faults_in_ahead_of_the_writes():
         pytest.skip("this kernel cannot populate memory (Linux before 5.14)")
     probe.close()
     gc.collect()  # earlier tests' caches, and their threads, go now rather than during this one
-    before_threads = _threads_named("segcache-ahead")
+    before_threads = threads_named("segcache-ahead")
 
     before = _rss_mib()
     off = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2, touch_ahead=False)
-    assert _threads_named("segcache-ahead") == before_threads
+    assert threads_named("segcache-ahead") == before_threads
     assert _rss_mib() - before < 8
 
     before = _rss_mib()
     c = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2)
     # (a new thread names itself once it runs)
-    assert _wait_for(lambda: _threads_named("segcache-ahead") == before_threads + 1)
+    assert _wait_for(lambda: threads_named("segcache-ahead") == before_threads + 1)
     time.sleep(0.05)
     assert _rss_mib() - before < 8, "nothing faulted in before a write"
     value = b"v" * 100_000
@@ -121,19 +116,19 @@ def test_touch_ahead_thread_faults_in_ahead_of_the_writes():
         c[b"k%d" % i] = value
     # (3 + 2) x 2 x 4 MiB = 40 MiB in, against 24 MiB where the writes fault in for themselves
     assert _wait_for(lambda: _rss_mib() - before >= 36), _rss_mib() - before
-    assert _threads_named("segcache-ahead") == before_threads + 1
+    assert threads_named("segcache-ahead") == before_threads + 1
     for i in range(200, 1000):  # 100 MB through a 64 MiB heap: every segment is used
         c[b"k%d" % i] = value
-    assert _wait_for(lambda: _threads_named("segcache-ahead") == before_threads), "it ends by itself"
+    assert _wait_for(lambda: threads_named("segcache-ahead") == before_threads), "it ends by itself"
     assert c.touch_ahead() is None and c[b"k999"] == value
 
     closed = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2)
     dropped = segcache.Cache(heap_size="64MiB", segment_size="4MiB", shards=2)
-    assert _wait_for(lambda: _threads_named("segcache-ahead") == before_threads + 2)
+    assert _wait_for(lambda: threads_named("segcache-ahead") == before_threads + 2)
     closed.close()
     del dropped
     gc.collect()
-    assert _threads_named("segcache-ahead") == before_threads
+    assert threads_named("segcache-ahead") == before_threads
     with pytest.raises(TypeError, match="touch_ahead"):
         segcache.Cache(heap_size="1MiB", touch_ahead="yes")
 

@@ -310,6 +310,12 @@ pub struct Record<'a> {
 }
 
 impl Record<'_> {
+    /// The record's length while it is live; `None` once its dead bit is set.
+    #[inline]
+    pub fn live_len(&self) -> Option<u32> {
+        (!self.dead).then_some(self.len as u32)
+    }
+
     /// The client-chosen CAS value, if any.
     #[inline]
     pub fn explicit_cas(&self) -> Option<u64> {

@@ -55,10 +55,14 @@ impl Segcache {
 
     /// Marks the record at `loc` dead and takes it out of the live counts.
     pub(crate) fn kill(&mut self, loc: Loc) {
-        let len = match self.record(loc) {
-            Some(r) if !r.dead => r.len as u32,
-            _ => return,
-        };
+        let live_len = self.record(loc).and_then(|r| r.live_len());
+        self.kill_parsed(loc, live_len);
+    }
+
+    /// `kill` for a caller that has just parsed the record at `loc`: `live_len` is its
+    /// `Record::live_len` (`None`: already dead, nothing to do).
+    pub(crate) fn kill_parsed(&mut self, loc: Loc, live_len: Option<u32>) {
+        let Some(len) = live_len else { return };
         let off = loc.offset as usize + record::FLAGS_BYTE;
         self.seg_space(loc.seg)[off] |= record::DEAD;
         let s = self.seg_mut(loc.seg);

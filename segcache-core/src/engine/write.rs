@@ -302,14 +302,19 @@ impl Segcache {
         self.origin.check()?;
         let now = self.prepare_write();
         let h = hash(key);
-        let Some((item, found)) = self.lookup(key, h, now) else {
+        let Some((found, r)) = self.find_record(key, h) else {
+            return Err(Error::NotFound);
+        };
+        // What `kill` would parse the record again for.
+        let live_len = r.live_len();
+        let Some((item, found)) = self.item_in(found, r, now) else {
             return Err(Error::NotFound);
         };
         if compare.is_some_and(|c| c != item.cas) {
             return Err(Error::Exists);
         }
         let loc = slot::slot_loc(found.value);
-        self.kill(loc);
+        self.kill_parsed(loc, live_len);
         self.remove_slot(h, found.slot);
         self.table().touch_info(h, now);
         self.meta_mut().deletes += 1;
