@@ -372,7 +372,7 @@ mod tests {
 
     #[test]
     fn memcached_command_lines_parse() {
-        // The line, and what init scripts and containers pass.
+        // memcached's flags as init scripts and containers pass them.
         let s = Settings::resolve(
             cli(&["-u", "memcache", "-U", "0", "-P", "/run/mc.pid", "-o", "idle_timeout=600", "-d", "-k", "-L"]),
             FileConfig::default(),
