@@ -67,7 +67,7 @@ fn main() -> ExitCode {
     let auth_users = settings.users.clone();
     let pidfile = settings.pidfile.clone();
     let unix_socket = settings.unix_socket.clone();
-    let persist = settings.path.clone();
+    let persist = settings.engine.path.clone();
     let server = match Server::bind(settings) {
         Ok(s) => s,
         Err(e) => {
@@ -182,7 +182,7 @@ fn absolutize(s: &mut Settings) {
         }
     };
     abs(&mut s.pidfile);
-    abs(&mut s.path);
+    abs(&mut s.engine.path);
     abs(&mut s.unix_socket);
     // The TLS files are read again on a reload, long after the chdir.
     if let Some(t) = s.tls.as_mut() {

@@ -93,7 +93,7 @@ impl Server {
             Some(t) => Some(Arc::new(crate::tls::Tls::load(t.clone())?)),
             None => None,
         };
-        let kind = settings.path.as_deref().map_or(StartKind::Cold, start_kind);
+        let kind = settings.engine.path.as_deref().map_or(StartKind::Cold, start_kind);
         let opening = Instant::now();
         let cache = settings.builder().build_shared().map_err(|e| format!("cannot start the cache engine: {e}"))?;
         let opened =
@@ -145,10 +145,10 @@ impl Server {
             shared.settings.klog.as_ref().map(|k| format!("; command log {} (1 in {})", k.path.display(), k.sample));
         crate::logger::notice(&format!(
             "{}; listening on {} with {threads_n} workers, {} MiB, eviction {}{admin_addr}{}",
-            start_line(&opened, shared.settings.path.as_deref()),
+            start_line(&opened, shared.settings.engine.path.as_deref()),
             names.join(", "),
-            shared.settings.memory_bytes >> 20,
-            shared.settings.eviction,
+            shared.settings.engine.memory_bytes >> 20,
+            shared.settings.engine.eviction,
             klog.unwrap_or_default()
         ));
         health.serving(shared.clone());
@@ -238,7 +238,7 @@ impl Server {
         drop(self.workers);
         match Arc::try_unwrap(self.shared) {
             Ok(shared) => {
-                let persisted = shared.settings.path.is_some();
+                let persisted = shared.settings.engine.path.is_some();
                 shared.cache.close().map_err(|e| format!("closing the cache: {e}"))?;
                 log::info!("cache closed{}", if persisted { " (persisted for a warm restart)" } else { "" });
                 Ok(())

@@ -68,7 +68,7 @@ impl Shared {
             watchers: Arc::new(Watchers::default()),
             evictions_logged: std::sync::Once::new(),
             sizes_enabled: AtomicBool::new(false),
-            memory_limit: AtomicU64::new(settings.memory_bytes as u64),
+            memory_limit: AtomicU64::new(settings.engine.memory_bytes as u64),
             acceptor: OnceLock::new(),
             tls: OnceLock::new(),
             observe,

@@ -2,15 +2,13 @@
 //! holds it, the eviction policy, the persistence file and the layout it was made with, and the
 //! engine's `Builder` they make.
 
-use std::path::PathBuf;
-
 use segcache_core::{FileLayout, Policy, DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE};
 
 use super::cli::Cli;
 use super::error::ConfigError;
 use super::file::FileConfig;
 use super::memcached_opts::Extended;
-use super::settings::Settings;
+use super::settings::{EngineSettings, Settings};
 use super::size;
 
 /// The largest value the engine can hold is a segment less its headers; segments are at most
@@ -25,21 +23,6 @@ pub const DEFAULT_MAX_ITEM_SIZE: u64 = 1 << 20;
 /// (`segcache_core::DEFAULT_HEAP_SIZE`) is the same 64 MiB today; this one follows memcached,
 /// not the engine, should the two part.
 pub const DEFAULT_MEMORY_MB: u64 = 64;
-
-/// The engine's part of the settings, resolved.
-#[derive(Debug)]
-pub struct Engine {
-    pub memory_bytes: usize,
-    pub segment_size: usize,
-    pub eviction: Policy,
-    pub shards: Option<usize>,
-    pub hash_power: Option<u8>,
-    pub path: Option<PathBuf>,
-    pub reset_bad_file: bool,
-    pub lazy_verify: bool,
-    pub prefault: bool,
-    pub touch_ahead: bool,
-}
 
 /// `-I` over the file's `max_item_size`, checked against what a segment can hold.
 pub fn max_item_size(cli: &Cli, file: &FileConfig) -> Result<usize, ConfigError> {
@@ -57,7 +40,12 @@ pub fn max_item_size(cli: &Cli, file: &FileConfig) -> Result<usize, ConfigError>
 /// The heap, the segments that hold items of `max_item_size`, the eviction policy and the
 /// persistence file: flags over the file's `[engine]` table, and what a setting leaves open taken
 /// from the layout the persistence file was made with.
-pub fn resolve(cli: &Cli, ext: &Extended, file: &FileConfig, max_item_size: usize) -> Result<Engine, ConfigError> {
+pub fn resolve(
+    cli: &Cli,
+    ext: &Extended,
+    file: &FileConfig,
+    max_item_size: usize,
+) -> Result<EngineSettings, ConfigError> {
     let e = &file.engine;
     let memory_bytes = memory_bytes(cli.memory_mb.or(file.memory_mb).unwrap_or(DEFAULT_MEMORY_MB))?;
     let path = cli.persist.clone().or_else(|| cli.memory_file.clone()).or_else(|| e.path.clone());
@@ -79,7 +67,7 @@ pub fn resolve(cli: &Cli, ext: &Extended, file: &FileConfig, max_item_size: usiz
             .unwrap_or_else(|| fits_items.clamp(DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE)),
     };
     let eviction = eviction(cli, file)?;
-    Ok(Engine {
+    Ok(EngineSettings {
         memory_bytes,
         segment_size,
         eviction,
@@ -125,23 +113,24 @@ fn eviction(cli: &Cli, file: &FileConfig) -> Result<Policy, ConfigError> {
 impl Settings {
     /// The engine builder these settings describe.
     pub fn builder(&self) -> segcache_core::Builder {
+        let e = &self.engine;
         let mut b = segcache_core::Builder::new()
-            .heap_size(self.memory_bytes)
-            .segment_size(self.segment_size)
-            .eviction(self.eviction)
-            .reset_bad_file(self.reset_bad_file)
-            .lazy_verify(self.lazy_verify)
-            .prefault(self.prefault)
-            .touch_ahead(self.touch_ahead)
+            .heap_size(e.memory_bytes)
+            .segment_size(e.segment_size)
+            .eviction(e.eviction)
+            .reset_bad_file(e.reset_bad_file)
+            .lazy_verify(e.lazy_verify)
+            .prefault(e.prefault)
+            .touch_ahead(e.touch_ahead)
             // Clients see memcached's bytes for a number that got shorter.
             .pad_numbers(true);
-        if let Some(s) = self.shards {
+        if let Some(s) = e.shards {
             b = b.shards(s);
         }
-        if let Some(h) = self.hash_power {
+        if let Some(h) = e.hash_power {
             b = b.hash_power(h);
         }
-        if let Some(p) = &self.path {
+        if let Some(p) = &e.path {
             b = b.path(p);
         }
         b

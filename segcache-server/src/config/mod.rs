@@ -89,20 +89,11 @@ impl Settings {
             lock_memory: cli.lock_memory,
             coredumps: cli.enable_coredumps,
             tls,
-            memory_bytes: engine.memory_bytes,
             threads,
             max_connections,
             max_item_size,
             max_reply_size,
-            segment_size: engine.segment_size,
-            eviction: engine.eviction,
-            shards: engine.shards,
-            hash_power: engine.hash_power,
-            path: engine.path,
-            reset_bad_file: engine.reset_bad_file,
-            lazy_verify: engine.lazy_verify,
-            prefault: engine.prefault,
-            touch_ahead: engine.touch_ahead,
+            engine,
             pin: !cli.no_pin && file.pin.unwrap_or(true),
             cores,
             admin_port: cli.admin_port.or(file.admin_port),
@@ -311,9 +302,9 @@ mod tests {
     #[test]
     fn defaults_match_memcached() {
         let s = Settings::resolve(cli(&[]), FileConfig::default()).unwrap();
-        assert_eq!((s.port, s.listen.as_str(), s.memory_bytes), (11211, "127.0.0.1", 64 << 20));
-        assert_eq!((s.max_connections, s.max_item_size, s.eviction), (1024, 1 << 20, Policy::Merge));
-        assert!(s.pin && s.admin_port.is_none() && s.path.is_none() && !s.shutdown_command);
+        assert_eq!((s.port, s.listen.as_str(), s.engine.memory_bytes), (11211, "127.0.0.1", 64 << 20));
+        assert_eq!((s.max_connections, s.max_item_size, s.engine.eviction), (1024, 1 << 20, Policy::Merge));
+        assert!(s.pin && s.admin_port.is_none() && s.engine.path.is_none() && !s.shutdown_command);
         assert!(Settings::resolve(cli(&["-A"]), FileConfig::default()).unwrap().shutdown_command);
         assert_eq!(s.threads, std::thread::available_parallelism().unwrap().get());
     }
@@ -326,9 +317,9 @@ mod tests {
         .unwrap();
         let s = Settings::resolve(cli(&["-p", "2", "-I", "512k", "-vv"]), file).unwrap();
         assert_eq!((s.port, s.threads, s.max_item_size), (2, 3, 512 << 10));
-        assert_eq!((s.eviction, s.pin, s.admin_port), (Policy::Fifo, false, Some(9)));
-        assert_eq!(s.path.as_deref(), Some(std::path::Path::new("/tmp/x")));
-        assert!(s.lazy_verify && s.prefault);
+        assert_eq!((s.engine.eviction, s.pin, s.admin_port), (Policy::Fifo, false, Some(9)));
+        assert_eq!(s.engine.path.as_deref(), Some(std::path::Path::new("/tmp/x")));
+        assert!(s.engine.lazy_verify && s.engine.prefault);
         assert_eq!(s.log_level, log::LevelFilter::Debug);
         let file: FileConfig = toml::from_str(
             "unix_socket = \"/tmp/s\"\nunix_mask = \"770\"\nlisten_backlog = 9\nreqs_per_event = 3\nprotocol = \"binary\"\nidle_timeout = 30\nuser = \"mc\"\npidfile = \"/tmp/p\"\n",
@@ -347,10 +338,10 @@ mod tests {
             [("1m", 1 << 20), ("100k", 1 << 20), ("1025k", 2 << 20), ("2m", 2 << 20), ("3m", 4 << 20)]
         {
             let s = Settings::resolve(cli(&["-I", item]), FileConfig::default()).unwrap();
-            assert_eq!(s.segment_size, segment, "-I {item}");
+            assert_eq!(s.engine.segment_size, segment, "-I {item}");
         }
         let s = Settings::resolve(cli(&[]), FileConfig::default()).unwrap();
-        assert_eq!(s.segment_size, 1 << 20);
+        assert_eq!(s.engine.segment_size, 1 << 20);
     }
 
     #[test]
@@ -384,7 +375,7 @@ mod tests {
         assert!(s.daemon && s.lock_memory);
         for (m, mb) in [("100", 100u64), ("100m", 100), ("2G", 2048)] {
             let s = Settings::resolve(cli(&["-m", m]), FileConfig::default()).unwrap();
-            assert_eq!(s.memory_bytes as u64, mb << 20, "{m}");
+            assert_eq!(s.engine.memory_bytes as u64, mb << 20, "{m}");
         }
         assert!(Cli::try_parse_from(["segcache-server", "-m", "64x"]).is_err());
         let s = Settings::resolve(
@@ -398,8 +389,8 @@ mod tests {
         .unwrap();
         assert_eq!(s.unix_socket.as_deref(), Some(std::path::Path::new("/tmp/mc.sock")));
         assert_eq!((s.unix_mask, s.backlog, s.reqs_per_event), (0o766, 64, 1));
-        assert_eq!((s.protocol, s.eviction), (Protocol::Ascii, Policy::None));
-        assert_eq!(s.path.as_deref(), Some(std::path::Path::new("/tmp/mc.file")));
+        assert_eq!((s.protocol, s.engine.eviction), (Protocol::Ascii, Policy::None));
+        assert_eq!(s.engine.path.as_deref(), Some(std::path::Path::new("/tmp/mc.file")));
         assert!(s.coredumps && s.detail);
         let d = Settings::resolve(cli(&[]), FileConfig::default()).unwrap();
         assert_eq!((d.unix_mask, d.backlog, d.reqs_per_event), (0o700, 1024, DEFAULT_REQS_PER_EVENT));
@@ -446,11 +437,11 @@ mod tests {
     #[test]
     fn touch_ahead_is_on_unless_turned_off() {
         let off: FileConfig = toml::from_str("[engine]\ntouch_ahead = false\n").unwrap();
-        assert!(Settings::resolve(cli(&[]), FileConfig::default()).unwrap().touch_ahead);
-        assert!(!Settings::resolve(cli(&["-o", "no_touch_ahead"]), FileConfig::default()).unwrap().touch_ahead);
-        assert!(!Settings::resolve(cli(&[]), off).unwrap().touch_ahead);
+        assert!(Settings::resolve(cli(&[]), FileConfig::default()).unwrap().engine.touch_ahead);
+        assert!(!Settings::resolve(cli(&["-o", "no_touch_ahead"]), FileConfig::default()).unwrap().engine.touch_ahead);
+        assert!(!Settings::resolve(cli(&[]), off).unwrap().engine.touch_ahead);
         let off: FileConfig = toml::from_str("[engine]\ntouch_ahead = false\n").unwrap();
-        assert!(Settings::resolve(cli(&["-o", "touch_ahead"]), off).unwrap().touch_ahead);
+        assert!(Settings::resolve(cli(&["-o", "touch_ahead"]), off).unwrap().engine.touch_ahead);
     }
 
     #[test]
@@ -460,7 +451,7 @@ mod tests {
         assert_eq!(x, Extended { hash_power: Some(20), track_sizes: true, ..Extended::default() });
         let s =
             Settings::resolve(cli(&["-o", "hashpower=18,idle_timeout=5,lru_crawler"]), FileConfig::default()).unwrap();
-        assert_eq!((s.hash_power, s.idle_timeout), (Some(18), 5));
+        assert_eq!((s.engine.hash_power, s.idle_timeout), (Some(18), 5));
         assert!(parse_extended(&["idle_timeout".into()]).unwrap_err().to_string().contains("idle_timeout=N"));
         assert!(parse_extended(&["idle_timeout=x".into()]).is_err());
         assert!(parse_extended(&["hashpower=70".into()]).is_err());

@@ -7,20 +7,16 @@ use segcache_core::Policy;
 use crate::tls::TlsSettings;
 
 /// Every setting, resolved and checked.
+/// The engine's part of the settings, resolved: what [`Settings::builder`] builds from.
 #[derive(Debug, Clone)]
-pub struct Settings {
-    pub port: u16,
-    pub listen: String,
+pub struct EngineSettings {
+    /// `-m`: the memory the engine gets (heap and tables).
     pub memory_bytes: usize,
-    pub threads: usize,
-    pub max_connections: usize,
-    pub max_item_size: usize,
-    /// Largest reply to one retrieval request; at least `max_item_size` + 1 KiB.
-    pub max_reply_size: usize,
     pub segment_size: usize,
     pub eviction: Policy,
     pub shards: Option<usize>,
     pub hash_power: Option<u8>,
+    /// The persistence file, if any.
     pub path: Option<PathBuf>,
     pub reset_bad_file: bool,
     pub lazy_verify: bool,
@@ -29,6 +25,19 @@ pub struct Settings {
     /// A thread faults the heap in ahead of the workers (`Builder::touch_ahead`); `-o
     /// no_touch_ahead` or `[engine] touch_ahead = false` turn it off.
     pub touch_ahead: bool,
+}
+
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub port: u16,
+    pub listen: String,
+    /// The engine: heap, segments, eviction, persistence.
+    pub engine: EngineSettings,
+    pub threads: usize,
+    pub max_connections: usize,
+    pub max_item_size: usize,
+    /// Largest reply to one retrieval request; at least `max_item_size` + 1 KiB.
+    pub max_reply_size: usize,
     pub pin: bool,
     pub cores: Option<Vec<usize>>,
     pub admin_port: Option<u16>,

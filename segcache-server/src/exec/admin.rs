@@ -271,5 +271,5 @@ fn memlimit(mb: u32, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
 fn fits_heap(bytes: usize, ctx: &Ctx<'_>) -> bool {
     let cache = &ctx.shared.cache;
     let heap = cache.stats().heap_bytes as usize;
-    bytes <= ctx.shared.settings.memory_bytes.max(heap) && cache.set_memory_limit(bytes.min(heap)).is_ok()
+    bytes <= ctx.shared.settings.engine.memory_bytes.max(heap) && cache.set_memory_limit(bytes.min(heap)).is_ok()
 }

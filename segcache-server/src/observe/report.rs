@@ -112,7 +112,7 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
         ("verbosity", Val::U(u64::from(shared.verbosity.load(Ordering::Relaxed)))),
         ("num_threads", Val::U(s.threads as u64)),
         ("item_size_max", Val::U(s.max_item_size as u64)),
-        ("evictions", Val::S(if s.eviction == segcache_core::Policy::None { "off" } else { "on" }.into())),
+        ("evictions", Val::S(if s.engine.eviction == segcache_core::Policy::None { "off" } else { "on" }.into())),
         ("cas_enabled", Val::S("yes".into())),
         (
             "binding_protocol",
@@ -133,8 +133,8 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
         ("tcp_backlog", Val::U(s.backlog as u64)),
         ("reqs_per_event", Val::U(s.reqs_per_event as u64)),
         ("idle_timeout", Val::U(u64::from(s.idle_timeout))),
-        ("eviction_policy", Val::S(s.eviction.name().into())),
-        ("segment_size", Val::U(s.segment_size as u64)),
+        ("eviction_policy", Val::S(s.engine.eviction.name().into())),
+        ("segment_size", Val::U(s.engine.segment_size as u64)),
         ("shards", Val::U(shared.cache.shard_count() as u64)),
         ("pin_threads", Val::S(if s.pin { "yes" } else { "no" }.into())),
         ("admin_port", Val::U(s.admin_port.map_or(0, u64::from))),
@@ -144,7 +144,7 @@ fn settings(shared: &Shared) -> impl Iterator<Item = Row> {
         ("klog_sample", Val::U(s.klog.as_ref().map_or(0, |k| k.sample))),
         ("hotkey_sample", Val::U(s.hotkeys.sample)),
         ("hotkey_top", Val::U(s.hotkeys.top as u64)),
-        ("persistence_path", Val::S(s.path.as_ref().map_or("none".into(), |p| p.display().to_string()))),
+        ("persistence_path", Val::S(s.engine.path.as_ref().map_or("none".into(), |p| p.display().to_string()))),
         ("shutdown_command", Val::S(if s.shutdown_command { "yes" } else { "no" }.into())),
         ("detail_enabled", Val::S(if shared.watchers.detail_enabled() { "yes" } else { "no" }.into())),
         ("flush_enabled", Val::S(if s.flush_enabled { "yes" } else { "no" }.into())),
@@ -266,7 +266,7 @@ pub fn write_stats(out: &mut Vec<u8>, ctx: &Ctx<'_>, arg: Option<&[u8]>) -> bool
         Some(b"items") => put(out, items(shared)),
         Some(b"slabs") => put(
             out,
-            rows([("active_slabs", Val::U(1)), ("total_malloced", Val::U(shared.settings.memory_bytes as u64))]),
+            rows([("active_slabs", Val::U(1)), ("total_malloced", Val::U(shared.settings.engine.memory_bytes as u64))]),
         ),
         Some(b"sizes") => sizes(out, ctx),
         Some(b"sizes_enable") => {
