@@ -170,9 +170,12 @@ bench-python: wheel-venv
 	$(WHEEL_VENV)/bin/python python/benches/bench.py $(BENCH_ARGS)
 
 # segcache-server end to end: the release binary against pymemcache, pylibmc, memccapable -a and
-# a three-server nutcracker cluster (tests/server/). Its Rust unit tests run in test-rust.
+# a three-server nutcracker cluster (tests/server/), and the short rolling restart of a pool
+# (test_cluster.py, benches/cluster: its spymemcached driver is built into target/cluster/java).
+# Its Rust unit tests run in test-rust.
 test-server: deps venv
 	$(CARGO) build --release -p segcache-server
+	bash benches/cluster/build_java.sh
 	SEGCACHE_SERVER_BIN="$${CARGO_TARGET_DIR:-target}/release/segcache-server" $(PY) -m pytest -q tests/server
 
 # Real memcached client libraries (Python, Ruby, PHP, Go, Node, Java; tests/clients/): each runs a
