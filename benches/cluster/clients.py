@@ -1,6 +1,7 @@
-"""The clients of a pool, each placing keys by consistent hashing: pylibmc with libmemcached's
-ketama, spymemcached with KETAMA (a Java process, java/ClusterReader.java), and pymemcache through
-twemproxy (nutcracker) with `distribution: ketama`.
+"""The clients of a pool, each placing keys by consistent hashing on the same ring, so that any of
+them finds what another stored: pylibmc with libmemcached's ketama_weighted, spymemcached with
+KETAMA and libmemcached's point names (a Java process, java/ClusterReader.java), and pymemcache
+through twemproxy (nutcracker) with `distribution: ketama`. Values are bytes with flags 0.
 
 Each fills the pool with `keys` items, then reads keys drawn uniformly at random until told to
 stop, refilling each miss as an application in front of a database would, and counts per time
@@ -125,7 +126,7 @@ class PythonReader:
 
 
 class PylibmcKetama(PythonReader):
-    """pylibmc (libmemcached) with ketama over the nodes themselves."""
+    """pylibmc (libmemcached) with ketama_weighted over the nodes themselves."""
 
     def __init__(self, addresses: list[str], workdir: Path, **kw):
         super().__init__(**kw)
@@ -136,13 +137,14 @@ class PylibmcKetama(PythonReader):
         self.errors = (pylibmc.Error,)
 
     def connect(self):
-        # ketama: libmemcached's consistent hashing (MD5 points, the same as spymemcached's
-        # KETAMA). No remove_failed (nor auto_eject): a node that is down stays in the ring, so
-        # its keys do not move to nodes that never held them. retry_timeout: try a failed node
-        # again after a second.
+        # ketama_weighted: libmemcached's ketama-compatible ring (MD5, four points per digest,
+        # points named "address:port-N"), the one twemproxy's ketama builds; plain "ketama"
+        # builds another. No remove_failed (nor auto_eject): a node that is down stays in the
+        # ring, so its keys do not move to nodes that never held them. retry_timeout: try a
+        # failed node again after a second.
         return self.pylibmc.Client(
             self.addresses, binary=False,
-            behaviors={"ketama": True, "tcp_nodelay": True, "connect_timeout": 1000, "retry_timeout": 1},
+            behaviors={"ketama_weighted": True, "tcp_nodelay": True, "connect_timeout": 1000, "retry_timeout": 1},
         )
 
 
@@ -220,13 +222,13 @@ class Spymemcached:
     """spymemcached with KETAMA, in a Java process of its own (java/ClusterReader.java)."""
 
     def __init__(self, addresses: list[str], workdir: Path, keys: int, value_bytes: int, slice_s: float,
-                 seed: int):
+                 seed: int, fill: bool = True):
         d = build_java()
         # spymemcached logs every reconnection: kept beside the nodes' files, not on the console.
         self.log = open(workdir / "spymemcached.log", "w")
         self.proc = subprocess.Popen(
             ["java", "-cp", f"{d}/lib/*:{d}/classes", "ClusterReader", ",".join(addresses), str(keys),
-             str(value_bytes), str(int(slice_s * 1000)), str(seed)],
+             str(value_bytes), str(int(slice_s * 1000)), str(seed), "fill" if fill else "read"],
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self.log, text=True,
         )
 
