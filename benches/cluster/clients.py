@@ -8,6 +8,7 @@ stop, refilling each miss as an application in front of a database would, and co
 slice the hits, the misses, the errors (a node down: the request failed, nothing was learnt of
 the cache) and the wrong values (a hit whose value is not the one stored for its key)."""
 
+import os
 import random
 import shutil
 import subprocess
@@ -206,8 +207,6 @@ class Twemproxy(PythonReader):
 
 def java_dir() -> Path:
     """Where benches/cluster/build_java.sh put the spymemcached driver."""
-    import os
-
     return Path(os.environ.get("CLUSTER_JAVA_DIR") or Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
                 / "cluster" / "java")
 
