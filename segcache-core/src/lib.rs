@@ -43,6 +43,8 @@ mod engine;
 mod error;
 mod eviction;
 mod fork;
+#[cfg(feature = "async")]
+mod future;
 mod hash;
 mod hashtable;
 mod item;
@@ -58,6 +60,8 @@ mod size;
 mod stats;
 mod sync;
 mod ttl_buckets;
+#[cfg(feature = "serde")]
+mod typed;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_KEY_LEN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
@@ -77,3 +81,5 @@ pub use shared::handle::SharedCache;
 pub use size::{parse_size, SizeError};
 pub use stats::{Figure, FigureKind, Stats};
 pub use ttl_buckets::ttl;
+#[cfg(feature = "serde")]
+pub use typed::{Codec, CodecError, Postcard, TypedCache, TypedError};
