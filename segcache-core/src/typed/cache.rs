@@ -242,10 +242,10 @@ where
     /// ```
     /// use std::time::Duration;
     /// use segcache_core::{SharedCache, TypedCache};
-    /// let cache: TypedCache<&str, String> = TypedCache::new(SharedCache::builder().heap_size(8 << 20).build_shared()?);
-    /// cache.set(&"greeting", &"hello".to_string(), Duration::ZERO)?;
-    /// assert_eq!(cache.get(&"greeting")?.as_deref(), Some("hello"));
-    /// assert_eq!(cache.get(&"absent")?, None);
+    /// let cache: TypedCache<String, String> = TypedCache::new(SharedCache::builder().heap_size(8 << 20).build_shared()?);
+    /// cache.set(&"greeting".into(), &"hello".into(), Duration::ZERO)?;
+    /// assert_eq!(cache.get(&"greeting".into())?.as_deref(), Some("hello"));
+    /// assert_eq!(cache.get(&"absent".into())?, None);
     /// # Ok::<(), segcache_core::TypedError>(())
     /// ```
     pub fn get(&self, key: &K) -> Result<Option<V>, TypedError> {

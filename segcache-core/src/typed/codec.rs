@@ -136,7 +136,8 @@ impl std::error::Error for CodecError {
 /// let mut out = Vec::new();
 /// Postcard.encode(&User { id: 7, name: "ann".into() }, &mut out)?;
 /// assert_eq!(out, [7, 3, b'a', b'n', b'n']);
-/// assert_eq!(Postcard.decode(&out)?, User { id: 7, name: "ann".into() });
+/// let back: User = Postcard.decode(&out)?;
+/// assert_eq!(back, User { id: 7, name: "ann".into() });
 /// # Ok::<(), segcache_core::CodecError>(())
 /// ```
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
