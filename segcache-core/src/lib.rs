@@ -14,6 +14,12 @@
 //! - [`SharedCache::get_or_insert_with`] / [`SharedCache::try_get_or_insert_with`]: single-flight
 //!   loaders (one loader per missing key at a time; see [`LoadError`]).
 //!
+//! Two optional features, off by default:
+//! - `serde`: `TypedCache`, a handle for keys and values of any serde type (a `Codec` turns
+//!   them into bytes; the default is postcard's format).
+//! - `async`: `SharedCache::get_or_insert_with_async` and `try_get_or_insert_with_async`,
+//!   single-flight loaders that take a future and run on any executor.
+//!
 //! Both handles have the same operations, with memcached's semantics: reads
 //! ([`SharedCache::get`], [`SharedCache::get_with`], [`SharedCache::get_many`]), stores
 //! ([`SharedCache::set`], [`SharedCache::add`], [`SharedCache::replace`], [`SharedCache::cas`]),

@@ -142,7 +142,8 @@ fn an_error_reaches_every_waiter_and_is_not_cached() {
     assert_eq!(waiter_loads.load(Ordering::SeqCst), 0);
     assert!(cache.get(b"k").is_none());
     // The next call loads again.
-    let item = block_on(cache.try_get_or_insert_with_async(b"k", Duration::ZERO, async { Ok::<_, String>(b"v".to_vec()) }));
+    let item =
+        block_on(cache.try_get_or_insert_with_async(b"k", Duration::ZERO, async { Ok::<_, String>(b"v".to_vec()) }));
     assert_eq!(item.unwrap().value, b"v");
 }
 
@@ -156,9 +157,10 @@ fn a_waiter_with_another_error_type_loads_for_itself() {
             Err::<Vec<u8>, String>("backend down".into())
         }));
         assert_pending(&mut leader).await;
-        let mut waiter = Box::pin(cache.try_get_or_insert_with_async(b"k", Duration::ZERO, async {
-            Ok::<_, std::io::Error>(b"own".to_vec())
-        }));
+        let mut waiter =
+            Box::pin(cache.try_get_or_insert_with_async(b"k", Duration::ZERO, async {
+                Ok::<_, std::io::Error>(b"own".to_vec())
+            }));
         assert_pending(&mut waiter).await;
         open.send(()).unwrap();
         assert!(matches!(leader.await, Err(LoadError::Loader(_))));
@@ -256,7 +258,8 @@ fn a_panicking_loader_hands_the_key_on() {
 #[test]
 fn ttl_flags_and_hits_match_the_blocking_loader() {
     let cache = shared();
-    let item = block_on(cache.get_or_insert_with_async(b"k", Duration::from_secs(60), async { b"v".to_vec() })).unwrap();
+    let item =
+        block_on(cache.get_or_insert_with_async(b"k", Duration::from_secs(60), async { b"v".to_vec() })).unwrap();
     assert_eq!((item.flags, item.ttl), (0, Some(Duration::from_secs(60))));
     assert_eq!(cache.get(b"k").unwrap().cas, item.cas);
     assert!(cache.get(b"k").unwrap().ttl.is_some_and(|t| t <= Duration::from_secs(60)));

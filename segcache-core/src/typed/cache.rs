@@ -250,9 +250,8 @@ where
     /// ```
     pub fn get(&self, key: &K) -> Result<Option<V>, TypedError> {
         let value = scratch::with(&scratch::VALUE, |buf| {
-            let found = self.with_key(key, |k| {
-                self.cache.get_with(k, |item| buf.extend_from_slice(item.value())).is_some()
-            })?;
+            let found =
+                self.with_key(key, |k| self.cache.get_with(k, |item| buf.extend_from_slice(item.value())).is_some())?;
             found.then(|| self.decode_value(buf)).transpose()
         })?;
         Ok(value)

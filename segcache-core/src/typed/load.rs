@@ -123,7 +123,10 @@ mod future {
             ttl: Duration,
             init: impl Future<Output = V>,
         ) -> Result<V, TypedError> {
-            match self.try_get_or_insert_with_async(key, ttl, async { Ok::<_, std::convert::Infallible>(init.await) }).await {
+            match self
+                .try_get_or_insert_with_async(key, ttl, async { Ok::<_, std::convert::Infallible>(init.await) })
+                .await
+            {
                 Ok(v) => Ok(v),
                 Err(TypedError::Cache(e)) => Err(TypedError::Cache(e)),
                 Err(TypedError::Codec(e)) => Err(TypedError::Codec(e)),
