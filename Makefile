@@ -209,6 +209,8 @@ test-bench: deps
 	grep -q '^| private anonymous cache each | 2 |' <<<"$$out"
 	$(CARGO) build --release -p segcache-engine-benches --bin instructions
 	"$${CARGO_TARGET_DIR:-target}/release/instructions" --libs ours-single,ours,quick-cache,lru --budget benches/engine/budget.txt
+	# The typed handle's get against the byte get plus decoding (docs/engine-bench.md): a short run.
+	$(CARGO) run --release -p segcache-engine-benches --features typed --bin typed -- --keys 20000 --rounds 3
 	$(CARGO) build --release -p segcache-engine-benches --bin stalls
 	out=$$("$${CARGO_TARGET_DIR:-target}/release/stalls" --heap-mib 8 --segment-kib 256 --keys 10000 --ops 200000)
 	echo "$$out"

@@ -7,8 +7,10 @@ use std::time::Duration;
 
 use crate::typed::codec::{Codec, CodecError, Postcard};
 use crate::typed::error::TypedError;
-use crate::typed::scratch;
 use crate::{Error, SharedCache, StoreMode, StoreOptions};
+
+/// Room for most encoded keys: one allocation per call, however the key encodes.
+const KEY_CAPACITY: usize = 32;
 
 /// A typed handle over a [`SharedCache`]: keys of type `K`, values of type `V`, turned into bytes
 /// by the codec `C` (by default [`Postcard`], for any serde type). It has the byte handle's
@@ -203,10 +205,9 @@ where
 {
     /// Runs `f` on `key`'s encoding, for a read.
     pub(crate) fn with_key<R>(&self, key: &K, f: impl FnOnce(&[u8]) -> R) -> Result<R, CodecError> {
-        scratch::with(&scratch::KEY, |buf| {
-            self.codec.encode(key, buf)?;
-            Ok(f(buf))
-        })
+        let mut buf = Vec::with_capacity(KEY_CAPACITY);
+        self.codec.encode(key, &mut buf)?;
+        Ok(f(&buf))
     }
 
     /// Runs `f` on `key`'s encoding, for a store: refuses a key the encoding does not identify.
@@ -216,10 +217,9 @@ where
             if decoded != *key {
                 return Err(TypedError::KeyNotCanonical);
             }
-            let same = scratch::with(&scratch::VALUE, |again| {
-                self.codec.encode(&decoded, again).map(|()| again.as_slice() == bytes)
-            })?;
-            if !same {
+            let mut again = Vec::with_capacity(bytes.len());
+            self.codec.encode(&decoded, &mut again)?;
+            if again != bytes {
                 return Err(TypedError::KeyNotCanonical);
             }
             Ok(f(bytes))
@@ -236,8 +236,10 @@ where
         self.codec.decode(bytes)
     }
 
-    /// The value under `key`, or `None` when it is absent or expired. The stored bytes are
-    /// copied out, then decoded with no cache lock held (a `Deserialize` may use the cache).
+    /// The value under `key`, or `None` when it is absent or expired. The value is decoded
+    /// straight from the read, as [`SharedCache::get_with`] runs its closure: a value of over
+    /// 512 bytes is decoded under its shard's read lock, so a `Deserialize` must not write to
+    /// the same cache.
     ///
     /// ```
     /// use std::time::Duration;
@@ -249,12 +251,8 @@ where
     /// # Ok::<(), segcache_core::TypedError>(())
     /// ```
     pub fn get(&self, key: &K) -> Result<Option<V>, TypedError> {
-        let value = scratch::with(&scratch::VALUE, |buf| {
-            let found =
-                self.with_key(key, |k| self.cache.get_with(k, |item| buf.extend_from_slice(item.value())).is_some())?;
-            found.then(|| self.decode_value(buf)).transpose()
-        })?;
-        Ok(value)
+        let value = self.with_key(key, |k| self.cache.get_with(k, |item| self.decode_value(item.value())))?;
+        Ok(value.transpose()?)
     }
 
     /// Whether `key` is present (and not expired).

@@ -159,7 +159,7 @@ mod future {
         where
             E: Send + Sync + 'static,
         {
-            // The key's bytes are owned here: the scratch buffer cannot be held across an await.
+            // Checked as a store checks it, and owned: the encoding lives across the awaits.
             let key_bytes = self.with_stored_key(key, <[u8]>::to_vec).map_err(TypedError::widen)?;
             let mut made = None;
             let init = async {
