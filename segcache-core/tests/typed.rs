@@ -8,7 +8,7 @@ use std::sync::{Arc, Barrier};
 use std::thread;
 use std::time::Duration;
 
-use segcache_core::{Builder, Error, ManualClock, SharedCache, TypedCache, TypedError};
+use segcache_core::{Builder, Codec, CodecError, Error, ManualClock, SharedCache, TypedCache, TypedError};
 use serde::{Deserialize, Serialize};
 
 #[derive(Serialize, Deserialize, PartialEq, Debug, Clone)]
@@ -130,6 +130,13 @@ fn key_sizes_are_checked_as_byte_keys() {
     let long = "x".repeat(250);
     assert!(matches!(cache.set(&long, &1, Duration::ZERO), Err(TypedError::Cache(Error::KeyTooLong { len: 252 }))));
     assert_eq!(cache.get(&long).unwrap(), None);
+    // Longer than the codec's stack buffer: encoded on the heap, refused with its length.
+    let longer = "y".repeat(300);
+    assert!(matches!(cache.set(&longer, &1, Duration::ZERO), Err(TypedError::Cache(Error::KeyTooLong { len: 302 }))));
+    assert_eq!(cache.get(&longer).unwrap(), None);
+    let fits = "z".repeat(248);
+    cache.set(&fits, &3, Duration::ZERO).unwrap();
+    assert_eq!(cache.get(&fits).unwrap(), Some(3));
     let units: TypedCache<(), u32> = TypedCache::new(shared());
     assert!(matches!(units.set(&(), &1, Duration::ZERO), Err(TypedError::Cache(Error::EmptyKey))));
 }
@@ -204,4 +211,39 @@ fn a_value_that_cannot_be_encoded_is_an_error() {
     }
     assert!(matches!(cache.get_or_insert_with(&1, Duration::ZERO, || Unsized), Err(TypedError::Codec(_))));
     assert!(cache.is_empty());
+}
+
+/// Keys as their UTF-8 bytes, values as decimal text: a codec of its own, without serde.
+#[derive(Default)]
+struct Text;
+
+impl Codec<String> for Text {
+    fn encode(&self, value: &String, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        out.extend_from_slice(value.as_bytes());
+        Ok(())
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<String, CodecError> {
+        String::from_utf8(bytes.to_vec()).map_err(CodecError::decode)
+    }
+}
+
+impl Codec<u64> for Text {
+    fn encode(&self, value: &u64, out: &mut Vec<u8>) -> Result<(), CodecError> {
+        out.extend_from_slice(value.to_string().as_bytes());
+        Ok(())
+    }
+    fn decode(&self, bytes: &[u8]) -> Result<u64, CodecError> {
+        std::str::from_utf8(bytes).map_err(CodecError::decode)?.parse().map_err(CodecError::decode)
+    }
+}
+
+#[test]
+fn a_codec_of_its_own_shares_items_with_byte_users() {
+    let cache: TypedCache<String, u64, Text> = TypedCache::new(shared());
+    cache.set(&"hits".to_string(), &41, Duration::ZERO).unwrap();
+    // The byte handle sees the codec's bytes, and its writes are read back typed.
+    assert_eq!(cache.cache().incr(b"hits", 1).unwrap(), 42);
+    assert_eq!(cache.get(&"hits".to_string()).unwrap(), Some(42));
+    cache.cache().set(b"name", b"not a number", 0, Duration::ZERO).unwrap();
+    assert!(matches!(cache.get(&"name".to_string()), Err(TypedError::Codec(e)) if e.is_decode()));
 }

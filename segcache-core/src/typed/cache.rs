@@ -9,9 +9,6 @@ use crate::typed::codec::{Codec, CodecError, Postcard};
 use crate::typed::error::TypedError;
 use crate::{Error, SharedCache, StoreMode, StoreOptions};
 
-/// Room for most encoded keys: one allocation per call, however the key encodes.
-const KEY_CAPACITY: usize = 32;
-
 /// A typed handle over a [`SharedCache`]: keys of type `K`, values of type `V`, turned into bytes
 /// by the codec `C` (by default [`Postcard`], for any serde type). It has the byte handle's
 /// operations and semantics, its errors ([`TypedError::Cache`]), and its persistence: over a
@@ -205,9 +202,7 @@ where
 {
     /// Runs `f` on `key`'s encoding, for a read.
     pub(crate) fn with_key<R>(&self, key: &K, f: impl FnOnce(&[u8]) -> R) -> Result<R, CodecError> {
-        let mut buf = Vec::with_capacity(KEY_CAPACITY);
-        self.codec.encode(key, &mut buf)?;
-        Ok(f(&buf))
+        self.codec.encode_with(key, f)
     }
 
     /// Runs `f` on `key`'s encoding, for a store: refuses a key the encoding does not identify.

@@ -57,7 +57,26 @@ pub trait Codec<T> {
     /// # Ok::<(), segcache_core::CodecError>(())
     /// ```
     fn decode(&self, bytes: &[u8]) -> Result<T, CodecError>;
+
+    /// Runs `f` on `value`'s encoding. The typed cache encodes keys this way; the default
+    /// encodes into a new `Vec`, and a codec may override it to encode into a buffer on the
+    /// stack ([`Postcard`] does, for encodings of up to 256 bytes).
+    ///
+    /// ```
+    /// use segcache_core::{Codec, Postcard};
+    /// let len = Postcard.encode_with(&"key".to_string(), |bytes| bytes.len())?;
+    /// assert_eq!(len, 4); // a length byte, then the UTF-8
+    /// # Ok::<(), segcache_core::CodecError>(())
+    /// ```
+    fn encode_with<R>(&self, value: &T, f: impl FnOnce(&[u8]) -> R) -> Result<R, CodecError> {
+        let mut out = Vec::new();
+        self.encode(value, &mut out)?;
+        Ok(f(&out))
+    }
 }
+
+/// The stack buffer of [`Postcard`]'s `encode_with`: longer than any key (250 bytes).
+const STACK_ENCODING: usize = 256;
 
 /// A codec's failure: a value it cannot encode, or bytes it cannot decode (written by another
 /// type, another codec, or a byte-level user of the same cache).
@@ -148,6 +167,20 @@ impl<T: Serialize + DeserializeOwned> Codec<T> for Postcard {
         let buf = std::mem::take(out);
         *out = postcard::to_extend(value, buf).map_err(CodecError::encode)?;
         Ok(())
+    }
+
+    fn encode_with<R>(&self, value: &T, f: impl FnOnce(&[u8]) -> R) -> Result<R, CodecError> {
+        let mut buf = [0u8; STACK_ENCODING];
+        match postcard::to_slice(value, &mut buf) {
+            Ok(bytes) => Ok(f(bytes)),
+            // Longer than the buffer: encoded again, into the heap.
+            Err(postcard::Error::SerializeBufferFull) => {
+                let mut out = Vec::new();
+                self.encode(value, &mut out)?;
+                Ok(f(&out))
+            }
+            Err(e) => Err(CodecError::encode(e)),
+        }
     }
 
     fn decode(&self, bytes: &[u8]) -> Result<T, CodecError> {
