@@ -26,6 +26,18 @@ struct Args {
     /// Rounds; each phase reports its median.
     #[arg(long, default_value_t = 21)]
     rounds: usize,
+    /// Times this phase alone (for callgrind: `--toggle-collect='typed::per_call*'` counts the
+    /// instructions of the timed calls only).
+    #[arg(long, value_enum)]
+    only: Option<Phase>,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    Get,
+    GetWith,
+    Decode,
+    Typed,
 }
 
 #[derive(Serialize, Deserialize, PartialEq, Debug)]
@@ -35,7 +47,8 @@ struct User {
     score: f32,
 }
 
-/// Nanoseconds per call of `f` over `0..n`.
+/// Nanoseconds per call of `f` over `0..n`. Out of line, so that callgrind can count it alone.
+#[inline(never)]
 fn per_call(n: u64, mut f: impl FnMut(u64)) -> f64 {
     let start = Instant::now();
     for i in 0..n {
@@ -66,22 +79,28 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         encoded.iter().map(|k| cache.cache().get(k).map(|i| i.value)).collect::<Option<_>>().ok_or("missing")?;
     let bytes = cache.cache();
     let (mut get, mut get_with, mut decode, mut typed) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    let runs = |phase| !matches!(args.only, Some(only) if only != phase);
     for _ in 0..args.rounds {
-        get.push(per_call(args.keys, |i| {
+        get.push(per_call(if runs(Phase::Get) { args.keys } else { 0 }, |i| {
             black_box(bytes.get(black_box(&encoded[i as usize])));
         }));
-        get_with.push(per_call(args.keys, |i| {
+        get_with.push(per_call(if runs(Phase::GetWith) { args.keys } else { 0 }, |i| {
             black_box(bytes.get_with(black_box(&encoded[i as usize]), |item| item.value().len()));
         }));
-        decode.push(per_call(args.keys, |i| {
+        decode.push(per_call(if runs(Phase::Decode) { args.keys } else { 0 }, |i| {
             let user: User = Postcard.decode(black_box(&stored[i as usize])).unwrap();
             black_box(user);
         }));
-        typed.push(per_call(args.keys, |i| {
+        typed.push(per_call(if runs(Phase::Typed) { args.keys } else { 0 }, |i| {
             black_box(cache.get(black_box(&i)).unwrap());
         }));
     }
     let (get, get_with, decode, typed) = (median(get), median(get_with), median(decode), median(typed));
+    if let Some(only) = args.only {
+        let ns = [get, get_with, decode, typed].into_iter().find(|ns| !ns.is_nan()).unwrap_or(f64::NAN);
+        println!("{only:?}: median {ns:.1} ns per call over {} keys, {} rounds", args.keys, args.rounds);
+        return Ok(());
+    }
     println!("keys {}, rounds {}: median ns per call", args.keys, args.rounds);
     println!("  byte get (copied out)   {get:7.1}");
     println!("  byte get_with (no copy) {get_with:7.1}");
