@@ -19,9 +19,11 @@ use crate::{Error, SharedCache, StoreMode, StoreOptions};
 /// The cache hashes and compares a key's *encoded bytes*, not the key: two keys are the same
 /// key when they encode the same. So a store refuses, with [`TypedError::KeyNotCanonical`], a
 /// key whose encoding decodes to a key that is not equal to it (a float NaN, or a type whose
-/// `PartialEq` ignores what it encodes) or that encodes differently (a `HashMap` or `HashSet`
-/// of two or more entries: their order, so their encoding, changes from one map to the next).
-/// Use a `BTreeMap`, `BTreeSet` or sorted `Vec` in keys instead. Floats are compared by their
+/// `PartialEq` ignores what it encodes) or that encodes differently. The last catches a
+/// `HashMap` or `HashSet`, whose order, so its encoding, changes from one map to the next, only
+/// when the decoded copy happens to iterate in another order: nearly always for a dozen
+/// entries, half the time for two. Do not put hash maps or sets in keys; use a `BTreeMap`,
+/// `BTreeSet` or sorted `Vec`. Floats are compared by their
 /// bits: `0.0` and `-0.0` are two keys. An encoded key is 1 to 250 bytes, as a byte key
 /// ([`Error::EmptyKey`], [`Error::KeyTooLong`]). Reads make no such check: a key that cannot
 /// be stored is simply not found.

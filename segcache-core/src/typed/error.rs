@@ -28,8 +28,9 @@ pub enum TypedError<E = Infallible> {
     /// The codec could not encode the key or value, or decode the stored value.
     Codec(CodecError),
     /// A key whose encoding does not identify it: it decodes to a key that is not equal to it
-    /// (a float NaN), or to one that encodes differently (a hash map or set, whose order
-    /// varies). A cache compares keys by their encoding, so such a key could never be found.
+    /// (a float NaN), or to one that encodes differently (a hash map or set whose decoded copy
+    /// iterates in another order). A cache compares keys by their encoding, so such a key could
+    /// not be found again.
     KeyNotCanonical,
     /// The loader failed. Nothing was stored.
     Loader(E),
