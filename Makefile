@@ -44,6 +44,7 @@ lint:
 	$(CARGO) fmt --manifest-path python/Cargo.toml --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check
 	$(CARGO) clippy --workspace --all-targets --release -- -D warnings
+	$(CARGO) clippy -p segcache-core --all-targets --release --features serde,async -- -D warnings
 	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) clippy --locked --manifest-path python/Cargo.toml --all-targets -- -D warnings
 
 # The Rust crate's documentation (docs/rust.md): the API reference builds with warnings denied
@@ -53,14 +54,14 @@ lint:
 RUSTDOC ?= rustdoc
 .PHONY: doc
 doc:
-	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p segcache-core --no-deps
+	RUSTDOCFLAGS="-D warnings" $(CARGO) doc -p segcache-core --no-deps --features serde,async
 	if rustup toolchain list 2>/dev/null | grep nightly >/dev/null; then
-	  CARGO_TARGET_DIR=$(CURDIR)/target/nightly cargo +nightly rustdoc -q -p segcache-core --lib -- -Z unstable-options --output-format json
+	  CARGO_TARGET_DIR=$(CURDIR)/target/nightly cargo +nightly rustdoc -q -p segcache-core --lib --features serde,async -- -Z unstable-options --output-format json
 	  python3 .ci/doc_examples.py $(CURDIR)/target/nightly/doc/segcache_core.json
 	else
 	  echo "doc: no nightly toolchain, so the examples' coverage is not checked"
 	fi
-	$(CARGO) build --release -p segcache-core
+	$(CARGO) build --release -p segcache-core --features serde,async
 	release="$${CARGO_TARGET_DIR:-$(CURDIR)/target}/release"
 	for page in segcache-core/README.md docs/rust.md; do
 	  $(RUSTDOC) --edition 2021 --test $$page -L "$$release/deps" --extern segcache_core="$$release/libsegcache_core.rlib"
@@ -69,6 +70,11 @@ doc:
 
 test-rust:
 	$(CARGO) test --workspace --release
+	# The optional features (typed keys and values, async loaders): their tests and API examples,
+	# and the async example on tokio. Only the crate is rebuilt with them, not its dependents.
+	$(CARGO) test --release -p segcache-core --features serde,async --test typed --test typed_async --test async_loader
+	$(CARGO) test --release -p segcache-core --features serde,async --doc -- typed:: future::
+	$(CARGO) run --release -p segcache-core --features serde,async --example async_loader
 	# The shard lock's protocol under loom's model checker (its own target dir: other RUSTFLAGS).
 	RUSTFLAGS="--cfg loom" CARGO_TARGET_DIR=$(CURDIR)/target/loom $(CARGO) test --release -p segcache-core --lib sync::lock::loom_tests
 	# Processes sharing one file: the pre-fork example runs its workers and checks what they stored.
@@ -206,6 +212,8 @@ test-bench: deps
 	grep -q '^| private anonymous cache each | 2 |' <<<"$$out"
 	$(CARGO) build --release -p segcache-engine-benches --bin instructions
 	"$${CARGO_TARGET_DIR:-target}/release/instructions" --libs ours-single,ours,quick-cache,lru --budget benches/engine/budget.txt
+	# The typed handle's get against the byte get plus decoding (docs/engine-bench.md): a short run.
+	$(CARGO) run --release -p segcache-engine-benches --features typed --bin typed -- --keys 20000 --rounds 3
 	$(CARGO) build --release -p segcache-engine-benches --bin stalls
 	out=$$("$${CARGO_TARGET_DIR:-target}/release/stalls" --heap-mib 8 --segment-kib 256 --keys 10000 --ops 200000)
 	echo "$$out"

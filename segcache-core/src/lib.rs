@@ -14,6 +14,12 @@
 //! - [`SharedCache::get_or_insert_with`] / [`SharedCache::try_get_or_insert_with`]: single-flight
 //!   loaders (one loader per missing key at a time; see [`LoadError`]).
 //!
+//! Two optional features, off by default:
+//! - `serde`: `TypedCache`, a handle for keys and values of any serde type (a `Codec` turns
+//!   them into bytes; the default is postcard's format).
+//! - `async`: `SharedCache::get_or_insert_with_async` and `try_get_or_insert_with_async`,
+//!   single-flight loaders that take a future and run on any executor.
+//!
 //! Both handles have the same operations, with memcached's semantics: reads
 //! ([`SharedCache::get`], [`SharedCache::get_with`], [`SharedCache::get_many`]), stores
 //! ([`SharedCache::set`], [`SharedCache::add`], [`SharedCache::replace`], [`SharedCache::cas`]),
@@ -43,6 +49,8 @@ mod engine;
 mod error;
 mod eviction;
 mod fork;
+#[cfg(feature = "async")]
+mod future;
 mod hash;
 mod hashtable;
 mod item;
@@ -58,6 +66,8 @@ mod size;
 mod stats;
 mod sync;
 mod ttl_buckets;
+#[cfg(feature = "serde")]
+mod typed;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_KEY_LEN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
@@ -77,3 +87,5 @@ pub use shared::handle::SharedCache;
 pub use size::{parse_size, SizeError};
 pub use stats::{Figure, FigureKind, Stats};
 pub use ttl_buckets::ttl;
+#[cfg(feature = "serde")]
+pub use typed::{Codec, CodecError, Postcard, TypedCache, TypedError};
