@@ -202,7 +202,7 @@ test-bench: deps
 	grep -q '^| 50:50 get:set, Zipf 0.99 | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* |$$' <<<"$$out"
 	grep -q '^| private anonymous cache each | 2 |' <<<"$$out"
 	$(CARGO) build --release -p segcache-engine-benches --bin instructions
-	"$${CARGO_TARGET_DIR:-target}/release/instructions" --libs ours-single,ours,quick-cache,lru --budget benches/engine/budget.txt
+	"$${CARGO_TARGET_DIR:-target}/release/instructions" --libs floor,ours-single,ours,quick-cache,lru --budget benches/engine/budget.txt
 	$(CARGO) build --release -p segcache-engine-benches --bin stalls
 	out=$$("$${CARGO_TARGET_DIR:-target}/release/stalls" --heap-mib 8 --segment-kib 256 --keys 10000 --ops 200000)
 	echo "$$out"
