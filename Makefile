@@ -211,7 +211,7 @@ test-bench: deps
 	grep -q '^| 50:50 get:set, Zipf 0.99 | [0-9.]* | [0-9.]* | [0-9.]* | [0-9.]* |$$' <<<"$$out"
 	grep -q '^| private anonymous cache each | 2 |' <<<"$$out"
 	$(CARGO) build --release -p segcache-engine-benches --bin instructions
-	"$${CARGO_TARGET_DIR:-target}/release/instructions" --libs ours-single,ours,quick-cache,lru --budget benches/engine/budget.txt
+	"$${CARGO_TARGET_DIR:-target}/release/instructions" --libs floor,ours-single,ours,quick-cache,lru --budget benches/engine/budget.txt
 	# The typed handle's get against the byte get plus decoding (docs/engine-bench.md): a short run.
 	$(CARGO) run --release -p segcache-engine-benches --features typed --bin typed -- --keys 20000 --rounds 3
 	$(CARGO) build --release -p segcache-engine-benches --bin stalls

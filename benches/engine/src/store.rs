@@ -22,6 +22,9 @@ pub enum Lib {
     Ours,
     /// `segcache_core::Segcache` (this project, single owner; one thread only).
     OursSingle,
+    /// The smallest get `SharedCache`'s layout allows (`SharedCache::floor_get`: no lock, no
+    /// expiry, no state, no counters); its stores are `SharedCache`'s. Read-only runs only.
+    Floor,
     /// `segcache` 0.4.4 (Pelikan's crate, thread-safe).
     Pelikan,
     /// `quick_cache::sync::Cache`.
@@ -43,6 +46,7 @@ impl Lib {
         match self {
             Lib::Ours => "segcache-core SharedCache",
             Lib::OursSingle => "segcache-core Segcache",
+            Lib::Floor => "segcache-core layout floor (bench only)",
             Lib::Pelikan => "segcache 0.4.4 (Pelikan)",
             Lib::QuickCache => "quick_cache 0.7 sync",
             Lib::Moka => "moka 0.12 sync",
@@ -55,6 +59,7 @@ impl Lib {
         match self {
             Lib::Ours => "ours",
             Lib::OursSingle => "ours-single",
+            Lib::Floor => "floor",
             Lib::Pelikan => "pelikan",
             Lib::QuickCache => "quick-cache",
             Lib::Moka => "moka",
@@ -64,7 +69,7 @@ impl Lib {
 
     /// Whether the library is sized by a byte budget (true) or by an item count (false).
     pub fn has_byte_budget(self) -> bool {
-        matches!(self, Lib::Ours | Lib::OursSingle | Lib::Pelikan)
+        matches!(self, Lib::Ours | Lib::OursSingle | Lib::Floor | Lib::Pelikan)
     }
 }
 
@@ -187,6 +192,26 @@ impl SharedStore for segcache_core::SharedCache {
     }
     fn describe(&self) -> String {
         describe_ours(&self.stats())
+    }
+}
+
+/// `SharedCache` read through its floor (`Lib::Floor`).
+pub struct Floor(pub segcache_core::SharedCache);
+
+impl SharedStore for Floor {
+    #[inline]
+    fn get(&self, key: &[u8]) -> Option<usize> {
+        // SAFETY: the benchmarks run `Lib::Floor` read-only, from one thread at a time: no store
+        // runs beside a read.
+        unsafe { self.0.floor_get(key, touch) }
+    }
+    #[inline]
+    fn set(&self, key: &[u8], value: &[u8]) -> bool {
+        SharedStore::set(&self.0, key, value)
+    }
+    #[inline]
+    fn delete(&self, key: &[u8]) -> bool {
+        SharedStore::delete(&self.0, key)
     }
 }
 
@@ -415,6 +440,7 @@ pub fn with_cache<V: Visit>(lib: Lib, s: &Sizing, v: V) -> V::Out {
     match lib {
         Lib::Ours => v.shared(lib, build_ours(s)),
         Lib::OursSingle => v.single(lib, build_ours_single(s)),
+        Lib::Floor => v.shared(lib, Floor(build_ours(s))),
         Lib::Pelikan => v.shared(lib, build_pelikan(s)),
         Lib::QuickCache => v.shared(lib, build_quick(s)),
         Lib::Moka => v.shared(lib, build_moka(s)),
@@ -450,6 +476,26 @@ mod tests {
         let s = Sizing::holding(1000);
         for lib in Lib::ALL {
             with_cache(lib, &s, Check);
+        }
+    }
+
+    /// The floor reads what `SharedCache` stored, and nothing else: a hit gives the value, an
+    /// absent key and a key whose tag matches another's (same chain, other key) give nothing.
+    #[test]
+    fn the_floor_reads_back_what_was_stored() {
+        use crate::keys::{format_key, Key};
+        let s = Sizing::holding(20_000);
+        let floor = Floor(build_ours(&s));
+        let mut k: Key = Default::default();
+        for i in 0..20_000u64 {
+            format_key(i, &mut k);
+            assert!(SharedStore::set(&floor, &k, &VALUE));
+        }
+        for i in 0..40_000u64 {
+            format_key(i, &mut k);
+            let want = (i < 20_000).then(|| touch(&VALUE));
+            assert_eq!(SharedStore::get(&floor, &k), want, "key {i}");
+            assert_eq!(SharedStore::get(&floor, &k), SharedStore::get(&floor.0, &k), "key {i}");
         }
     }
 

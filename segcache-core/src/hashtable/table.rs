@@ -137,10 +137,16 @@ impl<'a> Table<'a> {
 
     /// The slot of the key with this hash, `is_key` deciding between tag matches.
     #[inline]
-    pub fn find(&self, hash: u64, mut is_key: impl FnMut(Loc) -> bool) -> Option<Found<'a>> {
+    pub fn find(&self, hash: u64, is_key: impl FnMut(Loc) -> bool) -> Option<Found<'a>> {
         if !self.may_hold(hash) {
             return None;
         }
+        self.find_in_chain(hash, is_key)
+    }
+
+    /// `find` for a caller that has asked the summary already (`may_hold`).
+    #[inline]
+    pub fn find_in_chain(&self, hash: u64, mut is_key: impl FnMut(Loc) -> bool) -> Option<Found<'a>> {
         let tag = tag_of(hash);
         let mut value = 0;
         let slot = self.scan(hash, |_, v| {

@@ -363,6 +363,19 @@ impl SharedCache {
         self.get_locked(i, key, h, &mut buf, &opts, f)
     }
 
+    /// The smallest get this layout allows (see `ShardView::floor`), for the engine benchmarks
+    /// to measure [`get_with`](Self::get_with) against. Not an API.
+    ///
+    /// # Safety
+    /// No other thread or process may write to the cache while it runs.
+    #[cfg(feature = "floor")]
+    #[doc(hidden)]
+    #[inline]
+    pub unsafe fn floor_get<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let (h, i) = self.locate(key);
+        self.views[i].floor(key, h, f)
+    }
+
     /// `get_with` under the shard's read lock: for large items, and after lock-free tries that
     /// writers overlapped. Out of line, so that the lock-free path inlines `peek` alone.
     #[cold]

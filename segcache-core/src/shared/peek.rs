@@ -228,7 +228,7 @@ impl ShardView {
         let bit = if self.rewrites { slot::INFO_LOCKED } else { 0 };
         let Some(info) = word_snapshot(info_word, bit) else { return Peeked::Busy };
         let mut copied = None;
-        let found = self.table.find(h, |loc| {
+        let found = self.table.find_in_chain(h, |loc| {
             copied = self.copy_record(loc, buf);
             match copied {
                 // Too large to copy: it may not even be this key, but the lock will tell.
@@ -275,6 +275,40 @@ impl ShardView {
         let create_at = unsafe { read(&raw const (*self.segs.add(seg)).create_at) };
         let state = state_of(&stamp, create_at, found.value, now);
         Peeked::Hit { found, at, header, cas, expire_at, now, state }
+    }
+
+    /// The smallest read this layout allows: the key's chain walked for a tag match, the record
+    /// it points at decoded only as far as its key and value, the key compared, the value handed
+    /// to `f`. No lock, no expiry, no state, no counters, no copy: for measuring the real read
+    /// against, from one thread with no writer (then every slot leads to a whole record).
+    #[cfg(feature = "floor")]
+    #[inline(always)]
+    pub(crate) fn floor<R>(&self, key: &[u8], h: u64, f: impl FnOnce(&[u8]) -> R) -> Option<R> {
+        let tag = slot::tag_of(h);
+        let mut value: Option<&[u8]> = None;
+        self.table.scan(h, |_, v| {
+            if slot::slot_tag(v) != tag {
+                return false;
+            }
+            let loc = slot::slot_loc(v);
+            let offset = loc.offset as usize;
+            // SAFETY: with no writer, a slot names a whole record inside its segment, and the
+            // segment lies in the heap (`floor_get`'s contract).
+            let rec = unsafe {
+                std::slice::from_raw_parts(
+                    self.heap.add(loc.seg as usize * self.segment_size + offset),
+                    self.segment_size - offset,
+                )
+            };
+            let Some(header) = record::header(rec) else { return false };
+            let (k, rest) = rec[header.key_at()..].split_at(header.key_len);
+            if !record::same_key(key, k) {
+                return false;
+            }
+            value = Some(&rest[..header.value_len]);
+            true
+        });
+        value.map(f)
     }
 
     /// Copies the record at `loc` into `buf` (unless it is longer than `PEEK_BYTES`) and returns
