@@ -5,7 +5,12 @@ use std::sync::Arc;
 
 use crate::Item;
 
-/// Why an item left the cache.
+/// Why an item left the cache, as far as the engine knows it.
+///
+/// The engine tells of every item that expires or is evicted, of every item a delete removes,
+/// and of every item a store (a set, an append, an increment, a compute) replaces with a new
+/// version. It does not tell of items a flush removes, nor of items whose expiry passed but whose
+/// segment still holds them (a read misses on those; they are told of when the segment goes).
 ///
 /// ```
 /// use std::sync::{Arc, Mutex};
@@ -18,14 +23,24 @@ use crate::Item;
 /// let mut cache = Builder::new()
 ///     .heap_size(4 << 20)
 ///     .clock(clock.clone())
-///     .eviction_listener(move |item, cause| log.lock().unwrap().push((item.key().to_vec(), cause)))
+///     .eviction_listener(move |item, cause| {
+///         log.lock().unwrap().push((item.key().to_vec(), item.value().to_vec(), cause))
+///     })
 ///     .build()?;
 /// cache.set(b"k", b"v", 0, Duration::from_secs(5))?;
-/// cache.set(b"gone", b"v", 0, Duration::ZERO)?;
-/// cache.delete(b"gone")?; // a delete is the owner's doing: not reported
+/// cache.set(b"gone", b"old", 0, Duration::ZERO)?;
+/// cache.set(b"gone", b"new", 0, Duration::ZERO)?; // the old version is replaced
+/// cache.delete(b"gone")?; // the owner removed it
 /// clock.advance(10);
 /// cache.expire();
-/// assert_eq!(*removed.lock().unwrap(), [(b"k".to_vec(), RemovalCause::Expired)]);
+/// assert_eq!(
+///     *removed.lock().unwrap(),
+///     [
+///         (b"gone".to_vec(), b"old".to_vec(), RemovalCause::Replaced),
+///         (b"gone".to_vec(), b"new".to_vec(), RemovalCause::Removed),
+///         (b"k".to_vec(), b"v".to_vec(), RemovalCause::Expired),
+///     ]
+/// );
 /// # Ok::<(), segcache_core::Error>(())
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,11 +49,36 @@ pub enum RemovalCause {
     Expired,
     /// Eviction made room for new items.
     Evicted,
+    /// The owner deleted it (`delete`, `delete_cas`, or a compute that chose to remove it).
+    Removed,
+    /// A store wrote a new version of its key (`set`, `cas`, `append`, `incr`, a compute that
+    /// put a value, ...): the listener gets the old version.
+    Replaced,
 }
 
-/// A function told of each item that expires or is evicted (see
+impl RemovalCause {
+    /// The cause in lower case, as the C and Python faces name it: `"expired"`, `"evicted"`,
+    /// `"removed"` or `"replaced"`.
+    ///
+    /// ```
+    /// use segcache_core::RemovalCause;
+    /// assert_eq!(RemovalCause::Replaced.name(), "replaced");
+    /// ```
+    pub fn name(self) -> &'static str {
+        match self {
+            RemovalCause::Expired => "expired",
+            RemovalCause::Evicted => "evicted",
+            RemovalCause::Removed => "removed",
+            RemovalCause::Replaced => "replaced",
+        }
+    }
+}
+
+/// A function told of each item that leaves the cache, with the [`RemovalCause`] (see
 /// [`Builder::eviction_listener`](crate::Builder::eviction_listener)). It runs while the item's
-/// shard is locked for writing: keep it short, and do not call back into the cache.
+/// shard is locked for writing: keep it short, and do not call back into the cache (copy what
+/// it needs and act on it after the call that removed the item returns, as the C and Python
+/// faces do).
 ///
 /// ```
 /// use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};

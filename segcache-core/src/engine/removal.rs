@@ -1,5 +1,5 @@
-//! Telling the owner about items that leave on the engine's own initiative: expired with their
-//! segment, or evicted (a segment evicted or merged away, or a full hash chain).
+//! Telling the owner about items that leave: expired with their segment, evicted (a segment
+//! evicted or merged away, or a full hash chain), deleted, or replaced by a new version.
 
 use crate::engine::read::state_of;
 use crate::hashtable::slot::Loc;
@@ -8,7 +8,8 @@ use crate::record;
 use crate::{Item, Segcache};
 
 impl Segcache {
-    /// Sets (or with `None` removes) the function told of each item that expires or is evicted.
+    /// Sets (or with `None` removes) the function told of each item that leaves the cache (see
+    /// [`RemovalCause`](crate::RemovalCause)): expired, evicted, removed or replaced.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
