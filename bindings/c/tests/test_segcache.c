@@ -2534,6 +2534,43 @@ static void test_eviction_listener(void) {
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
 }
 
+/* The example of docs/c.md's "Compute and the removal listener", as written there. */
+static int doc_add_one(void *user_data, const segcache_item_t *current, segcache_compute_t *decision) {
+    (void)user_data;
+    char num[24] = "0";
+    if (current != NULL && current->value_len < sizeof num) {
+        memcpy(num, current->value, current->value_len);
+        num[current->value_len] = '\0';
+    }
+    int len = snprintf(num, sizeof num, "%llu", strtoull(num, NULL, 10) + 1);
+    return segcache_compute_put(decision, (const uint8_t *)num, (size_t)len, /*flags*/ 0, /*ttl*/ 0) == SEGCACHE_OK
+               ? 0 : -1; /* non-zero: change nothing, SEGCACHE_LOAD_FAILED */
+}
+
+static void doc_on_removal(void *user_data, const segcache_item_t *item, segcache_removal_cause_t cause) {
+    (void)item;
+    int *replaced = user_data;
+    if (cause == SEGCACHE_REMOVAL_REPLACED) ++*replaced; /* item: the old version */
+}
+
+static void test_doc_compute_and_listener(void) {
+    segcache_t *cache = open_small(0);
+    int replaced = 0;
+    segcache_set_eviction_listener(cache, doc_on_removal, &replaced);
+    segcache_computed_t what;
+    uint64_t cas;
+    segcache_compute(cache, (const uint8_t *)"hits", 4, doc_add_one, NULL, &what, &cas); /* INSERTED, "1" */
+    CHECK(what == SEGCACHE_COMPUTED_INSERTED && replaced == 0);
+    segcache_compute(cache, (const uint8_t *)"hits", 4, doc_add_one, NULL, &what, &cas); /* REPLACED, "2" */
+    CHECK(what == SEGCACHE_COMPUTED_REPLACED && replaced == 1);
+    segcache_set_eviction_listener(cache, NULL, NULL);
+    char buf[8];
+    segcache_meta_t meta;
+    CHECK_ST(get_str(cache, "hits", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "2") == 0 && meta.cas == cas);
+    CHECK_ST(segcache_close(cache), SEGCACHE_OK);
+}
+
 int main(int argc, char **argv) {
     /* the spawn test runs this binary again: argv[0] when it names a path (valgrind runs the
      * test binary from it too), else what the kernel says */
@@ -2575,6 +2612,7 @@ int main(int argc, char **argv) {
     test_compute();
     test_compute_threads();
     test_eviction_listener();
+    test_doc_compute_and_listener();
     test_mp_settings();
     test_mp_prefork();
     test_mp_spawn();

@@ -32,6 +32,7 @@
 //!   `sync`, `__enter__`/`__exit__`) and the read-only properties;
 //! - [`ops`]: the cache operations (`get`, `set`, `cas`, `incr`, `get_or_set`, ...) and their
 //!   helpers;
+//! - [`compute`]: `compute`, a read-decide-write of one key in Python;
 //! - [`mapping`]: the `MutableMapping` protocol (`cache[key]`, `keys()`, `pop`, `update`, ...);
 //! - [`iter`]: iteration (`iter(cache)`, the views' iterators) over the engine's key scan.
 
@@ -49,9 +50,12 @@ use crate::clock::ManualClock;
 use crate::convert;
 use crate::errors::{closed, engine_error};
 
+mod compute;
 mod iter;
 mod mapping;
 mod ops;
+
+pub use compute::register as register_compute;
 
 /// The thread-safe segment cache. See the package README for the full API.
 #[pyclass(module = "segcache", frozen)]
@@ -70,6 +74,8 @@ pub struct Cache {
     opener: u32,
     /// Where the last `popitem()` found a key: the next one starts its scan there.
     pop_hint: AtomicU64,
+    /// `eviction_listener=` was given: calls hand it the items they removed (`listener`).
+    listening: bool,
 }
 
 impl Cache {
@@ -77,14 +83,21 @@ impl Cache {
     /// `segcache.ForkedError` (in a `fork()` child of the process that opened it).
     #[inline(always)]
     fn with<R>(&self, f: impl FnOnce(&SharedCache) -> PyResult<R>) -> PyResult<R> {
-        let guard = self.inner.read_recursive();
-        match guard.as_ref() {
-            Some(c) if !self.closing.load(Ordering::Relaxed) => {
-                c.check_fork().map_err(engine_error)?;
-                f(c)
+        let result = {
+            let guard = self.inner.read_recursive();
+            match guard.as_ref() {
+                Some(c) if !self.closing.load(Ordering::Relaxed) => {
+                    c.check_fork().map_err(engine_error)?;
+                    f(c)
+                }
+                _ => Err(closed()),
             }
-            _ => Err(closed()),
+        };
+        // After the engine returned and its locks are released: the listener may use the cache.
+        if self.listening {
+            crate::listener::deliver();
         }
+        result
     }
 
     /// `Closed` or `ForkedError` as [`Cache::with`] would raise them, for a method that may not
@@ -100,7 +113,8 @@ impl Cache {
     #[new]
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
-                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true))]
+                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true,
+                        eviction_listener=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -117,7 +131,15 @@ impl Cache {
         multi_process: bool,
         prefault: bool,
         touch_ahead: bool,
+        eviction_listener: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let listener = eviction_listener.filter(|f| !f.is_none());
+        if let Some(f) = listener.filter(|f| !f.is_callable()) {
+            return Err(PyTypeError::new_err(format!(
+                "eviction_listener must be callable, not {}",
+                convert::type_name(f)
+            )));
+        }
         // Unless told, the engine's defaults, as every face of segcache has them.
         let heap_size = match heap_size {
             Some(v) => convert::size(v, "heap_size")?,
@@ -172,6 +194,9 @@ impl Cache {
         }
         // Opening may map and check a persisted heap of gigabytes: let other threads run.
         let cache = py.detach(move || b.build_shared()).map_err(engine_error)?;
+        if let Some(f) = listener {
+            cache.set_eviction_listener(Some(crate::listener::queueing(f.clone().unbind())));
+        }
         Ok(Cache {
             inner: RwLock::new(Some(cache)),
             closing: AtomicBool::new(false),
@@ -183,6 +208,7 @@ impl Cache {
             multi_process,
             opener: std::process::id(),
             pop_hint: AtomicU64::new(0),
+            listening: listener.is_some(),
         })
     }
 
