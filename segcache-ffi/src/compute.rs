@@ -9,7 +9,7 @@ use crate::args::{self, put_opt};
 use crate::error::Fail;
 use crate::guard::run_keyed;
 use crate::handle::segcache_t;
-use crate::listener::under_lock;
+use crate::pending::under_lock;
 use crate::read::{segcache_item_t, view};
 use crate::status::segcache_status_t::{self, *};
 

@@ -54,7 +54,7 @@ pub(crate) unsafe fn run_with(
         h.cache.check_fork()?;
         body(h)
     });
-    crate::listener::deliver_pending();
+    crate::pending::deliver_pending();
     status
 }
 

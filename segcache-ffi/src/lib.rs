@@ -27,6 +27,7 @@ mod error;
 mod guard;
 mod handle;
 mod open;
+mod pending;
 mod read;
 mod scan;
 mod state;
