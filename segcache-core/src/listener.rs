@@ -100,7 +100,16 @@ impl RemovalCause {
 /// # Ok::<(), segcache_core::Error>(())
 /// ```
 #[derive(Clone)]
-pub struct RemovalListener(pub(crate) Arc<ListenerFn>);
+pub struct RemovalListener(pub(crate) Arc<ListenerFn>, pub(crate) Hears);
+
+/// Which removals a [`RemovalListener`] is told of.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Hears {
+    /// Every cause.
+    All,
+    /// Only [`RemovalCause::Expired`] and [`RemovalCause::Evicted`].
+    EngineOnly,
+}
 
 /// What a [`RemovalListener`] calls.
 type ListenerFn = dyn Fn(&Item<'_>, RemovalCause) + Send + Sync;
@@ -119,7 +128,37 @@ impl RemovalListener {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn new(f: impl Fn(&Item<'_>, RemovalCause) + Send + Sync + 'static) -> RemovalListener {
-        RemovalListener(Arc::new(f))
+        RemovalListener(Arc::new(f), Hears::All)
+    }
+
+    /// Wraps `f`, to be told only of items that leave on the engine's own initiative
+    /// ([`RemovalCause::Expired`], [`RemovalCause::Evicted`]). Deletes and replacements then cost
+    /// what they cost with no listener set (a listener told of replacements takes every set of an
+    /// existing key through the shard's exclusive lock, to see the old version).
+    ///
+    /// ```
+    /// use std::sync::{Arc, Mutex};
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, ManualClock, RemovalCause, RemovalListener};
+    ///
+    /// let clock = ManualClock::new(1_000);
+    /// let cache = Builder::new().heap_size(8 << 20).clock(clock.clone()).build_shared()?;
+    /// let heard = Arc::new(Mutex::new(Vec::new()));
+    /// let log = Arc::clone(&heard);
+    /// cache.set_eviction_listener(Some(RemovalListener::expired_or_evicted(move |item, cause| {
+    ///     log.lock().unwrap().push((item.key().to_vec(), cause));
+    /// })));
+    /// cache.set(b"k", b"1", 0, Duration::from_secs(5))?;
+    /// cache.set(b"k", b"2", 0, Duration::from_secs(5))?; // a replacement: not told of
+    /// cache.set(b"d", b"1", 0, Duration::ZERO)?;
+    /// cache.delete(b"d")?; // a delete: not told of
+    /// clock.advance(10);
+    /// cache.expire();
+    /// assert_eq!(*heard.lock().unwrap(), [(b"k".to_vec(), RemovalCause::Expired)]);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn expired_or_evicted(f: impl Fn(&Item<'_>, RemovalCause) + Send + Sync + 'static) -> RemovalListener {
+        RemovalListener(Arc::new(f), Hears::EngineOnly)
     }
 }
 

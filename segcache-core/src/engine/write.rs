@@ -318,7 +318,7 @@ impl Segcache {
             return Err(Error::Exists);
         }
         let loc = slot::slot_loc(found.value);
-        self.tell_removal(loc, found.value, crate::RemovalCause::Removed);
+        self.tell_owner_removal(loc, found.value, crate::RemovalCause::Removed);
         self.kill_parsed(loc, live_len);
         self.remove_slot(h, found.slot);
         self.table().touch_info(h, now);
@@ -441,7 +441,7 @@ impl Segcache {
         let new = slot::pack(slot::tag_of(h), freq, loc) | fetched;
         match old {
             Some(f) => {
-                self.tell_removal(slot::slot_loc(f.value), f.value, crate::RemovalCause::Replaced);
+                self.tell_owner_removal(slot::slot_loc(f.value), f.value, crate::RemovalCause::Replaced);
                 self.kill(slot::slot_loc(f.value));
                 t.put(h, f.slot, new);
             }

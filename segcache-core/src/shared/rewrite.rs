@@ -40,7 +40,7 @@ impl Segcache {
         if !self.rewrites_shared()
             || len > PEEK_BYTES
             || self.unchecked.is_some()
-            || self.listener.is_some()
+            || self.hears_replacements()
             || !valid_key(key)
         {
             return None;
