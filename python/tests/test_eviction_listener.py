@@ -106,3 +106,13 @@ def test_listener_runs_on_the_thread_that_removed(clock):
         t.join()
     assert sorted(k for _, k in heard) == [b"t0", b"t1", b"t2", b"t3"]
     assert len({tid for tid, _ in heard}) == 4
+
+
+def test_a_large_value_replaced_without_the_gil_is_heard(clock):
+    heard = []
+    c = segcache.Cache(heap_size="8MiB", clock=clock, eviction_listener=lambda k, v, cause: heard.append((k, v, cause)))
+    big = bytes(100_000)  # stored with the GIL released
+    c.set(b"big", big)
+    c.set(b"big", b"small")
+    c.set(b"big", big)
+    assert heard == [(b"big", big, "replaced"), (b"big", b"small", "replaced")]
