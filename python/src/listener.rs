@@ -28,8 +28,7 @@ thread_local! {
 
 /// The engine's listener for `callable`: queues a copy of each removed item on the thread that
 /// removed it.
-pub fn queueing(callable: Py<PyAny>) -> RemovalListener {
-    let to = Arc::new(callable);
+pub fn queueing(to: Arc<Py<PyAny>>) -> RemovalListener {
     RemovalListener::new(move |item, cause| {
         let r = Removal { to: Arc::clone(&to), key: item.key().to_vec(), value: item.value().to_vec(), cause };
         // `try_with`: a removal during the thread's teardown has no call left to deliver it.

@@ -1,8 +1,10 @@
 """Cache(eviction_listener=fn): fn(key, value, cause) for each item that leaves, run with no
 engine lock held (it may use the cache), its exceptions reported to sys.unraisablehook."""
 
+import gc
 import sys
 import threading
+import weakref
 
 import pytest
 
@@ -116,3 +118,19 @@ def test_a_large_value_replaced_without_the_gil_is_heard(clock):
     c.set(b"big", b"small")
     c.set(b"big", big)
     assert heard == [(b"big", big, "replaced"), (b"big", b"small", "replaced")]
+
+
+def test_a_listener_that_refers_to_its_cache_is_collected_with_it(clock):
+    def make():
+        c = None
+
+        def listener(key, value, cause):
+            c.get(key)
+
+        c = segcache.Cache(heap_size="4MiB", clock=clock, eviction_listener=listener)
+        c.set(b"k", b"v")
+        return weakref.ref(listener)
+
+    gone = make()
+    gc.collect()
+    assert gone() is None

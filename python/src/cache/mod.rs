@@ -33,11 +33,13 @@
 //! - [`ops`]: the cache operations (`get`, `set`, `cas`, `incr`, `get_or_set`, ...) and their
 //!   helpers;
 //! - [`compute`]: `compute`, a read-decide-write of one key in Python;
+//! - [`listening`]: the cycle collector's view of the `eviction_listener` callable;
 //! - [`mapping`]: the `MutableMapping` protocol (`cache[key]`, `keys()`, `pop`, `update`, ...);
 //! - [`iter`]: iteration (`iter(cache)`, the views' iterators) over the engine's key scan.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
@@ -52,6 +54,7 @@ use crate::errors::{closed, engine_error};
 
 mod compute;
 mod iter;
+mod listening;
 mod mapping;
 mod ops;
 
@@ -76,6 +79,9 @@ pub struct Cache {
     pop_hint: AtomicU64,
     /// `eviction_listener=` was given: calls hand it the items they removed (`listener`).
     listening: bool,
+    /// That callable, shared with the engine's listener: the cycle collector sees it through
+    /// this (`listening`), and `__clear__` lets it go.
+    listener: parking_lot::Mutex<Option<Arc<Py<PyAny>>>>,
 }
 
 impl Cache {
@@ -194,8 +200,9 @@ impl Cache {
         }
         // Opening may map and check a persisted heap of gigabytes: let other threads run.
         let cache = py.detach(move || b.build_shared()).map_err(engine_error)?;
-        if let Some(f) = listener {
-            cache.set_eviction_listener(Some(crate::listener::queueing(f.clone().unbind())));
+        let callable = listener.map(|f| Arc::new(f.clone().unbind()));
+        if let Some(f) = &callable {
+            cache.set_eviction_listener(Some(crate::listener::queueing(Arc::clone(f))));
         }
         Ok(Cache {
             inner: RwLock::new(Some(cache)),
@@ -208,7 +215,8 @@ impl Cache {
             multi_process,
             opener: std::process::id(),
             pop_hint: AtomicU64::new(0),
-            listening: listener.is_some(),
+            listening: callable.is_some(),
+            listener: parking_lot::Mutex::new(callable),
         })
     }
 
