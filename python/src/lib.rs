@@ -4,6 +4,7 @@
 //! - [`clock`]: `segcache.ManualClock`, a clock that tests move by hand.
 //! - [`convert`]: turning Python arguments (keys, values, TTLs, sizes) into engine arguments.
 //! - [`item`]: `segcache.Item`, an item and its state as `Cache.get_state` read it.
+//! - [`listener`]: telling `Cache(eviction_listener=...)` of removed items, outside the engine's locks.
 //! - [`errors`]: engine errors as the exceptions of `segcache._errors`.
 //!
 //! The Python half (`python/segcache/`) re-exports these and adds `memoize`.
@@ -15,6 +16,7 @@ mod clock;
 mod convert;
 mod errors;
 mod item;
+mod listener;
 
 /// `gil_used = false`: on a free-threaded CPython (3.13t and later) importing the module leaves
 /// the GIL off. The abi3 wheel is for GIL builds (they have no limited API); built by such an
@@ -40,6 +42,7 @@ fn _segcache(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<cache::Cache>()?;
     m.add_class::<clock::ManualClock>()?;
     m.add_class::<item::Item>()?;
+    cache::register_compute(m)?;
     m.add("MAX_KEY_LEN", segcache_core::MAX_KEY_LEN)?;
     m.add("MIN_SEGMENT_SIZE", segcache_core::MIN_SEGMENT_SIZE)?;
     m.add("MAX_SEGMENT_SIZE", segcache_core::MAX_SEGMENT_SIZE)?;

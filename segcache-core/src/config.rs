@@ -409,8 +409,8 @@ impl Builder {
         self
     }
 
-    /// A function told of each item that leaves on the engine's own initiative: expired or
-    /// evicted (not deleted, replaced or flushed). It gets the item as it was and why it went,
+    /// A function told of each item that leaves the cache: expired, evicted, deleted or replaced
+    /// by a new version (not flushed; see [`RemovalCause`]). It gets the item as it was and why it went,
     /// and runs while the item's shard is locked for writing: keep it short (hand the item to a
     /// queue, count it) and do not call back into the cache.
     ///

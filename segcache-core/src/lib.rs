@@ -29,7 +29,7 @@
 //! ([`SharedCache::flush`], [`SharedCache::stats`], [`SharedCache::close`]). Every failure is a
 //! variant of one [`Error`]. With [`Builder::path`] the heap lives in a file and comes back after
 //! a restart, graceful or after a crash; [`Policy`] picks how a full heap makes room, and
-//! [`Builder::eviction_listener`] tells you of each item that expires or is evicted. The
+//! [`Builder::eviction_listener`] tells you of each item that leaves, and why. The
 //! repository's `docs/rust.md` is the user guide, and `docs/design.md` tells how it works.
 //!
 //! ```
@@ -71,6 +71,7 @@ mod typed;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use config::{Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_KEY_LEN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
+pub use engine::compute::{Computed, Op};
 pub use engine::keys::record_size;
 pub use engine::read::ReadOptions;
 pub use engine::rmw::{parse_decimal, Delta, RmwOptions};

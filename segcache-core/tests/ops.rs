@@ -629,8 +629,8 @@ fn misses_on_expired_and_flushed_items_are_counted_apart() {
 }
 
 /// The eviction listener hears of every item that expires or is evicted, under each way of
-/// evicting (whole segments, merges, S3-FIFO, a full hash chain), with the item as it was, and
-/// of nothing that a delete, a replacement or a flush removed.
+/// evicting (whole segments, merges, S3-FIFO, a full hash chain), with the item as it was; of a
+/// deleted item as removed and of a replaced one as replaced; and of nothing a flush removed.
 #[test]
 fn the_eviction_listener_hears_of_each_item_that_goes() {
     use segcache_core::RemovalCause;
@@ -658,7 +658,15 @@ fn the_eviction_listener_hears_of_each_item_that_goes() {
         c.delete(b"k49999").unwrap();
         c.set(b"k49998", b"k49998k49998k49998k49998", 0, NEVER).unwrap();
         let s = c.stats();
-        let heard_now = heard.lock().unwrap().clone();
+        let mut heard_now = heard.lock().unwrap().clone();
+        let by_owner: Vec<_> =
+            heard_now.iter().filter(|(_, cause, _)| *cause != RemovalCause::Evicted).cloned().collect();
+        assert_eq!(
+            by_owner,
+            [(b"k49999".to_vec(), RemovalCause::Removed, 49_999), (b"k49998".to_vec(), RemovalCause::Replaced, 49_998)],
+            "{policy:?}"
+        );
+        heard_now.retain(|(_, cause, _)| *cause == RemovalCause::Evicted);
         assert!(s.evicted_items > 0, "{policy:?}");
         assert_eq!(heard_now.len() as u64, s.evicted_items, "{policy:?}");
         for (key, cause, flags) in &heard_now {

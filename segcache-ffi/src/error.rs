@@ -63,6 +63,15 @@ thread_local! {
     static LAST_ERROR: RefCell<Msg> = const { RefCell::new(Msg::Static(c"")) };
 }
 
+/// Takes this thread's last error, leaving an empty one (to put back with `set_last_error`).
+pub(crate) fn take_last_error() -> Msg {
+    LAST_ERROR
+        .try_with(|slot| slot.try_borrow_mut().map(|mut m| std::mem::replace(&mut *m, Msg::Static(c""))).ok())
+        .ok()
+        .flatten()
+        .unwrap_or(Msg::Static(c""))
+}
+
 /// Records `msg` as this thread's last error.
 pub(crate) fn set_last_error(msg: Msg) {
     // `try_with`: during thread teardown the slot may be gone; the status still says what happened.

@@ -38,7 +38,8 @@ pub(crate) fn run(body: impl FnOnce() -> Result<(), Fail>) -> segcache_status_t 
 
 /// [`run`] with the handle checked first: `body` gets the live handle behind `cache`, or the call
 /// returns `SEGCACHE_FORKED` in a `fork()` child of the process that opened it (before `body`
-/// runs, so that a read there is refused rather than answered as a miss).
+/// runs, so that a read there is refused rather than answered as a miss). Then, with no lock
+/// of the cache held any more, the eviction listener's callbacks get the items `body` removed.
 ///
 /// # Safety
 /// `cache` is NULL or a live handle (see [`args::handle`]).
@@ -47,12 +48,14 @@ pub(crate) unsafe fn run_with(
     cache: *const segcache_t,
     body: impl FnOnce(&segcache_t) -> Result<(), Fail>,
 ) -> segcache_status_t {
-    run(|| {
+    let status = run(|| {
         // SAFETY: the function's contract.
         let h = unsafe { args::handle(cache) }?;
         h.cache.check_fork()?;
         body(h)
-    })
+    });
+    crate::pending::deliver_pending();
+    status
 }
 
 /// [`run_with`], then the key checked: `body` gets the live handle and the key.

@@ -27,19 +27,27 @@ mod error;
 mod guard;
 mod handle;
 mod open;
+mod pending;
 mod read;
 mod scan;
 mod state;
 mod stats;
 mod status;
 mod write;
-// Last, so that cbindgen appends its items to the header after the others.
+// Last, so that cbindgen appends their items to the header after the others.
+mod compute;
+mod listener;
 mod load;
 
 pub use ahead::segcache_touch_ahead;
+pub use compute::{
+    segcache_compute, segcache_compute_cb, segcache_compute_keep, segcache_compute_put, segcache_compute_remove,
+    segcache_compute_t, segcache_computed_t,
+};
 pub use error::{segcache_last_error, segcache_strerror};
 pub use guard::segcache_debug_panic;
 pub use handle::segcache_t;
+pub use listener::{segcache_eviction_cb, segcache_removal_cause_t, segcache_set_eviction_listener};
 pub use load::{segcache_get_or_load, segcache_load_cb, segcache_load_set, segcache_load_t};
 pub use open::{
     segcache_advance_clock, segcache_close, segcache_config_default, segcache_config_t, segcache_open,

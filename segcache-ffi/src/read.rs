@@ -60,7 +60,7 @@ fn ttl_secs(ttl: Option<Duration>) -> u32 {
 }
 
 #[inline(always)]
-fn meta(item: &Item<'_>) -> segcache_meta_t {
+pub(crate) fn meta(item: &Item<'_>) -> segcache_meta_t {
     segcache_meta_t {
         cas: item.cas(),
         flags: item.flags(),
@@ -70,7 +70,7 @@ fn meta(item: &Item<'_>) -> segcache_meta_t {
 }
 
 #[inline(always)]
-fn view(item: &Item<'_>) -> segcache_item_t {
+pub(crate) fn view(item: &Item<'_>) -> segcache_item_t {
     let (k, v) = (item.key(), item.value());
     segcache_item_t { key: k.as_ptr(), key_len: k.len(), value: v.as_ptr(), value_len: v.len(), meta: meta(item) }
 }

@@ -49,8 +49,9 @@ pub enum segcache_status_t {
     /// cache in the child instead. Not for a cache opened with `multi_process`: its children
     /// join it.
     SEGCACHE_FORKED = 17,
-    /// `segcache_get_or_load`: the loader callback returned non-zero (or set no value); nothing
-    /// was stored. `segcache_last_error()` names the code.
+    /// A callback returned non-zero: `segcache_get_or_load`'s loader (or it set no value), or
+    /// `segcache_compute`'s callback; nothing was stored or changed. `segcache_last_error()`
+    /// names the code.
     SEGCACHE_LOAD_FAILED = 18,
     /// The filesystem of the persistence file has no room for the whole heap (its blocks are
     /// reserved at open); `segcache_last_error()` names the path, the bytes needed and free.
@@ -105,7 +106,7 @@ impl segcache_status_t {
             SEGCACHE_PANIC => c"internal panic (a bug in segcache)",
             SEGCACHE_INTERNAL_ERROR => c"internal error",
             SEGCACHE_FORKED => c"cache handle used in a child process after fork()",
-            SEGCACHE_LOAD_FAILED => c"the loader failed",
+            SEGCACHE_LOAD_FAILED => c"the callback failed",
             SEGCACHE_NO_SPACE => c"no space on the filesystem for the persistence file",
         }
     }

@@ -120,8 +120,9 @@ typedef enum segcache_status_t {
    */
   SEGCACHE_FORKED = 17,
   /**
-   * `segcache_get_or_load`: the loader callback returned non-zero (or set no value); nothing
-   * was stored. `segcache_last_error()` names the code.
+   * A callback returned non-zero: `segcache_get_or_load`'s loader (or it set no value), or
+   * `segcache_compute`'s callback; nothing was stored or changed. `segcache_last_error()`
+   * names the code.
    */
   SEGCACHE_LOAD_FAILED = 18,
   /**
@@ -130,6 +131,55 @@ typedef enum segcache_status_t {
    */
   SEGCACHE_NO_SPACE = 19,
 } segcache_status_t;
+
+/**
+ * What `segcache_compute` did.
+ */
+typedef enum segcache_computed_t {
+  /**
+   * There was no item, and none was stored.
+   */
+  SEGCACHE_COMPUTED_STILL_ABSENT = 0,
+  /**
+   * The item was kept as it was.
+   */
+  SEGCACHE_COMPUTED_UNCHANGED = 1,
+  /**
+   * There was no item; the callback's value was stored.
+   */
+  SEGCACHE_COMPUTED_INSERTED = 2,
+  /**
+   * The item was replaced by the callback's value.
+   */
+  SEGCACHE_COMPUTED_REPLACED = 3,
+  /**
+   * The item was removed.
+   */
+  SEGCACHE_COMPUTED_REMOVED = 4,
+} segcache_computed_t;
+
+/**
+ * Why an item left the cache (the `cause` of a `segcache_eviction_cb`).
+ */
+typedef enum segcache_removal_cause_t {
+  /**
+   * Its TTL ran out.
+   */
+  SEGCACHE_REMOVAL_EXPIRED = 0,
+  /**
+   * Eviction made room for new items.
+   */
+  SEGCACHE_REMOVAL_EVICTED = 1,
+  /**
+   * The owner deleted it (`segcache_delete`, `segcache_delete_cas`, or a compute that removed it).
+   */
+  SEGCACHE_REMOVAL_REMOVED = 2,
+  /**
+   * A store wrote a new version of its key (a set, cas, append, incr, a compute that put a
+   * value, ...); the callback gets the old version.
+   */
+  SEGCACHE_REMOVAL_REPLACED = 3,
+} segcache_removal_cause_t;
 
 /**
  * Eviction policies for `segcache_config_t.eviction` (how a segment is freed when the heap is
@@ -192,6 +242,13 @@ typedef enum segcache_store_mode_t {
    */
   SEGCACHE_STORE_CAS = 3,
 } segcache_store_mode_t;
+
+/**
+ * Where a `segcache_compute_cb` puts its decision: pass it to `segcache_compute_put`,
+ * `segcache_compute_remove` or `segcache_compute_keep`. It starts as "keep". Valid only during
+ * the callback.
+ */
+typedef struct segcache_compute_t segcache_compute_t;
 
 /**
  * Where a `segcache_load_cb` puts the value it made: pass it to `segcache_load_set`. Valid only
@@ -546,6 +603,30 @@ typedef struct segcache_stats_t {
    */
   uint32_t policy;
 } segcache_stats_t;
+
+/**
+ * Callback of `segcache_compute`: gets the key's current item (`current`, NULL when the key is
+ * absent or expired; its pointers are valid only during the call) and decides with
+ * `segcache_compute_put`, `segcache_compute_remove` or `segcache_compute_keep` on `decision`
+ * (no call: keep). Returns 0 to have the decision carried out; any other value changes nothing
+ * and makes `segcache_compute` return `SEGCACHE_LOAD_FAILED`.
+ *
+ * It runs while the key's shard is locked for writing, so that no other writer of the key runs
+ * between the read and the write: keep it short, and do not call into the same cache from it
+ * (a key of the same shard would wait for itself forever). It must not unwind (no C++
+ * exception, no longjmp).
+ */
+typedef int (*segcache_compute_cb)(void *user_data, const struct segcache_item_t *current, struct segcache_compute_t *decision);
+
+/**
+ * Callback of `segcache_set_eviction_listener`: told of one item that left the cache, with the
+ * `user_data` given with it. `item` (its key, value and meta as they were) is valid only during
+ * the call; copy what you keep. It runs on the thread whose call removed the item, after that
+ * call finished its work and released every lock of the cache, just before the call returns: it
+ * may call into the same cache, the same key included. It must not unwind (no C++ exception, no
+ * longjmp).
+ */
+typedef void (*segcache_eviction_cb)(void *user_data, const struct segcache_item_t *item, enum segcache_removal_cause_t cause);
 
 /**
  * Callback of `segcache_get_or_load`: makes the value of `key` (`key_len` bytes, valid during the
@@ -1035,6 +1116,96 @@ enum segcache_status_t segcache_flush_after(const struct segcache_t *cache, uint
  * `cache` is NULL or a live handle; `removed` is NULL or writable.
  */
 enum segcache_status_t segcache_expire(const struct segcache_t *cache, size_t *removed);
+
+/**
+ * Decides that `segcache_compute` stores `value` (`value_len` bytes, copied; NULL allowed when
+ * `value_len` is 0) with client flags `flags` and a TTL of `ttl` seconds (0: never expires). The
+ * new item takes a new CAS value. Called again, the last decision wins.
+ *
+ * Returns `SEGCACHE_INVALID_ARGUMENT` when `decision` is NULL or `value` is NULL with a non-zero
+ * length. Thread safety: only from the callback that got `decision`, during that call.
+ * Ownership: `value` is borrowed for the call; the library copies it.
+ *
+ * # Safety
+ * `decision` is NULL or the pointer the callback got; `value` points to `value_len` readable bytes.
+ */
+enum segcache_status_t segcache_compute_put(struct segcache_compute_t *decision, const uint8_t *value, size_t value_len, uint32_t flags, uint32_t ttl);
+
+/**
+ * Decides that `segcache_compute` removes the key's item (nothing happens when there is none).
+ * Called after `segcache_compute_put`, it replaces that decision.
+ *
+ * Returns `SEGCACHE_INVALID_ARGUMENT` when `decision` is NULL.
+ * Thread safety: only from the callback that got `decision`, during that call.
+ *
+ * # Safety
+ * `decision` is NULL or the pointer the callback got.
+ */
+enum segcache_status_t segcache_compute_remove(struct segcache_compute_t *decision);
+
+/**
+ * Decides that `segcache_compute` leaves the key as it is (the decision a callback starts with).
+ *
+ * Returns `SEGCACHE_INVALID_ARGUMENT` when `decision` is NULL.
+ * Thread safety: only from the callback that got `decision`, during that call.
+ *
+ * # Safety
+ * `decision` is NULL or the pointer the callback got.
+ */
+enum segcache_status_t segcache_compute_keep(struct segcache_compute_t *decision);
+
+/**
+ * Reads `key`'s item, calls `callback(user_data, current, decision)` with it, and carries out
+ * what the callback decided: keep it, store a new value (with flags and TTL), or remove it.
+ * The key's shard stays locked for writing from the read to the write, so no other writer of
+ * the key runs in between: computes of one key from many threads run one after another and
+ * lose no update. A stored value takes a new CAS value (memcached's CAS tokens read before no
+ * longer match).
+ *
+ * - `*outcome` (optional) gets what happened (`segcache_computed_t`); `*cas` (optional) the CAS
+ *   value of the key's item afterwards, 0 when it has none.
+ * - The callback returns non-zero: nothing changes, `SEGCACHE_LOAD_FAILED` (and
+ *   `segcache_last_error()` names the code); the out-pointers are not written.
+ * - A value the cache cannot store: `SEGCACHE_TOO_LARGE` or `SEGCACHE_NO_MEMORY`, as
+ *   `segcache_set` would, and the current item stays as it was.
+ * - `callback` NULL: `SEGCACHE_INVALID_ARGUMENT`. Key and handle checks as for `segcache_set`.
+ *
+ * The callback runs on the calling thread with the key's shard locked: it must not call into
+ * the same cache (a key of the same shard would deadlock). Eviction listener callbacks for items
+ * removed meanwhile run after the lock is released, before this returns.
+ *
+ * Thread safety: any thread; the callback runs on the calling thread.
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `key` points to `key_len` readable bytes; `outcome` and
+ * `cas` are NULL or writable; `callback` does not unwind; `user_data` is passed through untouched.
+ */
+enum segcache_status_t segcache_compute(const struct segcache_t *cache, const uint8_t *key, size_t key_len, segcache_compute_cb callback, void *user_data, enum segcache_computed_t *outcome, uint64_t *cas);
+
+/**
+ * Sets the function told of each item that leaves the cache: `callback(user_data, item,
+ * cause)`, with the cause (`segcache_removal_cause_t`): expired, evicted, removed by a delete, or
+ * replaced by a new version (not items a flush removes). `callback` NULL removes the listener.
+ * Setting one replaces the one before.
+ *
+ * The callback never runs while the library holds a lock: the item is copied when it leaves,
+ * and the callback gets the copy on the same thread just before the call that removed it (a
+ * set that evicted, a delete, ...) returns; the callback may call into the same cache (the same
+ * key included), and its failing calls do not change what `segcache_last_error()` says of the
+ * outer call. Items that leave during a `segcache_compute` callback are told of when
+ * `segcache_compute` returns.
+ *
+ * Returns `SEGCACHE_INVALID_ARGUMENT` for a NULL or closed handle.
+ * Thread safety: any thread; the callback then runs on every thread that writes to the cache,
+ * so it and `user_data` must be safe to use from those threads.
+ * Ownership: `user_data` is passed through untouched; it must stay valid while the listener is
+ * set (until it is replaced, removed, or the cache closed).
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `callback` does not unwind.
+ */
+enum segcache_status_t segcache_set_eviction_listener(const struct segcache_t *cache, segcache_eviction_cb callback, void *user_data);
 
 /**
  * Hands the value a `segcache_load_cb` made to `segcache_get_or_load`: copies `value_len` bytes

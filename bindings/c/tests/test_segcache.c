@@ -2304,6 +2304,273 @@ static void test_mp_settings(void) {
     rmdir(dir);
 }
 
+/* ---- compute ---- */
+
+/* Adds one to a decimal value (absent: stores "1"); counts its calls. */
+static int add_one(void *ud, const segcache_item_t *current, segcache_compute_t *decision) {
+    atomic_int *calls = ud;
+    if (calls != NULL) atomic_fetch_add(calls, 1);
+    char num[32];
+    unsigned long long n = 0;
+    if (current != NULL) {
+        size_t len = current->value_len < sizeof num - 1 ? current->value_len : sizeof num - 1;
+        memcpy(num, current->value, len);
+        num[len] = '\0';
+        n = strtoull(num, NULL, 10);
+    }
+    int len = snprintf(num, sizeof num, "%llu", n + 1);
+    return segcache_compute_put(decision, (const uint8_t *)num, (size_t)len, 5, 0) == SEGCACHE_OK ? 0 : -1;
+}
+
+static int remove_it(void *ud, const segcache_item_t *current, segcache_compute_t *decision) {
+    (void)ud;
+    (void)current;
+    return segcache_compute_remove(decision) == SEGCACHE_OK ? 0 : -1;
+}
+
+static int keep_it(void *ud, const segcache_item_t *current, segcache_compute_t *decision) {
+    int *seen_absent = ud;
+    *seen_absent = current == NULL;
+    /* A put, then changed to keep: the last decision wins. */
+    if (segcache_compute_put(decision, K("ignored"), 0, 0) != SEGCACHE_OK) return -1;
+    return segcache_compute_keep(decision) == SEGCACHE_OK ? 0 : -1;
+}
+
+static int failing_compute(void *ud, const segcache_item_t *current, segcache_compute_t *decision) {
+    (void)ud;
+    (void)current;
+    segcache_compute_put(decision, K("never stored"), 0, 0);
+    return 9;
+}
+
+static int huge_put(void *ud, const segcache_item_t *current, segcache_compute_t *decision) {
+    (void)current;
+    size_t n = 1u << 20;
+    uint8_t *big = calloc(n, 1);
+    segcache_status_t st = segcache_compute_put(decision, big, n, 0, 0);
+    free(big);
+    *(int *)ud = st == SEGCACHE_OK;
+    return 0;
+}
+
+static void test_compute(void) {
+    segcache_t *c = open_small(1000);
+    segcache_computed_t what = SEGCACHE_COMPUTED_REMOVED;
+    uint64_t cas = 0;
+    char buf[64];
+    segcache_meta_t meta;
+    CHECK_ST(segcache_compute(c, K("n"), add_one, NULL, &what, &cas), SEGCACHE_OK);
+    CHECK(what == SEGCACHE_COMPUTED_INSERTED && cas != 0);
+    CHECK_ST(get_str(c, "n", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "1") == 0 && meta.flags == 5 && meta.cas == cas);
+    uint64_t first = cas;
+    CHECK_ST(segcache_compute(c, K("n"), add_one, NULL, &what, &cas), SEGCACHE_OK);
+    CHECK(what == SEGCACHE_COMPUTED_REPLACED && cas != first); /* a write gives a new CAS value */
+    CHECK_ST(get_str(c, "n", buf, sizeof buf, NULL), SEGCACHE_OK);
+    CHECK(strcmp(buf, "2") == 0);
+    /* memcached's CAS token read before the compute no longer matches. */
+    CHECK_ST(segcache_cas(c, K("n"), K("x"), 0, 0, first), SEGCACHE_EXISTS);
+
+    int absent = -1;
+    CHECK_ST(segcache_compute(c, K("n"), keep_it, &absent, &what, &cas), SEGCACHE_OK);
+    CHECK(absent == 0 && what == SEGCACHE_COMPUTED_UNCHANGED);
+    CHECK_ST(get_str(c, "n", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "2") == 0 && meta.cas == cas);
+    CHECK_ST(segcache_compute(c, K("missing"), keep_it, &absent, &what, &cas), SEGCACHE_OK);
+    CHECK(absent == 1 && what == SEGCACHE_COMPUTED_STILL_ABSENT && cas == 0);
+
+    /* A failing callback changes nothing and leaves the out-pointers alone. */
+    what = SEGCACHE_COMPUTED_REMOVED;
+    CHECK_ST(segcache_compute(c, K("n"), failing_compute, NULL, &what, NULL), SEGCACHE_LOAD_FAILED);
+    CHECK(strstr(segcache_last_error(), "returned 9") != NULL);
+    CHECK(what == SEGCACHE_COMPUTED_REMOVED);
+    CHECK_ST(get_str(c, "n", buf, sizeof buf, NULL), SEGCACHE_OK);
+    CHECK(strcmp(buf, "2") == 0);
+
+    /* A value the cache cannot hold: TOO_LARGE, the item stays. */
+    int put_ok = 0;
+    CHECK_ST(segcache_compute(c, K("n"), huge_put, &put_ok, NULL, NULL), SEGCACHE_TOO_LARGE);
+    CHECK(put_ok == 1);
+    CHECK_ST(get_str(c, "n", buf, sizeof buf, NULL), SEGCACHE_OK);
+    CHECK(strcmp(buf, "2") == 0);
+
+    CHECK_ST(segcache_compute(c, K("n"), remove_it, NULL, &what, &cas), SEGCACHE_OK);
+    CHECK(what == SEGCACHE_COMPUTED_REMOVED && cas == 0);
+    CHECK_ST(get_str(c, "n", buf, sizeof buf, NULL), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_compute(c, K("n"), remove_it, NULL, &what, NULL), SEGCACHE_OK);
+    CHECK(what == SEGCACHE_COMPUTED_STILL_ABSENT);
+
+    /* Bad arguments. */
+    CHECK_ST(segcache_compute(c, K("n"), NULL, NULL, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_compute(c, NULL, 1, add_one, NULL, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_compute(NULL, K("n"), add_one, NULL, NULL, NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_compute_put(NULL, K("v"), 0, 0), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_compute_remove(NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_compute_keep(NULL), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+/* Threads that each add one to one key with segcache_compute, beside threads that segcache_incr
+ * it, lose no update. */
+#define COMPUTE_THREADS 8
+#define COMPUTE_EACH 500
+
+struct compute_arg {
+    segcache_t *c;
+    int incr;
+    atomic_int *calls;
+    int errors;
+};
+
+static void *compute_worker(void *p) {
+    struct compute_arg *a = p;
+    for (int i = 0; i < COMPUTE_EACH; i++) {
+        segcache_status_t st = a->incr ? segcache_incr(a->c, K("hot"), 1, NULL)
+                                       : segcache_compute(a->c, K("hot"), add_one, a->calls, NULL, NULL);
+        if (st != SEGCACHE_OK) a->errors++;
+    }
+    return NULL;
+}
+
+static void test_compute_threads(void) {
+    segcache_t *c = open_small(0);
+    CHECK_ST(segcache_set(c, K("hot"), K("0"), 0, 0), SEGCACHE_OK);
+    atomic_int calls = 0;
+    pthread_t t[COMPUTE_THREADS];
+    struct compute_arg args[COMPUTE_THREADS];
+    for (int i = 0; i < COMPUTE_THREADS; i++) {
+        args[i] = (struct compute_arg){.c = c, .incr = i % 4 == 3, .calls = &calls};
+        pthread_create(&t[i], NULL, compute_worker, &args[i]);
+    }
+    int errors = 0;
+    for (int i = 0; i < COMPUTE_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        errors += args[i].errors;
+    }
+    CHECK(errors == 0);
+    CHECK(atomic_load(&calls) == (COMPUTE_THREADS - COMPUTE_THREADS / 4) * COMPUTE_EACH);
+    char buf[32], want[32];
+    snprintf(want, sizeof want, "%d", COMPUTE_THREADS * COMPUTE_EACH);
+    CHECK_ST(get_str(c, "hot", buf, sizeof buf, NULL), SEGCACHE_OK);
+    CHECK(strcmp(buf, want) == 0);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+/* ---- eviction listener ---- */
+
+struct heard {
+    segcache_t *c;
+    int by_cause[4];
+    char last_key[4][32];
+    char last_value[4][32];
+    int reentered; /* calls into the cache from the callback that did what they should */
+};
+
+static void copy_str(char *dst, const uint8_t *src, size_t len) {
+    if (len > 31) len = 31;
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+}
+
+static void listen(void *ud, const segcache_item_t *item, segcache_removal_cause_t cause) {
+    struct heard *h = ud;
+    h->by_cause[cause]++;
+    copy_str(h->last_key[cause], item->key, item->key_len);
+    copy_str(h->last_value[cause], item->value, item->value_len);
+    /* Back into the same cache, the same key: the call that removed it holds no lock now. */
+    if (cause == SEGCACHE_REMOVAL_REMOVED && item->key_len == 6 && memcmp(item->key, "bounce", 6) == 0) {
+        char buf[32];
+        if (get_str(h->c, "bounce", buf, sizeof buf, NULL) == SEGCACHE_NOT_FOUND) h->reentered++;
+        if (segcache_set(h->c, K("bounce"), K("back"), 0, 0) == SEGCACHE_OK) h->reentered++;
+        /* A failing call here leaves the outer call's last error alone. */
+        segcache_delete(h->c, K("never-there"));
+    }
+}
+
+static void test_eviction_listener(void) {
+    segcache_t *c = open_small(1000);
+    struct heard h = {.c = c};
+    char buf[32];
+    CHECK_ST(segcache_set_eviction_listener(c, listen, &h), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("k"), K("one"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("k"), K("two"), 0, 0), SEGCACHE_OK);
+    CHECK(h.by_cause[SEGCACHE_REMOVAL_REPLACED] == 1 && strcmp(h.last_value[SEGCACHE_REMOVAL_REPLACED], "one") == 0);
+    CHECK_ST(segcache_compute(c, K("k"), add_one, NULL, NULL, NULL), SEGCACHE_OK);
+    CHECK(h.by_cause[SEGCACHE_REMOVAL_REPLACED] == 2 && strcmp(h.last_value[SEGCACHE_REMOVAL_REPLACED], "two") == 0);
+
+    CHECK_ST(segcache_set(c, K("bounce"), K("v"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_delete(c, K("bounce")), SEGCACHE_OK);
+    CHECK(h.by_cause[SEGCACHE_REMOVAL_REMOVED] == 1 && strcmp(h.last_key[SEGCACHE_REMOVAL_REMOVED], "bounce") == 0);
+    CHECK(h.reentered == 2);
+    CHECK_ST(get_str(c, "bounce", buf, sizeof buf, NULL), SEGCACHE_OK);
+    CHECK(strcmp(buf, "back") == 0);
+    /* The outer call's last error is its own. */
+    CHECK_ST(segcache_delete(c, K("absent")), SEGCACHE_NOT_FOUND);
+    CHECK(strcmp(segcache_last_error(), "not found") == 0);
+
+    CHECK_ST(segcache_set(c, K("short"), K("lived"), 0, 5), SEGCACHE_OK);
+    CHECK_ST(segcache_advance_clock(c, 10), SEGCACHE_OK);
+    size_t expired = 0;
+    CHECK_ST(segcache_expire(c, &expired), SEGCACHE_OK);
+    CHECK(h.by_cause[SEGCACHE_REMOVAL_EXPIRED] == 1 && strcmp(h.last_key[SEGCACHE_REMOVAL_EXPIRED], "short") == 0);
+
+    /* Evictions happen inside sets: each is told of after its set returns. */
+    uint8_t value[1000];
+    memset(value, 'x', sizeof value);
+    for (int i = 0; i < 20000 && h.by_cause[SEGCACHE_REMOVAL_EVICTED] == 0; i++) {
+        char key[32];
+        int len = snprintf(key, sizeof key, "fill%d", i);
+        CHECK_ST(segcache_set(c, (const uint8_t *)key, (size_t)len, value, sizeof value, 0, 0), SEGCACHE_OK);
+    }
+    CHECK(h.by_cause[SEGCACHE_REMOVAL_EVICTED] > 0);
+    CHECK(strncmp(h.last_key[SEGCACHE_REMOVAL_EVICTED], "fill", 4) == 0);
+
+    /* NULL removes the listener. */
+    CHECK_ST(segcache_set_eviction_listener(c, NULL, NULL), SEGCACHE_OK);
+    int removed = h.by_cause[SEGCACHE_REMOVAL_REMOVED];
+    CHECK_ST(segcache_delete(c, K("k")), SEGCACHE_OK);
+    CHECK(h.by_cause[SEGCACHE_REMOVAL_REMOVED] == removed);
+    CHECK_ST(segcache_set_eviction_listener(NULL, listen, &h), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+/* The example of docs/c.md's "Compute and the removal listener", as written there. */
+static int doc_add_one(void *user_data, const segcache_item_t *current, segcache_compute_t *decision) {
+    (void)user_data;
+    char num[24] = "0";
+    if (current != NULL && current->value_len < sizeof num) {
+        memcpy(num, current->value, current->value_len);
+        num[current->value_len] = '\0';
+    }
+    int len = snprintf(num, sizeof num, "%llu", strtoull(num, NULL, 10) + 1);
+    return segcache_compute_put(decision, (const uint8_t *)num, (size_t)len, /*flags*/ 0, /*ttl*/ 0) == SEGCACHE_OK
+               ? 0 : -1; /* non-zero: change nothing, SEGCACHE_LOAD_FAILED */
+}
+
+static void doc_on_removal(void *user_data, const segcache_item_t *item, segcache_removal_cause_t cause) {
+    (void)item;
+    int *replaced = user_data;
+    if (cause == SEGCACHE_REMOVAL_REPLACED) ++*replaced; /* item: the old version */
+}
+
+static void test_doc_compute_and_listener(void) {
+    segcache_t *cache = open_small(0);
+    int replaced = 0;
+    segcache_set_eviction_listener(cache, doc_on_removal, &replaced);
+    segcache_computed_t what;
+    uint64_t cas;
+    segcache_compute(cache, (const uint8_t *)"hits", 4, doc_add_one, NULL, &what, &cas); /* INSERTED, "1" */
+    CHECK(what == SEGCACHE_COMPUTED_INSERTED && replaced == 0);
+    segcache_compute(cache, (const uint8_t *)"hits", 4, doc_add_one, NULL, &what, &cas); /* REPLACED, "2" */
+    CHECK(what == SEGCACHE_COMPUTED_REPLACED && replaced == 1);
+    segcache_set_eviction_listener(cache, NULL, NULL);
+    char buf[8];
+    segcache_meta_t meta;
+    CHECK_ST(get_str(cache, "hits", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "2") == 0 && meta.cas == cas);
+    CHECK_ST(segcache_close(cache), SEGCACHE_OK);
+}
+
 int main(int argc, char **argv) {
     /* the spawn test runs this binary again: argv[0] when it names a path (valgrind runs the
      * test binary from it too), else what the kernel says */
@@ -2342,6 +2609,10 @@ int main(int argc, char **argv) {
     test_rewrites();
     test_get_or_load();
     test_get_or_load_threads();
+    test_compute();
+    test_compute_threads();
+    test_eviction_listener();
+    test_doc_compute_and_listener();
     test_mp_settings();
     test_mp_prefork();
     test_mp_spawn();

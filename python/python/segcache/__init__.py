@@ -36,10 +36,12 @@ from ._errors import (
 )
 from ._memoize import CacheInfo, UncacheableResultWarning, make_key, memoize
 from ._segcache import (
+    KEEP,
     MAX_KEY_LEN,
     MAX_SEGMENT_SIZE,
     MAX_TTL,
     MIN_SEGMENT_SIZE,
+    REMOVE,
     Cache,
     Item,
     ManualClock,
@@ -51,7 +53,7 @@ MutableMapping.register(Cache)
 
 __all__ = [
     "Cache", "Item", "ManualClock", "memoize", "make_key", "CacheInfo", "UncacheableResultWarning",
-    "MAX_KEY_LEN", "MAX_SEGMENT_SIZE", "MIN_SEGMENT_SIZE", "MAX_TTL", "__version__",
+    "MAX_KEY_LEN", "MAX_SEGMENT_SIZE", "MIN_SEGMENT_SIZE", "MAX_TTL", "__version__", "KEEP", "REMOVE",
     "Error", "Closed", "NotFound", "Exists", "NotStored", "TooLarge", "KeyTooLong", "EmptyKey",
     "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "NoSpace", "MapError",
     "ForkedError",

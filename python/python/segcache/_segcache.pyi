@@ -4,7 +4,7 @@ import os
 import pathlib
 from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, MutableMapping, ValuesView
 from datetime import timedelta
-from typing import Dict, Optional, Tuple, TypeVar, Union, final, overload
+from typing import Dict, Literal, Optional, Tuple, TypeVar, Union, final, overload
 
 from _typeshed import SupportsKeysAndGetItem
 from typing_extensions import Buffer
@@ -26,6 +26,18 @@ _K = TypeVar("_K", bound=Key)
 MAX_KEY_LEN: int
 MIN_SEGMENT_SIZE: int
 MAX_SEGMENT_SIZE: int
+
+RemovalCause = Literal["expired", "evicted", "removed", "replaced"]
+"""Why an item left: its TTL ran out, eviction made room, a delete removed it, or a store
+replaced it with a new version (the listener gets the old one)."""
+
+@final
+class _ComputeOp: ...
+
+KEEP: _ComputeOp
+"""A `Cache.compute` function's answer that leaves the key as it is."""
+REMOVE: _ComputeOp
+"""A `Cache.compute` function's answer that removes the key."""
 MAX_TTL: int
 __version__: str
 
@@ -86,6 +98,7 @@ class Cache(MutableMapping[Key, bytes]):
         multi_process: bool = False,
         prefault: bool = False,
         touch_ahead: bool = True,
+        eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
     ) -> None: ...
     @overload
     def get(self, key: Key, default: None = None) -> Optional[bytes]: ...
@@ -186,6 +199,13 @@ class Cache(MutableMapping[Key, bytes]):
     def popitem(self) -> Tuple[bytes, bytes]: ...
     def setdefault(self, key: Key, default: bytes) -> bytes: ...
     def get_or_set(self, key: Key, loader: Callable[[], Value], ttl: TTL = None) -> bytes: ...
+    def compute(
+        self,
+        key: Key,
+        func: Callable[[Optional[bytes]], Union[Value, Tuple[Value, TTL], _ComputeOp]],
+        ttl: TTL = None,
+        flags: Optional[int] = None,
+    ) -> Optional[bytes]: ...
     @overload
     def update(self, other: SupportsKeysAndGetItem[_K, Value], /, **kwargs: Value) -> None: ...
     @overload

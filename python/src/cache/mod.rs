@@ -32,11 +32,14 @@
 //!   `sync`, `__enter__`/`__exit__`) and the read-only properties;
 //! - [`ops`]: the cache operations (`get`, `set`, `cas`, `incr`, `get_or_set`, ...) and their
 //!   helpers;
+//! - [`compute`]: `compute`, a read-decide-write of one key in Python;
+//! - [`listening`]: the cycle collector's view of the `eviction_listener` callable;
 //! - [`mapping`]: the `MutableMapping` protocol (`cache[key]`, `keys()`, `pop`, `update`, ...);
 //! - [`iter`]: iteration (`iter(cache)`, the views' iterators) over the engine's key scan.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use parking_lot::RwLock;
@@ -49,9 +52,13 @@ use crate::clock::ManualClock;
 use crate::convert;
 use crate::errors::{closed, engine_error};
 
+mod compute;
 mod iter;
+mod listening;
 mod mapping;
 mod ops;
+
+pub use compute::register as register_compute;
 
 /// The thread-safe segment cache. See the package README for the full API.
 #[pyclass(module = "segcache", frozen)]
@@ -70,6 +77,11 @@ pub struct Cache {
     opener: u32,
     /// Where the last `popitem()` found a key: the next one starts its scan there.
     pop_hint: AtomicU64,
+    /// `eviction_listener=` was given: calls hand it the items they removed (`listener`).
+    listening: bool,
+    /// That callable, shared with the engine's listener: the cycle collector sees it through
+    /// this (`listening`), and `__clear__` lets it go.
+    listener: parking_lot::Mutex<Option<Arc<Py<PyAny>>>>,
 }
 
 impl Cache {
@@ -77,14 +89,21 @@ impl Cache {
     /// `segcache.ForkedError` (in a `fork()` child of the process that opened it).
     #[inline(always)]
     fn with<R>(&self, f: impl FnOnce(&SharedCache) -> PyResult<R>) -> PyResult<R> {
-        let guard = self.inner.read_recursive();
-        match guard.as_ref() {
-            Some(c) if !self.closing.load(Ordering::Relaxed) => {
-                c.check_fork().map_err(engine_error)?;
-                f(c)
+        let result = {
+            let guard = self.inner.read_recursive();
+            match guard.as_ref() {
+                Some(c) if !self.closing.load(Ordering::Relaxed) => {
+                    c.check_fork().map_err(engine_error)?;
+                    f(c)
+                }
+                _ => Err(closed()),
             }
-            _ => Err(closed()),
+        };
+        // After the engine returned and its locks are released: the listener may use the cache.
+        if self.listening {
+            crate::listener::deliver();
         }
+        result
     }
 
     /// `Closed` or `ForkedError` as [`Cache::with`] would raise them, for a method that may not
@@ -100,7 +119,8 @@ impl Cache {
     #[new]
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
-                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true))]
+                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true,
+                        eviction_listener=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -117,7 +137,15 @@ impl Cache {
         multi_process: bool,
         prefault: bool,
         touch_ahead: bool,
+        eviction_listener: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let listener = eviction_listener.filter(|f| !f.is_none());
+        if let Some(f) = listener.filter(|f| !f.is_callable()) {
+            return Err(PyTypeError::new_err(format!(
+                "eviction_listener must be callable, not {}",
+                convert::type_name(f)
+            )));
+        }
         // Unless told, the engine's defaults, as every face of segcache has them.
         let heap_size = match heap_size {
             Some(v) => convert::size(v, "heap_size")?,
@@ -172,6 +200,10 @@ impl Cache {
         }
         // Opening may map and check a persisted heap of gigabytes: let other threads run.
         let cache = py.detach(move || b.build_shared()).map_err(engine_error)?;
+        let callable = listener.map(|f| Arc::new(f.clone().unbind()));
+        if let Some(f) = &callable {
+            cache.set_eviction_listener(Some(crate::listener::queueing(Arc::clone(f))));
+        }
         Ok(Cache {
             inner: RwLock::new(Some(cache)),
             closing: AtomicBool::new(false),
@@ -183,6 +215,8 @@ impl Cache {
             multi_process,
             opener: std::process::id(),
             pop_hint: AtomicU64::new(0),
+            listening: callable.is_some(),
+            listener: parking_lot::Mutex::new(callable),
         })
     }
 

@@ -1,6 +1,7 @@
 //! `Segcache`: the single-owner engine over one shard of a region: the type, its construction
 //! and teardown, the clock, and CAS values.
 
+pub(crate) mod compute;
 pub(crate) mod flush;
 pub(crate) mod keys;
 pub(crate) mod load;
@@ -73,7 +74,7 @@ pub struct Segcache {
     pub(crate) cas_offset: u64,
     /// `Builder::pad_numbers`.
     pub(crate) pad_numbers: bool,
-    /// Told of items that expire or are evicted (`Builder::eviction_listener`).
+    /// Told of items that leave: expired, evicted, removed, replaced (`Builder::eviction_listener`).
     pub(crate) listener: Option<crate::listener::RemovalListener>,
     /// Segments dropped as corrupt since the open: by crash recovery, or by the checks of a
     /// lazily verified reopen.

@@ -1,14 +1,15 @@
-//! Telling the owner about items that leave on the engine's own initiative: expired with their
-//! segment, or evicted (a segment evicted or merged away, or a full hash chain).
+//! Telling the owner about items that leave: expired with their segment, evicted (a segment
+//! evicted or merged away, or a full hash chain), deleted, or replaced by a new version.
 
 use crate::engine::read::state_of;
 use crate::hashtable::slot::Loc;
-use crate::listener::{RemovalCause, RemovalListener};
+use crate::listener::{Hears, RemovalCause, RemovalListener};
 use crate::record;
 use crate::{Item, Segcache};
 
 impl Segcache {
-    /// Sets (or with `None` removes) the function told of each item that expires or is evicted.
+    /// Sets (or with `None` removes) the function told of each item that leaves the cache (see
+    /// [`RemovalCause`](crate::RemovalCause)): expired, evicted, removed or replaced.
     ///
     /// ```
     /// use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
@@ -43,6 +44,21 @@ impl Segcache {
         if let Some(listener) = &self.listener {
             self.tell(listener, loc, slot_value, cause, self.seg(loc.seg).cas_base);
         }
+    }
+
+    /// `tell_removal` of the owner's doing (`Removed`, `Replaced`), for a listener that hears those.
+    #[inline]
+    pub(crate) fn tell_owner_removal(&self, loc: Loc, slot_value: u64, cause: RemovalCause) {
+        if let Some(listener) = self.listener.as_ref().filter(|l| l.1 == Hears::All) {
+            self.tell(listener, loc, slot_value, cause, self.seg(loc.seg).cas_base);
+        }
+    }
+
+    /// Whether a listener is told of replacements, which it must see before the old version's
+    /// bytes are overwritten (so a rewrite in place under the shared lock is not made then).
+    #[inline]
+    pub(crate) fn hears_replacements(&self) -> bool {
+        self.listener.as_ref().is_some_and(|l| l.1 == Hears::All)
     }
 
     /// `tell_removal` of a record written for CAS base `cas_base`: one that a merge drops from a

@@ -130,6 +130,8 @@ impl Segcache {
         let access = record::access_code(now.saturating_sub(self.seg(loc.seg).create_at));
         let (at, len) = (loc.offset as usize, record::record_len(key.len(), value_len, flags, form));
         let stamp = record::Stamp { access, ..stamp };
+        // The old version is told of while its bytes are still there.
+        self.tell_owner_removal(loc, found.value, crate::RemovalCause::Replaced);
         let rewrite = self.begin_rewrite(loc, len);
         record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, stamp, form, base);
         self.end_rewrite(loc, len, rewrite);

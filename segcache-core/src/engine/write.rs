@@ -301,7 +301,11 @@ impl Segcache {
         check_key(key)?;
         self.origin.check()?;
         let now = self.prepare_write();
-        let h = hash(key);
+        self.delete_at(key, hash(key), now, compare)
+    }
+
+    /// `delete_if` for a caller that has checked the key and prepared the write.
+    pub(crate) fn delete_at(&mut self, key: &[u8], h: u64, now: u32, compare: Option<u64>) -> Result<()> {
         let Some((found, r)) = self.find_record(key, h) else {
             return Err(Error::NotFound);
         };
@@ -314,6 +318,7 @@ impl Segcache {
             return Err(Error::Exists);
         }
         let loc = slot::slot_loc(found.value);
+        self.tell_owner_removal(loc, found.value, crate::RemovalCause::Removed);
         self.kill_parsed(loc, live_len);
         self.remove_slot(h, found.slot);
         self.table().touch_info(h, now);
@@ -436,6 +441,7 @@ impl Segcache {
         let new = slot::pack(slot::tag_of(h), freq, loc) | fetched;
         match old {
             Some(f) => {
+                self.tell_owner_removal(slot::slot_loc(f.value), f.value, crate::RemovalCause::Replaced);
                 self.kill(slot::slot_loc(f.value));
                 t.put(h, f.slot, new);
             }

@@ -765,7 +765,7 @@ impl SharedCache {
         self.attach()?;
         self.shard(key).write().add_delta(key, incr, delta)
     }
-    /// Sets (or with `None` removes) the function told of each item that expires or is evicted
+    /// Sets (or with `None` removes) the function told of each item that leaves the cache, with why
     /// (see [`Builder::eviction_listener`]).
     ///
     /// ```
@@ -847,6 +847,41 @@ impl SharedCache {
     pub fn add_delta_with(&self, key: &[u8], incr: bool, delta: u64, opts: RmwOptions<'_>) -> Result<crate::Delta> {
         self.attach()?;
         self.shard(key).write().add_delta_with(key, incr, delta, opts)
+    }
+    /// Reads `key`'s item, calls `f` with it (`None` when absent), and does what `f` decides
+    /// ([`Op`](crate::Op): keep, put a value with flags and TTL, or remove); returns what
+    /// happened (see [`Segcache::compute`]). The shard's write lock is held from the read to the
+    /// write, so no other writer of the key, in this process or another sharing the file, runs
+    /// in between: concurrent computes of one key run one after the other and lose no update. A
+    /// put takes a new CAS value. `f` runs under that lock: keep it short, and do not call into
+    /// this cache from it (a key of the same shard would wait for itself).
+    ///
+    /// ```
+    /// use std::sync::Arc;
+    /// use segcache_core::{Builder, Computed, Op};
+    ///
+    /// let cache = Arc::new(Builder::new().heap_size(8 << 20).build_shared()?);
+    /// let add_one = |cache: &segcache_core::SharedCache| {
+    ///     cache.compute(b"hits", |current| {
+    ///         let n: u64 = current.map_or(0, |item| std::str::from_utf8(item.value()).unwrap().parse().unwrap());
+    ///         Op::put((n + 1).to_string())
+    ///     })
+    /// };
+    /// let threads: Vec<_> = (0..4)
+    ///     .map(|_| {
+    ///         let cache = Arc::clone(&cache);
+    ///         std::thread::spawn(move || (0..100).try_for_each(|_| add_one(&cache).map(drop)))
+    ///     })
+    ///     .collect();
+    /// threads.into_iter().try_for_each(|t| t.join().unwrap())?;
+    /// assert_eq!(cache.get(b"hits").unwrap().value, b"400");
+    /// assert_eq!(cache.compute(b"hits", |_| Op::Remove)?, Computed::Removed);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn compute(&self, key: &[u8], f: impl FnOnce(Option<Item<'_>>) -> crate::Op) -> Result<crate::Computed> {
+        self.attach()?;
+        let (h, i) = self.locate(key);
+        self.shards[i].write().compute_hashed(key, h, f)
     }
     /// Removes the key ([`Error::NotFound`](crate::Error::NotFound) if absent).
     ///

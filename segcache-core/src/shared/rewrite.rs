@@ -35,7 +35,14 @@ impl Segcache {
     pub(crate) fn rewrite_shared(&self, key: &[u8], h: u64, value: &[u8], flags: u32, ttl: u32) -> Option<u64> {
         let len = record::record_len(key.len(), value.len(), flags, record::CasForm::Wide);
         // After a lazily verified reopen, a segment must be checked before anything changes it.
-        if !self.rewrites_shared() || len > PEEK_BYTES || self.unchecked.is_some() || !valid_key(key) {
+        // A listener is told of the replaced version under the exclusive lock, with its old
+        // bytes (`overwrite_in_place`): the exclusive path does that.
+        if !self.rewrites_shared()
+            || len > PEEK_BYTES
+            || self.unchecked.is_some()
+            || self.hears_replacements()
+            || !valid_key(key)
+        {
             return None;
         }
         let now = self.now();

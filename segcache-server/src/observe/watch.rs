@@ -130,10 +130,12 @@ impl Watchers {
     }
 
     /// An engine eviction listener that logs each evicted item to the `evictions` watchers, as
-    /// memcached's `type=eviction` lines (items have no slab class here: `clsid=1`).
+    /// memcached's `type=eviction` lines (items have no slab class here: `clsid=1`). It hears
+    /// only what the engine removes on its own, so that deletes and sets cost no more once
+    /// someone has watched evictions.
     pub fn eviction_logger(self: &Arc<Self>) -> RemovalListener {
         let watchers = self.clone();
-        RemovalListener::new(move |item, cause| {
+        RemovalListener::expired_or_evicted(move |item, cause| {
             if cause != RemovalCause::Evicted || !watchers.wants(EVICTIONS) {
                 return;
             }
