@@ -4,6 +4,7 @@
 //! - [`clock`]: `segcache.ManualClock`, a clock that tests move by hand.
 //! - [`convert`]: turning Python arguments (keys, values, TTLs, sizes) into engine arguments.
 //! - [`item`]: `segcache.Item`, an item and its state as `Cache.get_state` read it.
+//! - [`serializer`]: `Cache(serializer=...)`, the encoding of values other than bytes.
 //! - [`errors`]: engine errors as the exceptions of `segcache._errors`.
 //!
 //! The Python half (`python/segcache/`) re-exports these and adds `memoize`.
@@ -15,6 +16,7 @@ mod clock;
 mod convert;
 mod errors;
 mod item;
+mod serializer;
 
 /// `gil_used = false`: on a free-threaded CPython (3.13t and later) importing the module leaves
 /// the GIL off. The abi3 wheel is for GIL builds (they have no limited API); built by such an

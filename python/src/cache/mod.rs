@@ -42,13 +42,15 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use segcache_core::{Policy, SharedCache};
 
 use crate::clock::ManualClock;
 use crate::convert;
 use crate::errors::{closed, engine_error};
+use crate::serializer::Serializer;
 
+mod aio;
 mod iter;
 mod mapping;
 mod ops;
@@ -70,6 +72,10 @@ pub struct Cache {
     opener: u32,
     /// Where the last `popitem()` found a key: the next one starts its scan there.
     pop_hint: AtomicU64,
+    /// How values other than bytes are stored (`serializer=`); None: bytes in and out.
+    serializer: Option<Serializer>,
+    /// `aget_or_set`'s loads in progress: `(event loop, key)` -> the future its waiters await.
+    flights: Py<PyDict>,
 }
 
 impl Cache {
@@ -100,7 +106,8 @@ impl Cache {
     #[new]
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
-                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true))]
+                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true, *,
+                        serializer=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -117,7 +124,9 @@ impl Cache {
         multi_process: bool,
         prefault: bool,
         touch_ahead: bool,
+        serializer: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let serializer = Serializer::from_arg(serializer)?;
         // Unless told, the engine's defaults, as every face of segcache has them.
         let heap_size = match heap_size {
             Some(v) => convert::size(v, "heap_size")?,
@@ -183,6 +192,8 @@ impl Cache {
             multi_process,
             opener: std::process::id(),
             pop_hint: AtomicU64::new(0),
+            serializer,
+            flights: PyDict::new(py).unbind(),
         })
     }
 
@@ -259,6 +270,25 @@ impl Cache {
     #[getter]
     fn eviction(&self) -> &'static str {
         self.policy.name()
+    }
+
+    /// The serializer given as `serializer=` (`"pickle"` or the object), or None: values are bytes.
+    #[getter]
+    fn serializer<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        self.serializer.as_ref().map(|s| s.given(py))
+    }
+
+    /// `aget_or_set`'s loads in progress on this cache (for `segcache._aio`).
+    #[getter]
+    fn _flights<'py>(&self, py: Python<'py>) -> Bound<'py, PyDict> {
+        self.flights.bind(py).clone()
+    }
+
+    /// `Cache[T]` in annotations evaluated at run time, as for the generic classes of `typing`.
+    #[classmethod]
+    fn __class_getitem__<'py>(cls: &Bound<'py, PyType>, item: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = cls.py();
+        py.import("types")?.getattr("GenericAlias")?.call1((cls, item))
     }
 
     /// Whether the cache is shared by processes through its file (`multi_process=True`).
