@@ -34,7 +34,7 @@ from ._errors import (
     PersistenceError,
     TooLarge,
 )
-from ._memoize import CacheInfo, UncacheableResultWarning, make_key, memoize
+from ._memoize import CacheInfo, Serializer, UncacheableResultWarning, make_key, memoize
 from ._segcache import (
     MAX_KEY_LEN,
     MAX_SEGMENT_SIZE,
@@ -50,7 +50,7 @@ from ._segcache import (
 MutableMapping.register(Cache)
 
 __all__ = [
-    "Cache", "Item", "ManualClock", "memoize", "make_key", "CacheInfo", "UncacheableResultWarning",
+    "Cache", "Item", "ManualClock", "Serializer", "memoize", "make_key", "CacheInfo", "UncacheableResultWarning",
     "MAX_KEY_LEN", "MAX_SEGMENT_SIZE", "MIN_SEGMENT_SIZE", "MAX_TTL", "__version__",
     "Error", "Closed", "NotFound", "Exists", "NotStored", "TooLarge", "KeyTooLong", "EmptyKey",
     "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "NoSpace", "MapError",

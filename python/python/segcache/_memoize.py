@@ -162,9 +162,16 @@ class _Flight:
         self.result: Any = None
 
 
-class Serializer(Protocol):
-    def dumps(self, obj: Any) -> Union[bytes, str]: ...
-    def loads(self, data: bytes) -> Any: ...
+T = TypeVar("T")
+
+
+class Serializer(Protocol[T]):
+    """What `Cache(serializer=...)` and `memoize(serializer=...)` take: an object (a module such as
+    `json` or `pickle`, or your own) whose `dumps` turns a value into bytes (or a str, stored as
+    UTF-8) and whose `loads` turns those bytes back into the value."""
+
+    def dumps(self, obj: T, /) -> Union[bytes, str]: ...
+    def loads(self, data: bytes, /) -> T: ...
 
 
 def _encode(obj: Any, typed: bool, out: list[bytes]) -> None:
@@ -240,7 +247,7 @@ def memoize(
     cache: Cache[Any],
     ttl: Any = None,
     *,
-    serializer: Optional[Serializer] = None,
+    serializer: Optional[Serializer[Any]] = None,
     typed: bool = False,
     key_prefix: Optional[str] = None,
     lock: bool = True,
@@ -279,7 +286,7 @@ def memoize(
         )
     if not (callable(getattr(serializer, "dumps", None)) and callable(getattr(serializer, "loads", None))):
         raise TypeError("memoize: serializer must have dumps() and loads()")
-    codec: Serializer = serializer
+    codec: Serializer[Any] = serializer
 
     def decorate(fn: Callable[P, R]) -> Memoized[P, R]:
         name = key_prefix if key_prefix is not None else f"{fn.__module__}.{fn.__qualname__}"
