@@ -33,7 +33,13 @@
 //! - [`ops`]: the cache operations (`get`, `set`, `cas`, `incr`, `get_or_set`, ...) and their
 //!   helpers;
 //! - [`mapping`]: the `MutableMapping` protocol (`cache[key]`, `keys()`, `pop`, `update`, ...);
-//! - [`iter`]: iteration (`iter(cache)`, the views' iterators) over the engine's key scan.
+//! - [`iter`]: iteration (`iter(cache)`, the views' iterators) over the engine's key scan;
+//! - [`aio`]: `aget_or_set` (over `segcache/_aio.py`) and the `memoize` method.
+//!
+//! # Values
+//! With `serializer=` (see [`crate::serializer`]) values are encoded before a store and decoded
+//! after a read ([`Cache::encode`], [`Cache::decode`] in [`ops`]), with no engine lock held:
+//! the serializer runs Python code, which may release the GIL.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
