@@ -13,6 +13,7 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyMemoryView, PyString};
+use pyo3::{PyTraverseError, PyVisit};
 
 use crate::convert::type_name;
 
@@ -66,6 +67,15 @@ impl Serializer {
             loads: method("loads")?,
             protocol: None,
         }))
+    }
+
+    /// Shows the garbage collector the Python objects held, so that a cycle through a user's
+    /// serializer (one that holds the cache, say) can be collected.
+    pub fn traverse(&self, visit: &PyVisit<'_>) -> Result<(), PyTraverseError> {
+        visit.call(&self.given)?;
+        visit.call(&self.dumps)?;
+        visit.call(&self.loads)?;
+        visit.call(&self.protocol)
     }
 
     /// What the `serializer` property returns: `"pickle"` or the object given.

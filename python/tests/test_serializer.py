@@ -246,3 +246,23 @@ def test_memoize_of_an_unserializable_result_warns(clock):
 def test_generic_alias_at_run_time():
     alias = segcache.Cache[dict]
     assert alias.__origin__ is segcache.Cache and alias.__args__ == (dict,)
+
+
+def test_a_serializer_that_holds_its_cache_is_collected():
+    import gc
+    import weakref
+
+    class Holder:
+        def dumps(self, obj):
+            return pickle.dumps(obj)
+
+        def loads(self, data):
+            return pickle.loads(data)
+
+    holder = Holder()
+    holder.cache = segcache.Cache(heap_size="16MiB", serializer=holder)
+    holder.cache["k"] = [1]
+    gone = weakref.ref(holder)
+    del holder
+    gc.collect()
+    assert gone() is None

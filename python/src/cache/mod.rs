@@ -49,6 +49,7 @@ use parking_lot::RwLock;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyType};
+use pyo3::{PyTraverseError, PyVisit};
 use segcache_core::{Policy, SharedCache};
 
 use crate::clock::ManualClock;
@@ -288,6 +289,13 @@ impl Cache {
     #[getter]
     fn _flights<'py>(&self, py: Python<'py>) -> Bound<'py, PyDict> {
         self.flights.bind(py).clone()
+    }
+
+    fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(s) = &self.serializer {
+            s.traverse(&visit)?;
+        }
+        visit.call(&self.flights)
     }
 
     /// `Cache[T]` in annotations evaluated at run time, as for the generic classes of `typing`.
