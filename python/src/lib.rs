@@ -25,7 +25,8 @@ mod serializer;
 /// - pyo3 compiles no `#[pyclass]` that is not `Sync` (and none here is `unsendable`), and
 ///   `Cache` is a frozen class whose state is `Sync` on its own: the engine (`SharedCache`, sharded,
 ///   a reader-writer lock per shard) behind a `parking_lot::RwLock`, the closing flag and the
-///   `popitem` hint atomics, the rest fixed at open. `ManualClock` (an `Arc` of the core's
+///   `popitem` hint atomics, the rest fixed at open (the serializer's callables included;
+///   `aget_or_set`'s dict of flights is a Python dict, which locks itself without the GIL). `ManualClock` (an `Arc` of the core's
 ///   atomic clock) and `Item` (read-only fields) are frozen too.
 /// - `KeyIterator`, the only class with `&mut self` methods, relies on pyo3's per-object borrow
 ///   flag, an atomic: two threads advancing one iterator get a
