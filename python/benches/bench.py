@@ -17,8 +17,13 @@ library's heap never inflates another's figures:
   fault on the host too, which can add half again to its sets in one run and nothing in the
   next. The second cache reuses the pages the first gave back, so its figure is the cache's own.
 
+- objects (`--objects`): the values are dicts of four fields (an int, a str, a float, a bool)
+  instead of bytes; segcache stores them with `serializer="pickle"`, the other libraries hold
+  the dict objects themselves. A get hit then includes unpickling a new dict.
+
     python python/benches/bench.py                     # every library, 1M items
     python python/benches/bench.py -n 100000 --only dict segcache
+    python python/benches/bench.py --objects --only cachebox segcache
 
 Prints a markdown table; the last column gives segcache's ratio where a peer is present.
 """
@@ -39,6 +44,8 @@ import time
 LIBS = ["dict", "cachebox", "lru-dict", "moka-py", "cachetools", "theine", "segcache"]
 # The timings each run reports, in the table's order.
 TIMES = ("set_ns", "first_set_ns", "hit_ns", "miss_ns")
+# --objects: values are dicts, stored by segcache with serializer="pickle".
+OBJECTS = False
 
 
 def rss_bytes() -> int:
@@ -84,7 +91,7 @@ class Ops:
         elif name == "segcache":
             import segcache
 
-            c = segcache.Cache(**segcache_opts)
+            c = segcache.Cache(**segcache_opts, **({"serializer": "pickle"} if OBJECTS else {}))
             self.put, self.get = c.__setitem__, c.get
         else:
             raise SystemExit(f"unknown library {name}")
@@ -95,7 +102,10 @@ def key(i: int) -> bytes:
     return b"key:%012d" % i  # 16 bytes
 
 
-def value(k: bytes) -> bytes:
+def value(k: bytes):
+    if OBJECTS:
+        i = int(k[4:])
+        return {"id": i, "name": k.decode(), "score": i / 4, "active": i % 2 == 0}
     return k * 4  # 64 bytes, distinct per key
 
 
@@ -171,14 +181,16 @@ def hash_power_for(n: int, shards: int) -> int:
 
 
 def child(args) -> None:
+    global OBJECTS
+    OBJECTS = args.objects
     opts = json.loads(args.segcache_opts)
     fn = phase_memory if args.phase == "memory" else phase_time
     print(json.dumps(fn(args.lib, args.n, opts)))
 
 
-def run_child(lib: str, phase: str, n: int, opts: str) -> dict:
+def run_child(lib: str, phase: str, n: int, opts: str, objects: bool) -> dict:
     cmd = [sys.executable, __file__, "--child", "--lib", lib, "--phase", phase, "-n", str(n),
-           "--segcache-opts", opts]
+           "--segcache-opts", opts] + (["--objects"] if objects else [])
     out = subprocess.run(cmd, capture_output=True, text=True)
     if out.returncode != 0:
         return {"error": out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit {out.returncode}"}
@@ -193,6 +205,8 @@ def main() -> None:
     p.add_argument("--segcache-opts", default=None,
                    help='JSON of segcache.Cache arguments (default: sized for N items)')
     p.add_argument("--json", help="also write the results to this file")
+    p.add_argument("--objects", action="store_true",
+                   help='values are dicts of four fields; segcache stores them with serializer="pickle"')
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--lib", help=argparse.SUPPRESS)
     p.add_argument("--phase", choices=["memory", "time"], help=argparse.SUPPRESS)
@@ -214,11 +228,11 @@ def main() -> None:
     results = {}
     # Timing rounds go round-robin over the libraries, so that a change in machine load during
     # the run falls on every library alike; each library keeps its best round.
-    mems = {lib: run_child(lib, "memory", args.n, args.segcache_opts) for lib in libs}
+    mems = {lib: run_child(lib, "memory", args.n, args.segcache_opts, args.objects) for lib in libs}
     rounds = {lib: [] for lib in libs}
     for r in range(args.repeat):
         for lib in libs:
-            rounds[lib].append(run_child(lib, "time", args.n, args.segcache_opts))
+            rounds[lib].append(run_child(lib, "time", args.n, args.segcache_opts, args.objects))
         print(f"round {r + 1} of {args.repeat} done", file=sys.stderr)
     for lib in libs:
         mem, runs = mems[lib], rounds[lib]
@@ -231,7 +245,8 @@ def main() -> None:
         best["wrong"] = max(r["wrong"] for r in ok)
         results[lib] = {**mem, **best}
 
-    print(f"\n{args.n:,} items, 16-byte keys, 64-byte values, random order; "
+    values = ('dicts of 4 fields (segcache: serializer="pickle")' if args.objects else "64-byte values")
+    print(f"\n{args.n:,} items, 16-byte keys, {values}, random order; "
           f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cpus; "
           f"segcache {args.segcache_opts}\n")
     print("| library | set ns | set ns, first cache | get hit ns | get miss ns | RSS bytes/item | kept "

@@ -10,8 +10,8 @@ use segcache_core::Item as EngineItem;
 /// it `token_sent` to another reader).
 #[pyclass(module = "segcache", frozen, get_all)]
 pub struct Item {
-    /// The value, as `bytes`.
-    value: Py<PyBytes>,
+    /// The value: `bytes`, or decoded by the cache's serializer.
+    pub(crate) value: Py<PyAny>,
     /// The 32-bit client flags given when it was stored.
     flags: u32,
     /// The CAS value (unique per item version, or the one given as `new_cas`).
@@ -33,7 +33,7 @@ pub struct Item {
 
 impl Item {
     /// The item `item` with its value as `value`.
-    pub(crate) fn new(value: Py<PyBytes>, item: &EngineItem<'_>) -> Self {
+    pub(crate) fn new(value: Py<PyAny>, item: &EngineItem<'_>) -> Self {
         Item {
             value,
             flags: item.flags(),
@@ -51,11 +51,15 @@ impl Item {
 #[pymethods]
 impl Item {
     fn __repr__(&self, py: Python<'_>) -> String {
-        let len = self.value.bind(py).as_bytes().len();
+        let value = self.value.bind(py);
+        let value = match value.cast::<PyBytes>() {
+            Ok(b) => format!("<{} bytes>", b.as_bytes().len()),
+            Err(_) => format!("<{}>", crate::convert::type_name(value)),
+        };
         let b = |x: bool| if x { "True" } else { "False" };
         let ttl = self.ttl.map_or_else(|| "None".to_string(), |t| t.to_string());
         format!(
-            "Item(value=<{len} bytes>, flags={}, cas={}, ttl={ttl}, fetched={}, last_access={}, stale={}, won={}, \
+            "Item(value={value}, flags={}, cas={}, ttl={ttl}, fetched={}, last_access={}, stale={}, won={}, \
              token_sent={})",
             self.flags,
             self.cas,

@@ -5,6 +5,7 @@
 //! - [`convert`]: turning Python arguments (keys, values, TTLs, sizes) into engine arguments.
 //! - [`item`]: `segcache.Item`, an item and its state as `Cache.get_state` read it.
 //! - [`listener`]: telling `Cache(eviction_listener=...)` of removed items, outside the engine's locks.
+//! - [`serializer`]: `Cache(serializer=...)`, the encoding of values other than bytes.
 //! - [`errors`]: engine errors as the exceptions of `segcache._errors`.
 //!
 //! The Python half (`python/segcache/`) re-exports these and adds `memoize`.
@@ -17,6 +18,7 @@ mod convert;
 mod errors;
 mod item;
 mod listener;
+mod serializer;
 
 /// `gil_used = false`: on a free-threaded CPython (3.13t and later) importing the module leaves
 /// the GIL off. The abi3 wheel is for GIL builds (they have no limited API); built by such an
@@ -25,7 +27,8 @@ mod listener;
 /// - pyo3 compiles no `#[pyclass]` that is not `Sync` (and none here is `unsendable`), and
 ///   `Cache` is a frozen class whose state is `Sync` on its own: the engine (`SharedCache`, sharded,
 ///   a reader-writer lock per shard) behind a `parking_lot::RwLock`, the closing flag and the
-///   `popitem` hint atomics, the rest fixed at open. `ManualClock` (an `Arc` of the core's
+///   `popitem` hint atomics, the rest fixed at open (the serializer's callables included;
+///   `aget_or_set`'s dict of flights is a Python dict, which locks itself without the GIL). `ManualClock` (an `Arc` of the core's
 ///   atomic clock) and `Item` (read-only fields) are frozen too.
 /// - `KeyIterator`, the only class with `&mut self` methods, relies on pyo3's per-object borrow
 ///   flag, an atomic: two threads advancing one iterator get a

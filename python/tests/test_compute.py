@@ -1,5 +1,6 @@
 """Cache.compute: read, decide in Python, write, with no other writer of the key in between."""
 
+import pickle
 import sys
 import threading
 
@@ -102,3 +103,16 @@ def test_concurrent_computes_lose_no_update():
         sys.setswitchinterval(old)
     assert not errors, errors
     assert c.get(b"n") == str(threads * each).encode()
+
+
+def test_through_a_serializer_the_function_sees_and_answers_objects():
+    c = segcache.Cache(heap_size="4MiB", serializer="pickle")
+    assert c.compute("cart", lambda cur: {"items": []} if cur is None else segcache.KEEP) == {"items": []}
+    got = c.compute("cart", lambda cur: {"items": cur["items"] + ["apple"]})
+    assert got == {"items": ["apple"]} and c["cart"] == {"items": ["apple"]}
+    assert c.compute("cart", lambda cur: segcache.KEEP) == {"items": ["apple"]}
+    # A value the serializer refuses stores nothing and raises its error.
+    with pytest.raises((pickle.PicklingError, AttributeError, TypeError)):
+        c.compute("cart", lambda cur: lambda: None)
+    assert c["cart"] == {"items": ["apple"]}
+    assert c.compute("cart", lambda cur: segcache.REMOVE) is None and "cart" not in c

@@ -14,7 +14,7 @@ def stub_names():
     top, classes = set(), {}
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            classes[node.name] = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
+            classes[node.name] = {n.name for n in node.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
         elif isinstance(node, ast.AnnAssign):
             top.add(node.target.id)
     return top, classes

@@ -85,6 +85,63 @@ GOOD = """
     dropped: bool = Service.balance.invalidate(svc, 3)
     shared = segcache.Cache(path="cache.dat", heap_size="64MiB", multi_process=True)
     is_shared: bool = shared.multi_process
+
+    import asyncio
+    import json
+    from typing import Any
+
+    class Point:
+        def __init__(self, x: int) -> None:
+            self.x = x
+
+    class PointCodec:
+        def dumps(self, obj: Point, /) -> bytes:
+            return str(obj.x).encode()
+
+        def loads(self, data: bytes, /) -> Point:
+            return Point(int(data))
+
+    pc = segcache.Cache(heap_size="64MiB", serializer=PointCodec())
+    pc["p"] = Point(1)
+    pc.set("q", Point(2), ttl=5)
+    pt: Point = pc["p"]
+    opt: Optional[Point] = pc.get("p")
+    pv: Tuple[Point, int] = pc.gets("p", (Point(0), 0))
+    pm: dict[str, Point] = pc.get_many(["p", "q"])
+    pc.set_many({"r": Point(3)})
+    pc.update({"s": Point(4)})
+    pl: list[Point] = list(pc.values())
+    pi: list[Tuple[bytes, Point]] = list(pc.items())
+    pd: Point = pc.setdefault("t", Point(5))
+    pg: Point = pc.get_or_set("u", lambda: Point(6))
+    typed: segcache.Cache[Point] = pc
+    st = pc.get_state("p")
+    stv: Optional[Point] = st.value if st is not None else None
+    bare: segcache.Cache = segcache.Cache()
+    explicit: segcache.Cache[bytes] = c
+    pk = segcache.Cache(serializer="pickle")
+    pk["x"] = {"any": ["thing"]}
+    anything: Any = pk["x"]
+    js = segcache.Cache(serializer=json)
+    js["x"] = [1, 2]
+
+    async def load_point() -> Point:
+        return Point(7)
+
+    async def load_bytes() -> bytes:
+        return b"v"
+
+    async def use_async() -> Tuple[Point, bytes]:
+        return (await pc.aget_or_set("v", load_point, ttl=5), await c.aget_or_set("w", load_bytes))
+
+    @c.memoize(ttl=60)
+    async def fetch(n: int) -> dict[str, int]:
+        return {"n": n}
+
+    async def use_memo() -> dict[str, int]:
+        return await fetch(1)
+
+    got_memo: dict[str, int] = asyncio.run(use_memo())
 """
 
 # Every line marked `# E` must be an error, and no other line.
@@ -123,6 +180,26 @@ BAD = """
     b: str = Service().balance(1)  # E
     segcache.Cache(path="c.dat", multi_process="yes")  # E
     m: str = c.multi_process  # E
+
+    class Point:
+        x = 1
+
+    class PointCodec:
+        def dumps(self, obj: Point, /) -> bytes:
+            return b"1"
+
+        def loads(self, data: bytes, /) -> Point:
+            return Point()
+
+    pc = segcache.Cache(serializer=PointCodec())
+    pc["p"] = b"bytes"  # E
+    pc.set("p", 5)  # E
+    n2: int = pc["p"]  # E
+    pc.append("p", b"x")  # E
+    pc.incr("p")  # E
+    pc.get_or_set("p", lambda: b"v")  # E
+    segcache.Cache(serializer="json")  # E
+    segcache.Cache(serializer=5)  # E
 """
 
 
@@ -183,3 +260,39 @@ def test_wrong_types_fail_pyright_strict(tmp_path):
     want = {i + 1 for i, line in enumerate(lines) if line.endswith("# E")}
     got = {d["range"]["start"]["line"] + 1 for d in errors}
     assert got == want, errors
+
+
+REVEAL = """
+    import json
+    import segcache
+
+    class Codec:
+        def dumps(self, obj: list[int], /) -> str:
+            return json.dumps(obj)
+
+        def loads(self, data: bytes, /) -> list[int]:
+            return [int(x) for x in json.loads(data)]
+
+    reveal_type(segcache.Cache())
+    reveal_type(segcache.Cache(serializer="pickle"))
+    reveal_type(segcache.Cache(serializer=Codec()))
+    reveal_type(segcache.Cache(serializer=Codec())["k"])
+    reveal_type(segcache.Cache().get("k"))
+"""
+
+
+def test_the_value_type_follows_the_serializer(tmp_path):
+    f = tmp_path / "reveal.py"
+    f.write_text(textwrap.dedent(REVEAL))
+    r = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-incremental", "--no-error-summary", str(f)],
+        capture_output=True, text=True, cwd=tmp_path,
+    )
+    revealed = re.findall(r'Revealed type is "(.*)"', r.stdout)
+    assert revealed == [
+        "segcache._segcache.Cache[bytes]",
+        "segcache._segcache.Cache[Any]",
+        "segcache._segcache.Cache[list[int]]",
+        "list[int]",
+        "bytes | None",
+    ], r.stdout

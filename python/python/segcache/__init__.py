@@ -34,7 +34,7 @@ from ._errors import (
     PersistenceError,
     TooLarge,
 )
-from ._memoize import CacheInfo, UncacheableResultWarning, make_key, memoize
+from ._memoize import CacheInfo, Serializer, UncacheableResultWarning, make_key, memoize
 from ._segcache import (
     KEEP,
     MAX_KEY_LEN,
@@ -52,7 +52,7 @@ from ._segcache import (
 MutableMapping.register(Cache)
 
 __all__ = [
-    "Cache", "Item", "ManualClock", "memoize", "make_key", "CacheInfo", "UncacheableResultWarning",
+    "Cache", "Item", "ManualClock", "Serializer", "memoize", "make_key", "CacheInfo", "UncacheableResultWarning",
     "MAX_KEY_LEN", "MAX_SEGMENT_SIZE", "MIN_SEGMENT_SIZE", "MAX_TTL", "__version__", "KEEP", "REMOVE",
     "Error", "Closed", "NotFound", "Exists", "NotStored", "TooLarge", "KeyTooLong", "EmptyKey",
     "NoMemory", "NotNumeric", "InvalidConfig", "PersistenceError", "BadFile", "Locked", "NoSpace", "MapError",

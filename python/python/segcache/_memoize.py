@@ -40,7 +40,7 @@ import warnings
 import weakref
 from typing import TYPE_CHECKING, Any, Callable, Generic, NamedTuple, Optional, Protocol, TypeVar, Union, overload
 
-from ._errors import NoMemory, TooLarge
+from ._errors import Error, NoMemory, TooLarge
 from ._segcache import Cache
 
 if TYPE_CHECKING:
@@ -54,7 +54,7 @@ if TYPE_CHECKING:
     class Memoized(Generic[P, R]):
         """What `memoize` returns: the function (same signature) plus its cache helpers."""
 
-        cache: Cache
+        cache: Cache[Any]
 
         def __call__(self, *args: P.args, **kwargs: P.kwargs) -> R: ...
         def cache_key(self, *args: P.args, **kwargs: P.kwargs) -> bytes: ...
@@ -162,9 +162,16 @@ class _Flight:
         self.result: Any = None
 
 
-class Serializer(Protocol):
-    def dumps(self, obj: Any) -> Union[bytes, str]: ...
-    def loads(self, data: bytes) -> Any: ...
+T = TypeVar("T")
+
+
+class Serializer(Protocol[T]):
+    """What `Cache(serializer=...)` and `memoize(serializer=...)` take: an object (a module such as
+    `json` or `pickle`, or your own) whose `dumps` turns a value into bytes (or a str, stored as
+    UTF-8) and whose `loads` turns those bytes back into the value."""
+
+    def dumps(self, obj: T, /) -> Union[bytes, str]: ...
+    def loads(self, data: bytes, /) -> T: ...
 
 
 def _encode(obj: Any, typed: bool, out: list[bytes]) -> None:
@@ -237,10 +244,10 @@ def _make_key(
 
 
 def memoize(
-    cache: Cache,
+    cache: Cache[Any],
     ttl: Any = None,
     *,
-    serializer: Serializer = pickle,
+    serializer: Optional[Serializer[Any]] = None,
     typed: bool = False,
     key_prefix: Optional[str] = None,
     lock: bool = True,
@@ -248,8 +255,11 @@ def memoize(
     """Decorator: keep results of the decorated function (or coroutine function) in `cache`.
 
     - `ttl`: as for `Cache.set` (seconds, timedelta, 0 for never, None for the cache default).
-    - `serializer`: an object with `dumps(obj) -> bytes` and `loads(bytes) -> obj` (pickle by
-      default; `json` works too for JSON-able results).
+    - `serializer`: an object with `dumps(obj) -> bytes` and `loads(bytes) -> obj` (`json` works
+      for JSON-able results). By default, the cache's own serializer if it has one (results are
+      then stored as any value of the cache is, and read back by `cache.get` as objects), else
+      pickle. A cache with a serializer takes no second one here (`TypeError`): the results
+      would be encoded twice.
     - `typed`: as for `functools.lru_cache`.
     - `key_prefix`: the key prefix; the function's module and qualified name by default.
     - `lock`: single flight (see the module's doc): concurrent calls with one key run the
@@ -265,8 +275,18 @@ def memoize(
     """
     if not isinstance(cache, Cache):
         raise TypeError(f"memoize: cache must be a segcache.Cache, not {type(cache).__name__}")
+    # The cache's serializer encodes results when it has one; else this one does, into bytes.
+    own_codec = cache.serializer is None
+    if serializer is None:
+        serializer = pickle
+    elif not own_codec:
+        raise TypeError(
+            "memoize: this cache already has a serializer, which encodes the results; leave memoize's "
+            "serializer out (or memoize into a cache without one)"
+        )
     if not (callable(getattr(serializer, "dumps", None)) and callable(getattr(serializer, "loads", None))):
         raise TypeError("memoize: serializer must have dumps() and loads()")
+    codec: Serializer[Any] = serializer
 
     def decorate(fn: Callable[P, R]) -> Memoized[P, R]:
         name = key_prefix if key_prefix is not None else f"{fn.__module__}.{fn.__qualname__}"
@@ -294,17 +314,30 @@ def memoize(
             return _make_key(prefix, args, kwargs, typed, token)
 
         def lookup(key: bytes) -> Any:
+            if not own_codec:
+                # The cache decodes; an entry it cannot decode is a miss, as below (its own
+                # errors, such as Closed, are not).
+                try:
+                    return cache.get(key, _MISS)
+                except Error:
+                    raise
+                except Exception:
+                    return _MISS
             raw = cache.get(key)
             if raw is None:
                 return _MISS
             try:
-                return serializer.loads(raw)
+                return codec.loads(raw)
             except Exception:
                 return _MISS
 
         def store(key: bytes, result: Any) -> None:
             try:
-                data = serializer.dumps(result)
+                data = codec.dumps(result) if own_codec else cache._store_loaded(key, result, ttl)
+            except (TooLarge, NoMemory):
+                return
+            except Error:
+                raise
             except Exception as e:
                 warnings.warn(
                     f"memoize: the result of {name} ({type(result).__qualname__}) cannot be serialized, "
@@ -313,6 +346,8 @@ def memoize(
                     stacklevel=4,
                 )
                 return
+            if not own_codec:
+                return  # stored by the cache (`_store_loaded` keeps quiet on TooLarge, NoMemory)
             if isinstance(data, str):
                 data = data.encode("utf-8")
             try:

@@ -2,18 +2,31 @@
 
 import os
 import pathlib
-from collections.abc import Callable, ItemsView, Iterable, Iterator, KeysView, Mapping, MutableMapping, ValuesView
+from collections.abc import (
+    Awaitable,
+    Callable,
+    ItemsView,
+    Iterable,
+    Iterator,
+    KeysView,
+    Mapping,
+    MutableMapping,
+    ValuesView,
+)
 from datetime import timedelta
-from typing import Dict, Literal, Optional, Tuple, TypeVar, Union, final, overload
+from typing import Any, Dict, Generic, Literal, Optional, Tuple, Union, final, overload
 
 from _typeshed import SupportsKeysAndGetItem
-from typing_extensions import Buffer
+from typing_extensions import Buffer, ParamSpec, Self, TypeVar
+
+from ._memoize import Memoized, Serializer
 
 Key = Union[str, Buffer]
 """str (UTF-8, 1 to 250 bytes) or any bytes-like object (bytes, bytearray, memoryview, ...).
 Keys come back (from iteration, `keys()`, `items()`, `popitem()`) as `bytes`."""
 Value = Buffer
-"""Any object with the buffer protocol (bytes, bytearray, memoryview, a NumPy array); not str."""
+"""A value of a cache without a serializer: any object with the buffer protocol (bytes, bytearray,
+memoryview, a NumPy array); not str. It comes back as `bytes`."""
 TTL = Union[int, float, timedelta, None]
 """Seconds (a fraction rounds up), a timedelta, 0 for never, None for the cache's default."""
 Size = Union[int, str]
@@ -22,6 +35,9 @@ Size = Union[int, str]
 _D = TypeVar("_D")
 _T = TypeVar("_T")
 _K = TypeVar("_K", bound=Key)
+_V = TypeVar("_V", default=bytes)
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 MAX_KEY_LEN: int
 MIN_SEGMENT_SIZE: int
@@ -51,11 +67,11 @@ class ManualClock:
     def now(self) -> int: ...
 
 @final
-class Item:
+class Item(Generic[_V]):
     """An item as `Cache.get_state` read it: value, metadata, and state (before the read)."""
 
     @property
-    def value(self) -> bytes: ...
+    def value(self) -> _V: ...
     @property
     def flags(self) -> int: ...
     @property
@@ -73,8 +89,12 @@ class Item:
     @property
     def token_sent(self) -> bool: ...
 
-class Cache(MutableMapping[Key, bytes]):
-    """A thread-safe segment-structured cache, a MutableMapping. Keys and values come back as `bytes`.
+class Cache(MutableMapping[Key, _V], Generic[_V]):
+    """A thread-safe segment-structured cache, a MutableMapping of keys to values of type `_V`.
+
+    `Cache()` stores bytes-like values and returns `bytes` (`Cache[bytes]`). With
+    `serializer="pickle"` it takes any picklable value (`Cache[Any]`); with a `Serializer[T]` (an
+    object with `dumps` and `loads`), values of type `T` (`Cache[T]`). Keys come back as `bytes`.
 
     A cache belongs to the process that opened it: in an `os.fork()` child every method of an
     inherited one raises `segcache.ForkedError` (reads included); open a new one there. With
@@ -83,8 +103,9 @@ class Cache(MutableMapping[Key, bytes]):
 
     Unless told, the heap is 64 MiB in 1 MiB segments: the engine's defaults, as the C library's."""
 
+    @overload
     def __init__(
-        self,
+        self: Cache[bytes],
         heap_size: Optional[Size] = None,
         segment_size: Optional[Size] = None,
         eviction: Optional[str] = None,
@@ -98,15 +119,57 @@ class Cache(MutableMapping[Key, bytes]):
         multi_process: bool = False,
         prefault: bool = False,
         touch_ahead: bool = True,
+        *,
         eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
+        serializer: None = None,
     ) -> None: ...
     @overload
-    def get(self, key: Key, default: None = None) -> Optional[bytes]: ...
+    def __init__(
+        self: Cache[Any],
+        heap_size: Optional[Size] = None,
+        segment_size: Optional[Size] = None,
+        eviction: Optional[str] = None,
+        ttl: TTL = None,
+        path: Union[str, "os.PathLike[str]", None] = None,
+        hash_power: Optional[int] = None,
+        shards: Optional[int] = None,
+        clock: Optional[ManualClock] = None,
+        reset_bad_file: bool = False,
+        lazy_verify: bool = False,
+        multi_process: bool = False,
+        prefault: bool = False,
+        touch_ahead: bool = True,
+        *,
+        eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
+        serializer: Literal["pickle"],
+    ) -> None: ...
     @overload
-    def get(self, key: Key, default: Union[bytes, _D]) -> Union[bytes, _D]: ...
-    def gets(self, key: Key, default: _D = ...) -> Union[Tuple[bytes, int], _D]: ...
-    def get_item(self, key: Key, default: _D = ...) -> Union[Tuple[bytes, int, int, Optional[int]], _D]: ...
-    def get_and_touch(self, key: Key, ttl: TTL, default: _D = ...) -> Union[bytes, _D]: ...
+    def __init__(
+        self: Cache[_T],
+        heap_size: Optional[Size] = None,
+        segment_size: Optional[Size] = None,
+        eviction: Optional[str] = None,
+        ttl: TTL = None,
+        path: Union[str, "os.PathLike[str]", None] = None,
+        hash_power: Optional[int] = None,
+        shards: Optional[int] = None,
+        clock: Optional[ManualClock] = None,
+        reset_bad_file: bool = False,
+        lazy_verify: bool = False,
+        multi_process: bool = False,
+        prefault: bool = False,
+        touch_ahead: bool = True,
+        *,
+        eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
+        serializer: Serializer[_T],
+    ) -> None: ...
+    @overload
+    def get(self, key: Key, default: None = None) -> Optional[_V]: ...
+    @overload
+    def get(self, key: Key, default: Union[_V, _D]) -> Union[_V, _D]: ...
+    def gets(self, key: Key, default: _D = ...) -> Union[Tuple[_V, int], _D]: ...
+    def get_item(self, key: Key, default: _D = ...) -> Union[Tuple[_V, int, int, Optional[int]], _D]: ...
+    def get_and_touch(self, key: Key, ttl: TTL, default: _D = ...) -> Union[_V, _D]: ...
     def get_state(
         self,
         key: Key,
@@ -114,18 +177,52 @@ class Cache(MutableMapping[Key, bytes]):
         claim: bool = False,
         recache_below: Union[int, float, timedelta, None] = None,
         update: bool = True,
-    ) -> Optional[Item]: ...
+    ) -> Optional[Item[_V]]: ...
+    @overload
     def set(
-        self, key: Key, value: Value, ttl: TTL = None, flags: Optional[int] = None, *, new_cas: Optional[int] = None
+        self: Cache[bytes],
+        key: Key,
+        value: Value,
+        ttl: TTL = None,
+        flags: Optional[int] = None,
+        *,
+        new_cas: Optional[int] = None,
     ) -> None: ...
+    @overload
+    def set(
+        self, key: Key, value: _V, ttl: TTL = None, flags: Optional[int] = None, *, new_cas: Optional[int] = None
+    ) -> None: ...
+    @overload
     def add(
-        self, key: Key, value: Value, ttl: TTL = None, flags: Optional[int] = None, *, new_cas: Optional[int] = None
+        self: Cache[bytes],
+        key: Key,
+        value: Value,
+        ttl: TTL = None,
+        flags: Optional[int] = None,
+        *,
+        new_cas: Optional[int] = None,
     ) -> bool: ...
+    @overload
+    def add(
+        self, key: Key, value: _V, ttl: TTL = None, flags: Optional[int] = None, *, new_cas: Optional[int] = None
+    ) -> bool: ...
+    @overload
     def replace(
-        self, key: Key, value: Value, ttl: TTL = None, flags: Optional[int] = None, *, new_cas: Optional[int] = None
+        self: Cache[bytes],
+        key: Key,
+        value: Value,
+        ttl: TTL = None,
+        flags: Optional[int] = None,
+        *,
+        new_cas: Optional[int] = None,
     ) -> bool: ...
+    @overload
+    def replace(
+        self, key: Key, value: _V, ttl: TTL = None, flags: Optional[int] = None, *, new_cas: Optional[int] = None
+    ) -> bool: ...
+    @overload
     def cas(
-        self,
+        self: Cache[bytes],
         key: Key,
         value: Value,
         cas: int,
@@ -134,10 +231,23 @@ class Cache(MutableMapping[Key, bytes]):
         *,
         new_cas: Optional[int] = None,
     ) -> Optional[bool]: ...
-    def append(self, key: Key, value: Value) -> bool: ...
-    def prepend(self, key: Key, value: Value) -> bool: ...
-    def incr(self, key: Key, delta: Optional[int] = None) -> Optional[int]: ...
-    def decr(self, key: Key, delta: Optional[int] = None) -> Optional[int]: ...
+    @overload
+    def cas(
+        self,
+        key: Key,
+        value: _V,
+        cas: int,
+        ttl: TTL = None,
+        flags: Optional[int] = None,
+        *,
+        new_cas: Optional[int] = None,
+    ) -> Optional[bool]: ...
+    # append, prepend, incr and decr work on the stored bytes: a cache with a serializer raises
+    # TypeError, so they are typed for `Cache[bytes]` only.
+    def append(self: Cache[bytes], key: Key, value: Value) -> bool: ...
+    def prepend(self: Cache[bytes], key: Key, value: Value) -> bool: ...
+    def incr(self: Cache[bytes], key: Key, delta: Optional[int] = None) -> Optional[int]: ...
+    def decr(self: Cache[bytes], key: Key, delta: Optional[int] = None) -> Optional[int]: ...
     def delete(self, key: Key, *, cas: Optional[int] = None) -> bool: ...
     def invalidate(
         self,
@@ -151,10 +261,18 @@ class Cache(MutableMapping[Key, bytes]):
     def flush(self, delay: TTL = None) -> None: ...
     def expire(self) -> int: ...
     def touch_ahead(self, per_shard: Optional[int] = None) -> Optional[int]: ...
-    def get_many(self, keys: Iterable[_K]) -> Dict[_K, bytes]: ...
+    def get_many(self, keys: Iterable[_K]) -> Dict[_K, _V]: ...
+    @overload
+    def set_many(
+        self: Cache[bytes],
+        items: Union[Mapping[_K, Value], Iterable[Tuple[Key, Value]]],
+        ttl: TTL = None,
+        flags: Optional[int] = None,
+    ) -> None: ...
+    @overload
     def set_many(
         self,
-        items: Union[Mapping[_K, Value], Iterable[Tuple[Key, Value]]],
+        items: Union[Mapping[_K, _V], Iterable[Tuple[Key, _V]]],
         ttl: TTL = None,
         flags: Optional[int] = None,
     ) -> None: ...
@@ -177,39 +295,81 @@ class Cache(MutableMapping[Key, bytes]):
     def eviction(self) -> str: ...
     @property
     def multi_process(self) -> bool: ...
-    def __enter__(self) -> "Cache": ...
+    @property
+    def serializer(self) -> Union[str, Serializer[_V], None]: ...
+    @property
+    def _flights(self) -> Dict[Any, Any]: ...
+    def __enter__(self) -> Self: ...
     def __exit__(self, *args: object) -> bool: ...
-    def __getitem__(self, key: Key) -> bytes: ...
-    def __setitem__(self, key: Key, value: Value) -> None: ...
+    def __getitem__(self, key: Key) -> _V: ...
+    @overload
+    def __setitem__(self: Cache[bytes], key: Key, value: Value) -> None: ...
+    @overload
+    def __setitem__(self, key: Key, value: _V) -> None: ...
     def __delitem__(self, key: Key) -> None: ...
     def __contains__(self, key: object) -> bool: ...
     def __len__(self) -> int: ...
     def __iter__(self) -> Iterator[bytes]: ...
     def keys(self) -> KeysView[bytes]: ...
-    def values(self) -> ValuesView[bytes]: ...
-    def items(self) -> ItemsView[bytes, bytes]: ...
-    def _iter_values(self) -> Iterator[bytes]: ...
-    def _iter_items(self) -> Iterator[Tuple[bytes, bytes]]: ...
+    def values(self) -> ValuesView[_V]: ...
+    def items(self) -> ItemsView[bytes, _V]: ...
+    def _iter_values(self) -> Iterator[_V]: ...
+    def _iter_items(self) -> Iterator[Tuple[bytes, _V]]: ...
     @overload
-    def pop(self, key: Key, /) -> bytes: ...
+    def pop(self, key: Key, /) -> _V: ...
     @overload
-    def pop(self, key: Key, default: bytes, /) -> bytes: ...
+    def pop(self, key: Key, default: _V, /) -> _V: ...
     @overload
-    def pop(self, key: Key, default: _T, /) -> Union[bytes, _T]: ...
-    def popitem(self) -> Tuple[bytes, bytes]: ...
-    def setdefault(self, key: Key, default: bytes) -> bytes: ...
-    def get_or_set(self, key: Key, loader: Callable[[], Value], ttl: TTL = None) -> bytes: ...
+    def pop(self, key: Key, default: _T, /) -> Union[_V, _T]: ...
+    def popitem(self) -> Tuple[bytes, _V]: ...
+    def setdefault(self, key: Key, default: _V) -> _V: ...
+    @overload
     def compute(
-        self,
+        self: Cache[bytes],
         key: Key,
         func: Callable[[Optional[bytes]], Union[Value, Tuple[Value, TTL], _ComputeOp]],
         ttl: TTL = None,
         flags: Optional[int] = None,
     ) -> Optional[bytes]: ...
     @overload
-    def update(self, other: SupportsKeysAndGetItem[_K, Value], /, **kwargs: Value) -> None: ...
+    def compute(
+        self,
+        key: Key,
+        func: Callable[[Optional[_V]], Union[_V, Tuple[_V, TTL], _ComputeOp]],
+        ttl: TTL = None,
+        flags: Optional[int] = None,
+    ) -> Optional[_V]: ...
     @overload
-    def update(self, other: Iterable[Tuple[Key, Value]], /, **kwargs: Value) -> None: ...
+    def get_or_set(self: Cache[bytes], key: Key, loader: Callable[[], Value], ttl: TTL = None) -> bytes: ...
     @overload
-    def update(self, **kwargs: Value) -> None: ...
+    def get_or_set(self, key: Key, loader: Callable[[], _V], ttl: TTL = None) -> _V: ...
+    @overload
+    async def aget_or_set(
+        self: Cache[bytes], key: Key, loader: Callable[[], Awaitable[Value]], ttl: TTL = None
+    ) -> bytes: ...
+    @overload
+    async def aget_or_set(self, key: Key, loader: Callable[[], Awaitable[_V]], ttl: TTL = None) -> _V: ...
+    def _store_loaded(self, key: Key, value: _V, ttl: TTL = None) -> bytes: ...
+    def _decode(self, raw: bytes) -> _V: ...
+    def memoize(
+        self,
+        ttl: TTL = None,
+        *,
+        serializer: Optional[Serializer[Any]] = None,
+        typed: bool = False,
+        key_prefix: Optional[str] = None,
+        lock: bool = True,
+    ) -> Callable[[Callable[_P, _R]], Memoized[_P, _R]]: ...
+    @overload
+    def update(self: Cache[bytes], other: SupportsKeysAndGetItem[_K, Value], /, **kwargs: Value) -> None: ...
+    @overload
+    def update(self: Cache[bytes], other: Iterable[Tuple[Key, Value]], /, **kwargs: Value) -> None: ...
+    @overload
+    def update(self: Cache[bytes], **kwargs: Value) -> None: ...
+    @overload
+    def update(self, other: SupportsKeysAndGetItem[_K, _V], /, **kwargs: _V) -> None: ...
+    @overload
+    def update(self, other: Iterable[Tuple[Key, _V]], /, **kwargs: _V) -> None: ...
+    @overload
+    def update(self, **kwargs: _V) -> None: ...
     def clear(self) -> None: ...

@@ -9,7 +9,7 @@ is skipped rather than raising `KeyError`.
 from __future__ import annotations
 
 from collections.abc import ItemsView, KeysView, ValuesView
-from typing import TYPE_CHECKING, Iterator, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, Tuple
 
 if TYPE_CHECKING:
     from ._segcache import Cache
@@ -19,19 +19,19 @@ class CacheKeysView(KeysView):  # type: ignore[type-arg]
     """`Cache.keys()`: the keys as `bytes`."""
 
     __slots__ = ()
-    _mapping: Cache
+    _mapping: Cache[Any]
 
     def __repr__(self) -> str:
         return f"CacheKeysView({self._mapping!r})"
 
 
 class CacheValuesView(ValuesView):  # type: ignore[type-arg]
-    """`Cache.values()`: the values of the keys present as they are reached."""
+    """`Cache.values()`: the values of the keys present as they are reached (decoded, with a serializer)."""
 
     __slots__ = ()
-    _mapping: Cache
+    _mapping: Cache[Any]
 
-    def __iter__(self) -> Iterator[bytes]:
+    def __iter__(self) -> Iterator[Any]:
         return self._mapping._iter_values()
 
     def __contains__(self, value: object) -> bool:
@@ -45,9 +45,9 @@ class CacheItemsView(ItemsView):  # type: ignore[type-arg]
     """`Cache.items()`: `(key, value)` pairs, keys as `bytes`."""
 
     __slots__ = ()
-    _mapping: Cache
+    _mapping: Cache[Any]
 
-    def __iter__(self) -> Iterator[Tuple[bytes, bytes]]:
+    def __iter__(self) -> Iterator[Tuple[bytes, Any]]:
         return self._mapping._iter_items()
 
     def __contains__(self, item: object) -> bool:

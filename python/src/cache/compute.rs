@@ -84,8 +84,8 @@ fn lost_race(e: &Error) -> bool {
 
 #[pymethods]
 impl Cache {
-    /// Calls `fn(current)` with the key's value (`bytes`, or None when absent) and does what it
-    /// returns: a bytes-like value is stored (with `ttl` and `flags`; None: the cache's default
+    /// Calls `fn(current)` with the key's value (`bytes`, or through the cache's serializer the
+    /// value it decodes; None when absent) and does what it returns: a value is stored (with `ttl` and `flags`; None: the cache's default
     /// TTL), `(value, ttl)` stores with that TTL, `segcache.KEEP` leaves the key as it is,
     /// `segcache.REMOVE` removes it. Returns the key's value afterwards (None when absent).
     ///
@@ -102,7 +102,7 @@ impl Cache {
         func: &Bound<'py, PyAny>,
         ttl: Option<&Bound<'py, PyAny>>,
         flags: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let k = convert::key(key)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
@@ -113,7 +113,10 @@ impl Cache {
             )));
         }
         self.with(|c| loop {
-            let current = c.get(&k).map(|item| (PyBytes::new(py, &item.value), item.cas));
+            let current = match c.get(&k) {
+                Some(item) => Some((self.decode(PyBytes::new(py, &item.value))?, item.cas)),
+                None => None,
+            };
             let answer = func.call1((current.as_ref().map(|(value, _)| value),))?;
             let written = match (decision(answer, ttl)?, &current) {
                 (Decision::Keep, _) => return Ok(current.map(|(value, _)| value)),
@@ -121,11 +124,17 @@ impl Cache {
                 (Decision::Remove, Some((_, cas))) => c.delete_cas(&k, *cas).map(|()| None),
                 (Decision::Put(answer, ttl), current) => {
                     let mode = current.as_ref().map_or(StoreMode::Add, |(_, cas)| StoreMode::Cas(*cas));
-                    let value = convert::value(&answer, self.segment_size)?;
+                    let encoded = self.encode(&answer)?;
+                    let value = convert::value(&encoded, self.segment_size)?;
                     let v = value.as_slice();
                     c.store_with(&k, v, flags, ttl, mode, StoreOptions::default()).map(|_| {
-                        // The object stored, when it is `bytes`; else a `bytes` copy of it.
-                        Some(answer.cast::<PyBytes>().map_or_else(|_| PyBytes::new(py, v), |b| b.clone()))
+                        // Through a serializer, the object answered; else the `bytes` stored:
+                        // the object itself when it is `bytes`, or a copy.
+                        Some(match (&self.serializer, answer.cast::<PyBytes>()) {
+                            (Some(_), _) => answer.clone(),
+                            (None, Ok(b)) => b.clone().into_any(),
+                            (None, Err(_)) => PyBytes::new(py, v).into_any(),
+                        })
                     })
                 }
             };

@@ -83,10 +83,10 @@ impl KeyIterator {
                     return Ok(Some(PyBytes::new(py, &k).into_any()));
                 }
                 // Values and items: a key removed since the scan listed it is skipped.
-                let Some(v) = self.cache.get().lookup(py, &k)? else { continue };
+                let Some(v) = self.cache.get().lookup_value(py, &k)? else { continue };
                 return Ok(Some(match self.what {
-                    Yield::Items => PyTuple::new(py, [PyBytes::new(py, &k), v])?.into_any(),
-                    _ => v.into_any(),
+                    Yield::Items => PyTuple::new(py, [PyBytes::new(py, &k).into_any(), v])?.into_any(),
+                    _ => v,
                 }));
             }
             if self.done {

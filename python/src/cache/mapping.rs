@@ -14,9 +14,9 @@ use crate::convert::key;
 
 #[pymethods]
 impl Cache {
-    fn __getitem__<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyBytes>> {
+    fn __getitem__<'py>(&self, py: Python<'py>, key: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
-        self.lookup(py, &k)?.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
+        self.lookup_value(py, &k)?.ok_or_else(|| PyKeyError::new_err(key.clone().unbind()))
     }
 
     fn __setitem__(&self, py: Python<'_>, key: &Bound<'_, PyAny>, value: &Bound<'_, PyAny>) -> PyResult<()> {
@@ -73,7 +73,7 @@ impl Cache {
         }
         let k = self::key(key)?;
         match self.take(py, &k)? {
-            Some(v) => Ok(v.into_any()),
+            Some(v) => Ok(v),
             None if default.len() == 1 => default.get_item(0),
             None => Err(PyKeyError::new_err(key.clone().unbind())),
         }
@@ -93,7 +93,7 @@ impl Cache {
                     // A step of count 1 ends with the chain of the first key it finds: the next
                     // popitem starts at that chain (the step's start when it ran to the end).
                     self.pop_hint.store(if next == 0 { cursor } else { next - 1 }, Ordering::Relaxed);
-                    return PyTuple::new(py, [PyBytes::new(py, &k), v]);
+                    return PyTuple::new(py, [PyBytes::new(py, &k).into_any(), v]);
                 }
             }
             if next == 0 {
@@ -110,8 +110,9 @@ impl Cache {
         Err(PyKeyError::new_err("popitem(): cache is empty"))
     }
 
-    /// The value of `key` if present; else stores `default` (which must be bytes-like) and
-    /// returns it, as `dict.setdefault`. Store-if-absent is one engine `add`.
+    /// The value of `key` if present; else stores `default` (which must be bytes-like, unless the
+    /// cache has a serializer) and returns it, as `dict.setdefault`. Store-if-absent is one
+    /// engine `add`.
     #[pyo3(signature = (key, default=None))]
     fn setdefault<'py>(
         &self,
@@ -123,8 +124,8 @@ impl Cache {
         let none = py.None().into_bound(py);
         let d = default.unwrap_or(&none);
         for _ in 0..8 {
-            if let Some(v) = self.lookup(py, &k)? {
-                return Ok(v.into_any());
+            if let Some(v) = self.lookup_value(py, &k)? {
+                return Ok(v);
             }
             if self.store(py, Store::Add, key, d, None, None, None)? {
                 return Ok(d.clone());

@@ -35,7 +35,13 @@
 //! - [`compute`]: `compute`, a read-decide-write of one key in Python;
 //! - [`listening`]: the cycle collector's view of the `eviction_listener` callable;
 //! - [`mapping`]: the `MutableMapping` protocol (`cache[key]`, `keys()`, `pop`, `update`, ...);
-//! - [`iter`]: iteration (`iter(cache)`, the views' iterators) over the engine's key scan.
+//! - [`iter`]: iteration (`iter(cache)`, the views' iterators) over the engine's key scan;
+//! - [`aio`]: `aget_or_set` (over `segcache/_aio.py`) and the `memoize` method.
+//!
+//! # Values
+//! With `serializer=` (see [`crate::serializer`]) values are encoded before a store and decoded
+//! after a read ([`Cache::encode`], [`Cache::decode`] in [`ops`]), with no engine lock held:
+//! the serializer runs Python code, which may release the GIL.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -45,16 +51,18 @@ use std::time::Duration;
 use parking_lot::RwLock;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
-use pyo3::types::PyTuple;
+use pyo3::types::{PyDict, PyTuple, PyType};
 use segcache_core::{Policy, SharedCache};
 
 use crate::clock::ManualClock;
 use crate::convert;
 use crate::errors::{closed, engine_error};
+use crate::serializer::Serializer;
 
+mod aio;
 mod compute;
+mod gc;
 mod iter;
-mod listening;
 mod mapping;
 mod ops;
 
@@ -82,6 +90,10 @@ pub struct Cache {
     /// That callable, shared with the engine's listener: the cycle collector sees it through
     /// this (`listening`), and `__clear__` lets it go.
     listener: parking_lot::Mutex<Option<Arc<Py<PyAny>>>>,
+    /// How values other than bytes are stored (`serializer=`); None: bytes in and out.
+    serializer: Option<Serializer>,
+    /// `aget_or_set`'s loads in progress: `(event loop, key)` -> the future its waiters await.
+    flights: Py<PyDict>,
 }
 
 impl Cache {
@@ -119,8 +131,8 @@ impl Cache {
     #[new]
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
-                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true,
-                        eviction_listener=None))]
+                        lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true, *,
+                        eviction_listener=None, serializer=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -138,7 +150,9 @@ impl Cache {
         prefault: bool,
         touch_ahead: bool,
         eviction_listener: Option<&Bound<'_, PyAny>>,
+        serializer: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let serializer = Serializer::from_arg(serializer)?;
         let listener = eviction_listener.filter(|f| !f.is_none());
         if let Some(f) = listener.filter(|f| !f.is_callable()) {
             return Err(PyTypeError::new_err(format!(
@@ -217,6 +231,8 @@ impl Cache {
             pop_hint: AtomicU64::new(0),
             listening: callable.is_some(),
             listener: parking_lot::Mutex::new(callable),
+            serializer,
+            flights: PyDict::new(py).unbind(),
         })
     }
 
@@ -293,6 +309,25 @@ impl Cache {
     #[getter]
     fn eviction(&self) -> &'static str {
         self.policy.name()
+    }
+
+    /// The serializer given as `serializer=` (`"pickle"` or the object), or None: values are bytes.
+    #[getter]
+    fn serializer<'py>(&self, py: Python<'py>) -> Option<Bound<'py, PyAny>> {
+        self.serializer.as_ref().map(|s| s.given(py))
+    }
+
+    /// `aget_or_set`'s loads in progress on this cache (for `segcache._aio`).
+    #[getter]
+    fn _flights<'py>(&self, py: Python<'py>) -> Bound<'py, PyDict> {
+        self.flights.bind(py).clone()
+    }
+
+    /// `Cache[T]` in annotations evaluated at run time, as for the generic classes of `typing`.
+    #[classmethod]
+    fn __class_getitem__<'py>(cls: &Bound<'py, PyType>, item: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        let py = cls.py();
+        py.import("types")?.getattr("GenericAlias")?.call1((cls, item))
     }
 
     /// Whether the cache is shared by processes through its file (`multi_process=True`).

@@ -1,6 +1,10 @@
 //! The cache operations of `segcache.Cache` (`get`, `set`, `cas`, `incr`, `delete`, `flush`,
 //! `get_many`, `get_or_set`, `stats`, ...) and the helpers they share with the mapping protocol
 //! and the iterators.
+//!
+//! Values pass through the cache's serializer (if any) here: [`Cache::encode`] before a store,
+//! [`Cache::decode`] after a read, never with an engine lock held. Without one, both are a
+//! branch and the value stays the `bytes` the engine copied.
 
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
@@ -13,7 +17,7 @@ use crate::errors::engine_error;
 use crate::item::Item;
 
 /// Values at least this long are copied with the GIL released (about 10 us of copying).
-const BIG: usize = 64 << 10;
+pub(super) const BIG: usize = 64 << 10;
 
 /// Which write a store call makes.
 #[derive(Clone, Copy)]
@@ -31,6 +35,48 @@ struct SendPtr(*mut u8);
 unsafe impl Send for SendPtr {}
 
 impl Cache {
+    /// The stored bytes `raw` as callers see the value: `raw` itself, or what the serializer's
+    /// `loads` makes of it.
+    #[inline(always)]
+    pub(super) fn decode<'py>(&self, raw: Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.serializer {
+            None => Ok(raw.into_any()),
+            Some(s) => s.loads(&raw),
+        }
+    }
+
+    /// `v` as the engine is to store it: `v` itself (checked as bytes-like by `convert::value`),
+    /// or what the serializer's `dumps` makes of it.
+    #[inline(always)]
+    pub(super) fn encode<'py>(&self, v: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+        match &self.serializer {
+            None => Ok(v.clone()),
+            Some(s) => s.dumps(v),
+        }
+    }
+
+    /// The value of `k` as callers see it (decoded), or `None` on a miss.
+    #[inline(always)]
+    pub(super) fn lookup_value<'py>(&self, py: Python<'py>, k: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        match self.lookup(py, k)? {
+            Some(raw) => self.decode(raw).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// `TypeError` for `op`, which works on the stored bytes, on a cache with a serializer: the
+    /// bytes there are an encoding that appending to or counting in would corrupt.
+    fn bytes_only(&self, py: Python<'_>, op: &str) -> PyResult<()> {
+        match &self.serializer {
+            None => Ok(()),
+            Some(s) => Err(PyTypeError::new_err(format!(
+                "{op}() works on bytes values, and this cache stores its values through a serializer ({}): \
+                 read the value, change it and set it instead (or use a cache without a serializer)",
+                s.name(py)
+            ))),
+        }
+    }
+
     /// The value as a new `bytes`, or `None` on a miss.
     #[inline(always)]
     pub(super) fn lookup<'py>(&self, py: Python<'py>, k: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
@@ -75,7 +121,8 @@ impl Cache {
         new_cas: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let k = key(k)?;
-        let v = value(v, self.segment_size)?;
+        let v = self.encode(v)?;
+        let v = value(&v, self.segment_size)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
         let new_cas = cas_arg(new_cas, "new_cas")?;
@@ -98,6 +145,7 @@ impl Cache {
     }
 
     fn concat(&self, py: Python<'_>, k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>, front: bool) -> PyResult<bool> {
+        self.bytes_only(py, if front { "prepend" } else { "append" })?;
         let k = key(k)?;
         let v = value(v, self.segment_size)?;
         self.with(|c| {
@@ -110,15 +158,23 @@ impl Cache {
 
     /// Reads then deletes `k`: its value if this call removed it, `None` if it was absent (or
     /// another thread removed it between the read and the delete, so that of two threads
-    /// popping one key at most one gets its value).
-    pub(super) fn take<'py>(&self, py: Python<'py>, k: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
-        let Some(v) = self.lookup(py, k)? else { return Ok(None) };
+    /// popping one key at most one gets its value). The value is decoded before the delete: a
+    /// value the serializer cannot read raises and stays in the cache.
+    pub(super) fn take<'py>(&self, py: Python<'py>, k: &[u8]) -> PyResult<Option<Bound<'py, PyAny>>> {
+        let Some(v) = self.lookup_value(py, k)? else { return Ok(None) };
         let removed = self.with(|c| stored(c.delete(k)))?;
         Ok(removed.then_some(v))
     }
 
     /// `incr` (`up`) or `decr` by `delta` (1 when not given).
-    fn arith(&self, k: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>, up: bool) -> PyResult<Option<u64>> {
+    fn arith(
+        &self,
+        py: Python<'_>,
+        k: &Bound<'_, PyAny>,
+        delta: Option<&Bound<'_, PyAny>>,
+        up: bool,
+    ) -> PyResult<Option<u64>> {
+        self.bytes_only(py, if up { "incr" } else { "decr" })?;
         let k = key(k)?;
         let delta = match delta {
             Some(d) => convert::int_in_range(d, "delta", 0, u64::MAX)?,
@@ -223,7 +279,7 @@ fn big_get<'py>(py: Python<'py>, c: &SharedCache, k: &[u8], mut len: usize) -> P
 
 #[pymethods]
 impl Cache {
-    /// The value stored under `key` as `bytes`, or `default` when absent.
+    /// The value stored under `key` (`bytes`, or decoded by the serializer), or `default` when absent.
     #[pyo3(signature = (key, default=None))]
     fn get<'py>(
         &self,
@@ -232,7 +288,7 @@ impl Cache {
         default: Option<Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
-        found_or(py, self.lookup(py, &k)?, default, |b| Ok(b.into_any()))
+        found_or(py, self.lookup(py, &k)?, default, |b| self.decode(b))
     }
 
     /// `(value, cas)` for `key`, or `default` when absent. Pass the CAS value to `cas()`.
@@ -245,7 +301,10 @@ impl Cache {
     ) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
         let r = self.fetch(py, |c| c.get(&k))?;
-        found_or(py, r, default, |item| Ok((PyBytes::new(py, &item.value), item.cas).into_pyobject(py)?.into_any()))
+        found_or(py, r, default, |item| {
+            let v = self.decode(PyBytes::new(py, &item.value))?;
+            Ok((v, item.cas).into_pyobject(py)?.into_any())
+        })
     }
 
     /// `(value, flags, cas, ttl)` for `key` (ttl: whole seconds left, `None` if it never
@@ -261,7 +320,8 @@ impl Cache {
         let r = self.fetch(py, |c| c.get(&k))?;
         found_or(py, r, default, |item| {
             let ttl = item.ttl.map(|d| d.as_secs());
-            Ok((PyBytes::new(py, &item.value), item.flags, item.cas, ttl).into_pyobject(py)?.into_any())
+            let v = self.decode(PyBytes::new(py, &item.value))?;
+            Ok((v, item.flags, item.cas, ttl).into_pyobject(py)?.into_any())
         })
     }
 
@@ -277,7 +337,7 @@ impl Cache {
         let k = self::key(key)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let r = self.fetch(py, |c| c.get_and_touch(&k, ttl))?;
-        found_or(py, r, default, |item| Ok(PyBytes::new(py, &item.value).into_any()))
+        found_or(py, r, default, |item| self.decode(PyBytes::new(py, &item.value)))
     }
 
     /// Stores `value` under `key`. `ttl`: seconds (int/float), a timedelta, 0 for never, or
@@ -341,7 +401,8 @@ impl Cache {
         new_cas: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Option<bool>> {
         let k = self::key(key)?;
-        let v = self::value(value, self.segment_size)?;
+        let v = self.encode(value)?;
+        let v = self::value(&v, self.segment_size)?;
         let cas = convert::int_in_range(cas, "cas", 0, u64::MAX)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
@@ -373,14 +434,14 @@ impl Cache {
     /// Adds `delta` to a decimal value (wrapping at 2**64); the new value, or None if absent.
     /// Raises NotNumeric if the value is not a decimal number.
     #[pyo3(signature = (key, delta=None))]
-    fn incr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
-        self.arith(key, delta, true)
+    fn incr(&self, py: Python<'_>, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+        self.arith(py, key, delta, true)
     }
 
     /// Subtracts `delta` (stopping at 0); the new value, or None if absent.
     #[pyo3(signature = (key, delta=None))]
-    fn decr(&self, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
-        self.arith(key, delta, false)
+    fn decr(&self, py: Python<'_>, key: &Bound<'_, PyAny>, delta: Option<&Bound<'_, PyAny>>) -> PyResult<Option<u64>> {
+        self.arith(py, key, delta, false)
     }
 
     /// Removes `key`; True if it was there. With `cas`: only if its CAS value is that one
@@ -453,8 +514,14 @@ impl Cache {
         let opts = ReadOptions { claim_token: claim, recache_below, no_update: !update };
         // One read, the `bytes` built inside it with the GIL held (a read that takes the token
         // cannot be done again for a large value, as `get` does with the GIL released).
-        let read = |item: segcache_core::Item<'_>| Item::new(PyBytes::new(py, item.value()).unbind(), &item);
-        self.with(|c| Ok(c.get_with_options(&k, opts, read)))
+        let read = |item: segcache_core::Item<'_>| Item::new(PyBytes::new(py, item.value()).into_any().unbind(), &item);
+        let Some(mut item) = self.with(|c| Ok(c.get_with_options(&k, opts, read)))? else { return Ok(None) };
+        // Decoded once the read has let go of the shard.
+        if self.serializer.is_some() {
+            let raw = item.value.bind(py).cast::<PyBytes>()?.clone();
+            item.value = self.decode(raw)?.unbind();
+        }
+        Ok(Some(item))
     }
 
     /// Sets a new TTL on `key` (None: the cache's default); True if it was there.
@@ -500,7 +567,7 @@ impl Cache {
         self.with(|c| Ok(py.detach(|| c.touch_ahead(n))))
     }
 
-    /// A dict `{key: value}` of the keys that are present (keys as given).
+    /// A dict `{key: value}` of the keys that are present (keys as given, values decoded).
     fn get_many<'py>(&self, py: Python<'py>, keys: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyDict>> {
         let objs: Vec<Bound<'py, PyAny>> = keys.try_iter()?.collect::<PyResult<_>>()?;
         let bufs = objs.iter().map(|o| self::key(o)).collect::<PyResult<Vec<_>>>()?;
@@ -516,7 +583,7 @@ impl Cache {
         let out = PyDict::new(py);
         for (o, v) in objs.iter().zip(vals) {
             if let Some(v) = v {
-                out.set_item(o, v)?;
+                out.set_item(o, self.decode(v)?)?;
             }
         }
         Ok(out)
@@ -545,6 +612,7 @@ impl Cache {
             })?;
             let (k, v) = (t.get_item(0)?, t.get_item(1)?);
             let k = self::key(&k)?;
+            let v = self.encode(&v)?;
             let v = self::value(&v, self.segment_size)?;
             self.with(|c| {
                 let (k, v) = (&*k, v.as_slice());
@@ -581,8 +649,8 @@ impl Cache {
     fn now(&self) -> PyResult<u32> {
         self.with(|c| Ok(c.now()))
     }
-    /// The value of `key`; on a miss, `loader()`'s value (bytes-like), stored with `ttl` (as in
-    /// `set`) and returned as `bytes`. Single flight: of the threads that miss on `key` at once,
+    /// The value of `key`; on a miss, `loader()`'s value (bytes-like, or any value the serializer
+    /// takes), stored with `ttl` (as in `set`) and returned as a read of it would return it. Single flight: of the threads that miss on `key` at once,
     /// one calls its loader and the others wait for its value, with the GIL released. An
     /// exception from `loader` stores nothing and is raised to its own caller; the threads that
     /// waited on it try again, one of them calling its own loader. A value too large to store
@@ -598,7 +666,7 @@ impl Cache {
         key: &Bound<'py, PyAny>,
         loader: &Bound<'py, PyAny>,
         ttl: Option<&Bound<'py, PyAny>>,
-    ) -> PyResult<Bound<'py, PyBytes>> {
+    ) -> PyResult<Bound<'py, PyAny>> {
         let k = self::key(key)?;
         if !loader.is_callable() {
             return Err(PyTypeError::new_err(format!(
@@ -614,7 +682,7 @@ impl Cache {
             py.detach(|| {
                 c.try_get_or_insert_with(&k, ttl, || {
                     Python::attach(|py| {
-                        let v = loader.bind(py).call0()?;
+                        let v = self.encode(&loader.bind(py).call0()?)?;
                         let v = value(&v, usize::MAX)?;
                         Ok::<_, PyErr>(v.as_slice().to_vec())
                     })
@@ -625,6 +693,6 @@ impl Cache {
                 LoadError::Loader(e) => e,
             })
         })?;
-        Ok(PyBytes::new(py, &item.value))
+        self.decode(PyBytes::new(py, &item.value))
     }
 }

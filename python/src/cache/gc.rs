@@ -1,6 +1,6 @@
-//! The cycle collector's view of `Cache(eviction_listener=fn)`: a listener that refers to its
-//! own cache (a closure over it, a bound method of an object that holds it) makes a cycle
-//! through the engine, which the collector can break only if the cache shows it the callable.
+//! The cycle collector's view of a `Cache`: the Python objects it holds. A listener or a
+//! serializer that refers to its own cache (a closure over it, a bound method of an object that
+//! holds it) makes a cycle, which the collector can break only if the cache shows it them.
 
 use pyo3::prelude::*;
 use pyo3::{PyTraverseError, PyVisit};
@@ -10,6 +10,10 @@ use super::Cache;
 #[pymethods]
 impl Cache {
     fn __traverse__(&self, visit: PyVisit<'_>) -> Result<(), PyTraverseError> {
+        if let Some(s) = &self.serializer {
+            s.traverse(&visit)?;
+        }
+        visit.call(&self.flights)?;
         // `try_lock`: a traversal must not wait; `__clear__` alone takes it, and only briefly.
         if let Some(slot) = self.listener.try_lock() {
             if let Some(f) = slot.as_ref() {
