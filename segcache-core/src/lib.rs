@@ -43,6 +43,12 @@
 
 #![warn(missing_docs)]
 
+// A persistence file holds the engine's tables as the processor lays them out, and files move
+// between machines: one byte order and one word size for every build keeps every file readable
+// wherever the crate builds.
+#[cfg(not(all(target_endian = "little", target_pointer_width = "64")))]
+compile_error!("segcache-core builds for little-endian 64-bit targets only (x86-64, AArch64, RISC-V 64, ...)");
+
 mod clock;
 mod config;
 mod engine;
