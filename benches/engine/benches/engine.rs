@@ -164,6 +164,31 @@ fn bench_store<S: Store>(c: &mut Criterion, lib: Lib, s: &mut S, d: &Data) {
     g.finish();
 }
 
+/// The smallest get `SharedCache`'s layout allows (`SharedCache::floor_get`: the chain, the
+/// record, the key compared; no lock, no expiry, no state, no counters), over the same filled
+/// cache, in the two read groups: what a get would cost with nothing but the layout's memory
+/// accesses and the key check.
+fn bench_floor(c: &mut Criterion, shared: &SharedCache, d: &Data) {
+    let name = Lib::Floor.arg();
+    // SAFETY: nothing writes to `shared` while these groups run.
+    let get = |k: &Key| unsafe { shared.floor_get(k, touch) };
+    let mut g = c.benchmark_group("get_hit");
+    let mut ks = Cycle::new(&d.hits);
+    g.bench_function(name, |b| b.iter(|| black_box(get(ks.next()))));
+    g.finish();
+    let mut g = c.benchmark_group("get_hit_chained");
+    let mut ks = Cycle::new(&d.hits);
+    let mut carry = 0;
+    g.bench_function(name, |b| {
+        b.iter(|| {
+            let r = get(ks.next_after(carry)).unwrap_or(0);
+            carry = black_box(r) >> 60;
+            r
+        })
+    });
+    g.finish();
+}
+
 /// Keys inserted per item before `insert` is timed: enough that every cache is full and evicting
 /// (ours and Pelikan hold about 3x the items in the heap `Sizing::holding` gives them; the
 /// count-sized peers 1.25x).
@@ -253,6 +278,7 @@ fn engine(c: &mut Criterion) {
     let shared = store::build_ours(&size);
     fill(Lib::Ours, &mut &shared, &d);
     bench_store(c, Lib::Ours, &mut &shared, &d);
+    bench_floor(c, &shared, &d);
     bench_ours_batches(c, &single, &shared, &d);
     bench_insert(c, Lib::OursSingle, &mut single, n);
     bench_insert(c, Lib::Ours, &mut &shared, n);
