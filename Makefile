@@ -9,9 +9,9 @@ PY := $(VENV)/bin/python
 CARGO ?= cargo
 
 .PHONY: install test deps venv lint test-rust test-c python-wheel wheel-venv test-python bench-python test-server test-clients \
-        test-bench fuzz-build test-restart
+        test-bench fuzz-build test-restart test-package
 
-test: deps lint doc test-rust fuzz-build test-c test-python test-server test-clients test-bench test-restart
+test: deps lint doc test-rust fuzz-build test-c test-python test-server test-clients test-bench test-restart test-package
 	@echo "make test: every suite passed"
 
 # Debian packages the suites use: memcached (peer), libmemcached-tools (memccapable),
@@ -216,6 +216,16 @@ test-bench: deps
 test-restart: deps
 	$(CARGO) test --release -p segcache-restart-bench
 	SIZES=64MiB STEADY_ITEMS=100000 PORT=21988 bash benches/restart/run.sh
+
+# The server's Debian package (packaging/debian/build-deb.sh, docs/server.md "Debian package"):
+# built with dpkg-deb, installed on this machine with dpkg -i, started as its unit's ExecStart says
+# as the segcache user, serving a client, stopped by SIGTERM, restarted warm, then purged, with
+# nothing left behind (tests/packaging/test_deb.py; needs root, as CI runs). The crates then
+# package for crates.io: segcache-core, the server and the C library's crate together.
+test-package: deps venv
+	deb=$$(bash packaging/debian/build-deb.sh "$${CARGO_TARGET_DIR:-$(CURDIR)/target}/deb" | tail -n1)
+	SEGCACHE_DEB="$$deb" $(PY) -m pytest -q -rs -p no:cacheprovider tests/packaging/test_deb.py
+	$(CARGO) package --locked -p segcache-core -p segcache-server -p segcache-ffi --allow-dirty
 
 # The server binary to $(DESTDIR)$(PREFIX)/bin (docs/server.md, "Install"); `cargo install --path
 # segcache-server` does the same into ~/.cargo/bin.
