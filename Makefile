@@ -217,15 +217,17 @@ test-restart: deps
 	$(CARGO) test --release -p segcache-restart-bench
 	SIZES=64MiB STEADY_ITEMS=100000 PORT=21988 bash benches/restart/run.sh
 
-# The server's Debian package (packaging/debian/build-deb.sh, docs/server.md "Debian package"):
-# built with dpkg-deb, installed on this machine with dpkg -i, started as its unit's ExecStart says
-# as the segcache user, serving a client, stopped by SIGTERM, restarted warm, then purged, with
-# nothing left behind (tests/packaging/test_deb.py; needs root, as CI runs). The crates then
-# package for crates.io: segcache-core, the server and the C library's crate together.
+# Installing as users do (tests/packaging/). The crates package for crates.io (segcache-core, the
+# server and the C library's crate together, each built from its packaged files). `cargo install`
+# of the server, from the repository and from its packaged crate, serves a client. The server's
+# Debian package (packaging/debian/build-deb.sh, docs/server.md "Debian package"), built with
+# dpkg-deb, is installed on this machine with dpkg -i, started as its unit's ExecStart says as the
+# segcache user, serves a client, stops on SIGTERM, restarts warm, and is purged with nothing left
+# behind (needs root, as CI runs).
 test-package: deps venv
-	deb=$$(bash packaging/debian/build-deb.sh "$${CARGO_TARGET_DIR:-$(CURDIR)/target}/deb" | tail -n1)
-	SEGCACHE_DEB="$$deb" $(PY) -m pytest -q -rs -p no:cacheprovider tests/packaging/test_deb.py
 	$(CARGO) package --locked -p segcache-core -p segcache-server -p segcache-ffi --allow-dirty
+	deb=$$(bash packaging/debian/build-deb.sh "$${CARGO_TARGET_DIR:-$(CURDIR)/target}/deb" | tail -n1)
+	SEGCACHE_DEB="$$deb" CARGO="$(CARGO)" $(PY) -m pytest -q -rs -p no:cacheprovider tests/packaging
 
 # The server binary to $(DESTDIR)$(PREFIX)/bin (docs/server.md, "Install"); `cargo install --path
 # segcache-server` does the same into ~/.cargo/bin.
