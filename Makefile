@@ -9,9 +9,9 @@ PY := $(VENV)/bin/python
 CARGO ?= cargo
 
 .PHONY: install test deps venv lint test-rust test-c python-wheel wheel-venv test-python bench-python test-server test-clients \
-        test-bench fuzz-build test-restart
+        test-bench fuzz-build test-restart test-package test-sdist
 
-test: deps lint doc test-rust fuzz-build test-c test-python test-server test-clients test-bench test-restart
+test: deps lint doc test-rust fuzz-build test-c test-python test-server test-clients test-bench test-restart test-package test-sdist
 	@echo "make test: every suite passed"
 
 # Debian packages the suites use: memcached (peer), libmemcached-tools (memccapable),
@@ -169,6 +169,28 @@ test-python: wheel-venv
 	$(WHEEL_VENV)-ft/bin/python -m pip install -q "$$(ls $(WHEEL_DIR)/ft/segcache-*.whl)[test]"
 	(cd python && PYTHON_GIL=0 $(WHEEL_VENV)-ft/bin/python -m pytest -q -p no:cacheprovider tests/test_threads.py tests/test_free_threading.py)
 
+# The Python source distribution (maturin sdist: the package, its tests, and segcache-core's
+# sources), installed with pip from the file into a fresh venv, which builds it with cargo
+# (python/Cargo.lock, --locked; the target dir of the wheel's builds, so that only what changed is
+# compiled again), then python/tests against that install (about half a minute), `python -m
+# segcache` among them (tests/test_main.py) and the installed metadata (tests/test_metadata.py).
+SDIST_DIR := $(CURDIR)/target/sdist
+SDIST_VENV := $(CURDIR)/target/sdist-venv
+test-sdist: venv
+	$(PY) -m pip install -q "maturin>=1.5,<2"
+	rm -rf $(SDIST_DIR) && mkdir -p $(SDIST_DIR)
+	$(abspath $(VENV))/bin/maturin sdist -m python/Cargo.toml -o $(SDIST_DIR)
+	sdist=$$(ls $(SDIST_DIR)/segcache-*.tar.gz)
+	echo "test-sdist: $$sdist"
+	rm -rf $(SDIST_VENV)
+	$(PYTHON) -m venv $(SDIST_VENV)
+	CARGO_TARGET_DIR=$(CURDIR)/target/python MATURIN_PEP517_ARGS=--locked \
+	  $(SDIST_VENV)/bin/python -m pip install -q "$$sdist[test]" -r python/tests/requirements.txt
+	(cd python && $(SDIST_VENV)/bin/python -c 'import segcache, sysconfig; f = segcache.__file__; \
+	  assert f.startswith(sysconfig.get_paths()["purelib"]), f"segcache imported from {f}, not site-packages"')
+	$(SDIST_VENV)/bin/python -m segcache
+	(cd python && $(SDIST_VENV)/bin/python -m pytest -q -p no:cacheprovider tests)
+
 # python/benches/bench.py against the installed wheel (in wheel-venv, with the peer libraries).
 # BENCH_ARGS: e.g. -n 1000000 --repeat 2 (docs/python.md).
 BENCH_ARGS ?=
@@ -228,6 +250,18 @@ test-bench: deps
 test-restart: deps
 	$(CARGO) test --release -p segcache-restart-bench
 	SIZES=64MiB STEADY_ITEMS=100000 PORT=21988 bash benches/restart/run.sh
+
+# Installing as users do (tests/packaging/). The crates package for crates.io (segcache-core, the
+# server and the C library's crate together, each built from its packaged files). `cargo install`
+# of the server, from the repository and from its packaged crate, serves a client. The server's
+# Debian package (packaging/debian/build-deb.sh, docs/server.md "Debian package"), built with
+# dpkg-deb, is installed on this machine with dpkg -i, started as its unit's ExecStart says as the
+# segcache user, serves a client, stops on SIGTERM, restarts warm, and is purged with nothing left
+# behind (needs root, as CI runs).
+test-package: deps venv
+	$(CARGO) package --locked -p segcache-core -p segcache-server -p segcache-ffi --allow-dirty
+	deb=$$(bash packaging/debian/build-deb.sh "$${CARGO_TARGET_DIR:-$(CURDIR)/target}/deb" | tail -n1)
+	SEGCACHE_DEB="$$deb" CARGO="$(CARGO)" $(PY) -m pytest -q -rs -p no:cacheprovider tests/packaging
 
 # The server binary to $(DESTDIR)$(PREFIX)/bin (docs/server.md, "Install"); `cargo install --path
 # segcache-server` does the same into ~/.cargo/bin.
