@@ -123,9 +123,9 @@ impl Serializer {
 /// `f(a)`, or `f(a, b)` when `b` is given.
 ///
 /// Through `PyObject_CallFunctionObjArgs`, which hands the arguments to the callee from a small
-/// array on the C stack (vectorcall): `call1` builds an argument tuple under the stable ABI of
-/// Python 3.10, which has no `PyObject_Vectorcall` (from 3.12), and for `pickle.loads` of a small
-/// value that tuple is a measurable share of the call.
+/// array on the C stack (vectorcall). `call1` would build an argument tuple, allocated, filled
+/// and freed on every get and set: the stable ABI of Python 3.10, which this module is built
+/// for, has no `PyObject_Vectorcall` (it has from 3.12).
 #[inline(always)]
 fn call<'py>(
     f: &Bound<'py, PyAny>,
