@@ -141,7 +141,7 @@ WHEEL_ALSO ?= 3.10 3.13
 test-python: wheel-venv
 	(cd python && $(WHEEL_VENV)/bin/python -m pytest -q -p no:cacheprovider tests)
 	$(WHEEL_VENV)/bin/python python/benches/bench.py -n 20000 --only dict segcache
-	$(WHEEL_VENV)/bin/python python/benches/bench.py -n 20000 --objects --only dict segcache
+	$(WHEEL_VENV)/bin/python python/benches/bench.py -n 20000 --objects --only dict segcache segcache-bytes pickle
 	CARGO_TARGET_DIR=$(CURDIR)/target/python $(CARGO) test -q --locked --manifest-path python/Cargo.toml
 	for v in $(WHEEL_ALSO); do
 	  py=""

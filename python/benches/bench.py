@@ -19,11 +19,18 @@ library's heap never inflates another's figures:
 
 - objects (`--objects`): the values are dicts of four fields (an int, a str, a float, a bool)
   instead of bytes; segcache stores them with `serializer="pickle"`, the other libraries hold
-  the dict objects themselves. A get hit then includes unpickling a new dict.
+  the dict objects themselves. A get hit then includes unpickling a new dict. Two more rows
+  split that time between the codec and the cache: "segcache-bytes" is a cache without a
+  serializer holding the same pickles, with the pickling in the Python loop
+  (`c.set(k, pickle.dumps(v, HIGHEST_PROTOCOL))`, `pickle.loads(c.get(k))`): the floor for
+  segcache with `serializer="pickle"`. "pickle" is the codec alone on the same values (the set
+  column `pickle.dumps(v, HIGHEST_PROTOCOL)`, the hit column `pickle.loads(p)` of the pickles in
+  the hits' order); it has no miss or memory figures.
 
     python python/benches/bench.py                     # every library, 1M items
     python python/benches/bench.py -n 100000 --only dict segcache
     python python/benches/bench.py --objects --only cachebox segcache
+    python python/benches/bench.py --objects --only cachebox segcache segcache-bytes pickle --median
 
 Prints a markdown table; the last column gives segcache's ratio where a peer is present.
 """
@@ -35,13 +42,17 @@ import gc
 import json
 import math
 import os
+import pickle
 import platform
 import random
+import statistics
 import subprocess
 import sys
 import time
 
 LIBS = ["dict", "cachebox", "lru-dict", "moka-py", "cachetools", "theine", "segcache"]
+# Rows of --objects only: a bytes cache with the pickling in the loop, and the codec alone.
+CODEC_ROWS = ["segcache-bytes", "pickle"]
 # The timings each run reports, in the table's order.
 TIMES = ("set_ns", "first_set_ns", "hit_ns", "miss_ns")
 # --objects: values are dicts, stored by segcache with serializer="pickle".
@@ -93,6 +104,16 @@ class Ops:
 
             c = segcache.Cache(**segcache_opts, **({"serializer": "pickle"} if OBJECTS else {}))
             self.put, self.get = c.__setitem__, c.get
+        elif name == "segcache-bytes":
+            # Stores and returns bytes: the loops pickle and unpickle around put and get.
+            import segcache
+
+            c = segcache.Cache(**segcache_opts)
+            self.put, self.get = c.__setitem__, c.get
+        elif name == "pickle":
+            # No cache: the loops time the codec alone.
+            c = None
+            self.put = self.get = None
         else:
             raise SystemExit(f"unknown library {name}")
         self.cache = c
@@ -110,17 +131,22 @@ def value(k: bytes):
 
 
 def phase_memory(name: str, n: int, opts: dict) -> dict:
+    if name == "pickle":
+        return {"rss_per_item": None, "kept": None}
     gc.collect()
     before = rss_bytes()
     ops = Ops(name, n, opts)
-    put = ops.put
+    put, get = ops.put, ops.get
+    if name == "segcache-bytes":
+        dumps, loads, proto = pickle.dumps, pickle.loads, pickle.HIGHEST_PROTOCOL
+        put = lambda k, v: ops.put(k, dumps(v, proto))  # noqa: E731
+        get = lambda k: loads(ops.get(k))  # noqa: E731
     for i in range(n):
         k = key(i)
         put(k, value(k))
     gc.collect()
     after = rss_bytes()
     sample = random.Random(1).sample(range(n), min(n, 10_000))
-    get = ops.get
     kept = sum(1 for i in sample if get(key(i)) == value(key(i))) / len(sample)
     # per retained item, as for the Rust peers: a cache that evicted must not look leaner
     return {"rss_per_item": (after - before) / max(1.0, n * kept), "kept": kept}
@@ -135,6 +161,8 @@ def phase_time(name: str, n: int, opts: dict) -> dict:
     rng.shuffle(hits)
     misses = [b"nil:%012d" % i for i in range(n)]
     rng.shuffle(misses)
+    if name in CODEC_ROWS:
+        return phase_time_codec(name, n, opts, keys, values, hits, misses)
     first_set_ns = time_sets(Ops(name, n, opts), keys, values) / n
     gc.collect()
     ops = Ops(name, n, opts)
@@ -154,6 +182,60 @@ def phase_time(name: str, n: int, opts: dict) -> dict:
     gc.enable()
     # a check outside the timed loops: every hit returned its value, every miss nothing
     bad = sum(1 for k, v in zip(keys[:1000], values[:1000]) if get(k) != v)
+    bad += sum(1 for k in misses[:1000] if get(k) is not None)
+    return {"set_ns": (t1 - t0) / n, "first_set_ns": first_set_ns, "hit_ns": (t2 - t1) / n, "miss_ns": (t3 - t2) / n,
+            "wrong": bad}
+
+
+def phase_time_codec(name: str, n: int, opts: dict, keys: list, values: list, hits: list, misses: list) -> dict:
+    """phase_time for the CODEC_ROWS: pickle.dumps and pickle.loads written out in each loop, as
+    a caller of a bytes cache would, so that no Python-level wrapper call is timed."""
+    dumps, loads, proto = pickle.dumps, pickle.loads, pickle.HIGHEST_PROTOCOL
+    if name == "pickle":
+        by_key = {k: dumps(v, proto) for k, v in zip(keys, values)}
+        pickles = [by_key[k] for k in hits]
+        del by_key
+        gc.collect()
+        gc.disable()
+        t0 = time.perf_counter_ns()
+        for v in values:
+            dumps(v, proto)
+        t1 = time.perf_counter_ns()
+        for p in pickles:
+            loads(p)
+        t2 = time.perf_counter_ns()
+        gc.enable()
+        bad = sum(1 for v in values[:1000] if loads(dumps(v, proto)) != v)
+        t = (t1 - t0) / n
+        return {"set_ns": t, "first_set_ns": t, "hit_ns": (t2 - t1) / n, "miss_ns": None, "wrong": bad}
+    first = Ops(name, n, opts)
+    fput = first.put
+    gc.collect()
+    gc.disable()
+    t0 = time.perf_counter_ns()
+    for k, v in zip(keys, values):
+        fput(k, dumps(v, proto))
+    first_set_ns = (time.perf_counter_ns() - t0) / n
+    gc.enable()
+    first.cache.close()
+    del first, fput
+    gc.collect()
+    ops = Ops(name, n, opts)
+    put, get = ops.put, ops.get
+    gc.collect()
+    gc.disable()
+    t0 = time.perf_counter_ns()
+    for k, v in zip(keys, values):
+        put(k, dumps(v, proto))
+    t1 = time.perf_counter_ns()
+    for k in hits:
+        loads(get(k))
+    t2 = time.perf_counter_ns()
+    for k in misses:
+        get(k)
+    t3 = time.perf_counter_ns()
+    gc.enable()
+    bad = sum(1 for k, v in zip(keys[:1000], values[:1000]) if loads(get(k)) != v)
     bad += sum(1 for k in misses[:1000] if get(k) is not None)
     return {"set_ns": (t1 - t0) / n, "first_set_ns": first_set_ns, "hit_ns": (t2 - t1) / n, "miss_ns": (t3 - t2) / n,
             "wrong": bad}
@@ -200,8 +282,11 @@ def run_child(lib: str, phase: str, n: int, opts: str, objects: bool) -> dict:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("-n", type=int, default=1_000_000, help="items (default 1M)")
-    p.add_argument("--only", nargs="*", choices=LIBS, help="libraries to run (default: all)")
+    p.add_argument("--only", nargs="*", choices=LIBS + CODEC_ROWS,
+                   help="libraries to run (default: all); with --objects also segcache-bytes and pickle")
     p.add_argument("--repeat", type=int, default=2, help="timing rounds per library; the best is kept")
+    p.add_argument("--median", action="store_true",
+                   help="keep each timing's median round instead of its best")
     p.add_argument("--segcache-opts", default=None,
                    help='JSON of segcache.Cache arguments (default: sized for N items)')
     p.add_argument("--json", help="also write the results to this file")
@@ -225,6 +310,8 @@ def main() -> None:
         return
 
     libs = args.only or LIBS
+    if not args.objects and any(lib in CODEC_ROWS for lib in libs):
+        p.error(f"{' and '.join(CODEC_ROWS)} are rows of --objects only")
     results = {}
     # Timing rounds go round-robin over the libraries, so that a change in machine load during
     # the run falls on every library alike; each library keeps its best round.
@@ -241,25 +328,39 @@ def main() -> None:
             err = mem.get("error") or runs[0].get("error")
             print(f"{lib}: skipped ({err})", file=sys.stderr)
             continue
-        best = {k: min(r[k] for r in ok) for k in TIMES}
+        keep = statistics.median if args.median else min
+        best = {k: None if ok[0][k] is None else keep(r[k] for r in ok) for k in TIMES}
         best["wrong"] = max(r["wrong"] for r in ok)
         results[lib] = {**mem, **best}
 
     values = ('dicts of 4 fields (segcache: serializer="pickle")' if args.objects else "64-byte values")
-    print(f"\n{args.n:,} items, 16-byte keys, {values}, random order; "
+    kept = f"median of {args.repeat}" if args.median else f"best of {args.repeat}"
+    print(f"\n{args.n:,} items, 16-byte keys, {values}, random order, {kept} rounds; "
           f"Python {platform.python_version()}, {platform.machine()}, {os.cpu_count()} cpus; "
           f"segcache {args.segcache_opts}\n")
     print("| library | set ns | set ns, first cache | get hit ns | get miss ns | RSS bytes/item | kept "
           "| segcache ratio (set / first set / hit / miss / RSS) |")
     print("|---|---|---|---|---|---|---|---|")
     sc = results.get("segcache")
+    def fig(x, fmt=".0f"):
+        return "-" if x is None else format(x, fmt)
+
     for lib, r in results.items():
         ratio = ""
         if sc and lib != "segcache":
-            ratio = " / ".join(f"{sc[k] / r[k]:.2f}" for k in (*TIMES, "rss_per_item"))
+            ratio = " / ".join("-" if r[k] is None else f"{sc[k] / r[k]:.2f}" for k in (*TIMES, "rss_per_item"))
         flag = "" if r["wrong"] == 0 else f" ({r['wrong']} WRONG)"
-        print(f"| {lib}{flag} | {r['set_ns']:.0f} | {r['first_set_ns']:.0f} | {r['hit_ns']:.0f} | "
-              f"{r['miss_ns']:.0f} | {r['rss_per_item']:.0f} | {r['kept']:.0%} | {ratio} |")
+        print(f"| {lib}{flag} | {fig(r['set_ns'])} | {fig(r['first_set_ns'])} | {fig(r['hit_ns'])} | "
+              f"{fig(r['miss_ns'])} | {fig(r['rss_per_item'])} | {fig(r['kept'], '.0%')} | {ratio} |")
+    floor, codec, peer = results.get("segcache-bytes"), results.get("pickle"), results.get("cachebox")
+    if floor and peer:
+        line = (f"\nget hit against cachebox: segcache {sc['hit_ns'] / peer['hit_ns']:.2f}x, "
+                if sc else "\nget hit against cachebox: ")
+        print(line + f"segcache-bytes + pickle.loads (the floor) {floor['hit_ns'] / peer['hit_ns']:.2f}x")
+    if sc and floor and codec:
+        print(f"segcache get hit: {sc['hit_ns']:.0f} ns = pickle.loads {codec['hit_ns']:.0f} ns "
+              f"+ the rest {sc['hit_ns'] - codec['hit_ns']:.0f} ns; over the floor: "
+              f"{sc['hit_ns'] - floor['hit_ns']:+.0f} ns on hit, {sc['set_ns'] - floor['set_ns']:+.0f} ns on set")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"n": args.n, "segcache_opts": args.segcache_opts, "results": results}, f, indent=1)

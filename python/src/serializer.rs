@@ -97,10 +97,7 @@ impl Serializer {
     /// `value` encoded: a bytes-like object (a `str` from `dumps` becomes its UTF-8 `bytes`).
     pub fn dumps<'py>(&self, value: &Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
         let py = value.py();
-        let out = match &self.protocol {
-            Some(p) => self.dumps.bind(py).call1((value, p.bind(py)))?,
-            None => self.dumps.bind(py).call1((value,))?,
-        };
+        let out = call(self.dumps.bind(py), value, self.protocol.as_ref().map(|p| p.bind(py)))?;
         if out.is_instance_of::<PyBytes>()
             || out.is_instance_of::<PyByteArray>()
             || out.is_instance_of::<PyMemoryView>()
@@ -119,6 +116,31 @@ impl Serializer {
 
     /// The value that `data` (bytes a `dumps` made) stands for.
     pub fn loads<'py>(&self, data: &Bound<'py, PyBytes>) -> PyResult<Bound<'py, PyAny>> {
-        self.loads.bind(data.py()).call1((data,))
+        call(self.loads.bind(data.py()), data.as_any(), None)
+    }
+}
+
+/// `f(a)`, or `f(a, b)` when `b` is given.
+///
+/// Through `PyObject_CallFunctionObjArgs`, which hands the arguments to the callee from a small
+/// array on the C stack (vectorcall). `call1` would build an argument tuple, allocated, filled
+/// and freed on every get and set: the stable ABI of Python 3.10, which this module is built
+/// for, has no `PyObject_Vectorcall` (it has from 3.12).
+#[inline(always)]
+fn call<'py>(
+    f: &Bound<'py, PyAny>,
+    a: &Bound<'py, PyAny>,
+    b: Option<&Bound<'py, PyAny>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let end = std::ptr::null_mut::<pyo3::ffi::PyObject>();
+    // SAFETY: `f`, `a` and `b` are live objects (borrowed for the call, as the function only
+    // borrows its arguments), the argument list ends with the NULL the function expects, and the
+    // result is a new reference or NULL with an exception set, which from_owned_ptr_or_err takes.
+    unsafe {
+        let out = match b {
+            Some(b) => pyo3::ffi::PyObject_CallFunctionObjArgs(f.as_ptr(), a.as_ptr(), b.as_ptr(), end),
+            None => pyo3::ffi::PyObject_CallFunctionObjArgs(f.as_ptr(), a.as_ptr(), end),
+        };
+        Bound::from_owned_ptr_or_err(f.py(), out)
     }
 }

@@ -3,6 +3,7 @@ operations on the stored bytes refuse; bad serializers get clear errors."""
 
 import json
 import pickle
+import sys
 from dataclasses import dataclass
 
 import pytest
@@ -126,6 +127,61 @@ def test_a_user_serializer_is_called_for_each_value(clock):
         assert c["k"] == [1, "two"] and codec.loaded == 1
         assert c.get_many(["k"]) == {"k": [1, "two"]} and codec.loaded == 2
         assert c.get("absent") is None and codec.loaded == 2
+
+
+def test_dumps_and_loads_get_exactly_the_value_and_the_bytes(clock):
+    calls = []
+
+    class Recorder:
+        def dumps(self, *args, **kwargs):
+            calls.append(("dumps", args, kwargs))
+            return pickle.dumps(args[0])
+
+        def loads(self, *args, **kwargs):
+            calls.append(("loads", args, kwargs))
+            return pickle.loads(args[0])
+
+    value = {"id": 7, "name": "bob"}
+    with segcache.Cache(heap_size="16MiB", clock=clock, serializer=Recorder()) as c:
+        c["k"] = value
+        assert c["k"] == value
+    assert calls == [("dumps", (value,), {}), ("loads", (pickle.dumps(value),), {})]
+    assert calls[0][1][0] is value and type(calls[1][1][0]) is bytes
+
+
+def test_pickle_stores_the_highest_protocol(tmp_path):
+    path = tmp_path / "pickled.dat"
+    value = {"id": 1, "name": "alice", "score": 0.25, "active": True}
+    with segcache.Cache(heap_size="16MiB", path=path, serializer="pickle") as c:
+        c["k"] = value
+    with segcache.Cache(heap_size="16MiB", path=path) as raw:
+        assert raw["k"] == pickle.dumps(value, pickle.HIGHEST_PROTOCOL)
+
+
+def test_serializer_calls_hold_no_reference_to_their_arguments_or_results(clock):
+    class Identity:
+        def dumps(self, obj):
+            return obj
+
+        def loads(self, data):
+            return data
+
+    value = b"v" * 100
+    alone = bytes(bytearray(100))
+    held_by_a_local = sys.getrefcount(alone)
+    with segcache.Cache(heap_size="16MiB", clock=clock, serializer=Identity()) as c:
+        before = sys.getrefcount(value)
+        for _ in range(100):
+            c["k"] = value
+        assert sys.getrefcount(value) == before
+        got = c["k"]
+        # held by the local only, as `alone` is: neither the call nor the cache kept the `bytes`
+        # that went through loads
+        assert got == value and sys.getrefcount(got) == held_by_a_local
+    with segcache.Cache(heap_size="16MiB", clock=clock, serializer="pickle") as pc:
+        pc["k"] = value
+        got = pc["k"]
+        assert got == value and sys.getrefcount(got) == held_by_a_local
 
 
 def test_a_value_that_does_not_decode_raises_and_stays(tmp_path):
