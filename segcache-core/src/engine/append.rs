@@ -84,8 +84,8 @@ impl Segcache {
             cas_base,
             ..SegHeader::EMPTY
         };
-        let (mut segments, buckets) = self.segments_and_ttl();
-        segments.link_tail(&mut buckets[b], id);
+        let (mut segments, mut buckets) = self.segments_and_ttl();
+        segments.link_tail(buckets.bucket_mut(b), id);
         self.ttl_bucket_mut(b).open[pool as usize] = id;
         if pool == POOL_SMALL {
             self.meta_mut().small_segments += 1;

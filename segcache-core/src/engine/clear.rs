@@ -42,8 +42,8 @@ impl Segcache {
             let s = self.seg(id);
             (u64::from(s.live_items), u64::from(s.live_bytes))
         };
-        let (mut segments, buckets) = self.segments_and_ttl();
-        segments.unlink(id, buckets);
+        let (mut segments, mut buckets) = self.segments_and_ttl();
+        segments.unlink(id, &mut buckets);
         segments.push_free(id);
         let m = self.meta_mut();
         m.items = m.items.saturating_sub(items);

@@ -9,6 +9,7 @@ use crate::segments::header::SegHeader;
 use crate::segments::Segments;
 use crate::ttl;
 use crate::ttl_buckets::bucket::TtlBucket;
+use crate::ttl_buckets::TtlBuckets;
 use crate::Segcache;
 
 impl Segcache {
@@ -26,7 +27,7 @@ impl Segcache {
     /// The shard's segments and its TTL buckets together: what links a segment into a chain, or
     /// out of one, changes both.
     #[inline]
-    pub(crate) fn segments_and_ttl(&mut self) -> (Segments<'_>, &mut [TtlBucket]) {
+    pub(crate) fn segments_and_ttl(&mut self) -> (Segments<'_>, TtlBuckets<'_>) {
         // SAFETY: the headers (`segments` of them), the metadata and the TTL buckets
         // (`ttl::BUCKETS`) lie apart inside the live region, and the heap holds `segments`
         // segments of `segment_size` bytes; `&mut self` makes these the only accesses until the
@@ -35,7 +36,7 @@ impl Segcache {
             let headers = std::slice::from_raw_parts_mut(self.mem.segs, self.geo.segments);
             let buckets = std::slice::from_raw_parts_mut(self.mem.ttl, ttl::BUCKETS);
             let meta = &mut *self.mem.meta;
-            (Segments::new(headers, self.mem.heap, self.geo.segment_size, meta, self.durable), buckets)
+            (Segments::new(headers, self.mem.heap, self.geo.segment_size, meta, self.durable), TtlBuckets::new(buckets))
         }
     }
 

@@ -5,6 +5,7 @@ pub(crate) mod alloc;
 pub(crate) mod append;
 pub(crate) mod clear;
 pub(crate) mod compute;
+pub(crate) mod expire;
 pub(crate) mod flush;
 pub(crate) mod keys;
 pub(crate) mod load;

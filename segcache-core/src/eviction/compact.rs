@@ -221,8 +221,8 @@ impl Segcache {
             }
         }
         for &src in &order[reused..] {
-            let (mut segments, buckets) = self.segments_and_ttl();
-            segments.unlink(src, buckets);
+            let (mut segments, mut buckets) = self.segments_and_ttl();
+            segments.unlink(src, &mut buckets);
             leftover.push(src);
         }
         // One freed segment becomes the next spare (if the spare was used and the shard keeps
@@ -264,8 +264,8 @@ impl Segcache {
         } else {
             let next = order[*reused];
             *reused += 1;
-            let (mut segments, buckets) = self.segments_and_ttl();
-            segments.unlink(next, buckets);
+            let (mut segments, mut buckets) = self.segments_and_ttl();
+            segments.unlink(next, &mut buckets);
             next
         };
         let seq = self.segments().next_seq();
@@ -276,8 +276,8 @@ impl Segcache {
     /// Links a filled merge destination into chain `b` before `before`, as sealed.
     pub(crate) fn seal_dest(&mut self, dest: u32, b: usize, before: u32, pool: u8) {
         self.seg_mut(dest).state = SEG_SEALED;
-        let (mut segments, buckets) = self.segments_and_ttl();
-        segments.link_before(&mut buckets[b], dest, before);
+        let (mut segments, mut buckets) = self.segments_and_ttl();
+        segments.link_before(buckets.bucket_mut(b), dest, before);
         if pool == POOL_SMALL {
             self.meta_mut().small_segments += 1;
         }

@@ -3,6 +3,7 @@
 use crate::segments::header::{NONE, POOL_SMALL};
 use crate::segments::Segments;
 use crate::ttl_buckets::bucket::TtlBucket;
+use crate::ttl_buckets::TtlBuckets;
 
 impl Segments<'_> {
     /// Puts `id` at the tail of `bucket`'s chain.
@@ -44,12 +45,12 @@ impl Segments<'_> {
 
     /// Takes `id` out of the chain of its TTL bucket (one of `buckets`), and out of the bucket's
     /// open segments.
-    pub(crate) fn unlink(&mut self, id: u32, buckets: &mut [TtlBucket]) {
+    pub(crate) fn unlink(&mut self, id: u32, buckets: &mut TtlBuckets<'_>) {
         let (prev, next, b, pool) = {
             let s = self.header(id);
             (s.prev, s.next, s.ttl_bucket as usize, s.pool)
         };
-        let tb = &mut buckets[b];
+        let tb = buckets.bucket_mut(b);
         if prev == NONE {
             tb.head = next;
         } else {
