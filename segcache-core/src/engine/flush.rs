@@ -116,7 +116,7 @@ impl Segcache {
             }
         } else if !wants && spare != NONE {
             self.meta_mut().spare = NONE;
-            self.push_free(spare);
+            self.segments().push_free(spare);
         }
     }
 }

@@ -6,14 +6,38 @@ use crate::hashtable::table::Table;
 use crate::meta::ShardMeta;
 use crate::record::{self, Record};
 use crate::segments::header::SegHeader;
+use crate::segments::Segments;
 use crate::ttl;
 use crate::ttl_buckets::bucket::TtlBucket;
+use crate::ttl_buckets::TtlBuckets;
 use crate::Segcache;
 
 impl Segcache {
     #[inline]
     pub(crate) fn table(&self) -> Table<'static> {
         Table { buckets: self.buckets, summary: self.summary, mask: self.geo.primary_buckets() as u64 - 1 }
+    }
+
+    /// The shard's segments, as a view (see `Segments`).
+    #[inline]
+    pub(crate) fn segments(&mut self) -> Segments<'_> {
+        self.segments_and_ttl().0
+    }
+
+    /// The shard's segments and its TTL buckets together: what links a segment into a chain, or
+    /// out of one, changes both.
+    #[inline]
+    pub(crate) fn segments_and_ttl(&mut self) -> (Segments<'_>, TtlBuckets<'_>) {
+        // SAFETY: the headers (`segments` of them), the metadata and the TTL buckets
+        // (`ttl::BUCKETS`) lie apart inside the live region, and the heap holds `segments`
+        // segments of `segment_size` bytes; `&mut self` makes these the only accesses until the
+        // view is dropped (readers change the heap only through atomics).
+        unsafe {
+            let headers = std::slice::from_raw_parts_mut(self.mem.segs, self.geo.segments);
+            let buckets = std::slice::from_raw_parts_mut(self.mem.ttl, ttl::BUCKETS);
+            let meta = &mut *self.mem.meta;
+            (Segments::new(headers, self.mem.heap, self.geo.segment_size, meta, self.durable), TtlBuckets::new(buckets))
+        }
     }
 
     #[inline]

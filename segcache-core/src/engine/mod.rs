@@ -1,7 +1,11 @@
 //! `Segcache`: the single-owner engine over one shard of a region: the type, its construction
 //! and teardown, the clock, and CAS values.
 
+pub(crate) mod alloc;
+pub(crate) mod append;
+pub(crate) mod clear;
 pub(crate) mod compute;
+pub(crate) mod expire;
 pub(crate) mod flush;
 pub(crate) mod keys;
 pub(crate) mod load;

@@ -413,7 +413,7 @@ impl Segcache {
         // which depends on its CAS value only, not on its current form.
         let (old_base, old_create) = (self.seg(old.seg).cas_base, self.seg(old.seg).create_at);
         debug_assert!(old.seg != dest && self.moved_len(old, old_base, self.seg(dest).cas_base) == len);
-        let new = self.move_record(old, old_base, old_create, dest);
+        let new = self.segments().move_record(old, old_base, old_create, dest);
         // Published as `store_at` publishes a replacement, so a crash keeps one of the copies.
         if self.durable {
             let meta = self.meta_mut();

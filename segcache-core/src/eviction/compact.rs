@@ -191,7 +191,7 @@ impl Segcache {
             }
             if keep {
                 debug_assert!(self.seg(dest).write_offset as usize + len <= self.geo.segment_size);
-                let new = self.move_record(m.loc, bases[current], created[current], dest);
+                let new = self.segments().move_record(m.loc, bases[current], created[current], dest);
                 Table::relocate(slot.slot, slot.value, m.freq / 2, new);
                 copied += 1;
             } else {
@@ -221,7 +221,8 @@ impl Segcache {
             }
         }
         for &src in &order[reused..] {
-            self.unlink(src);
+            let (mut segments, mut buckets) = self.segments_and_ttl();
+            segments.unlink(src, &mut buckets);
             leftover.push(src);
         }
         // One freed segment becomes the next spare (if the spare was used and the shard keeps
@@ -232,7 +233,7 @@ impl Segcache {
                 *self.seg_mut(id) = SegHeader { state: SEG_SPARE, ..SegHeader::EMPTY };
                 self.meta_mut().spare = id;
             } else {
-                self.push_free(id);
+                self.segments().push_free(id);
             }
         }
         let m = self.meta_mut();
@@ -263,10 +264,11 @@ impl Segcache {
         } else {
             let next = order[*reused];
             *reused += 1;
-            self.unlink(next);
+            let (mut segments, mut buckets) = self.segments_and_ttl();
+            segments.unlink(next, &mut buckets);
             next
         };
-        let seq = self.next_seq();
+        let seq = self.segments().next_seq();
         *self.seg_mut(next) = SegHeader { seq, ..header };
         next
     }
@@ -274,7 +276,8 @@ impl Segcache {
     /// Links a filled merge destination into chain `b` before `before`, as sealed.
     pub(crate) fn seal_dest(&mut self, dest: u32, b: usize, before: u32, pool: u8) {
         self.seg_mut(dest).state = SEG_SEALED;
-        self.link_before(b, dest, before);
+        let (mut segments, mut buckets) = self.segments_and_ttl();
+        segments.link_before(buckets.bucket_mut(b), dest, before);
         if pool == POOL_SMALL {
             self.meta_mut().small_segments += 1;
         }

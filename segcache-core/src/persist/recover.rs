@@ -90,8 +90,9 @@ impl Segcache {
         self.table().remove_where(|loc| loc.seg == id, &mut pool);
         self.meta_mut().overflow = pool;
         let (items, bytes) = (u64::from(self.seg(id).live_items), u64::from(self.seg(id).live_bytes));
-        self.unlink(id);
-        self.push_free(id);
+        let (mut segments, mut buckets) = self.segments_and_ttl();
+        segments.unlink(id, &mut buckets);
+        segments.push_free(id);
         let m = self.meta_mut();
         m.items = m.items.saturating_sub(items);
         m.bytes = m.bytes.saturating_sub(bytes);
@@ -185,7 +186,7 @@ impl Segcache {
         }
         for id in (0..n).rev() {
             if !kept[id as usize] {
-                self.push_free(id);
+                self.segments().push_free(id);
             }
         }
         let mut recovered = 0;
@@ -197,7 +198,8 @@ impl Segcache {
                 s.live_bytes = 0;
             }
             let (b, pool) = (self.seg(id).ttl_bucket as usize, self.seg(id).pool);
-            self.link_tail(b, id);
+            let (mut segments, mut buckets) = self.segments_and_ttl();
+            segments.link_tail(buckets.bucket_mut(b), id);
             if pool == POOL_SMALL {
                 self.meta_mut().small_segments += 1;
             }

@@ -1,69 +1,72 @@
-//! The TTL buckets' chains of segments.
+//! The TTL buckets' chains of segments: linking a segment into its bucket's chain, and out.
 
 use crate::segments::header::{NONE, POOL_SMALL};
-use crate::Segcache;
+use crate::segments::Segments;
+use crate::ttl_buckets::bucket::TtlBucket;
+use crate::ttl_buckets::TtlBuckets;
 
-impl Segcache {
-    pub(crate) fn link_tail(&mut self, b: usize, id: u32) {
-        let tail = self.ttl_bucket(b).tail;
+impl Segments<'_> {
+    /// Puts `id` at the tail of `bucket`'s chain.
+    pub(crate) fn link_tail(&mut self, bucket: &mut TtlBucket, id: u32) {
+        let tail = bucket.tail;
         {
-            let s = self.seg_mut(id);
+            let s = self.header_mut(id);
             s.prev = tail;
             s.next = NONE;
         }
         if tail == NONE {
-            self.ttl_bucket_mut(b).head = id;
+            bucket.head = id;
         } else {
-            self.seg_mut(tail).next = id;
+            self.header_mut(tail).next = id;
         }
-        let tb = self.ttl_bucket_mut(b);
-        tb.tail = id;
-        tb.segments += 1;
+        bucket.tail = id;
+        bucket.segments += 1;
     }
 
-    /// Puts `id` into the chain of bucket `b` right before `before` (or at the tail).
-    pub(crate) fn link_before(&mut self, b: usize, id: u32, before: u32) {
+    /// Puts `id` into `bucket`'s chain right before `before` (or at the tail).
+    pub(crate) fn link_before(&mut self, bucket: &mut TtlBucket, id: u32, before: u32) {
         if before == NONE {
-            return self.link_tail(b, id);
+            return self.link_tail(bucket, id);
         }
-        let prev = self.seg(before).prev;
+        let prev = self.header(before).prev;
         {
-            let s = self.seg_mut(id);
+            let s = self.header_mut(id);
             s.prev = prev;
             s.next = before;
         }
-        self.seg_mut(before).prev = id;
+        self.header_mut(before).prev = id;
         if prev == NONE {
-            self.ttl_bucket_mut(b).head = id;
+            bucket.head = id;
         } else {
-            self.seg_mut(prev).next = id;
+            self.header_mut(prev).next = id;
         }
-        self.ttl_bucket_mut(b).segments += 1;
+        bucket.segments += 1;
     }
 
-    pub(crate) fn unlink(&mut self, id: u32) {
+    /// Takes `id` out of the chain of its TTL bucket (one of `buckets`), and out of the bucket's
+    /// open segments.
+    pub(crate) fn unlink(&mut self, id: u32, buckets: &mut TtlBuckets<'_>) {
         let (prev, next, b, pool) = {
-            let s = self.seg(id);
+            let s = self.header(id);
             (s.prev, s.next, s.ttl_bucket as usize, s.pool)
         };
+        let tb = buckets.bucket_mut(b);
         if prev == NONE {
-            self.ttl_bucket_mut(b).head = next;
+            tb.head = next;
         } else {
-            self.seg_mut(prev).next = next;
+            self.header_mut(prev).next = next;
         }
         if next == NONE {
-            self.ttl_bucket_mut(b).tail = prev;
+            tb.tail = prev;
         } else {
-            self.seg_mut(next).prev = prev;
+            self.header_mut(next).prev = prev;
         }
-        let tb = self.ttl_bucket_mut(b);
         tb.segments = tb.segments.saturating_sub(1);
         if tb.open[pool as usize] == id {
             tb.open[pool as usize] = NONE;
         }
         if pool == POOL_SMALL {
-            let m = self.meta_mut();
-            m.small_segments = m.small_segments.saturating_sub(1);
+            self.meta.small_segments = self.meta.small_segments.saturating_sub(1);
         }
     }
 }
