@@ -71,7 +71,7 @@ impl Segcache {
                 continue;
             }
             if round >= 2 * self.geo.segments {
-                self.evict_simple(Policy::Fifo)?;
+                self.evict_by(Policy::Fifo)?;
             } else {
                 self.evict()?;
             }

@@ -5,7 +5,7 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::hashtable::slot::Loc;
 use crate::record::{self, CasForm};
-use crate::segments::header::{SegHeader, NONE, POOL_SMALL, SEG_OPEN, SEG_SEALED};
+use crate::segments::header::{SegHeader, NONE, SEG_OPEN, SEG_SEALED};
 use crate::Segcache;
 use crate::{ttl, Result};
 
@@ -87,9 +87,6 @@ impl Segcache {
         let (mut segments, mut buckets) = self.segments_and_ttl();
         segments.link_tail(buckets.bucket_mut(b), id);
         self.ttl_bucket_mut(b).open[pool as usize] = id;
-        if pool == POOL_SMALL {
-            self.meta_mut().small_segments += 1;
-        }
         Ok((id, len_in(cas_base)))
     }
 

@@ -96,7 +96,7 @@ impl Segcache {
         if m.rng == 0 {
             m.rng = 0x9e37_79b9_7f4a_7c15;
         }
-        self.ghost.iter().for_each(|g| g.store(0, std::sync::atomic::Ordering::Relaxed));
+        self.ghost.forget_all();
         self.fit_spare_to_policy();
     }
 

@@ -4,7 +4,9 @@
 pub(crate) mod alloc;
 pub(crate) mod append;
 pub(crate) mod clear;
+pub(crate) mod compact;
 pub(crate) mod compute;
+pub(crate) mod evict;
 pub(crate) mod expire;
 pub(crate) mod flush;
 pub(crate) mod keys;
@@ -19,10 +21,11 @@ pub(crate) mod stats;
 pub(crate) mod verify;
 pub(crate) mod write;
 
-use std::sync::atomic::{AtomicU32, AtomicU8, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::clock::Clock;
+use crate::eviction::ghost::Ghost;
 use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::Geometry;
@@ -54,9 +57,8 @@ pub struct Segcache {
     /// The tag summary of each chain (see `table`), in the region so that processes sharing the
     /// cache share it; rebuilt by the first process to open a file.
     pub(crate) summary: &'static [AtomicU8],
-    /// S3-FIFO ghost: fingerprints of keys recently dropped from the small pool, direct-mapped;
-    /// in the region, so that processes sharing the cache share it. Empty under other policies.
-    pub(crate) ghost: &'static [AtomicU32],
+    /// S3-FIFO's ghost of keys recently dropped from the small pool.
+    pub(crate) ghost: Ghost,
     /// Holds an old value while its item is rewritten (append, incr, touch), since the rewrite
     /// may evict the segment it came from.
     pub(crate) scratch: Vec<u8>,
@@ -149,7 +151,7 @@ impl Segcache {
         let summary: &'static [AtomicU8] = unsafe { std::slice::from_raw_parts(mem.summary, geo.primary_buckets()) };
         let ghost_len = if builder.policy == Policy::S3Fifo { geo.ghost_entries() } else { 0 };
         // SAFETY: as for the buckets: `mem.ghost` points at `ghost_entries` atomic words.
-        let ghost: &'static [AtomicU32] = unsafe { std::slice::from_raw_parts(mem.ghost, ghost_len) };
+        let ghost = Ghost::new(unsafe { std::slice::from_raw_parts(mem.ghost, ghost_len) });
         let durable = mem.region.file.is_some();
         let origin = mem.region.origin.clone();
         let (cas_stride, cas_offset) = (mem.region.layout.shards as u64, mem.index as u64);

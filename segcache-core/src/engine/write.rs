@@ -405,7 +405,7 @@ impl Segcache {
         let pool = match existing {
             _ if self.policy != Policy::S3Fifo => POOL_MAIN,
             Some((_, v, ..)) => self.seg(slot::slot_loc(v).seg).pool,
-            None if self.ghost_hit(h) => POOL_MAIN,
+            None if self.ghost.remembers(h) => POOL_MAIN,
             None => POOL_SMALL,
         };
         let expire_at = if st.keep_expiry && ttl != 0 { now.saturating_add(ttl) } else { expiry_of(ttl, now) };

@@ -197,12 +197,9 @@ impl Segcache {
                 s.live_items = 0;
                 s.live_bytes = 0;
             }
-            let (b, pool) = (self.seg(id).ttl_bucket as usize, self.seg(id).pool);
+            let b = self.seg(id).ttl_bucket as usize;
             let (mut segments, mut buckets) = self.segments_and_ttl();
             segments.link_tail(buckets.bucket_mut(b), id);
-            if pool == POOL_SMALL {
-                self.meta_mut().small_segments += 1;
-            }
             self.for_each_live(id, |s, loc, h, _| {
                 if s.index_recovered(loc, h) {
                     recovered += 1;

@@ -6,7 +6,7 @@ use crate::ttl_buckets::bucket::TtlBucket;
 use crate::ttl_buckets::TtlBuckets;
 
 impl Segments<'_> {
-    /// Puts `id` at the tail of `bucket`'s chain.
+    /// Puts `id` at the tail of `bucket`'s chain (its header's `pool` already set).
     pub(crate) fn link_tail(&mut self, bucket: &mut TtlBucket, id: u32) {
         let tail = bucket.tail;
         {
@@ -21,9 +21,11 @@ impl Segments<'_> {
         }
         bucket.tail = id;
         bucket.segments += 1;
+        self.count_joining(id);
     }
 
-    /// Puts `id` into `bucket`'s chain right before `before` (or at the tail).
+    /// Puts `id` into `bucket`'s chain right before `before` (or at the tail; its header's `pool`
+    /// already set).
     pub(crate) fn link_before(&mut self, bucket: &mut TtlBucket, id: u32, before: u32) {
         if before == NONE {
             return self.link_tail(bucket, id);
@@ -41,6 +43,7 @@ impl Segments<'_> {
             self.header_mut(prev).next = id;
         }
         bucket.segments += 1;
+        self.count_joining(id);
     }
 
     /// Takes `id` out of the chain of its TTL bucket (one of `buckets`), and out of the bucket's
@@ -67,6 +70,13 @@ impl Segments<'_> {
         }
         if pool == POOL_SMALL {
             self.meta.small_segments = self.meta.small_segments.saturating_sub(1);
+        }
+    }
+
+    /// Keeps the count of S3-FIFO's small pool as segment `id` joins a chain.
+    fn count_joining(&mut self, id: u32) {
+        if self.header(id).pool == POOL_SMALL {
+            self.meta.small_segments += 1;
         }
     }
 }

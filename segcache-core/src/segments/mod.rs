@@ -44,6 +44,23 @@ impl<'a> Segments<'a> {
         Segments { headers, heap, segment_size, meta, durable, _heap: PhantomData }
     }
 
+    /// The number of segments.
+    #[inline]
+    pub(crate) fn count(&self) -> usize {
+        self.headers.len()
+    }
+
+    #[inline]
+    pub(crate) fn segment_size(&self) -> usize {
+        self.segment_size
+    }
+
+    /// Segments in S3-FIFO's small pool (kept by `link_tail`, `link_before` and `unlink`).
+    #[inline]
+    pub(crate) fn small_count(&self) -> u64 {
+        self.meta.small_segments
+    }
+
     #[inline]
     pub(crate) fn header(&self, id: u32) -> &SegHeader {
         &self.headers[id as usize]

@@ -25,6 +25,11 @@ impl<'a> TtlBuckets<'a> {
     }
 
     #[inline]
+    pub(crate) fn bucket(&self, b: usize) -> &TtlBucket {
+        &self.buckets[b]
+    }
+
+    #[inline]
     pub(crate) fn bucket_mut(&mut self, b: usize) -> &mut TtlBucket {
         &mut self.buckets[b]
     }

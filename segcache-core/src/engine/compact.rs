@@ -68,7 +68,7 @@ impl Segcache {
         let mut spare = self.meta().spare;
         let in_place = !self.durable;
         if (spare == NONE && !in_place) || sources.is_empty() {
-            return self.evict_simple(Policy::Fifo);
+            return self.evict_by(Policy::Fifo);
         }
         // Newest source first: among items read equally often, the newer ones are kept (they have
         // had less time to prove themselves); and drained sources become destinations.
@@ -180,7 +180,7 @@ impl Segcache {
                 if new_dests < max_dests && free {
                     // Seal this destination into the chain, then drain into the next.
                     if Some(dest) != cont {
-                        self.seal_dest(dest, b, before, pool);
+                        self.seal_dest(dest, b, before);
                     }
                     dest = self.next_dest(&mut spare, &order, &mut reused, header(base(current)));
                     new_dests += 1;
@@ -207,14 +207,14 @@ impl Segcache {
         }
         MOVES.set(moves);
         for h in ghosts {
-            self.ghost_insert(h);
+            self.ghost.remember(h);
         }
         // The last new destination joins the chain if anything went into it; otherwise it is
         // spare again.
         let mut leftover = Vec::new();
         if Some(dest) != cont {
             if self.seg(dest).write_offset > 0 {
-                self.seal_dest(dest, b, before, pool);
+                self.seal_dest(dest, b, before);
             } else {
                 leftover.push(dest);
                 new_dests -= 1;
@@ -274,13 +274,10 @@ impl Segcache {
     }
 
     /// Links a filled merge destination into chain `b` before `before`, as sealed.
-    pub(crate) fn seal_dest(&mut self, dest: u32, b: usize, before: u32, pool: u8) {
+    pub(crate) fn seal_dest(&mut self, dest: u32, b: usize, before: u32) {
         self.seg_mut(dest).state = SEG_SEALED;
         let (mut segments, mut buckets) = self.segments_and_ttl();
         segments.link_before(buckets.bucket_mut(b), dest, before);
-        if pool == POOL_SMALL {
-            self.meta_mut().small_segments += 1;
-        }
     }
 }
 
