@@ -36,10 +36,14 @@ venv:
 # the Python crate and the fuzz targets; undocumented `unsafe` and undocumented public items of the
 # library crates are among them (Cargo.toml's [workspace.lints], the crates' lib.rs). No source
 # file of a crate imports another that imports it back (.ci/import_cycles.py: `use` paths and
-# paths in code, through re-exports), the checker's own tests (.ci/test_import_cycles.py) first.
+# paths in code, through re-exports), the checker's own tests (.ci/test_import_cycles.py) first;
+# and no part of segcache-core imports a part above it (.ci/layers.py, whose `--show` lists the
+# layers and their modules; tests in .ci/test_layers.py).
 lint:
 	python3 .ci/test_import_cycles.py
 	python3 .ci/import_cycles.py segcache-core/src segcache-ffi/src segcache-server/src python/src benches/*/src
+	python3 .ci/test_layers.py
+	python3 .ci/layers.py segcache-core/src
 	$(CARGO) fmt --all --check
 	$(CARGO) fmt --manifest-path python/Cargo.toml --check
 	$(CARGO) fmt --manifest-path fuzz/Cargo.toml --check

@@ -11,7 +11,7 @@
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering::Acquire, Ordering::Relaxed, Ordering::Release};
 use std::sync::Arc;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// How many `fork()`s lie between the first process that opened a cache and this one.
 static GENERATION: AtomicU32 = AtomicU32::new(0);

@@ -26,8 +26,8 @@ use crate::meta::ShardMeta;
 use crate::segments::header::SegHeader;
 use crate::sync::lock::ReaderSlot;
 use crate::sync::mapped::MappedLock;
-use crate::ttl;
 use crate::ttl_buckets::bucket::TtlBucket;
+use crate::ttl_buckets::ttl;
 
 pub const FILE_HEADER_LEN: usize = 4096;
 pub const HUGE_PAGE: usize = 2 << 20;

@@ -49,8 +49,8 @@
 #[cfg(not(all(target_endian = "little", target_pointer_width = "64")))]
 compile_error!("segcache-core builds for little-endian 64-bit targets only (x86-64, AArch64, RISC-V 64, ...)");
 
+mod builder;
 mod clock;
-mod config;
 mod engine;
 mod error;
 mod eviction;
@@ -75,8 +75,8 @@ mod ttl_buckets;
 #[cfg(feature = "serde")]
 mod typed;
 
+pub use builder::{Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
 pub use clock::{Clock, ManualClock, SystemClock};
-pub use config::{Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_KEY_LEN, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
 pub use engine::compute::{Computed, Op};
 pub use engine::keys::record_size;
 pub use engine::read::ReadOptions;
@@ -89,6 +89,7 @@ pub use item::{Item, OwnedItem};
 pub use listener::{RemovalCause, RemovalListener};
 pub use persist::file_layout::FileLayout;
 pub use persist::header::FORMAT_VERSION;
+pub use record::MAX_KEY_LEN;
 pub use shared::handle::SharedCache;
 
 pub use size::{parse_size, SizeError};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use crate::Item;
+use crate::item::Item;
 
 /// Why an item left the cache, as far as the engine knows it.
 ///

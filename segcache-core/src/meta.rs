@@ -3,7 +3,7 @@
 
 use std::sync::atomic::{AtomicU32, AtomicU64};
 
-use crate::hashtable::table::Pool;
+use crate::hashtable::bucket::Pool;
 
 /// Counters that readers bump (under a shared lock), hence atomic. They are bumped with a plain
 /// load and store rather than a locked add: exact for one reader at a time, approximate (a
@@ -119,11 +119,11 @@ pub struct ShardMeta {
     pub undo: Undo,
 }
 
-/// The largest record a file heap rewrites in place (see `persist::undo`); larger ones are
+/// The largest record a file heap rewrites in place (see `engine::undo`); larger ones are
 /// appended.
 pub const UNDO_BYTES: usize = 512;
 
-/// A file heap's rewrite in place in flight (see `persist::undo`): where, the record's old bytes
+/// A file heap's rewrite in place in flight (see `engine::undo`): where, the record's old bytes
 /// and its segment's checksum sum before the rewrite; `len == 0` when none is. Atomics, since
 /// processes sharing the file rewrite under a shared reference.
 #[repr(C)]

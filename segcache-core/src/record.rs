@@ -27,6 +27,23 @@
 //! CAS and the state were kept. No alignment padding; the expiry lies in the segment header, and
 //! the access frequency and the fetched bit in the hash slot (see `slot`).
 
+/// Longest key, as in memcached (a record holds its key's length in a byte).
+///
+/// ```
+/// use std::time::Duration;
+/// use segcache_core::{Builder, Error, MAX_KEY_LEN};
+///
+/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+/// cache.set(&[b'k'; MAX_KEY_LEN], b"v", 0, Duration::ZERO)?;
+/// let too_long = cache.set(&[b'k'; MAX_KEY_LEN + 1], b"v", 0, Duration::ZERO);
+/// assert!(matches!(too_long, Err(Error::KeyTooLong { len: 251 })));
+/// # Ok::<(), segcache_core::Error>(())
+/// ```
+pub const MAX_KEY_LEN: usize = 250;
+/// Bytes of a record that a lock-free read (`SharedCache`'s) copies; larger records are read
+/// under the shard's lock, and are never rewritten in place under a read lock.
+pub(crate) const PEEK_BYTES: usize = 512;
+
 /// Bytes of the smallest header (a value under 256 bytes, a narrow CAS, no client flags).
 pub const HEADER_LEN: usize = 6;
 /// Bytes of the longest fixed header (a 3-byte value length, a 4-byte CAS), before the optional

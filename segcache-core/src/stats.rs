@@ -5,7 +5,7 @@
 //! `stats` and Prometheus text, Python's `Cache.stats()`; C's `segcache_stats_t` is checked
 //! against it).
 
-use crate::Policy;
+use crate::eviction::policy::Policy;
 
 /// What kind of number a figure is: how it is summed over shards and how exporters type it.
 ///

@@ -1,9 +1,10 @@
 //! Allocating a segment: from the free list, else by expiring, else by evicting; and the memory
 //! limit that caps the segments a shard holds.
 
+use crate::engine::Segcache;
+use crate::error::{Error, Result};
+use crate::eviction::policy::Policy;
 use crate::segments::header::{NONE, SEG_FREE};
-use crate::Segcache;
-use crate::{Error, Policy, Result};
 
 impl Segcache {
     /// Takes the free list's head (see `Segments::pop_free`), noting it as the writers'.

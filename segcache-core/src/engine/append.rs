@@ -3,11 +3,12 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::engine::Segcache;
+use crate::error::Result;
 use crate::hashtable::slot::Loc;
 use crate::record::{self, CasForm};
 use crate::segments::header::{SegHeader, NONE, SEG_OPEN, SEG_SEALED};
-use crate::Segcache;
-use crate::{ttl, Result};
+use crate::ttl_buckets::ttl;
 
 impl Segcache {
     /// Appends a record to the open segment of its TTL bucket (and pool), opening a new segment
@@ -85,7 +86,7 @@ impl Segcache {
             ..SegHeader::EMPTY
         };
         let (mut segments, mut buckets) = self.segments_and_ttl();
-        segments.link_tail(buckets.bucket_mut(b), id);
+        buckets.link_tail(&mut segments, b, id);
         self.ttl_bucket_mut(b).open[pool as usize] = id;
         Ok((id, len_in(cas_base)))
     }
@@ -106,11 +107,14 @@ mod tests {
     use std::path::PathBuf;
     use std::time::Duration;
 
+    use crate::builder::Builder;
+    use crate::clock::ManualClock;
     use crate::engine::write::Mode;
+    use crate::engine::Segcache;
+    use crate::eviction::policy::Policy;
     use crate::hash::hash;
     use crate::hashtable::slot::Loc;
     use crate::record::CasForm;
-    use crate::{Builder, ManualClock, Policy, Segcache};
 
     const T0: u32 = 1_700_000_000;
     const NEVER: Duration = Duration::ZERO;

@@ -1,10 +1,10 @@
 //! Scans that act on each live item of a segment, and clearing a segment: its live items leave
 //! the table, the segment leaves its chain and goes on the free list.
 
+use crate::engine::Segcache;
 use crate::hashtable::slot::{self, Loc};
 use crate::listener::RemovalCause;
 use crate::segments::scan::{Live, BATCH};
-use crate::Segcache;
 
 impl Segcache {
     /// Calls `f` with the location, key hash and length of every record of segment `id` that is
@@ -43,7 +43,7 @@ impl Segcache {
             (u64::from(s.live_items), u64::from(s.live_bytes))
         };
         let (mut segments, mut buckets) = self.segments_and_ttl();
-        segments.unlink(id, &mut buckets);
+        buckets.unlink(&mut segments, id);
         segments.push_free(id);
         let m = self.meta_mut();
         m.items = m.items.saturating_sub(items);

@@ -1,5 +1,8 @@
 //! Compaction: copying the frequently read live items of source segments into destinations.
 
+use crate::engine::Segcache;
+use crate::error::Result;
+use crate::eviction::policy::Policy;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Table;
@@ -7,8 +10,6 @@ use crate::listener::RemovalCause;
 use crate::prefetch::prefetch;
 use crate::record::{self, CasForm};
 use crate::segments::header::{SegHeader, NONE, POOL_MAIN, POOL_SMALL, SEG_SEALED, SEG_SPARE};
-use crate::Segcache;
-use crate::{Policy, Result};
 
 thread_local! {
     /// Live items of the segments being merged. One buffer per thread, not per engine: it grows
@@ -222,7 +223,7 @@ impl Segcache {
         }
         for &src in &order[reused..] {
             let (mut segments, mut buckets) = self.segments_and_ttl();
-            segments.unlink(src, &mut buckets);
+            buckets.unlink(&mut segments, src);
             leftover.push(src);
         }
         // One freed segment becomes the next spare (if the spare was used and the shard keeps
@@ -265,7 +266,7 @@ impl Segcache {
             let next = order[*reused];
             *reused += 1;
             let (mut segments, mut buckets) = self.segments_and_ttl();
-            segments.unlink(next, &mut buckets);
+            buckets.unlink(&mut segments, next);
             next
         };
         let seq = self.segments().next_seq();
@@ -277,7 +278,7 @@ impl Segcache {
     pub(crate) fn seal_dest(&mut self, dest: u32, b: usize, before: u32) {
         self.seg_mut(dest).state = SEG_SEALED;
         let (mut segments, mut buckets) = self.segments_and_ttl();
-        segments.link_before(buckets.bucket_mut(b), dest, before);
+        buckets.link_before(&mut segments, b, dest, before);
     }
 }
 
@@ -288,12 +289,16 @@ mod tests {
     use std::time::Duration;
 
     use super::dest_base;
+    use crate::builder::Builder;
+    use crate::clock::ManualClock;
     use crate::engine::write::Mode;
+    use crate::engine::Segcache;
+    use crate::eviction::policy::Policy;
     use crate::hash::hash;
     use crate::hashtable::slot::Loc;
+    use crate::listener::RemovalListener;
     use crate::record::CasForm;
     use crate::segments::header::POOL_MAIN;
-    use crate::{Builder, ManualClock, Policy, RemovalListener, Segcache};
 
     fn key(i: usize) -> Vec<u8> {
         format!("key-{i:06}").into_bytes()

@@ -4,9 +4,11 @@
 use std::time::Duration;
 
 use crate::engine::write::{check_key, Mode};
+use crate::engine::Segcache;
+use crate::error::Result;
 use crate::hash::hash;
+use crate::item::Item;
 use crate::ttl_buckets::expire::ttl_secs;
-use crate::{Item, Result, Segcache};
 
 /// What a compute's function decides to do with the key (see [`Segcache::compute`]).
 ///
@@ -195,7 +197,13 @@ impl Segcache {
 mod tests {
     use std::time::Duration;
 
-    use crate::{Builder, Computed, Error, ManualClock, Op};
+    use crate::builder::Builder;
+
+    use crate::engine::compute::{Computed, Op};
+
+    use crate::error::Error;
+
+    use crate::clock::ManualClock;
 
     #[test]
     fn compute_sees_the_current_item_and_its_decision_is_stored() {

@@ -1,9 +1,10 @@
 //! Eviction carried out: the policy's choice (`eviction::Victims`) made over this shard's parts,
 //! then the segment it names cleared, or the segments it names compacted.
 
+use crate::engine::Segcache;
+use crate::error::{Error, Result};
 use crate::eviction::policy::Policy;
 use crate::eviction::{Cursors, Plan, Victims};
-use crate::{Error, Result, Segcache};
 
 impl Segcache {
     /// Start of every write: a due flush, and a step of expiry.
@@ -54,8 +55,10 @@ mod tests {
     use std::collections::HashMap;
     use std::time::Duration;
 
+    use crate::builder::Builder;
+    use crate::engine::Segcache;
     use crate::eviction::merge::LOSSLESS_WINDOW;
-    use crate::{Builder, Policy, Segcache};
+    use crate::eviction::policy::Policy;
 
     impl Segcache {
         fn victims_pick(&mut self, policy: Policy, allow_open: bool) -> Option<u32> {
@@ -66,7 +69,7 @@ mod tests {
     /// Writes 20,000 keys into a heap that holds about 4,000, reading every tenth key ("hot") of
     /// the last 1,000 written after each write; returns the shares of the hot and the other keys
     /// among the first 15,000 that are still there, and the stats.
-    fn kept(policy: Policy) -> (f64, f64, crate::Stats) {
+    fn kept(policy: Policy) -> (f64, f64, crate::stats::Stats) {
         let mut c = Builder::new().heap_size(1 << 20).segment_size(64 << 10).eviction(policy).build().unwrap();
         let key = |i: usize| format!("key-{i:06}").into_bytes();
         for i in 0..20_000 {

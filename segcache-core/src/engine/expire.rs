@@ -1,9 +1,9 @@
 //! Expiring whole segments: all at once (`expire`), or a few at a time as writes go
 //! (`expire_step`), from the heads of the TTL chains.
 
-use crate::ttl;
+use crate::engine::Segcache;
 use crate::ttl_buckets::expire::EXPIRE_PACE;
-use crate::Segcache;
+use crate::ttl_buckets::ttl;
 
 impl Segcache {
     /// Frees every segment whose items have all expired, from the heads of the TTL chains.
@@ -94,8 +94,11 @@ impl Segcache {
 mod tests {
     use std::time::Duration;
 
+    use crate::builder::Builder;
+    use crate::clock::ManualClock;
+    use crate::engine::Segcache;
+    use crate::eviction::policy::Policy;
     use crate::ttl_buckets::expire::EXPIRE_PACE;
-    use crate::{Builder, ManualClock, Policy, Segcache};
 
     const VALUE: [u8; 1000] = [b'v'; 1000];
 

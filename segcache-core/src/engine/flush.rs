@@ -3,11 +3,12 @@
 
 use std::time::Duration;
 
+use crate::engine::Segcache;
+use crate::eviction::policy::Policy;
 use crate::segments::header::{SegHeader, NONE, SEG_SPARE};
 use crate::ttl_buckets::bucket::TtlBucket;
 use crate::ttl_buckets::expire::ttl_secs;
-use crate::Segcache;
-use crate::{ttl, Policy};
+use crate::ttl_buckets::ttl;
 
 impl Segcache {
     /// Removes every item now.
@@ -125,7 +126,9 @@ impl Segcache {
 mod tests {
     use std::time::Duration;
 
-    use crate::{Builder, ManualClock};
+    use crate::builder::Builder;
+
+    use crate::clock::ManualClock;
 
     /// A flush that is due hides every item from reads before any write applies it; a new
     /// delayed flush must not bring them back until its own time.

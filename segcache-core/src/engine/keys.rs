@@ -15,8 +15,9 @@
 //!
 //! The cursor starts at 0, and 0 comes back when the scan is complete (as Redis's `SCAN`).
 
+use crate::engine::Segcache;
 use crate::hashtable::table::Found;
-use crate::{Item, Segcache};
+use crate::item::Item;
 
 impl Segcache {
     /// Primary buckets of the hash table: the cursor range of [`Segcache::scan_with`].
@@ -159,7 +160,9 @@ mod tests {
     use std::collections::HashSet;
     use std::time::Duration;
 
-    use crate::{Builder, Policy};
+    use crate::builder::Builder;
+
+    use crate::eviction::policy::Policy;
 
     #[test]
     fn a_scan_returns_every_live_key_once_in_small_steps() {
@@ -187,7 +190,7 @@ mod tests {
 
     #[test]
     fn a_scan_skips_expired_and_flushed_items() {
-        let clock = crate::ManualClock::new(1_000);
+        let clock = crate::clock::ManualClock::new(1_000);
         let mut c = Builder::new().heap_size(4 << 20).segment_size(64 << 10).clock(clock.clone()).build().unwrap();
         c.set(b"short", b"v", 0, Duration::from_secs(5)).unwrap();
         c.set(b"long", b"v", 0, Duration::ZERO).unwrap();

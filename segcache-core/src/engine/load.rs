@@ -5,9 +5,12 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use crate::engine::write::StoreOptions;
 use crate::engine::write::{check_key, Mode};
+use crate::engine::Segcache;
 use crate::error::cache_error;
-use crate::{Error, LoadError, OwnedItem, Segcache, StoreOptions};
+use crate::error::{Error, LoadError};
+use crate::item::OwnedItem;
 
 impl Segcache {
     /// The single-owner form of

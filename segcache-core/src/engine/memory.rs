@@ -1,16 +1,16 @@
 //! Raw access to the shard's memory: the hash table, metadata, segment headers and data, TTL
 //! buckets and records.
 
+use crate::engine::Segcache;
 use crate::hashtable::slot::Loc;
 use crate::hashtable::table::Table;
 use crate::meta::ShardMeta;
 use crate::record::{self, Record};
 use crate::segments::header::SegHeader;
 use crate::segments::Segments;
-use crate::ttl;
 use crate::ttl_buckets::bucket::TtlBucket;
+use crate::ttl_buckets::ttl;
 use crate::ttl_buckets::TtlBuckets;
-use crate::Segcache;
 
 impl Segcache {
     #[inline]
@@ -50,6 +50,18 @@ impl Segcache {
     pub(crate) fn meta_mut(&mut self) -> &mut ShardMeta {
         // SAFETY: as above, and `&mut self` makes this the only access.
         unsafe { &mut *self.mem.meta }
+    }
+
+    /// Every segment header, read only.
+    pub(crate) fn headers(&self) -> &[SegHeader] {
+        // SAFETY: `segments` headers inside the live region; writers need `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.mem.segs, self.geo.segments) }
+    }
+
+    /// Every TTL bucket, read only.
+    pub(crate) fn ttl_buckets(&self) -> &[TtlBucket] {
+        // SAFETY: `ttl::BUCKETS` buckets inside the live region; writers need `&mut self`.
+        unsafe { std::slice::from_raw_parts(self.mem.ttl, ttl::BUCKETS) }
     }
 
     #[inline]

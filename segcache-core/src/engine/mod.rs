@@ -13,26 +13,31 @@ pub(crate) mod keys;
 pub(crate) mod load;
 pub(crate) mod memory;
 pub(crate) mod read;
+pub(crate) mod recover;
 pub(crate) mod removal;
 pub(crate) mod rewrite;
 pub(crate) mod rmw;
+pub(crate) mod shared_rewrite;
 pub(crate) mod slots;
 pub(crate) mod stats;
+pub(crate) mod undo;
 pub(crate) mod verify;
 pub(crate) mod write;
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
+use crate::builder::Builder;
 use crate::clock::Clock;
+use crate::error::Result;
 use crate::eviction::ghost::Ghost;
+use crate::eviction::policy::Policy;
 use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::Geometry;
 use crate::persist::file::Found;
 use crate::persist::region::ShardMem;
 use crate::record::{self};
-use crate::{Builder, Policy, Result};
 
 /// The engine: one shard's segments, hash table and TTL buckets. Writes take `&mut self`; reads
 /// take `&self` and may run in parallel (the frequency counters they bump are atomic).
@@ -120,6 +125,15 @@ impl std::fmt::Debug for Segcache {
     }
 }
 
+/// The settings an engine runs with (the `Builder`'s that concern one shard).
+pub(crate) struct EngineSettings {
+    pub(crate) policy: Policy,
+    pub(crate) clock: Arc<dyn Clock>,
+    pub(crate) pad_numbers: bool,
+    pub(crate) listener: Option<crate::listener::RemovalListener>,
+    pub(crate) multi_process: bool,
+}
+
 /// The CAS value a read hands out for a record's counter `c`, in shard `offset` of `stride`:
 /// the shards' counters interleaved, so that no two keys share a value, counting up from 1.
 #[inline]
@@ -142,14 +156,14 @@ impl Segcache {
 
     /// An engine over `mem`; `fresh` lays out empty structures, otherwise they are used as found
     /// (a reopened file, already validated or rebuilt).
-    pub(crate) fn from_mem(mem: ShardMem, geo: Geometry, builder: &Builder, found: Found) -> Segcache {
+    pub(crate) fn from_mem(mem: ShardMem, geo: Geometry, settings: &EngineSettings, found: Found) -> Segcache {
         let n = geo.primary_buckets() + geo.overflow_buckets();
         // SAFETY: `mem.buckets` points at `n` buckets inside the region that `mem` keeps alive
         // for as long as this engine exists; buckets are atomics, so shared references are sound.
         let buckets: &'static [Bucket] = unsafe { std::slice::from_raw_parts(mem.buckets, n) };
         // SAFETY: as for the buckets: `mem.summary` points at one atomic byte per primary bucket.
         let summary: &'static [AtomicU8] = unsafe { std::slice::from_raw_parts(mem.summary, geo.primary_buckets()) };
-        let ghost_len = if builder.policy == Policy::S3Fifo { geo.ghost_entries() } else { 0 };
+        let ghost_len = if settings.policy == Policy::S3Fifo { geo.ghost_entries() } else { 0 };
         // SAFETY: as for the buckets: `mem.ghost` points at `ghost_entries` atomic words.
         let ghost = Ghost::new(unsafe { std::slice::from_raw_parts(mem.ghost, ghost_len) });
         let durable = mem.region.file.is_some();
@@ -157,18 +171,18 @@ impl Segcache {
         let (cas_stride, cas_offset) = (mem.region.layout.shards as u64, mem.index as u64);
         let mut engine = Segcache {
             durable,
-            exclusive_reads: builder.multi_process,
+            exclusive_reads: settings.multi_process,
             unchecked: None,
             cas_stride,
             cas_offset,
             mem,
             geo,
-            clock: builder.clock.clone(),
-            policy: builder.policy,
-            pad_numbers: builder.pad_numbers,
-            listener: builder.listener.clone(),
+            clock: settings.clock.clone(),
+            policy: settings.policy,
+            pad_numbers: settings.pad_numbers,
+            listener: settings.listener.clone(),
             dropped_segments: 0,
-            expiry_pass: crate::ttl::BUCKETS,
+            expiry_pass: crate::ttl_buckets::ttl::BUCKETS,
             expiry_wait: 0,
             buckets,
             summary,

@@ -4,18 +4,18 @@ use std::sync::atomic::Ordering::Relaxed;
 use std::time::Duration;
 
 use crate::engine::write::valid_key;
+use crate::engine::Segcache;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self};
 use crate::hashtable::table::{self, Table};
+use crate::item::Item;
 use crate::item::ItemState;
 use crate::meta::{bump, Gone, ReadCounters};
 use crate::prefetch::prefetch;
 use crate::record::{self, Record, Stamp};
 use crate::ttl_buckets::expire::flushed_by;
 use crate::ttl_buckets::expire::live_until;
-use crate::Item;
-use crate::Segcache;
 
 /// How a read treats the item's state (memcached's meta get flags). The default is a plain
 /// read: it marks the item fetched and refreshes its access time, and takes no token.
@@ -404,9 +404,10 @@ impl Segcache {
 mod tests {
     use std::time::Duration;
 
+    use crate::builder::Builder;
+    use crate::eviction::policy::Policy;
     use crate::hash::hash;
     use crate::hashtable::slot;
-    use crate::{Builder, Policy};
 
     /// Two keys in one chain with the same tag: the first tag match is not always the key, so
     /// the batched read must compare keys and fall back to a full scan.

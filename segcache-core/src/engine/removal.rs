@@ -2,10 +2,11 @@
 //! evicted or merged away, or a full hash chain), deleted, or replaced by a new version.
 
 use crate::engine::read::state_of;
+use crate::engine::Segcache;
 use crate::hashtable::slot::Loc;
+use crate::item::Item;
 use crate::listener::{Hears, RemovalCause, RemovalListener};
 use crate::record;
-use crate::{Item, Segcache};
 
 impl Segcache {
     /// Sets (or with `None` removes) the function told of each item that leaves the cache (see

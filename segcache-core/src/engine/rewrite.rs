@@ -4,7 +4,7 @@
 //! and a shared cache's stores to existing keys need no exclusive lock.
 //!
 //! - `Segcache::overwrite_in_place` is the engine's own, under `&mut self`.
-//! - `Segcache::rewrite_shared` (in `shared::rewrite`) is `SharedCache::set`'s, under the shard's
+//! - `Segcache::rewrite_shared` (in `engine::shared_rewrite`) is `SharedCache::set`'s, under the shard's
 //!   read lock; it uses `in_place_target` too.
 //!
 //! Both require the old record's *layout*, not only its length: client flags take 4 bytes only
@@ -22,17 +22,18 @@
 //! then on.
 //!
 //! In a file, a crash in the middle of a rewrite would leave a mix of both values: there each
-//! rewrite saves the old record first (`persist::undo`), which recovery puts back, and records
+//! rewrite saves the old record first (`engine::undo`), which recovery puts back, and records
 //! too large for that are appended.
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::engine::Segcache;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Found;
 use crate::prefetch::prefetch;
 use crate::record;
 use crate::segments::append::expiry_fits;
-use crate::{ttl, Segcache};
+use crate::ttl_buckets::ttl;
 
 /// What `Segcache::overwrite_in_place` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -131,7 +132,7 @@ impl Segcache {
         let (at, len) = (loc.offset as usize, record::record_len(key.len(), value_len, flags, form));
         let stamp = record::Stamp { access, ..stamp };
         // The old version is told of while its bytes are still there.
-        self.tell_owner_removal(loc, found.value, crate::RemovalCause::Replaced);
+        self.tell_owner_removal(loc, found.value, crate::listener::RemovalCause::Replaced);
         let rewrite = self.begin_rewrite(loc, len);
         record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, stamp, form, base);
         self.end_rewrite(loc, len, rewrite);

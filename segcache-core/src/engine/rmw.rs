@@ -5,6 +5,9 @@ use std::time::Duration;
 
 use crate::engine::write::check_key;
 use crate::engine::write::{Mode, NewState};
+use crate::engine::Segcache;
+use crate::error::{Error, Result};
+use crate::eviction::policy::Policy;
 use crate::hash::hash;
 use crate::hashtable::slot::{self};
 use crate::hashtable::table::Table;
@@ -13,8 +16,7 @@ use crate::segments::append::expiry_fits;
 use crate::segments::header::{NONE, POOL_MAIN};
 use crate::ttl_buckets::expire::expiry_of;
 use crate::ttl_buckets::expire::ttl_secs;
-use crate::Segcache;
-use crate::{ttl, Error, Policy, Result};
+use crate::ttl_buckets::ttl;
 
 /// `TooLarge` when `old` joined with `added` under `key` would be over `max` (see `max_item_size`).
 pub(crate) fn fits_joined(key: &[u8], old: &[u8], added: &[u8], max: usize) -> Result<()> {

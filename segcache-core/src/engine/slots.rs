@@ -3,11 +3,12 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
+use crate::engine::Segcache;
+use crate::error::{Error, Result};
+use crate::eviction::policy::Policy;
 use crate::hashtable::slot::{self, Loc};
 use crate::listener::RemovalCause;
 use crate::record::{self};
-use crate::Segcache;
-use crate::{Error, Policy, Result};
 
 impl Segcache {
     /// The chain is full and the overflow pool is spent: drop its least used item, unless

@@ -2,8 +2,8 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::Segcache;
-use crate::Stats;
+use crate::engine::Segcache;
+use crate::stats::Stats;
 
 impl Segcache {
     /// The engine's counters and gauges.

@@ -1,13 +1,16 @@
 //! A whole-shard consistency check, for soaks and tests: every item slot leads to a live record
 //! of a key of its chain, in a segment in use, and each segment's live count is the number of
-//! slots that lead into it. A slot that leads to a dead record is an item the next reuse of its
+//! slots that lead into it; then the segments' and the TTL chains' own invariants
+//! (`Segments::check`, `TtlBuckets::check`). A slot that leads to a dead record is an item the next reuse of its
 //! segment loses without a trace (scans of live records skip it), so this is what a soak checks.
 
+use crate::engine::Segcache;
 use crate::hash::hash;
 use crate::hashtable::slot;
 use crate::record;
 use crate::segments::header::{SEG_OPEN, SEG_SEALED};
-use crate::Segcache;
+use crate::segments::Segments;
+use crate::ttl_buckets::TtlBuckets;
 
 impl Segcache {
     /// Checks the shard's hash table against its segments (see the module); the first
@@ -62,6 +65,39 @@ impl Segcache {
         if self.meta().items != items {
             return Err(format!("{} items counted, {items} slots", self.meta().items));
         }
-        Ok(())
+        let headers = self.headers();
+        Segments::check(headers, self.meta(), self.geo.segment_size).map_err(|e| e.to_string())?;
+        TtlBuckets::check(self.ttl_buckets(), headers).map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::engine::Segcache;
+
+    /// A cache of several segments in use, in two TTL chains.
+    fn filled() -> Segcache {
+        let mut c = Segcache::builder().heap_size(1 << 20).segment_size(64 << 10).build().unwrap();
+        for i in 0..1000 {
+            let ttl = Duration::from_secs(if i % 2 == 0 { 0 } else { 3600 });
+            c.set(format!("key-{i}").as_bytes(), &[b'v'; 200], 0, ttl).unwrap();
+        }
+        c
+    }
+
+    #[test]
+    fn verify_checks_the_parts_invariants_too() {
+        let mut c = filled();
+        assert_eq!(c.verify(), Ok(()));
+        let id = c.record_location(b"key-0").unwrap().0;
+        let next = c.seg(id).next;
+        c.seg_mut(id).next = crate::segments::header::NONE;
+        let err = c.verify().unwrap_err();
+        assert!(err.contains("TTL bucket") && err.contains("tail"), "{err}");
+        c.seg_mut(id).next = next;
+        c.meta_mut().free_count += 1;
+        assert!(c.verify().unwrap_err().contains("the free list holds"));
     }
 }

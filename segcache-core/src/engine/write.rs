@@ -2,18 +2,19 @@
 
 use std::time::Duration;
 
-use crate::config::MAX_KEY_LEN;
 use crate::engine::rewrite::Overwrite;
+use crate::engine::Segcache;
+use crate::error::{Error, Result};
+use crate::eviction::policy::Policy;
 use crate::hash::hash;
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::slot::{self};
 use crate::prefetch::prefetch;
+use crate::record::MAX_KEY_LEN;
 use crate::record::{self, Stamp};
 use crate::segments::header::{NONE, POOL_MAIN, POOL_SMALL};
 use crate::ttl_buckets::expire::expiry_of;
 use crate::ttl_buckets::expire::ttl_secs;
-use crate::Segcache;
-use crate::{Error, Policy, Result};
 
 /// What a store requires of the key's current item ([`Segcache::store_with`]).
 ///
@@ -318,7 +319,7 @@ impl Segcache {
             return Err(Error::Exists);
         }
         let loc = slot::slot_loc(found.value);
-        self.tell_owner_removal(loc, found.value, crate::RemovalCause::Removed);
+        self.tell_owner_removal(loc, found.value, crate::listener::RemovalCause::Removed);
         self.kill_parsed(loc, live_len);
         self.remove_slot(h, found.slot);
         self.table().touch_info(h, now);
@@ -421,7 +422,7 @@ impl Segcache {
                 }
                 Overwrite::Append { wide } => wide,
             };
-        let width = if st.keep_expiry { 1 } else { crate::ttl::width_of(ttl) };
+        let width = if st.keep_expiry { 1 } else { crate::ttl_buckets::ttl::width_of(ttl) };
         let loc = self.append_record(key, value, flags, stamp, wide, ttl, expire_at, width, pool, now)?;
         // Appending may have evicted or moved the old copy: look it up again.
         let t = self.table();
@@ -441,7 +442,7 @@ impl Segcache {
         let new = slot::pack(slot::tag_of(h), freq, loc) | fetched;
         match old {
             Some(f) => {
-                self.tell_owner_removal(slot::slot_loc(f.value), f.value, crate::RemovalCause::Replaced);
+                self.tell_owner_removal(slot::slot_loc(f.value), f.value, crate::listener::RemovalCause::Replaced);
                 self.kill(slot::slot_loc(f.value));
                 t.put(h, f.slot, new);
             }

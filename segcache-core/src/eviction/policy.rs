@@ -102,7 +102,7 @@ impl fmt::Display for Policy {
 }
 
 impl FromStr for Policy {
-    type Err = crate::Error;
+    type Err = crate::error::Error;
 
     /// Case-insensitive; `-` and `_` are ignored (`random_fifo`, `RandomFifo`, `s3-fifo`).
     fn from_str(s: &str) -> Result<Self, Self::Err> {
@@ -111,7 +111,7 @@ impl FromStr for Policy {
             .into_iter()
             .find(|p| p.name().replace('-', "") == norm)
             .ok_or_else(|| {
-                crate::Error::InvalidConfig(format!(
+                crate::error::Error::InvalidConfig(format!(
                     "unknown eviction policy {s:?}; expected one of none, random, random-fifo, fifo, cte, util, merge, s3fifo"
                 ))
             })

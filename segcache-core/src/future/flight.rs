@@ -29,9 +29,10 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 
 use event_listener::Event;
 
+use crate::error::Error;
 use crate::fork::Origin;
 use crate::hash::hash;
-use crate::{Error, OwnedItem};
+use crate::item::OwnedItem;
 
 /// Shards of the in-flight map.
 const FLIGHT_SHARDS: usize = 64;

@@ -13,8 +13,11 @@ use std::time::Duration;
 
 pub(crate) use flight::{single_flight, Failure, Loaded};
 
+use crate::engine::write::StoreOptions;
 use crate::engine::write::{check_key, Mode};
-use crate::{Error, LoadError, OwnedItem, SharedCache, StoreOptions};
+use crate::error::{Error, LoadError};
+use crate::item::OwnedItem;
+use crate::shared::handle::SharedCache;
 
 impl SharedCache {
     /// The item under `key`; on a miss, the value `init` yields, stored with flags 0 and `ttl`

@@ -23,7 +23,7 @@
 
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering::Relaxed};
 
-use crate::hashtable::bucket::Bucket;
+use crate::hashtable::bucket::{Bucket, Pool};
 use crate::hashtable::slot::{
     freq_due, info_chain_len, pack, slot_freq, slot_loc, slot_tag, summary_bit, tag_of, touched, Loc, FETCHED,
     FREQ_SHIFT, LOC_MASK,
@@ -32,15 +32,6 @@ use crate::prefetch::prefetch;
 
 /// Item slots in a bucket that does not chain on (slot 7 is a link when it does).
 const SLOTS: usize = 8;
-
-/// The overflow pool's bookkeeping: buckets handed out so far (a high-water mark), and the head
-/// of the list of buckets given back (bucket index + 1; 0 for none), linked through slot 0.
-#[repr(C)]
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub struct Pool {
-    pub used: u32,
-    pub free: u32,
-}
 
 /// A view of one shard's buckets: `1 << hash_power` primary buckets, then the overflow pool,
 /// and the tag summary of each chain (one byte per primary bucket).

@@ -16,6 +16,7 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::error::{Error, Result};
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, FILE_HEADER_LEN};
 use crate::meta::ShardMeta;
@@ -24,7 +25,6 @@ use crate::persist::held::HeldFile;
 use crate::persist::region::{advise_huge_pages, PersistFile, Region};
 use crate::persist::share::{self, Entry, Sharing};
 use crate::persist::space;
-use crate::{Error, Result};
 
 /// How a file was found at open.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

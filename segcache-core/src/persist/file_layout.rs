@@ -3,8 +3,8 @@
 use std::io::Read;
 use std::path::Path;
 
+use crate::error::{Error, Result};
 use crate::persist::header::{Header, HEADER_LEN};
-use crate::{Error, Result};
 
 /// The settings that fix a persistence file's layout, as its header records them. A cache opens
 /// the file only with these settings; reading them first lets a program keep what it did not
@@ -116,8 +116,9 @@ impl FileLayout {
 #[cfg(test)]
 mod tests {
     use super::FileLayout;
+    use crate::builder::Builder;
+    use crate::error::Error;
     use crate::persist::header::Header;
-    use crate::{Builder, Error};
 
     fn temp(name: &str) -> std::path::PathBuf {
         std::env::temp_dir().join(format!("segcache-file-layout-{name}-{}.seg", std::process::id()))

@@ -9,8 +9,8 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
+use crate::error::{Error, Result};
 use crate::persist::share::{self, pid};
-use crate::{Error, Result};
 
 #[derive(Debug)]
 pub(crate) struct HeldFile {

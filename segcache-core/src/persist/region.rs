@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use memmap2::{MmapOptions, MmapRaw};
 
+use crate::error::{Error, Result};
 use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
 use crate::layout::{Layout, HUGE_PAGE};
@@ -17,7 +18,6 @@ use crate::segments::header::SegHeader;
 use crate::sync::lock::ReaderSlot;
 use crate::sync::mapped::MappedLock;
 use crate::ttl_buckets::bucket::TtlBucket;
-use crate::{Error, Result};
 
 /// A mapping and, when file-backed, the open file that makes it persistent.
 pub(crate) struct Region {

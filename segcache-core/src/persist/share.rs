@@ -22,20 +22,21 @@ use std::os::unix::io::{AsRawFd, FromRawFd, IntoRawFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering::Relaxed};
 
-use crate::{Builder, Error, Result};
+use crate::error::{Error, Result};
+use crate::eviction::policy::Policy;
 
 const DOOR: i64 = 0;
 pub(crate) const USERS: i64 = 1;
 
 /// The settings that processes sharing a file must agree on beyond its layout, as one word
 /// (the header's `sharing`): the policy, and the options that change what a write does.
-pub(crate) fn settings_word(b: &Builder) -> u32 {
-    1 << 31 | u32::from(b.pad_numbers) << 8 | b.policy as u32
+pub(crate) fn settings_word(policy: Policy, pad_numbers: bool) -> u32 {
+    1 << 31 | u32::from(pad_numbers) << 8 | policy as u32
 }
 
 /// Describes a settings word for an error message.
 pub(crate) fn describe(word: u32) -> String {
-    let policy = crate::Policy::ALL.get((word & 0xff) as usize).map_or("unknown".into(), |p| format!("{p:?}"));
+    let policy = Policy::ALL.get((word & 0xff) as usize).map_or("unknown".into(), |p| format!("{p:?}"));
     format!("policy {policy}, pad_numbers {}", word >> 8 & 1 == 1)
 }
 

@@ -10,7 +10,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use crate::{Error, Result};
+use crate::error::{Error, Result};
 
 /// Makes the filesystem hold `len` bytes of blocks for `file` (holes filled, nothing written
 /// over): [`Error::NoSpace`] if it has no room for them.

@@ -1,12 +1,13 @@
-//! Segments: the headers and the heap, appends, chains per TTL bucket, the free list, and scans.
+//! Segments: the headers and the heap, appends, the free list, and scans.
 //!
 //! `Segments` is a view over one shard's segment headers, its heap and the metadata fields the
 //! segments keep (the free list, the live item and byte counts, the sequence numbers), built by
-//! the engine for a call (`Segcache::segments`). What must change other parts at the same time
-//! (the TTL buckets' chains, the hash table) takes them as arguments or stays in the engine.
+//! the engine for a call (`Segcache::segments`). The parts above it take it as an argument where
+//! they change segments too (the TTL buckets' chains link headers); what changes the hash table
+//! at the same time stays in the engine.
 
 pub(crate) mod append;
-pub(crate) mod chain;
+pub(crate) mod check;
 pub(crate) mod free;
 pub(crate) mod header;
 pub(crate) mod scan;
@@ -14,7 +15,7 @@ pub(crate) mod scan;
 use std::marker::PhantomData;
 
 use crate::meta::ShardMeta;
-use crate::segments::header::SegHeader;
+use crate::segments::header::{SegHeader, POOL_SMALL};
 
 /// A view of one shard's segments: `headers.len()` segments of `segment_size` bytes each, laid
 /// end to end in the heap, and the shard's metadata. Held with the engine exclusively.
@@ -55,10 +56,24 @@ impl<'a> Segments<'a> {
         self.segment_size
     }
 
-    /// Segments in S3-FIFO's small pool (kept by `link_tail`, `link_before` and `unlink`).
+    /// Segments in S3-FIFO's small pool (kept as segments join and leave the TTL chains).
     #[inline]
     pub(crate) fn small_count(&self) -> u64 {
         self.meta.small_segments
+    }
+
+    /// Counts segment `id` (its header's `pool` set) as it joins a TTL chain.
+    pub(crate) fn count_joining(&mut self, id: u32) {
+        if self.header(id).pool == POOL_SMALL {
+            self.meta.small_segments += 1;
+        }
+    }
+
+    /// Counts segment `id` as it leaves its TTL chain.
+    pub(crate) fn count_leaving(&mut self, id: u32) {
+        if self.header(id).pool == POOL_SMALL {
+            self.meta.small_segments = self.meta.small_segments.saturating_sub(1);
+        }
     }
 
     #[inline]

@@ -29,7 +29,7 @@
 //!   queue behind one another. Lock-free reads check the chain's info word as well as the
 //!   shard's sequence number; reads under the shared lock copy small items the same way, since
 //!   a rewrite may run beside them. With a file, rewrites run one at a time
-//!   per shard (see [`crate::persist::undo`]): under the exclusive lock, or under the shard's
+//!   per shard (see [`crate::engine::undo`]): under the exclusive lock, or under the shard's
 //!   mutex where processes share the file.
 //! - Other writes take the shard's lock exclusively for the append and the slot update only (a
 //!   few hundred nanoseconds); writers on different shards never meet. CAS, incr/decr, append
@@ -43,7 +43,7 @@
 //!   use (and, with `Merge` on a file, one spare segment), so up to
 //!   `shards x (open TTL buckets + 1)` segments are partly empty. With many shards, use smaller
 //!   segments or a larger heap; the default shard count is lowered so that each shard keeps at
-//!   least 16 segments (`config::MIN_SHARD_SEGMENTS`).
+//!   least 16 segments (`builder::MIN_SHARD_SEGMENTS`).
 //! - Hot keys: one key always maps to one shard. Reads of it proceed in parallel without
 //!   writing shared lines; writes to a hot key serialise on its chain (rewrites in place) or its
 //!   shard (everything else), as they must for CAS, and each one moves the key's bucket and
@@ -57,14 +57,20 @@ use std::panic::{self, AssertUnwindSafe};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::builder::Builder;
 use crate::engine::read::{access_due, token_due, ReadOptions};
+use crate::engine::rmw::RmwOptions;
 use crate::engine::write::{check_key, Mode, StoreOptions};
+use crate::engine::Segcache;
 use crate::error::cache_error;
+use crate::error::{Error, LoadError, Result};
 use crate::fork::Origin;
 use crate::hash::{hash, shard_of};
 use crate::hashtable::bucket::Bucket;
 use crate::hashtable::table::Table;
+use crate::item::{Item, OwnedItem};
 use crate::layout;
+use crate::listener::RemovalListener;
 use crate::meta::{bump, ReadCounters};
 use crate::persist::file;
 use crate::persist::region::Region;
@@ -73,8 +79,8 @@ use crate::prefetch::prefetch;
 use crate::shared::loader::single_flight;
 use crate::shared::peek::{self, PeekBuf, Peeked, ShardView, PEEK_WORDS};
 use crate::shared::toucher::{touch_ahead_in, Shards, Toucher};
+use crate::stats::Stats;
 use crate::sync::lock::{self, ShardLock};
-use crate::{Builder, Error, Item, LoadError, OwnedItem, RemovalListener, Result, RmwOptions, Segcache, Stats};
 
 /// A cache handle that is `Send + Sync`: share it with `Arc` (or `&`) between threads.
 ///
@@ -761,7 +767,7 @@ impl SharedCache {
     /// assert_eq!(cache.get(b"n").unwrap().cas, delta.cas);
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
-    pub fn add_delta(&self, key: &[u8], incr: bool, delta: u64) -> Result<crate::Delta> {
+    pub fn add_delta(&self, key: &[u8], incr: bool, delta: u64) -> Result<crate::engine::rmw::Delta> {
         self.attach()?;
         self.shard(key).write().add_delta(key, incr, delta)
     }
@@ -844,7 +850,13 @@ impl SharedCache {
     /// assert!(matches!(cache.add_delta_with(b"n", true, 1, only_if), Err(Error::Exists)));
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
-    pub fn add_delta_with(&self, key: &[u8], incr: bool, delta: u64, opts: RmwOptions<'_>) -> Result<crate::Delta> {
+    pub fn add_delta_with(
+        &self,
+        key: &[u8],
+        incr: bool,
+        delta: u64,
+        opts: RmwOptions<'_>,
+    ) -> Result<crate::engine::rmw::Delta> {
         self.attach()?;
         self.shard(key).write().add_delta_with(key, incr, delta, opts)
     }
@@ -878,7 +890,11 @@ impl SharedCache {
     /// assert_eq!(cache.compute(b"hits", |_| Op::Remove)?, Computed::Removed);
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
-    pub fn compute(&self, key: &[u8], f: impl FnOnce(Option<Item<'_>>) -> crate::Op) -> Result<crate::Computed> {
+    pub fn compute(
+        &self,
+        key: &[u8],
+        f: impl FnOnce(Option<Item<'_>>) -> crate::engine::compute::Op,
+    ) -> Result<crate::engine::compute::Computed> {
         self.attach()?;
         let (h, i) = self.locate(key);
         self.shards[i].write().compute_hashed(key, h, f)
@@ -974,7 +990,7 @@ impl SharedCache {
         self.attach()?;
         let per_shard = bytes / self.shards.len();
         if per_shard > self.shards[0].read().geo.heap_len() {
-            return Err(crate::Error::InvalidConfig(format!("memory limit {bytes} is more than the heap")));
+            return Err(crate::error::Error::InvalidConfig(format!("memory limit {bytes} is more than the heap")));
         }
         for s in self.shards.iter() {
             s.write().set_memory_limit(per_shard)?;
@@ -1492,7 +1508,7 @@ impl Drop for SharedCache {
 #[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     /// `set` sends a key that its chain's tags say is absent straight to the exclusive lock;
     /// a present key must still be rewritten in place under the shared lock, also in chains

@@ -25,9 +25,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::thread::{self, ThreadId};
 
+use crate::error::LoadError;
 use crate::fork::Origin;
 use crate::hash::hash;
-use crate::{LoadError, OwnedItem};
+use crate::item::OwnedItem;
 
 /// Shards of the in-flight map.
 const FLIGHT_SHARDS: usize = 64;

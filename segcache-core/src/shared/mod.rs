@@ -5,5 +5,4 @@
 pub(crate) mod handle;
 pub(crate) mod loader;
 pub(crate) mod peek;
-mod rewrite;
 pub(crate) mod toucher;

@@ -38,20 +38,19 @@ use crate::clock::Clock;
 use crate::engine::cas_token;
 use crate::engine::read::state_of;
 use crate::engine::write::valid_key;
+use crate::engine::Segcache;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::{Found, Table};
+use crate::item::Item;
 use crate::item::ItemState;
 use crate::meta::{Gone, ShardMeta};
 use crate::prefetch::prefetch;
+use crate::record::PEEK_BYTES;
 use crate::record::{self, Header};
 use crate::segments::header::SegHeader;
 use crate::sync::lock::{relax, word_snapshot, word_unchanged};
 use crate::ttl_buckets::bucket::TtlBucket;
 use crate::ttl_buckets::expire::{flushed_by, live_until};
-use crate::{Item, Segcache};
-
-/// Bytes of a record a lock-free read copies; larger items are read under the lock.
-pub(crate) const PEEK_BYTES: usize = 512;
 
 /// The reader's copy of a record: the heap's aligned words that hold it (see `copy_record`).
 pub(crate) type PeekBuf = [MaybeUninit<u64>; PEEK_WORDS];
@@ -141,7 +140,7 @@ impl ShardView {
     pub(crate) fn prefetch_store(&self, h: u64, ttl: u32) {
         prefetch(self.table.head(h) as *const _ as *const u8);
         prefetch((self.meta as *const u8).wrapping_add(std::mem::offset_of!(ShardMeta, items)));
-        let b = crate::ttl::bucket_of(ttl);
+        let b = crate::ttl_buckets::ttl::bucket_of(ttl);
         // SAFETY: `b < BUCKETS`, so the field lies in the region's TTL bucket array; a volatile
         // read of a value a writer may be changing (only a hint, bounds-checked below).
         let open = unsafe { std::ptr::read_volatile(std::ptr::addr_of!((*self.ttl.add(b)).open[0])) };
@@ -403,7 +402,7 @@ unsafe fn read(p: *const u32) -> u32 {
 mod tests {
     use std::time::Duration;
 
-    use crate::Builder;
+    use crate::builder::Builder;
 
     /// `copy_record` copies whole words, never past the record's segment (it asserts so):
     /// records that end exactly where their segment ends (64-byte records in 64 KiB segments)

@@ -14,9 +14,9 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+use crate::engine::Segcache;
 use crate::persist::region::Region;
 use crate::sync::lock::ShardLock;
-use crate::Segcache;
 
 /// Which shards a turn of touching ahead serves.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -163,7 +163,9 @@ mod tests {
     use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
     use std::time::Duration;
 
-    use crate::{Builder, SharedCache};
+    use crate::builder::Builder;
+
+    use crate::shared::handle::SharedCache;
 
     const SEGMENT: usize = 2 << 20;
 

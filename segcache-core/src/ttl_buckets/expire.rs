@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::ttl;
+use crate::ttl_buckets::ttl;
 
 /// When an item stored at `now` with a TTL of `ttl` seconds expires (0: never).
 pub(crate) fn expiry_of(ttl: u32, now: u32) -> u32 {

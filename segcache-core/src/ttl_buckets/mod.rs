@@ -1,10 +1,11 @@
 //! TTL buckets: the bucket math, the buckets and their chains of segments, and expiry.
 //!
 //! `TtlBuckets` is a view over one shard's TTL buckets, built by the engine for a call
-//! (`Segcache::segments_and_ttl`, beside the segments: linking a segment into a chain changes
-//! both).
+//! (`Segcache::segments_and_ttl`, beside the segments, whose headers hold the chains' links).
 
 pub(crate) mod bucket;
+pub(crate) mod chain;
+pub(crate) mod check;
 pub(crate) mod expire;
 pub mod ttl;
 

@@ -5,9 +5,12 @@ use std::fmt;
 use std::marker::PhantomData;
 use std::time::Duration;
 
+use crate::engine::write::Mode as StoreMode;
+use crate::engine::write::StoreOptions;
+use crate::error::Error;
+use crate::shared::handle::SharedCache;
 use crate::typed::codec::{Codec, CodecError, Postcard};
 use crate::typed::error::TypedError;
-use crate::{Error, SharedCache, StoreMode, StoreOptions};
 
 /// A typed handle over a [`SharedCache`]: keys of type `K`, values of type `V`, turned into bytes
 /// by the codec `C` (by default [`Postcard`], for any serde type). It has the byte handle's

@@ -3,8 +3,8 @@
 use std::convert::Infallible;
 use std::fmt;
 
+use crate::error::Error;
 use crate::typed::codec::CodecError;
-use crate::Error;
 
 /// What a [`TypedCache`](crate::TypedCache) call returns on failure. `E` is a loader's error
 /// type, for the `try_get_or_insert_with` calls; elsewhere it is [`Infallible`].

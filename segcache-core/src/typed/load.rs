@@ -3,10 +3,10 @@
 use std::convert::Infallible;
 use std::time::Duration;
 
+use crate::error::LoadError;
 use crate::typed::cache::TypedCache;
 use crate::typed::codec::{Codec, CodecError};
 use crate::typed::error::TypedError;
-use crate::LoadError;
 
 /// What the byte loader under a typed one fails with.
 enum Failed<E> {

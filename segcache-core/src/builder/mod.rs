@@ -1,11 +1,15 @@
-//! `Builder`: every setting of the engine, checked once, in one place.
+//! `Builder`: every setting of the engine, checked once, in one place; `open` builds what it
+//! describes.
+
+mod open;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::clock::{Clock, SystemClock};
+use crate::error::{Error, Result};
+use crate::eviction::policy::Policy;
 use crate::listener::{RemovalCause, RemovalListener};
-use crate::{Error, Policy, Result};
 
 /// Smallest segment size. Slots address bytes within a segment with 22 bits.
 ///
@@ -51,19 +55,6 @@ pub const DEFAULT_SEGMENT_SIZE: usize = 1 << 20;
 /// lock sharing between threads, so this only lowers the count for small heaps (at 1 MiB
 /// segments: below 16 MiB per shard).
 pub const MIN_SHARD_SEGMENTS: usize = 16;
-/// Longest key, as in memcached.
-///
-/// ```
-/// use std::time::Duration;
-/// use segcache_core::{Builder, Error, MAX_KEY_LEN};
-///
-/// let mut cache = Builder::new().heap_size(4 << 20).build()?;
-/// cache.set(&[b'k'; MAX_KEY_LEN], b"v", 0, Duration::ZERO)?;
-/// let too_long = cache.set(&[b'k'; MAX_KEY_LEN + 1], b"v", 0, Duration::ZERO);
-/// assert!(matches!(too_long, Err(Error::KeyTooLong { len: 251 })));
-/// # Ok::<(), segcache_core::Error>(())
-/// ```
-pub const MAX_KEY_LEN: usize = 250;
 
 /// Builds a [`crate::Segcache`] (single owner) or a [`crate::SharedCache`] (thread-safe).
 ///
@@ -437,7 +428,10 @@ impl Builder {
     /// assert_eq!(evicted.load(Relaxed) as u64, cache.stats().evicted_items);
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
-    pub fn eviction_listener(mut self, f: impl Fn(&crate::Item<'_>, RemovalCause) + Send + Sync + 'static) -> Self {
+    pub fn eviction_listener(
+        mut self,
+        f: impl Fn(&crate::item::Item<'_>, RemovalCause) + Send + Sync + 'static,
+    ) -> Self {
         self.listener = Some(RemovalListener::new(f));
         self
     }

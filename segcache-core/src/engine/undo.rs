@@ -17,10 +17,10 @@
 use std::sync::atomic::Ordering::{Acquire, Relaxed, Release, SeqCst};
 use std::sync::atomic::{fence, AtomicU64};
 
+use crate::engine::Segcache;
 use crate::hashtable::slot::Loc;
 use crate::meta::UNDO_BYTES;
 use crate::record;
-use crate::Segcache;
 
 /// A rewrite in progress (`Segcache::begin_rewrite`): the old record's checksum, which the
 /// segment's sum loses when the new record's replaces it.
@@ -116,9 +116,10 @@ impl Segcache {
 mod tests {
     use std::time::Duration;
 
+    use crate::builder::Builder;
+    use crate::engine::Segcache;
     use crate::hash::hash;
     use crate::hashtable::slot::{self, Loc};
-    use crate::{Builder, Segcache};
 
     fn cache(name: &str) -> (Segcache, std::path::PathBuf) {
         let path = std::env::temp_dir().join(format!("segcache-test-{}-undo-{name}", std::process::id()));

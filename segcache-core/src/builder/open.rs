@@ -3,15 +3,19 @@
 
 use std::sync::Arc;
 
+use crate::builder::Builder;
+use crate::engine::EngineSettings;
+use crate::engine::Segcache;
+use crate::error::{Error, Result};
 use crate::hashtable::slot::{self};
 use crate::layout::MAPPED_SLOTS;
 use crate::layout::{self, Geometry, Layout};
 use crate::persist::file::{self, Found};
 use crate::persist::region::Region;
 use crate::persist::share;
+use crate::shared::handle::SharedCache;
 use crate::sync::lock::ReaderSlot;
 use crate::sync::mapped::MappedLock;
-use crate::{Builder, Error, Result, Segcache, SharedCache};
 
 impl Builder {
     /// A single-owner engine.
@@ -83,7 +87,7 @@ impl Builder {
         let (region, found) = match &self.path {
             None => (Region::anonymous(layout)?, Found::Fresh),
             Some(path) => {
-                let sharing = self.multi_process.then(|| share::settings_word(self));
+                let sharing = self.multi_process.then(|| share::settings_word(self.policy, self.pad_numbers));
                 file::open(path, layout, self.reset_bad_file, sharing)?
             }
         };
@@ -92,8 +96,15 @@ impl Builder {
         }
         let region = Arc::new(region);
         let geo = layout.geometry;
+        let settings = EngineSettings {
+            policy: self.policy,
+            clock: self.clock.clone(),
+            pad_numbers: self.pad_numbers,
+            listener: self.listener.clone(),
+            multi_process: self.multi_process,
+        };
         let mut engines: Vec<Segcache> =
-            (0..shards).map(|i| Segcache::from_mem(region.shard(i), geo, self, found)).collect();
+            (0..shards).map(|i| Segcache::from_mem(region.shard(i), geo, &settings, found)).collect();
         match found {
             Found::Fresh | Found::Joined => {}
             Found::Clean => {

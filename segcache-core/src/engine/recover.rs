@@ -3,12 +3,13 @@
 use std::sync::atomic::AtomicU8;
 use std::sync::atomic::Ordering::{Acquire, Release};
 
+use crate::engine::Segcache;
 use crate::hash::hash;
 use crate::hashtable::slot::{self, Loc};
 use crate::record;
 use crate::segments::header::{NONE, POOL_SMALL, SEG_OPEN, SEG_SEALED};
 use crate::ttl_buckets::bucket::TtlBucket;
-use crate::{ttl, Segcache};
+use crate::ttl_buckets::ttl;
 
 /// Check states of `Segcache::unchecked`.
 const UNCHECKED: u8 = 0;
@@ -91,7 +92,7 @@ impl Segcache {
         self.meta_mut().overflow = pool;
         let (items, bytes) = (u64::from(self.seg(id).live_items), u64::from(self.seg(id).live_bytes));
         let (mut segments, mut buckets) = self.segments_and_ttl();
-        segments.unlink(id, &mut buckets);
+        buckets.unlink(&mut segments, id);
         segments.push_free(id);
         let m = self.meta_mut();
         m.items = m.items.saturating_sub(items);
@@ -199,7 +200,7 @@ impl Segcache {
             }
             let b = self.seg(id).ttl_bucket as usize;
             let (mut segments, mut buckets) = self.segments_and_ttl();
-            segments.link_tail(buckets.bucket_mut(b), id);
+            buckets.link_tail(&mut segments, b, id);
             self.for_each_live(id, |s, loc, h, _| {
                 if s.index_recovered(loc, h) {
                     recovered += 1;

@@ -13,16 +13,16 @@ use std::sync::atomic::Ordering::Relaxed;
 
 use crate::engine::rewrite::InPlace;
 use crate::engine::write::valid_key;
+use crate::engine::Segcache;
 use crate::hashtable::slot;
 use crate::record;
-use crate::shared::peek::PEEK_BYTES;
+use crate::record::PEEK_BYTES;
 use crate::sync::lock::{lock_word, unlock_word};
 use crate::ttl_buckets::expire::expiry_of;
-use crate::Segcache;
 
 impl Segcache {
     /// Whether `rewrite_shared` may run: always without a file. With one, rewrites must run one
-    /// at a time per shard (`persist::undo`), which a read lock ensures only where it is a
+    /// at a time per shard (`engine::undo`), which a read lock ensures only where it is a
     /// mutex: processes sharing the file.
     #[inline]
     pub(crate) fn rewrites_shared(&self) -> bool {
@@ -112,8 +112,11 @@ impl Segcache {
 mod tests {
     use std::time::Duration;
 
+    use crate::builder::Builder;
+    use crate::clock::ManualClock;
+    use crate::engine::read::ReadOptions;
     use crate::engine::write::{Mode, StoreOptions};
-    use crate::{Builder, ManualClock, ReadOptions, SharedCache};
+    use crate::shared::handle::SharedCache;
 
     fn set(c: &SharedCache, key: &[u8], value: &[u8]) -> u64 {
         c.store_with(key, value, 0, Duration::ZERO, Mode::Set, StoreOptions::default()).unwrap()
