@@ -94,3 +94,24 @@ def test_path_accepts_str(tmp_path):
         c[b"k"] = b"v"
     with open_cache(str(tmp_path / "heap")) as c:
         assert c[b"k"] == b"v"
+
+
+def test_resize_file_moves_the_items_into_a_heap_of_other_sizes(tmp_path):
+    path = tmp_path / "heap"
+    c = open_cache(path)
+    items = {b"key-%d" % i: b"value-%d" % i * 3 for i in range(2000)}
+    c.set_many(items)
+    c.set(b"flagged", b"v", flags=77, ttl=3600)
+    c.close()
+    with pytest.raises(segcache.BadFile):
+        open_cache(path, heap_size="16MiB")
+    with open_cache(path, heap_size="16MiB", segment_size="128KiB", resize_file=True) as c:
+        assert c.heap_size == 16 << 20
+        assert c.get_many(list(items)) == items
+        value, flags, _cas, ttl = c.get_item(b"flagged")
+        assert (value, flags) == (b"v", 77) and 3500 < ttl <= 3600
+    assert not (tmp_path / "heap.resizing").exists()
+    with pytest.raises(segcache.InvalidConfig):
+        open_cache(path, multi_process=True, resize_file=True)
+    with pytest.raises(TypeError):
+        open_cache(path, resize_file="yes")

@@ -89,6 +89,13 @@ pub struct segcache_config_t {
     /// kernel provides a new segment's pages (milliseconds on some virtual machines), and the
     /// resident memory is the whole heap from the start. A persistence file is read in, unchanged.
     pub prefault: bool,
+    /// A persistence file made with other sizes (heap, segments, shards, hash power): false
+    /// (default) fails with `SEGCACHE_BAD_FILE` and leaves it as it was; true moves its items
+    /// into a heap of these sizes (values, flags and expiry kept; the newest kept when the new
+    /// heap is smaller). The old file waits beside the new one as `PATH.resizing` until the move
+    /// is done; a crash meanwhile restarts the move at the next open. Not with `multi_process`
+    /// (`SEGCACHE_INVALID_CONFIG`).
+    pub resize_file: bool,
 }
 
 /// Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
@@ -116,6 +123,7 @@ pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t)
             manual_clock_start: 0,
             multi_process: false,
             prefault: false,
+            resize_file: false,
         };
         // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
         unsafe { put(config, defaults) };
@@ -138,7 +146,8 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
         .reset_bad_file(cfg.reset_bad_file)
         .lazy_verify(cfg.lazy_verify)
         .multi_process(cfg.multi_process)
-        .prefault(cfg.prefault);
+        .prefault(cfg.prefault)
+        .resize_file(cfg.resize_file);
     if cfg.hash_power != 0 {
         b = b.hash_power(cfg.hash_power);
     }

@@ -120,3 +120,27 @@ def test_a_copy_opened_with_other_settings_is_refused_and_left_as_it_was(tmp_pat
         check_every_item(s.port)
     finally:
         assert s.stop() == 0
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+def test_resize_file_moves_every_item_into_a_heap_of_other_sizes(tmp_path, stop):
+    path = tmp_path / "cache.seg"
+    s = Server("--persist", str(path), "-m", "16", "--segment-size", "2m").start()
+    fill(s.port)
+    s.proc.send_signal(getattr(signal, stop))
+    s.proc.wait(30)
+    # Larger, with other segments and shards; then smaller again.
+    for args in (["-m", "32", "--segment-size", "1m", "--shards", "4"], ["-m", "8"]):
+        resized = Server("--persist", str(path), *args, "--resize-file", port=free_port()).start()
+        try:
+            check_every_item(resized.port)
+            with connect(resized.port) as sock:
+                sock.sendall(b"stats\r\n")
+                stats = b""
+                while not stats.endswith(b"END\r\n"):
+                    stats += sock.recv(65536)
+            limit = int(re.search(rb"STAT limit_maxbytes (\d+)", stats).group(1))
+            assert limit == int(args[1]) << 20, stats
+        finally:
+            assert resized.stop() == 0
+        assert not (tmp_path / "cache.seg.resizing").exists()

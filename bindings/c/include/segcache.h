@@ -338,6 +338,15 @@ typedef struct segcache_config_t {
    * resident memory is the whole heap from the start. A persistence file is read in, unchanged.
    */
   bool prefault;
+  /**
+   * A persistence file made with other sizes (heap, segments, shards, hash power): false
+   * (default) fails with `SEGCACHE_BAD_FILE` and leaves it as it was; true moves its items
+   * into a heap of these sizes (values, flags and expiry kept; the newest kept when the new
+   * heap is smaller). The old file waits beside the new one as `PATH.resizing` until the move
+   * is done; a crash meanwhile restarts the move at the next open. Not with `multi_process`
+   * (`SEGCACHE_INVALID_CONFIG`).
+   */
+  bool resize_file;
 } segcache_config_t;
 
 /**

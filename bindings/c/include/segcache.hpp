@@ -92,6 +92,7 @@ struct Config {
     Config &manual_clock(uint32_t start) { raw.manual_clock_start = start; return *this; }
     Config &multi_process(bool v) { raw.multi_process = v; return *this; }  // needs file()
     Config &prefault(bool v) { raw.prefault = v; return *this; }
+    Config &resize_file(bool v) { raw.resize_file = v; return *this; }
 };
 
 /// An item copied out of the cache.

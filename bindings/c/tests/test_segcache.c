@@ -102,6 +102,7 @@ static void test_config_default(void) {
     CHECK(cfg.manual_clock_start == 0);
     CHECK(cfg.multi_process == false);
     CHECK(cfg.prefault == false);
+    CHECK(cfg.resize_file == false);
     CHECK_ST(segcache_config_default(NULL), SEGCACHE_INVALID_ARGUMENT);
     CHECK(strstr(segcache_last_error(), "config") != NULL);
 }
@@ -872,6 +873,35 @@ static void test_persistence(void) {
         c = NULL;
         CHECK_ST(segcache_open(&other, &c), SEGCACHE_BAD_FILE);
         CHECK(c == NULL && strlen(segcache_last_error()) > 0);
+        /* resize_file moves the items into a heap of the new sizes, and back */
+        for (int back = 0; back <= 1; back++) {
+            segcache_config_t sized = back ? cfg : other;
+            sized.resize_file = true;
+            c = NULL;
+            CHECK_ST(segcache_open(&sized, &c), SEGCACHE_OK);
+            int ok = 0;
+            for (int i = 0; i < 1000; i++) {
+                segcache_meta_t meta;
+                snprintf(key, sizeof key, "p%d", i);
+                snprintf(val, sizeof val, "value-%d", i);
+                if (get_str(c, key, buf, sizeof buf, &meta) == SEGCACHE_OK && strcmp(buf, val) == 0 &&
+                    meta.flags == (uint32_t)i)
+                    ok++;
+            }
+            CHECK(ok == 1000);
+            CHECK_ST(segcache_close(c), SEGCACHE_OK);
+            char aside[300];
+            snprintf(aside, sizeof aside, "%s.resizing", path);
+            CHECK(access(aside, F_OK) != 0);
+        }
+        {
+            segcache_config_t shared = cfg;
+            shared.multi_process = true;
+            shared.resize_file = true;
+            c = NULL;
+            CHECK_ST(segcache_open(&shared, &c), SEGCACHE_INVALID_CONFIG);
+            CHECK(c == NULL && strstr(segcache_last_error(), "resize_file") != NULL);
+        }
         other.reset_bad_file = true;
         CHECK_ST(segcache_open(&other, &c), SEGCACHE_OK);
         size_t n = 99;

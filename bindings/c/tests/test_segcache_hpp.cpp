@@ -40,6 +40,27 @@ int main() {
         CHECK(c.get("k")->value == "v");
     }
     {
+        // a file reopened with another heap size: refused, or its items moved with resize_file
+        char dir[] = "/tmp/segcache-hpp-resize-XXXXXX";
+        CHECK(mkdtemp(dir) != nullptr);
+        std::string path = std::string(dir) + "/cache.seg";
+        {
+            segcache::Cache c(small().file(path));
+            c.set("kept", "v", 3);
+            c.close();
+        }
+        auto bigger = small().heap_size(16u << 20).file(path);
+        CHECK(thrown([&] { segcache::Cache c(bigger); }) == SEGCACHE_BAD_FILE);
+        {
+            segcache::Cache c(bigger.resize_file(true));
+            auto it = c.get("kept");
+            CHECK(it && it->value == "v" && it->flags == 3);
+            c.close();
+        }
+        std::remove(path.c_str());
+        rmdir(dir);
+    }
+    {
         segcache::Cache c(small());
         CHECK(c.is_open());
         CHECK(!c.get("k").has_value());

@@ -121,6 +121,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         touch_ahead: bool = True,
         *,
         eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
+        resize_file: bool = False,
         serializer: None = None,
     ) -> None: ...
     @overload
@@ -141,6 +142,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         touch_ahead: bool = True,
         *,
         eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
+        resize_file: bool = False,
         serializer: Literal["pickle"],
     ) -> None: ...
     @overload
@@ -161,6 +163,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         touch_ahead: bool = True,
         *,
         eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
+        resize_file: bool = False,
         serializer: Serializer[_T],
     ) -> None: ...
     @overload

@@ -132,7 +132,7 @@ impl Cache {
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
                         lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true, *,
-                        eviction_listener=None, serializer=None))]
+                        eviction_listener=None, serializer=None, resize_file=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -151,6 +151,7 @@ impl Cache {
         touch_ahead: bool,
         eviction_listener: Option<&Bound<'_, PyAny>>,
         serializer: Option<&Bound<'_, PyAny>>,
+        resize_file: bool,
     ) -> PyResult<Self> {
         let serializer = Serializer::from_arg(serializer)?;
         let listener = eviction_listener.filter(|f| !f.is_none());
@@ -194,6 +195,7 @@ impl Cache {
             .eviction(policy)
             .reset_bad_file(reset_bad_file)
             .lazy_verify(lazy_verify)
+            .resize_file(resize_file)
             .multi_process(multi_process)
             .prefault(prefault)
             .touch_ahead(touch_ahead);

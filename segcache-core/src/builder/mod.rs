@@ -81,6 +81,7 @@ pub struct Builder {
     pub(crate) multi_process: bool,
     pub(crate) prefault: bool,
     pub(crate) touch_ahead: bool,
+    pub(crate) resize_file: bool,
 }
 
 impl Default for Builder {
@@ -107,6 +108,7 @@ impl Builder {
             hash_power: None,
             policy: Policy::default(),
             shards: None,
+            resize_file: false,
             clock: Arc::new(SystemClock),
             path: None,
             reset_bad_file: false,
@@ -375,6 +377,40 @@ impl Builder {
         self
     }
 
+    /// Whether a file made with other sizes (heap, segments, shards or hash power) is reopened
+    /// with this builder's by moving its items into a new heap (off by default: such a file is
+    /// refused with [`Error::BadFile`](crate::Error::BadFile)). The items keep their values,
+    /// client flags and expiry, and take new CAS values, above any the old cache handed out; a
+    /// smaller heap keeps the newest. Until the move is done the old file waits beside the new
+    /// one, as `PATH.resizing`: a crash meanwhile leaves it there, and the next open with this
+    /// option starts the move again from it. Needs the disk room of both files for that time.
+    /// Not with [`multi_process`](Builder::multi_process): every process sharing a file uses
+    /// its sizes.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-resize-{}.seg", std::process::id()));
+    /// # let _ = std::fs::remove_file(&path);
+    /// let cache = Builder::new().heap_size(4 << 20).segment_size(64 << 10).path(&path).build_shared()?;
+    /// cache.set(b"k", b"v", 7, Duration::from_secs(600))?;
+    /// drop(cache);
+    /// let bigger = Builder::new().heap_size(16 << 20).segment_size(64 << 10).path(&path);
+    /// assert!(bigger.clone().build_shared().is_err()); // other sizes: refused
+    /// let cache = bigger.resize_file(true).build_shared()?;
+    /// let item = cache.get(b"k").unwrap();
+    /// assert_eq!((&item.value[..], item.flags), (&b"v"[..], 7));
+    /// assert_eq!(cache.stats().heap_bytes, 16 << 20);
+    /// # drop(cache);
+    /// # std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn resize_file(mut self, resize: bool) -> Self {
+        self.resize_file = resize;
+        self
+    }
+
     /// Whether `incr`/`decr` keep a number that got shorter at the old value's length, padded
     /// with trailing spaces, as memcached does when it writes the result in place (`"10"`
     /// decremented reads back as `"9 "`). Off by default: the value is exactly the number. The
@@ -483,6 +519,11 @@ impl Builder {
         }
         if self.multi_process && self.path.is_none() {
             return Err(Error::InvalidConfig("multi_process needs a path: processes share the cache's file".into()));
+        }
+        if self.multi_process && self.resize_file {
+            return Err(Error::InvalidConfig(
+                "resize_file cannot be combined with multi_process: every process sharing a file uses its sizes".into(),
+            ));
         }
         if self.multi_process && self.lazy_verify {
             return Err(Error::InvalidConfig(

@@ -1,9 +1,11 @@
 //! Opening a cache: the layout of the heap for the settings, then its memory, fresh or found
 //! in a file; a file found is verified (closed cleanly) or rebuilt (after a crash).
 
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::builder::Builder;
+use crate::engine::migrate::Moved;
 use crate::engine::EngineSettings;
 use crate::engine::Segcache;
 use crate::error::{Error, Result};
@@ -11,6 +13,7 @@ use crate::hashtable::slot::{self};
 use crate::layout::MAPPED_SLOTS;
 use crate::layout::{self, Geometry, Layout};
 use crate::persist::file::{self, Found};
+use crate::persist::file_layout::FileLayout;
 use crate::persist::region::Region;
 use crate::persist::share;
 use crate::shared::handle::SharedCache;
@@ -84,6 +87,70 @@ impl Builder {
 
     fn open_engines(&self, shards: usize) -> Result<Vec<Segcache>> {
         let layout = self.layout(shards)?;
+        match &self.path {
+            Some(path) if self.resize_file => self.open_resized(path, layout),
+            _ => self.open_layout(layout),
+        }
+    }
+
+    /// Opens the file at `path` with `layout`; first, if it was made with other sizes (or a
+    /// move was cut short: `PATH.resizing` is there), moves its items into a new file of these.
+    fn open_resized(&self, path: &Path, layout: Layout) -> Result<Vec<Segcache>> {
+        let aside = resizing_path(path);
+        let io = |source| Error::Io { path: path.to_path_buf(), source };
+        if aside.exists() {
+            // What is at `path` is a new file that the move was still filling.
+            match std::fs::remove_file(path) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
+                _ => {}
+            }
+        } else {
+            match FileLayout::read(path)? {
+                Some(found) if found != FileLayout::of(&layout) => std::fs::rename(path, &aside).map_err(io)?,
+                _ => return self.open_layout(layout),
+            }
+        }
+        let Some(found) = FileLayout::read(&aside)? else {
+            std::fs::remove_file(&aside).map_err(io)?;
+            return self.open_layout(layout);
+        };
+        let mut old = Builder {
+            heap_size: found.heap_size,
+            segment_size: found.segment_size,
+            hash_power: Some(found.hash_power),
+            shards: Some(found.shards),
+            path: Some(aside.clone()),
+            resize_file: false,
+            listener: None,
+            lazy_verify: false,
+            prefault: false,
+            ..self.clone()
+        }
+        .open_engines(found.shards)?;
+        let mut new = self.open_layout(layout)?;
+        let last = old.iter().map(Segcache::last_cas).max().unwrap_or(0);
+        new.iter_mut().for_each(|e| e.cas_above(last));
+        let mut moved = Moved::default();
+        for engine in &mut old {
+            let m = engine.move_items_into(&mut new)?;
+            (moved.items, moved.too_large) = (moved.items + m.items, moved.too_large + m.too_large);
+        }
+        drop(old);
+        // The new file holds the items from here on: a crash now reopens it, or it is verified.
+        new.first().map_or(Ok(()), Segcache::sync)?;
+        std::fs::remove_file(&aside).map_err(|source| Error::Io { path: aside.clone(), source })?;
+        if moved.too_large > 0 {
+            eprintln!(
+                "segcache: warning: {}: {} item(s) larger than the new segments were left behind in the resize",
+                path.display(),
+                moved.too_large
+            );
+        }
+        Ok(new)
+    }
+
+    fn open_layout(&self, layout: Layout) -> Result<Vec<Segcache>> {
+        let shards = layout.shards;
         let (region, found) = match &self.path {
             None => (Region::anonymous(layout)?, Found::Fresh),
             Some(path) => {
@@ -163,6 +230,13 @@ impl Builder {
         file::opened(&region)?;
         Ok(engines)
     }
+}
+
+/// Where a file waits while its items move into a file of other sizes.
+pub(crate) fn resizing_path(path: &Path) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(".resizing");
+    PathBuf::from(name)
 }
 
 /// Sets up every shard's lock and empties its reader slots in the mapping, for the processes that

@@ -12,6 +12,7 @@ pub(crate) mod flush;
 pub(crate) mod keys;
 pub(crate) mod load;
 pub(crate) mod memory;
+pub(crate) mod migrate;
 pub(crate) mod read;
 pub(crate) mod recover;
 pub(crate) mod removal;

@@ -4,6 +4,7 @@ use std::io::Read;
 use std::path::Path;
 
 use crate::error::{Error, Result};
+use crate::layout::Layout;
 use crate::persist::header::{Header, HEADER_LEN};
 
 /// The settings that fix a persistence file's layout, as its header records them. A cache opens
@@ -46,6 +47,17 @@ pub struct FileLayout {
 }
 
 impl FileLayout {
+    /// The file layout of a cache laid out as `layout`.
+    pub(crate) fn of(layout: &Layout) -> FileLayout {
+        let g = layout.geometry;
+        FileLayout {
+            heap_size: g.segments * g.segment_size * layout.shards,
+            segment_size: g.segment_size,
+            shards: layout.shards,
+            hash_power: g.hash_power,
+        }
+    }
+
     /// Whether a cache built with `heap_size` bytes of heap, and this file's segment size and
     /// shard count, has this file's heap (each shard gets the whole segments that fit its share):
     /// the one condition on the heap size under which the file opens.

@@ -116,7 +116,8 @@ impl Header {
         if have_heap != want_heap {
             return Some(format!(
                 "made with another configuration: heap size is {have_heap} bytes in the file, {want_heap} in this \
-                 cache (open it with the heap size it was made with, or remove it to start empty)"
+                 cache (open it with the heap size it was made with, move its items into this one with \
+                 resize_file, or remove it to start empty)"
             ));
         }
         let checks: [(&str, u64, u64); 4] = [

@@ -152,6 +152,10 @@ pub struct Cli {
     /// with a warning rather than refusing to start).
     #[arg(long)]
     pub lazy_verify: bool,
+    /// Reopen a persistence file made with another -m (or segment size, shard count, hash power)
+    /// by moving its items into a heap of these settings, instead of refusing to start.
+    #[arg(long)]
+    pub resize_file: bool,
     /// Do not pin worker threads to cores.
     #[arg(long)]
     pub no_pin: bool,

@@ -76,6 +76,7 @@ pub fn resolve(
         path,
         reset_bad_file: cli.reset_bad_file || e.reset_bad_file.unwrap_or(false),
         lazy_verify: cli.lazy_verify || e.lazy_verify.unwrap_or(false),
+        resize_file: cli.resize_file || e.resize_file.unwrap_or(false),
         prefault: cli.large_pages || e.prefault.unwrap_or(false),
         touch_ahead: ext.touch_ahead.or(e.touch_ahead).unwrap_or(true),
     })
@@ -120,6 +121,7 @@ impl Settings {
             .eviction(e.eviction)
             .reset_bad_file(e.reset_bad_file)
             .lazy_verify(e.lazy_verify)
+            .resize_file(e.resize_file)
             .prefault(e.prefault)
             .touch_ahead(e.touch_ahead)
             // Clients see memcached's bytes for a number that got shorter.

@@ -109,6 +109,7 @@ pub struct EngineFile {
     pub path: Option<PathBuf>,
     pub reset_bad_file: Option<bool>,
     pub lazy_verify: Option<bool>,
+    pub resize_file: Option<bool>,
     pub prefault: Option<bool>,
     pub touch_ahead: Option<bool>,
 }

@@ -20,6 +20,9 @@ pub struct EngineSettings {
     pub path: Option<PathBuf>,
     pub reset_bad_file: bool,
     pub lazy_verify: bool,
+    /// `--resize-file`: a persistence file of other sizes is moved into this heap
+    /// (`Builder::resize_file`).
+    pub resize_file: bool,
     /// `-L`: the engine's memory is faulted in at start (`Builder::prefault`).
     pub prefault: bool,
     /// A thread faults the heap in ahead of the workers (`Builder::touch_ahead`); `-o
