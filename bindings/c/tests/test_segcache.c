@@ -820,6 +820,21 @@ static void test_touch_ahead(void) {
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
 }
 
+/* How many of test_persistence's items "p<i>" -> "value-<i>" with flags i are in `c`. */
+static int persisted_items(segcache_t *c) {
+    char key[32], val[32], buf[64];
+    int ok = 0;
+    for (int i = 0; i < 1000; i++) {
+        segcache_meta_t meta;
+        snprintf(key, sizeof key, "p%d", i);
+        snprintf(val, sizeof val, "value-%d", i);
+        if (get_str(c, key, buf, sizeof buf, &meta) == SEGCACHE_OK && strcmp(buf, val) == 0 &&
+            meta.flags == (uint32_t)i)
+            ok++;
+    }
+    return ok;
+}
+
 static void test_persistence(void) {
     char dir[] = "/tmp/segcache-c-test-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -834,7 +849,7 @@ static void test_persistence(void) {
     cfg.path = path;
     segcache_t *c = NULL;
     CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
-    char key[32], val[32], buf[64];
+    char key[32], val[32];
     for (int i = 0; i < 1000; i++) {
         snprintf(key, sizeof key, "p%d", i);
         snprintf(val, sizeof val, "value-%d", i);
@@ -852,16 +867,7 @@ static void test_persistence(void) {
         cfg.lazy_verify = lazy;
         c = NULL;
         CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
-        int ok = 0;
-        for (int i = 0; i < 1000; i++) {
-            segcache_meta_t meta;
-            snprintf(key, sizeof key, "p%d", i);
-            snprintf(val, sizeof val, "value-%d", i);
-            if (get_str(c, key, buf, sizeof buf, &meta) == SEGCACHE_OK && strcmp(buf, val) == 0 &&
-                meta.flags == (uint32_t)i)
-                ok++;
-        }
-        CHECK(ok == 1000);
+        CHECK(persisted_items(c) == 1000);
         CHECK_ST(segcache_close(c), SEGCACHE_OK);
     }
     cfg.lazy_verify = false;
@@ -879,16 +885,7 @@ static void test_persistence(void) {
             sized.resize_file = true;
             c = NULL;
             CHECK_ST(segcache_open(&sized, &c), SEGCACHE_OK);
-            int ok = 0;
-            for (int i = 0; i < 1000; i++) {
-                segcache_meta_t meta;
-                snprintf(key, sizeof key, "p%d", i);
-                snprintf(val, sizeof val, "value-%d", i);
-                if (get_str(c, key, buf, sizeof buf, &meta) == SEGCACHE_OK && strcmp(buf, val) == 0 &&
-                    meta.flags == (uint32_t)i)
-                    ok++;
-            }
-            CHECK(ok == 1000);
+            CHECK(persisted_items(c) == 1000);
             CHECK_ST(segcache_close(c), SEGCACHE_OK);
             char aside[300];
             snprintf(aside, sizeof aside, "%s.resizing", path);

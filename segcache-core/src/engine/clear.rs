@@ -25,6 +25,21 @@ impl Segcache {
         }
     }
 
+    /// Takes a segment whose items are out of the table out of its chain and onto the free list,
+    /// and its live items and bytes out of the shard's counts.
+    pub(crate) fn free_segment(&mut self, id: u32) {
+        let (items, bytes) = {
+            let s = self.seg(id);
+            (u64::from(s.live_items), u64::from(s.live_bytes))
+        };
+        let (mut segments, mut buckets) = self.segments_and_ttl();
+        buckets.unlink(&mut segments, id);
+        segments.push_free(id);
+        let m = self.meta_mut();
+        m.items = m.items.saturating_sub(items);
+        m.bytes = m.bytes.saturating_sub(bytes);
+    }
+
     /// Removes a segment's live items from the table and returns it to the free list.
     pub(crate) fn clear_segment(&mut self, id: u32, expired: bool) {
         let (mut removed, mut unfetched) = (0u64, 0u64);
@@ -38,16 +53,8 @@ impl Segcache {
                 removed += 1;
             }
         });
-        let (items, bytes) = {
-            let s = self.seg(id);
-            (u64::from(s.live_items), u64::from(s.live_bytes))
-        };
-        let (mut segments, mut buckets) = self.segments_and_ttl();
-        buckets.unlink(&mut segments, id);
-        segments.push_free(id);
+        self.free_segment(id);
         let m = self.meta_mut();
-        m.items = m.items.saturating_sub(items);
-        m.bytes = m.bytes.saturating_sub(bytes);
         if expired {
             m.expired_items += removed;
             m.expired_unfetched += unfetched;

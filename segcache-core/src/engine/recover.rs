@@ -90,13 +90,7 @@ impl Segcache {
         let mut pool = self.meta().overflow;
         self.table().remove_where(|loc| loc.seg == id, &mut pool);
         self.meta_mut().overflow = pool;
-        let (items, bytes) = (u64::from(self.seg(id).live_items), u64::from(self.seg(id).live_bytes));
-        let (mut segments, mut buckets) = self.segments_and_ttl();
-        buckets.unlink(&mut segments, id);
-        segments.push_free(id);
-        let m = self.meta_mut();
-        m.items = m.items.saturating_sub(items);
-        m.bytes = m.bytes.saturating_sub(bytes);
+        self.free_segment(id);
     }
 
     /// Before a graceful close: takes every used segment's checksum (see `verify_segments`).
