@@ -90,6 +90,8 @@ pub(crate) struct ShardView {
     segments: usize,
     segment_size: usize,
     clock: Arc<dyn Clock>,
+    /// `clock` is the system clock: read without a call through the trait object.
+    system_clock: bool,
     /// False while a lazily verified reopen has segments no read has checked (reads under the
     /// lock check them); `peek` then leaves every read to the lock.
     checked: AtomicBool,
@@ -125,6 +127,7 @@ impl ShardView {
             segments: engine.geo.segments,
             segment_size: engine.geo.segment_size,
             clock: Arc::clone(&engine.clock),
+            system_clock: engine.clock.is_system(),
             checked: AtomicBool::new(engine.unchecked.is_none()),
             rewrites: engine.rewrites_shared(),
             cas_stride: engine.cas_stride,
@@ -160,6 +163,16 @@ impl ShardView {
         let p = self.heap.wrapping_add(at);
         prefetch(p);
         prefetch(p.wrapping_add(64));
+    }
+
+    /// The clock's time.
+    #[inline]
+    fn now(&self) -> u32 {
+        if self.system_clock {
+            crate::clock::system_now()
+        } else {
+            self.clock.now()
+        }
     }
 
     pub(crate) fn table(&self) -> &Table<'static> {
@@ -247,7 +260,7 @@ impl ShardView {
         let (flush_at, last_expire) =
             unsafe { (read(&raw const (*self.meta).flush_at), read(&raw const (*self.meta).last_expire)) };
         // As `Segcache::now`: never before the last expiry run.
-        let now = self.clock.now().max(last_expire);
+        let now = self.now().max(last_expire);
         if flushed_by(flush_at, now) {
             return Peeked::Gone(Gone::Flushed);
         }
