@@ -398,6 +398,41 @@ mod tests {
         hashes
     }
 
+    /// A chain that is its head bucket alone: each of its seven item slots is found, holes are
+    /// skipped, the info word is never taken for an item, and an eighth item grows the chain
+    /// without losing one.
+    #[test]
+    fn a_chain_of_one_bucket_is_scanned_slot_by_slot() {
+        let (buckets, summary, mask) = table(4);
+        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let mut pool = Pool::default();
+        // An info word that looks like an item of tag 1 must not be seen as one.
+        t.head(0).slots[0].store(pack(1, 0, Loc { seg: 77, offset: 0 }) & !0xff, Relaxed);
+        let hashes = fill_chain(&t, &mut pool, 7);
+        assert_eq!((pool.used, info_chain_len(t.head(0).slots[0].load(Relaxed))), (0, 0));
+        let mut seen = Vec::new();
+        t.scan(0, |_, v| {
+            seen.push(slot_loc(v).seg);
+            false
+        });
+        assert_eq!(seen, (0..7).collect::<Vec<_>>(), "every item slot, in order, and not the info word");
+        for (i, &h) in hashes.iter().enumerate() {
+            assert_eq!(t.find(h, |loc| loc.seg == i as u32).map(|f| slot_loc(f.value).seg), Some(i as u32));
+        }
+        let f = t.find(hashes[3], |_| true).unwrap();
+        f.slot.store(0, Relaxed);
+        assert!(t.find(hashes[3], |_| true).is_none(), "a hole is skipped");
+        assert!(t.find(hashes[6], |loc| loc.seg == 6).is_some(), "and the slots after it still read");
+        f.slot.store(f.value, Relaxed);
+        let eighth = 8u64 << 52;
+        let slot = t.empty_slot(eighth, &mut pool).unwrap();
+        t.put(eighth, slot, pack(tag_of(eighth), 0, Loc { seg: 7, offset: 0 }));
+        assert_eq!(info_chain_len(t.head(0).slots[0].load(Relaxed)), 1);
+        for (i, &h) in hashes.iter().chain([&eighth]).enumerate() {
+            assert!(t.find(h, |loc| loc.seg == i as u32).is_some(), "item {i} after the chain grew");
+        }
+    }
+
     #[test]
     fn chains_grow_into_overflow_and_find_every_item() {
         let (buckets, summary, mask) = table(16);

@@ -55,8 +55,11 @@ pub(crate) const PEEK_BYTES: usize = 512;
 
 /// The reader's copy of a record: the heap's aligned words that hold it (see `copy_record`).
 pub(crate) type PeekBuf = [MaybeUninit<u64>; PEEK_WORDS];
-/// Words enough for `PEEK_BYTES` that start anywhere in a word.
-pub(crate) const PEEK_WORDS: usize = PEEK_BYTES / 8 + 1;
+/// Words enough for `PEEK_BYTES` that start anywhere in a word, and for the last group of
+/// `copy_record` to run past them.
+pub(crate) const PEEK_WORDS: usize = (PEEK_BYTES / 8 + 1).next_multiple_of(GROUP) + GROUP;
+/// Words `copy_record` copies at a time.
+const GROUP: usize = 4;
 
 /// What `peek` found.
 #[derive(Clone, Copy)]
@@ -233,15 +236,18 @@ impl ShardView {
         }
         // Most misses stop at the chain's summary, which stays in cache; the info word shares the
         // bucket's line, which they would otherwise not read.
-        if !self.table.may_hold(h) {
+        // A copy in registers: the info word's acquire load would otherwise have every later use
+        // load the table's fields again.
+        let table = self.table;
+        if !table.may_hold(h) {
             return Peeked::Miss;
         }
-        let info_word = self.table.info(h);
+        let info_word = table.info(h);
         // Only a shard that rewrites under the read lock sets the lock bit.
         let bit = if self.rewrites { slot::INFO_LOCKED } else { 0 };
         let Some(info) = word_snapshot(info_word, bit) else { return Peeked::Busy };
         let mut copied = None;
-        let found = self.table.find_in_chain(h, |loc| {
+        let found = table.find_in_chain(h, |loc| {
             copied = self.copy_record(loc, buf);
             match copied {
                 // Too large to copy: it may not even be this key, but the lock will tell.
@@ -330,40 +336,58 @@ impl ShardView {
     ///
     /// It copies the aligned 8-byte words that hold the record, with relaxed atomic loads: a
     /// handful of plain loads on x86, inlined, where a `memcpy` call costs more than the copy;
-    /// and those words lie on the record's own cache lines.
+    /// and those words lie on the record's own cache lines. Words go in groups of `GROUP`, the
+    /// last group running past the record's end where the segment has room (a word or three of
+    /// the next record, never used): a group's loop step costs about what one word's did.
     #[inline]
     fn copy_record(&self, loc: slot::Loc, buf: &mut PeekBuf) -> Option<(usize, Header)> {
         let (seg, offset) = (loc.seg as usize, loc.offset as usize);
         if seg >= self.segments || offset + record::HEADER_LEN > self.segment_size {
             return None;
         }
-        let pos = seg * self.segment_size + offset;
-        let (first, at) = (pos / 8, pos % 8);
-        let segment_words = (seg + 1) * self.segment_size / 8 - first;
-        let copy = |buf: &mut PeekBuf, from: usize, to: usize| {
-            assert!(to <= segment_words, "a record copy past its segment");
-            for (w, b) in buf[from..to].iter_mut().enumerate() {
-                // SAFETY: the heap is 8-aligned (checked in `of`) and segments are multiples of
-                // 8 bytes, so word `first + from + w` lies in the heap as long as it lies in
-                // segment `seg` (`seg` < `segments`, checked above), as asserted above.
-                // `AtomicU64` has `u64`'s layout.
-                let word = unsafe { &*self.heap.cast::<AtomicU64>().add(first + from + w) };
-                *b = MaybeUninit::new(word.load(Relaxed));
+        let at = offset % 8;
+        // Words from the record's first to its segment's end (segments are multiples of 8 bytes).
+        let segment_words = (self.segment_size - (offset - at)) / 8;
+        // SAFETY: the heap is 8-aligned (checked in `of`) and segments are multiples of 8 bytes;
+        // `seg` < `segments` and `offset` lies inside the segment (checked above), so the record's
+        // first word lies in the heap, and so do the `segment_words` words from it.
+        let words = unsafe { self.heap.add(seg * self.segment_size + offset - at) }.cast::<AtomicU64>();
+        // Copies words `from..to` at least, and returns where it stopped.
+        let copy = |buf: &mut PeekBuf, from: usize, to: usize| -> usize {
+            assert!(to <= segment_words && to <= PEEK_WORDS, "a record copy past its segment or buffer");
+            let end = from + to.saturating_sub(from).div_ceil(GROUP) * GROUP;
+            if end <= segment_words {
+                let mut w = from;
+                while w < end {
+                    for (i, b) in buf[w..w + GROUP].iter_mut().enumerate() {
+                        // SAFETY: word `w + i` < `end` <= `segment_words` (see `words`).
+                        let word = unsafe { &*words.add(w + i) };
+                        *b = MaybeUninit::new(word.load(Relaxed));
+                    }
+                    w += GROUP;
+                }
+                end
+            } else {
+                for (w, b) in buf.iter_mut().enumerate().take(to).skip(from) {
+                    // SAFETY: word `w` < `to` <= `segment_words` (asserted above).
+                    let word = unsafe { &*words.add(w) };
+                    *b = MaybeUninit::new(word.load(Relaxed));
+                }
+                to.max(from)
             }
         };
         // The longest header, or what the segment has left of it (`header` checks the length).
         let head_len = record::MAX_HEADER_LEN.min(self.segment_size - offset);
-        let head = (at + head_len).div_ceil(8);
-        copy(buf, 0, head);
-        // SAFETY: the first `head` words were just written.
+        let copied = copy(buf, 0, (at + head_len).div_ceil(8));
+        // SAFETY: the first `copied` words, which hold the header, were just written.
         let header = record::header(unsafe { init(buf, at, head_len) })?;
         let len = header.total_len();
         if len > self.segment_size - offset {
             return None;
         }
-        // A record shorter than the longest header is already whole in the words copied.
+        // A record shorter than what was copied is already whole.
         if len <= PEEK_BYTES {
-            copy(buf, head, (at + len).div_ceil(8).max(head));
+            copy(buf, copied, (at + len).div_ceil(8));
         }
         Some((at, header))
     }
@@ -417,6 +441,39 @@ mod tests {
     use std::time::Duration;
 
     use crate::Builder;
+
+    /// `copy_record` copies in groups of words that may run past the record (never past its
+    /// segment or the buffer): records of every length from 1 to a few groups, starting at every
+    /// byte of a word, with and without client flags, and the longest that a lock-free read
+    /// copies, read back whole and exactly, the last ones of each segment among them.
+    #[test]
+    fn records_of_every_length_and_alignment_read_back_exactly() {
+        const SEGMENT: usize = 64 << 10;
+        let c = Builder::new()
+            .heap_size(8 * SEGMENT)
+            .segment_size(SEGMENT)
+            .shards(1)
+            .eviction(crate::Policy::None)
+            .build_shared()
+            .unwrap();
+        let key = |i: usize| format!("k{i}");
+        let len = |i: usize| match i % 97 {
+            96 => 512 - 12, // about the longest record the lock-free read copies
+            n => n * 3 % 80,
+        };
+        let value = |i: usize| (0..len(i)).map(|j| (i * 7 + j) as u8).collect::<Vec<u8>>();
+        let flags = |i: usize| if i % 3 == 0 { 0 } else { i as u32 };
+        // Until the heap is full: nothing is evicted.
+        let mut n = 0;
+        while c.set(key(n).as_bytes(), &value(n), flags(n), Duration::ZERO).is_ok() {
+            n += 1;
+        }
+        assert!(n > 5000, "{n} items");
+        for i in 0..n {
+            let got = c.get_with(key(i).as_bytes(), |item| (item.value().to_vec(), item.flags(), item.key().to_vec()));
+            assert_eq!(got, Some((value(i), flags(i), key(i).into_bytes())), "key {i}");
+        }
+    }
 
     /// `copy_record` copies whole words, never past the record's segment (it asserts so):
     /// records that end exactly where their segment ends (64-byte records in 64 KiB segments)
