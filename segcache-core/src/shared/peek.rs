@@ -193,6 +193,9 @@ impl ShardView {
     /// overlap it: reads again until none did.
     #[inline]
     pub(crate) fn peek_settled(&self, key: &[u8], h: u64, buf: &mut PeekBuf) -> Peeked {
+        if !self.may_hold(h) {
+            return Peeked::Miss;
+        }
         let mut spins = 0;
         loop {
             match self.peek_in::<true>(key, h, buf) {
@@ -200,6 +203,18 @@ impl ShardView {
                 p => return p,
             }
         }
+    }
+
+    /// Whether the key with hash `h` may be present; `false`: certainly absent, by its chain's
+    /// summary alone. Most misses stop here, on a byte that stays in cache, without the lock's sequence number or
+    /// the key's bucket. A single atomic load decides, so it needs no validation: at every
+    /// moment of every write, a chain's summary holds the bit of each item in the chain (`put`
+    /// sets it before the slot is stored; a refresh, which alone clears bits, recomputes them
+    /// from the slots the writer sees), so a clear bit means the key was absent when it was
+    /// read. `peek` itself does not ask: its callers do, first (a miss then counts as one).
+    #[inline(always)]
+    pub(crate) fn may_hold(&self, h: u64) -> bool {
+        self.table.may_hold(h)
     }
 
     /// Whether `peek` may read; `false` until a read under the lock has seen every segment
@@ -234,14 +249,9 @@ impl ShardView {
         if !valid_key(key) {
             return Peeked::Miss;
         }
-        // Most misses stop at the chain's summary, which stays in cache; the info word shares the
-        // bucket's line, which they would otherwise not read.
         // A copy in registers: the info word's acquire load would otherwise have every later use
         // load the table's fields again.
         let table = self.table;
-        if !table.may_hold(h) {
-            return Peeked::Miss;
-        }
         let info_word = table.info(h);
         // Only a shard that rewrites under the read lock sets the lock bit.
         let bit = if self.rewrites { slot::INFO_LOCKED } else { 0 };
