@@ -99,28 +99,33 @@ impl<'a> Table<'a> {
         mut f: impl FnMut(&'a AtomicU64, u64) -> bool,
     ) -> Option<&'a AtomicU64> {
         let head = self.head(hash);
-        let chain = info_chain_len(head.slots[0].load(Relaxed));
+        let mut left = info_chain_len(head.slots[0].load(Relaxed));
         let mut bucket = head;
-        let mut first = 1;
-        for depth in 0..=chain {
-            let last = if depth < chain { SLOTS - 1 } else { SLOTS };
-            for slot in &bucket.slots[first..last] {
+        // Slot indexes rather than subslices: the walk's set-up is a few registers, and an index
+        // below `end` (at most `SLOTS`) needs no bounds check.
+        let mut i = 1;
+        loop {
+            let end = if left > 0 { SLOTS - 1 } else { SLOTS };
+            while i < end {
+                let slot = &bucket.slots[i];
                 let v = slot.load(Relaxed);
                 if v != 0 && f(slot, v) {
                     return Some(slot);
                 }
+                i += 1;
             }
-            if depth < chain {
-                let next = bucket.slots[SLOTS - 1].load(Relaxed) as usize;
-                let Some(b) = self.buckets.get(next) else {
-                    *cut = true;
-                    return None;
-                };
-                bucket = b;
-                first = 0;
+            if left == 0 {
+                return None;
             }
+            let next = bucket.slots[SLOTS - 1].load(Relaxed) as usize;
+            let Some(b) = self.buckets.get(next) else {
+                *cut = true;
+                return None;
+            };
+            bucket = b;
+            i = 0;
+            left -= 1;
         }
-        None
     }
 
     /// Stores an item slot of the hash's chain (one that `find`, `empty_slot` or `least_used`
