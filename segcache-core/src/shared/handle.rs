@@ -358,9 +358,10 @@ impl SharedCache {
             }
             match shard.read_optimistic(PEEK_TRIES, || view.peek(key, h, &mut buf)) {
                 Some(Peeked::Locked | Peeked::Busy) | None => {}
-                Some(Peeked::Hit { expire_at, now, state, .. })
-                    if token_due(&opts, &state, expire_at, now)
-                        || (!opts.no_update && access_due(state.last_access, now)) => {}
+                Some(Peeked::Hit { found, header, expire_at, now, last_access, .. })
+                    if (opts.claim_token
+                        && token_due(&opts, &peek::state(found.value, &header, last_access), expire_at, now))
+                        || (!opts.no_update && access_due(last_access, now)) => {}
                 Some(p) => return deliver(p, &buf, counters, h, &opts, f),
             }
         }
@@ -401,7 +402,8 @@ impl SharedCache {
         if view.rewrites() {
             match view.peek_settled(key, h, buf) {
                 Peeked::Locked => {}
-                Peeked::Hit { found, at, header, cas, expire_at, now, mut state } => {
+                Peeked::Hit { found, at, header, cas, expire_at, now, last_access } => {
+                    let mut state = peek::state(found.value, &header, last_access);
                     // Under the read lock the record stays where it is: its state may change.
                     let coin = bump(&counters.hits);
                     engine.note_read(found, &mut state, expire_at, now, opts, coin ^ h);
@@ -1450,11 +1452,12 @@ fn deliver<R>(
     f: impl FnOnce(Item<'_>) -> R,
 ) -> Option<R> {
     match p {
-        Peeked::Hit { found, at, header, cas, expire_at, now, state } => {
+        Peeked::Hit { found, at, header, cas, expire_at, now, last_access } => {
             let coin = bump(&counters.hits);
             if !opts.no_update {
                 Table::bump_freq_unlocked(found.slot, found.value, coin ^ h);
             }
+            let state = peek::state(found.value, &header, last_access);
             Some(f(peek::item_in(buf, at, header, cas, expire_at, now, state)))
         }
         Peeked::Gone(why) => {

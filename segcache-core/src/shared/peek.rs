@@ -67,7 +67,9 @@ pub(crate) enum Peeked {
     Miss,
     /// The key's item expired or was flushed.
     Gone(Gone),
-    /// The record is in the buffer from byte `at`.
+    /// The record is in the buffer from byte `at`. Of the item's state only the last access
+    /// time is decoded (every read asks whether to refresh it); `state` builds the rest from the
+    /// slot and the header when an item is made.
     Hit {
         found: Found<'static>,
         at: usize,
@@ -75,7 +77,7 @@ pub(crate) enum Peeked {
         cas: u64,
         expire_at: u32,
         now: u32,
-        state: ItemState,
+        last_access: u32,
     },
     /// The item needs the lock: too large for the buffer.
     Locked,
@@ -302,8 +304,8 @@ impl ShardView {
         };
         // SAFETY: as `expire_at` above.
         let create_at = unsafe { read(&raw const (*self.segs.add(seg)).create_at) };
-        let state = state_of(&stamp, create_at, found.value, now);
-        Peeked::Hit { found, at, header, cas, expire_at, now, state }
+        let last_access = state_of(&stamp, create_at, found.value, now).last_access;
+        Peeked::Hit { found, at, header, cas, expire_at, now, last_access }
     }
 
     /// The smallest read this layout allows: the key's chain walked for a tag match, the record
@@ -403,6 +405,20 @@ impl ShardView {
     }
 }
 
+/// The state of a hit's item, as `state_of` gives it: the fetched bit from the slot, the stale
+/// and won bits from the header's control byte (which `stamp` reads them from), and the last
+/// access time that `peek` decoded.
+#[inline]
+pub(crate) fn state(slot_value: u64, header: &Header, last_access: u32) -> ItemState {
+    ItemState {
+        fetched: slot_value & slot::FETCHED != 0,
+        stale: header.ctl & record::STALE != 0,
+        token_sent: header.ctl & record::WON != 0,
+        won: false,
+        last_access,
+    }
+}
+
 /// The item a validated `Peeked::Hit` describes, borrowing `buf`.
 #[inline]
 pub(crate) fn item_in(
@@ -451,6 +467,28 @@ mod tests {
     use std::time::Duration;
 
     use crate::Builder;
+
+    /// A hit's state, built from the slot and the header when its item is made, is the state
+    /// `state_of` gives from the record's stamp, for every control byte and fetched bit.
+    #[test]
+    fn a_hit_builds_the_state_that_state_of_gives() {
+        use crate::engine::read::state_of;
+        use crate::hashtable::slot::{pack, Loc, FETCHED};
+        for ctl in 0..=255u8 {
+            for fetched in [0, FETCHED] {
+                let mut rec = [0u8; 32];
+                rec[0] = ctl;
+                rec[1] = 20; // the access byte
+                rec[2] = 3; // key length
+                rec[3] = 1; // value length (one byte, when the control byte says so)
+                let Some(header) = crate::record::header(&rec) else { continue };
+                let slot = pack(5, 3, Loc { seg: 1, offset: 8 }) | fetched;
+                let now = 2_000_000;
+                let want = state_of(&header.stamp(&rec, 0), 1_000_000, slot, now);
+                assert_eq!(super::state(slot, &header, want.last_access), want, "control byte {ctl:#04x}");
+            }
+        }
+    }
 
     /// `copy_record` copies in groups of words that may run past the record (never past its
     /// segment or the buffer): records of every length from 1 to a few groups, starting at every
