@@ -21,6 +21,10 @@
 //!   and the info word of the key's chain that no rewrite in place changed the value meanwhile
 //!   (rewrites hold the lock shared, so the sequence number does not see them).
 //!
+//! Before any of it, a key whose chain's summary lacks its tag is a miss (`ShardView::may_hold`):
+//! one atomic byte that no write leaves without the bit of a key in the chain, so that miss
+//! needs no sequence number.
+//!
 //! Records are read by relaxed atomic loads of the aligned words that hold them, the other
 //! fields by volatile loads; writers store with plain writes. That is the seqlock's bargain:
 //! formally, a plain write racing a read is a data race in Rust's memory model, as in every
