@@ -34,6 +34,13 @@ pub trait Clock: Send + Sync + std::fmt::Debug {
     /// assert_eq!(ManualClock::new(42).now(), 42);
     /// ```
     fn now(&self) -> u32;
+
+    /// Whether this is [`SystemClock`], which the read paths then call directly rather than
+    /// through the trait object.
+    #[doc(hidden)]
+    fn is_system(&self) -> bool {
+        false
+    }
 }
 
 /// The system's wall clock.
@@ -54,21 +61,32 @@ pub struct SystemClock;
 impl Clock for SystemClock {
     #[inline]
     fn now(&self) -> u32 {
-        u32::try_from(unix_seconds()).unwrap_or(u32::MAX)
+        system_now()
+    }
+
+    fn is_system(&self) -> bool {
+        true
     }
 }
 
-/// Whole seconds of Unix time. On Linux the coarse clock answers from the vDSO in a few
-/// nanoseconds (every operation reads the time), and its few milliseconds of lag do not matter at
-/// one-second resolution.
+/// [`SystemClock`]'s time, for callers that know their clock is it (`Clock::is_system`).
+#[inline]
+pub(crate) fn system_now() -> u32 {
+    u32::try_from(unix_seconds()).unwrap_or(u32::MAX)
+}
+
+/// Whole seconds of Unix time. On Linux `time` reads the coarse clock's seconds (x86-64's vDSO
+/// has a call for it alone, elsewhere glibc asks `CLOCK_REALTIME_COARSE`), in a few
+/// nanoseconds: every operation reads the time, and the coarse clock's few milliseconds of lag
+/// do not matter at one-second resolution. It is the seconds field of `clock_gettime`'s
+/// coarse clock without the nanoseconds, which nothing here needs.
 #[cfg(target_os = "linux")]
 #[inline]
 fn unix_seconds() -> u64 {
-    let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_REALTIME_COARSE always exists on Linux.
-    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
-    if rc == 0 {
-        ts.tv_sec as u64
+    // SAFETY: with a null pointer `time` only returns the time; it fails for no other reason.
+    let t = unsafe { libc::time(std::ptr::null_mut()) };
+    if t >= 0 {
+        t as u64
     } else {
         SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
     }
@@ -148,6 +166,24 @@ impl Clock for ManualClock {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `SystemClock` reads the same seconds as the coarse realtime clock it stands for, and says
+    /// it is the system clock (the read paths call it directly then); other clocks do not.
+    #[test]
+    fn the_system_clock_is_the_coarse_realtime_clock() {
+        for _ in 0..1000 {
+            let mut ts = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: a valid, writable timespec.
+            assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) }, 0);
+            let ours = SystemClock.now();
+            let mut after = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+            // SAFETY: as above.
+            assert_eq!(unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut after) }, 0);
+            assert!(ts.tv_sec as u32 <= ours && ours <= after.tv_sec as u32, "{} {ours} {}", ts.tv_sec, after.tv_sec);
+        }
+        assert!(SystemClock.is_system() && system_now() >= SystemClock.now());
+        assert!(!ManualClock::new(5).is_system());
+    }
 
     #[test]
     fn manual_clock_saturates_instead_of_wrapping() {

@@ -404,6 +404,12 @@ impl Header {
     /// path (`benches/engine/budget.txt` holds what inlining it saves).
     #[inline(always)]
     pub fn stamp(&self, src: &[u8], base: u32) -> Stamp {
+        let (stale, won, access) = (self.ctl & STALE != 0, self.ctl & WON != 0, src[ACCESS_AT]);
+        // The shortest header (see `header`) holds a narrow CAS right after the value length.
+        if self.key_at() == HEADER_LEN {
+            let cas = base.wrapping_add(u32::from(u16::from_le_bytes([src[VALUE_LEN_AT + 1], src[VALUE_LEN_AT + 2]])));
+            return Stamp { cas, cas_hi: None, stale, won, access };
+        }
         let word = |at: usize| u32::from_le_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]]);
         let cas_hi = (self.ctl & EXPLICIT_CAS != 0).then(|| word(self.key_at() - 4));
         let at = self.cas_at();
@@ -412,7 +418,7 @@ impl Header {
         } else {
             base.wrapping_add(u32::from(u16::from_le_bytes([src[at], src[at + 1]])))
         };
-        Stamp { cas, cas_hi, stale: self.ctl & STALE != 0, won: self.ctl & WON != 0, access: src[ACCESS_AT] }
+        Stamp { cas, cas_hi, stale, won, access }
     }
 }
 
@@ -422,6 +428,15 @@ impl Header {
 #[inline]
 pub fn header(src: &[u8]) -> Option<Header> {
     let ctl = *src.first()? & !DEAD;
+    // Most records have the shortest header (a one-byte value length, a narrow CAS, no optional
+    // word): one test of the control byte tells, and their fields lie at fixed places.
+    if ctl & (WIDTH_MASK | HAS_CLIENT_FLAGS | WIDE_CAS | EXPLICIT_CAS) == 0 && src.len() >= HEADER_LEN {
+        let key_len = usize::from(src[KEY_LEN_AT]);
+        if key_len == 0 {
+            return None;
+        }
+        return Some(Header { key_len, value_len: usize::from(src[VALUE_LEN_AT]), ctl, key_at: HEADER_LEN as u8 });
+    }
     let width = usize::from(ctl & WIDTH_MASK) + 1;
     let cas_len = if ctl & (WIDE_CAS | EXPLICIT_CAS) != 0 { 4 } else { 2 };
     if src.len() < VALUE_LEN_AT + width + cas_len || src[KEY_LEN_AT] == 0 || width > 3 {
@@ -648,6 +663,54 @@ mod tests {
         bad[FLAGS_BYTE] |= WIDE_CAS;
         assert!(header(&bad).is_none(), "a wide CAS needs two bytes more");
         assert!(parse(&[0u8; 20], 0).is_none(), "unwritten space");
+    }
+
+    /// `header` and `Header::stamp` read the shortest header from fixed places: for every control
+    /// byte, every length of input up to the longest header and a spread of the other bytes, they
+    /// decode what the layout's general rule gives.
+    #[test]
+    fn the_shortest_header_reads_as_the_general_rule_says() {
+        fn rule(src: &[u8]) -> Option<(usize, usize, usize, u8)> {
+            let ctl = *src.first()? & !DEAD;
+            let width = usize::from(ctl & WIDTH_MASK) + 1;
+            let cas_len = if ctl & (WIDE_CAS | EXPLICIT_CAS) != 0 { 4 } else { 2 };
+            if width > 3 || src.len() < 3 + width + cas_len || src[KEY_LEN_AT] == 0 {
+                return None;
+            }
+            let value_len = (0..width).map(|i| usize::from(src[VALUE_LEN_AT + i]) << (8 * i)).sum();
+            let key_at = 3
+                + width
+                + cas_len
+                + 4 * usize::from(ctl & HAS_CLIENT_FLAGS != 0)
+                + 4 * usize::from(ctl & EXPLICIT_CAS != 0);
+            Some((usize::from(src[KEY_LEN_AT]), value_len, key_at, ctl))
+        }
+        for ctl in 0..=255u8 {
+            for fill in [0u8, 1, 0x5a, 0xff] {
+                for len in 0..=MAX_HEADER_LEN + 8 {
+                    let mut src: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8 * 37)).collect();
+                    if let Some(c) = src.first_mut() {
+                        *c = ctl;
+                    }
+                    let got = header(&src).map(|h| (h.key_len, h.value_len, h.key_at(), h.ctl));
+                    assert_eq!(got, rule(&src), "control byte {ctl:#04x}, {len} bytes, fill {fill}");
+                    let Some(h) = header(&src) else { continue };
+                    if h.key_at() > src.len() {
+                        continue;
+                    }
+                    let st = h.stamp(&src, 1000);
+                    assert_eq!((st.stale, st.won, st.access), (ctl & STALE != 0, ctl & WON != 0, src[ACCESS_AT]));
+                    let at = h.cas_at();
+                    let want = if ctl & (WIDE_CAS | EXPLICIT_CAS) != 0 {
+                        u32::from_le_bytes(src[at..at + 4].try_into().unwrap())
+                    } else {
+                        1000 + u32::from(u16::from_le_bytes([src[at], src[at + 1]]))
+                    };
+                    assert_eq!(st.cas, want, "control byte {ctl:#04x}");
+                    assert_eq!(st.cas_hi.is_some(), ctl & EXPLICIT_CAS != 0);
+                }
+            }
+        }
     }
 
     #[test]

@@ -90,28 +90,33 @@ impl<'a> Table<'a> {
         mut f: impl FnMut(&'a AtomicU64, u64) -> bool,
     ) -> Option<&'a AtomicU64> {
         let head = self.head(hash);
-        let chain = info_chain_len(head.slots[0].load(Relaxed));
+        let mut left = info_chain_len(head.slots[0].load(Relaxed));
         let mut bucket = head;
-        let mut first = 1;
-        for depth in 0..=chain {
-            let last = if depth < chain { SLOTS - 1 } else { SLOTS };
-            for slot in &bucket.slots[first..last] {
+        // Slot indexes rather than subslices: the walk's set-up is a few registers, and an index
+        // below `end` (at most `SLOTS`) needs no bounds check.
+        let mut i = 1;
+        loop {
+            let end = if left > 0 { SLOTS - 1 } else { SLOTS };
+            while i < end {
+                let slot = &bucket.slots[i];
                 let v = slot.load(Relaxed);
                 if v != 0 && f(slot, v) {
                     return Some(slot);
                 }
+                i += 1;
             }
-            if depth < chain {
-                let next = bucket.slots[SLOTS - 1].load(Relaxed) as usize;
-                let Some(b) = self.buckets.get(next) else {
-                    *cut = true;
-                    return None;
-                };
-                bucket = b;
-                first = 0;
+            if left == 0 {
+                return None;
             }
+            let next = bucket.slots[SLOTS - 1].load(Relaxed) as usize;
+            let Some(b) = self.buckets.get(next) else {
+                *cut = true;
+                return None;
+            };
+            bucket = b;
+            i = 0;
+            left -= 1;
         }
-        None
     }
 
     /// Stores an item slot of the hash's chain (one that `find`, `empty_slot` or `least_used`
@@ -387,6 +392,41 @@ mod tests {
             t.put(h, slot, pack(tag_of(h), 0, Loc { seg: i as u32, offset: 0 }));
         }
         hashes
+    }
+
+    /// A chain that is its head bucket alone: each of its seven item slots is found, holes are
+    /// skipped, the info word is never taken for an item, and an eighth item grows the chain
+    /// without losing one.
+    #[test]
+    fn a_chain_of_one_bucket_is_scanned_slot_by_slot() {
+        let (buckets, summary, mask) = table(4);
+        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let mut pool = Pool::default();
+        // An info word that looks like an item of tag 1 must not be seen as one.
+        t.head(0).slots[0].store(pack(1, 0, Loc { seg: 77, offset: 0 }) & !0xff, Relaxed);
+        let hashes = fill_chain(&t, &mut pool, 7);
+        assert_eq!((pool.used, info_chain_len(t.head(0).slots[0].load(Relaxed))), (0, 0));
+        let mut seen = Vec::new();
+        t.scan(0, |_, v| {
+            seen.push(slot_loc(v).seg);
+            false
+        });
+        assert_eq!(seen, (0..7).collect::<Vec<_>>(), "every item slot, in order, and not the info word");
+        for (i, &h) in hashes.iter().enumerate() {
+            assert_eq!(t.find(h, |loc| loc.seg == i as u32).map(|f| slot_loc(f.value).seg), Some(i as u32));
+        }
+        let f = t.find(hashes[3], |_| true).unwrap();
+        f.slot.store(0, Relaxed);
+        assert!(t.find(hashes[3], |_| true).is_none(), "a hole is skipped");
+        assert!(t.find(hashes[6], |loc| loc.seg == 6).is_some(), "and the slots after it still read");
+        f.slot.store(f.value, Relaxed);
+        let eighth = 8u64 << 52;
+        let slot = t.empty_slot(eighth, &mut pool).unwrap();
+        t.put(eighth, slot, pack(tag_of(eighth), 0, Loc { seg: 7, offset: 0 }));
+        assert_eq!(info_chain_len(t.head(0).slots[0].load(Relaxed)), 1);
+        for (i, &h) in hashes.iter().chain([&eighth]).enumerate() {
+            assert!(t.find(h, |loc| loc.seg == i as u32).is_some(), "item {i} after the chain grew");
+        }
     }
 
     #[test]

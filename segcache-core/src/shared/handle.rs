@@ -358,11 +358,16 @@ impl SharedCache {
         let mut buf: PeekBuf = [MaybeUninit::uninit(); PEEK_WORDS];
         if view.enabled() {
             let counters = &shard.own_slot().counters.reads;
+            if !view.may_hold(h) {
+                counters.miss(None);
+                return None;
+            }
             match shard.read_optimistic(PEEK_TRIES, || view.peek(key, h, &mut buf)) {
                 Some(Peeked::Locked | Peeked::Busy) | None => {}
-                Some(Peeked::Hit { expire_at, now, state, .. })
-                    if token_due(&opts, &state, expire_at, now)
-                        || (!opts.no_update && access_due(state.last_access, now)) => {}
+                Some(Peeked::Hit { found, header, expire_at, now, last_access, .. })
+                    if (opts.claim_token
+                        && token_due(&opts, &peek::state(found.value, &header, last_access), expire_at, now))
+                        || (!opts.no_update && access_due(last_access, now)) => {}
                 Some(p) => return deliver(p, &buf, counters, h, &opts, f),
             }
         }
@@ -403,7 +408,8 @@ impl SharedCache {
         if view.rewrites() {
             match view.peek_settled(key, h, buf) {
                 Peeked::Locked => {}
-                Peeked::Hit { found, at, header, cas, expire_at, now, mut state } => {
+                Peeked::Hit { found, at, header, cas, expire_at, now, last_access } => {
+                    let mut state = peek::state(found.value, &header, last_access);
                     // Under the read lock the record stays where it is: its state may change.
                     let coin = bump(&counters.hits);
                     engine.note_read(found, &mut state, expire_at, now, opts, coin ^ h);
@@ -1462,11 +1468,12 @@ fn deliver<R>(
     f: impl FnOnce(Item<'_>) -> R,
 ) -> Option<R> {
     match p {
-        Peeked::Hit { found, at, header, cas, expire_at, now, state } => {
+        Peeked::Hit { found, at, header, cas, expire_at, now, last_access } => {
             let coin = bump(&counters.hits);
             if !opts.no_update {
                 Table::bump_freq_unlocked(found.slot, found.value, coin ^ h);
             }
+            let state = peek::state(found.value, &header, last_access);
             Some(f(peek::item_in(buf, at, header, cas, expire_at, now, state)))
         }
         Peeked::Gone(why) => {
@@ -1509,6 +1516,58 @@ impl Drop for SharedCache {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+
+    /// A lock-free get answers a miss from its chain's summary alone, with no sequence number to
+    /// validate it: right only if no write leaves a present key's bit clear, even for a moment.
+    /// Keys that stay stored are read, without one miss, while a writer churns other keys
+    /// through the same few chains: growing them into overflow buckets, compacting them as keys
+    /// leave, and so refreshing their summaries.
+    #[test]
+    fn keys_that_stay_are_never_missed_while_their_chains_churn() {
+        let c = Arc::new(
+            Builder::new()
+                .heap_size(16 << 20)
+                .segment_size(64 << 10)
+                .shards(1)
+                .hash_power(4)
+                .eviction(crate::Policy::None)
+                .build_shared()
+                .unwrap(),
+        );
+        let stay = |i: u32| format!("stay-{i:04}").into_bytes();
+        for i in 0..40 {
+            c.set(&stay(i), b"stays", 0, Duration::ZERO).unwrap();
+        }
+        let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let readers: Vec<_> = (0..2)
+            .map(|r| {
+                let (c, done) = (Arc::clone(&c), Arc::clone(&done));
+                std::thread::spawn(move || {
+                    let mut reads = 0u64;
+                    while !done.load(std::sync::atomic::Ordering::Relaxed) || reads < 1000 {
+                        let i = (reads as u32 * 7 + r) % 40;
+                        assert_eq!(c.get_with(&stay(i), |item| item.value().len()), Some(5), "key {i} missed");
+                        reads += 1;
+                    }
+                    reads
+                })
+            })
+            .collect();
+        let churn = |i: u32| format!("churn-{i:06}").into_bytes();
+        let mut overflowed = false;
+        for i in 0..100_000u32 {
+            c.set(&churn(i), b"passing", 0, Duration::ZERO).unwrap();
+            if i >= 100 {
+                c.delete(&churn(i - 100)).unwrap();
+            }
+            overflowed |= i % 1000 == 0 && c.stats().overflow_buckets > 0;
+        }
+        done.store(true, std::sync::atomic::Ordering::Relaxed);
+        let reads: u64 = readers.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(overflowed, "the churn grew chains into overflow buckets");
+        assert!(reads >= 2000);
+        assert!((0..40).all(|i| c.contains(&stay(i))));
+    }
 
     /// `set` sends a key that its chain's tags say is absent straight to the exclusive lock;
     /// a present key must still be rewritten in place under the shared lock, also in chains

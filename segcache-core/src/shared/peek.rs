@@ -21,6 +21,10 @@
 //!   and the info word of the key's chain that no rewrite in place changed the value meanwhile
 //!   (rewrites hold the lock shared, so the sequence number does not see them).
 //!
+//! Before any of it, a key whose chain's summary lacks its tag is a miss (`ShardView::may_hold`):
+//! one atomic byte that no write leaves without the bit of a key in the chain, so that miss
+//! needs no sequence number.
+//!
 //! Records are read by relaxed atomic loads of the aligned words that hold them, the other
 //! fields by volatile loads; writers store with plain writes. That is the seqlock's bargain:
 //! formally, a plain write racing a read is a data race in Rust's memory model, as in every
@@ -54,8 +58,11 @@ use crate::ttl_buckets::expire::{flushed_by, live_until};
 
 /// The reader's copy of a record: the heap's aligned words that hold it (see `copy_record`).
 pub(crate) type PeekBuf = [MaybeUninit<u64>; PEEK_WORDS];
-/// Words enough for `PEEK_BYTES` that start anywhere in a word.
-pub(crate) const PEEK_WORDS: usize = PEEK_BYTES / 8 + 1;
+/// Words enough for `PEEK_BYTES` that start anywhere in a word, and for the last group of
+/// `copy_record` to run past them.
+pub(crate) const PEEK_WORDS: usize = (PEEK_BYTES / 8 + 1).next_multiple_of(GROUP) + GROUP;
+/// Words `copy_record` copies at a time.
+const GROUP: usize = 4;
 
 /// What `peek` found.
 #[derive(Clone, Copy)]
@@ -63,7 +70,9 @@ pub(crate) enum Peeked {
     Miss,
     /// The key's item expired or was flushed.
     Gone(Gone),
-    /// The record is in the buffer from byte `at`.
+    /// The record is in the buffer from byte `at`. Of the item's state only the last access
+    /// time is decoded (every read asks whether to refresh it); `state` builds the rest from the
+    /// slot and the header when an item is made.
     Hit {
         found: Found<'static>,
         at: usize,
@@ -71,7 +80,7 @@ pub(crate) enum Peeked {
         cas: u64,
         expire_at: u32,
         now: u32,
-        state: ItemState,
+        last_access: u32,
     },
     /// The item needs the lock: too large for the buffer.
     Locked,
@@ -89,6 +98,8 @@ pub(crate) struct ShardView {
     segments: usize,
     segment_size: usize,
     clock: Arc<dyn Clock>,
+    /// `clock` is the system clock: read without a call through the trait object.
+    system_clock: bool,
     /// False while a lazily verified reopen has segments no read has checked (reads under the
     /// lock check them); `peek` then leaves every read to the lock.
     checked: AtomicBool,
@@ -124,6 +135,7 @@ impl ShardView {
             segments: engine.geo.segments,
             segment_size: engine.geo.segment_size,
             clock: Arc::clone(&engine.clock),
+            system_clock: engine.clock.is_system(),
             checked: AtomicBool::new(engine.unchecked.is_none()),
             rewrites: engine.rewrites_shared(),
             cas_stride: engine.cas_stride,
@@ -161,6 +173,16 @@ impl ShardView {
         prefetch(p.wrapping_add(64));
     }
 
+    /// The clock's time.
+    #[inline]
+    fn now(&self) -> u32 {
+        if self.system_clock {
+            crate::clock::system_now()
+        } else {
+            self.clock.now()
+        }
+    }
+
     pub(crate) fn table(&self) -> &Table<'static> {
         &self.table
     }
@@ -176,6 +198,9 @@ impl ShardView {
     /// overlap it: reads again until none did.
     #[inline]
     pub(crate) fn peek_settled(&self, key: &[u8], h: u64, buf: &mut PeekBuf) -> Peeked {
+        if !self.may_hold(h) {
+            return Peeked::Miss;
+        }
         let mut spins = 0;
         loop {
             match self.peek_in::<true>(key, h, buf) {
@@ -183,6 +208,18 @@ impl ShardView {
                 p => return p,
             }
         }
+    }
+
+    /// Whether the key with hash `h` may be present; `false`: certainly absent, by its chain's
+    /// summary alone. Most misses stop here, on a byte that stays in cache, without the lock's sequence number or
+    /// the key's bucket. A single atomic load decides, so it needs no validation: at every
+    /// moment of every write, a chain's summary holds the bit of each item in the chain (`put`
+    /// sets it before the slot is stored; a refresh, which alone clears bits, recomputes them
+    /// from the slots the writer sees), so a clear bit means the key was absent when it was
+    /// read. `peek` itself does not ask: its callers do, first (a miss then counts as one).
+    #[inline(always)]
+    pub(crate) fn may_hold(&self, h: u64) -> bool {
+        self.table.may_hold(h)
     }
 
     /// Whether `peek` may read; `false` until a read under the lock has seen every segment
@@ -217,17 +254,15 @@ impl ShardView {
         if !valid_key(key) {
             return Peeked::Miss;
         }
-        // Most misses stop at the chain's summary, which stays in cache; the info word shares the
-        // bucket's line, which they would otherwise not read.
-        if !self.table.may_hold(h) {
-            return Peeked::Miss;
-        }
-        let info_word = self.table.info(h);
+        // A copy in registers: the info word's acquire load would otherwise have every later use
+        // load the table's fields again.
+        let table = self.table;
+        let info_word = table.info(h);
         // Only a shard that rewrites under the read lock sets the lock bit.
         let bit = if self.rewrites { slot::INFO_LOCKED } else { 0 };
         let Some(info) = word_snapshot(info_word, bit) else { return Peeked::Busy };
         let mut copied = None;
-        let found = self.table.find_in_chain(h, |loc| {
+        let found = table.find_in_chain(h, |loc| {
             copied = self.copy_record(loc, buf);
             match copied {
                 // Too large to copy: it may not even be this key, but the lock will tell.
@@ -246,7 +281,7 @@ impl ShardView {
         let (flush_at, last_expire) =
             unsafe { (read(&raw const (*self.meta).flush_at), read(&raw const (*self.meta).last_expire)) };
         // As `Segcache::now`: never before the last expiry run.
-        let now = self.clock.now().max(last_expire);
+        let now = self.now().max(last_expire);
         if flushed_by(flush_at, now) {
             return Peeked::Gone(Gone::Flushed);
         }
@@ -272,8 +307,8 @@ impl ShardView {
         };
         // SAFETY: as `expire_at` above.
         let create_at = unsafe { read(&raw const (*self.segs.add(seg)).create_at) };
-        let state = state_of(&stamp, create_at, found.value, now);
-        Peeked::Hit { found, at, header, cas, expire_at, now, state }
+        let last_access = state_of(&stamp, create_at, found.value, now).last_access;
+        Peeked::Hit { found, at, header, cas, expire_at, now, last_access }
     }
 
     /// The smallest read this layout allows: the key's chain walked for a tag match, the record
@@ -316,42 +351,74 @@ impl ShardView {
     ///
     /// It copies the aligned 8-byte words that hold the record, with relaxed atomic loads: a
     /// handful of plain loads on x86, inlined, where a `memcpy` call costs more than the copy;
-    /// and those words lie on the record's own cache lines.
+    /// and those words lie on the record's own cache lines. Words go in groups of `GROUP`, the
+    /// last group running past the record's end where the segment has room (a word or three of
+    /// the next record, never used): a group's loop step costs about what one word's did.
     #[inline]
     fn copy_record(&self, loc: slot::Loc, buf: &mut PeekBuf) -> Option<(usize, Header)> {
         let (seg, offset) = (loc.seg as usize, loc.offset as usize);
         if seg >= self.segments || offset + record::HEADER_LEN > self.segment_size {
             return None;
         }
-        let pos = seg * self.segment_size + offset;
-        let (first, at) = (pos / 8, pos % 8);
-        let segment_words = (seg + 1) * self.segment_size / 8 - first;
-        let copy = |buf: &mut PeekBuf, from: usize, to: usize| {
-            assert!(to <= segment_words, "a record copy past its segment");
-            for (w, b) in buf[from..to].iter_mut().enumerate() {
-                // SAFETY: the heap is 8-aligned (checked in `of`) and segments are multiples of
-                // 8 bytes, so word `first + from + w` lies in the heap as long as it lies in
-                // segment `seg` (`seg` < `segments`, checked above), as asserted above.
-                // `AtomicU64` has `u64`'s layout.
-                let word = unsafe { &*self.heap.cast::<AtomicU64>().add(first + from + w) };
-                *b = MaybeUninit::new(word.load(Relaxed));
+        let at = offset % 8;
+        // Words from the record's first to its segment's end (segments are multiples of 8 bytes).
+        let segment_words = (self.segment_size - (offset - at)) / 8;
+        // SAFETY: the heap is 8-aligned (checked in `of`) and segments are multiples of 8 bytes;
+        // `seg` < `segments` and `offset` lies inside the segment (checked above), so the record's
+        // first word lies in the heap, and so do the `segment_words` words from it.
+        let words = unsafe { self.heap.add(seg * self.segment_size + offset - at) }.cast::<AtomicU64>();
+        // Copies words `from..to` at least, and returns where it stopped.
+        let copy = |buf: &mut PeekBuf, from: usize, to: usize| -> usize {
+            assert!(to <= segment_words && to <= PEEK_WORDS, "a record copy past its segment or buffer");
+            let end = from + to.saturating_sub(from).div_ceil(GROUP) * GROUP;
+            if end <= segment_words {
+                let mut w = from;
+                while w < end {
+                    for (i, b) in buf[w..w + GROUP].iter_mut().enumerate() {
+                        // SAFETY: word `w + i` < `end` <= `segment_words` (see `words`).
+                        let word = unsafe { &*words.add(w + i) };
+                        *b = MaybeUninit::new(word.load(Relaxed));
+                    }
+                    w += GROUP;
+                }
+                end
+            } else {
+                for (w, b) in buf.iter_mut().enumerate().take(to).skip(from) {
+                    // SAFETY: word `w` < `to` <= `segment_words` (asserted above).
+                    let word = unsafe { &*words.add(w) };
+                    *b = MaybeUninit::new(word.load(Relaxed));
+                }
+                to.max(from)
             }
         };
         // The longest header, or what the segment has left of it (`header` checks the length).
         let head_len = record::MAX_HEADER_LEN.min(self.segment_size - offset);
-        let head = (at + head_len).div_ceil(8);
-        copy(buf, 0, head);
-        // SAFETY: the first `head` words were just written.
+        let copied = copy(buf, 0, (at + head_len).div_ceil(8));
+        // SAFETY: the first `copied` words, which hold the header, were just written.
         let header = record::header(unsafe { init(buf, at, head_len) })?;
         let len = header.total_len();
         if len > self.segment_size - offset {
             return None;
         }
-        // A record shorter than the longest header is already whole in the words copied.
+        // A record shorter than what was copied is already whole.
         if len <= PEEK_BYTES {
-            copy(buf, head, (at + len).div_ceil(8).max(head));
+            copy(buf, copied, (at + len).div_ceil(8));
         }
         Some((at, header))
+    }
+}
+
+/// The state of a hit's item, as `state_of` gives it: the fetched bit from the slot, the stale
+/// and won bits from the header's control byte (which `stamp` reads them from), and the last
+/// access time that `peek` decoded.
+#[inline]
+pub(crate) fn state(slot_value: u64, header: &Header, last_access: u32) -> ItemState {
+    ItemState {
+        fetched: slot_value & slot::FETCHED != 0,
+        stale: header.ctl & record::STALE != 0,
+        token_sent: header.ctl & record::WON != 0,
+        won: false,
+        last_access,
     }
 }
 
@@ -403,6 +470,61 @@ mod tests {
     use std::time::Duration;
 
     use crate::builder::Builder;
+
+    /// A hit's state, built from the slot and the header when its item is made, is the state
+    /// `state_of` gives from the record's stamp, for every control byte and fetched bit.
+    #[test]
+    fn a_hit_builds_the_state_that_state_of_gives() {
+        use crate::engine::read::state_of;
+        use crate::hashtable::slot::{pack, Loc, FETCHED};
+        for ctl in 0..=255u8 {
+            for fetched in [0, FETCHED] {
+                let mut rec = [0u8; 32];
+                rec[0] = ctl;
+                rec[1] = 20; // the access byte
+                rec[2] = 3; // key length
+                rec[3] = 1; // value length (one byte, when the control byte says so)
+                let Some(header) = crate::record::header(&rec) else { continue };
+                let slot = pack(5, 3, Loc { seg: 1, offset: 8 }) | fetched;
+                let now = 2_000_000;
+                let want = state_of(&header.stamp(&rec, 0), 1_000_000, slot, now);
+                assert_eq!(super::state(slot, &header, want.last_access), want, "control byte {ctl:#04x}");
+            }
+        }
+    }
+
+    /// `copy_record` copies in groups of words that may run past the record (never past its
+    /// segment or the buffer): records of every length from 1 to a few groups, starting at every
+    /// byte of a word, with and without client flags, and the longest that a lock-free read
+    /// copies, read back whole and exactly, the last ones of each segment among them.
+    #[test]
+    fn records_of_every_length_and_alignment_read_back_exactly() {
+        const SEGMENT: usize = 64 << 10;
+        let c = Builder::new()
+            .heap_size(8 * SEGMENT)
+            .segment_size(SEGMENT)
+            .shards(1)
+            .eviction(crate::Policy::None)
+            .build_shared()
+            .unwrap();
+        let key = |i: usize| format!("k{i}");
+        let len = |i: usize| match i % 97 {
+            96 => 512 - 12, // about the longest record the lock-free read copies
+            n => n * 3 % 80,
+        };
+        let value = |i: usize| (0..len(i)).map(|j| (i * 7 + j) as u8).collect::<Vec<u8>>();
+        let flags = |i: usize| if i % 3 == 0 { 0 } else { i as u32 };
+        // Until the heap is full: nothing is evicted.
+        let mut n = 0;
+        while c.set(key(n).as_bytes(), &value(n), flags(n), Duration::ZERO).is_ok() {
+            n += 1;
+        }
+        assert!(n > 5000, "{n} items");
+        for i in 0..n {
+            let got = c.get_with(key(i).as_bytes(), |item| (item.value().to_vec(), item.flags(), item.key().to_vec()));
+            assert_eq!(got, Some((value(i), flags(i), key(i).into_bytes())), "key {i}");
+        }
+    }
 
     /// `copy_record` copies whole words, never past the record's segment (it asserts so):
     /// records that end exactly where their segment ends (64-byte records in 64 KiB segments)
