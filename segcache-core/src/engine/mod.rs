@@ -29,7 +29,7 @@ use std::sync::atomic::{AtomicU8, Ordering::Relaxed};
 use std::sync::Arc;
 
 use crate::builder::Builder;
-use crate::clock::Clock;
+use crate::clock::{system_now, Clock};
 use crate::error::Result;
 use crate::eviction::ghost::Ghost;
 use crate::eviction::policy::Policy;
@@ -57,6 +57,8 @@ pub struct Segcache {
     pub(crate) mem: ShardMem,
     pub(crate) geo: Geometry,
     pub(crate) clock: Arc<dyn Clock>,
+    /// `clock` is `SystemClock`, which `now` then calls directly, not through the trait object.
+    pub(crate) system_clock: bool,
     pub(crate) policy: Policy,
     /// The shard's buckets (primary, then the overflow pool).
     pub(crate) buckets: &'static [Bucket],
@@ -179,6 +181,7 @@ impl Segcache {
             mem,
             geo,
             clock: settings.clock.clone(),
+            system_clock: settings.clock.is_system(),
             policy: settings.policy,
             pad_numbers: settings.pad_numbers,
             listener: settings.listener.clone(),
@@ -228,7 +231,8 @@ impl Segcache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn now(&self) -> u32 {
-        self.clock.now().max(self.meta().last_expire)
+        let now = if self.system_clock { system_now() } else { self.clock.now() };
+        now.max(self.meta().last_expire)
     }
 
     /// Takes the shard's next CAS counter, for an item being stored or modified. The counter is

@@ -1530,7 +1530,7 @@ mod tests {
                 .segment_size(64 << 10)
                 .shards(1)
                 .hash_power(4)
-                .eviction(crate::Policy::None)
+                .eviction(crate::eviction::policy::Policy::None)
                 .build_shared()
                 .unwrap(),
         );

@@ -504,7 +504,7 @@ mod tests {
             .heap_size(8 * SEGMENT)
             .segment_size(SEGMENT)
             .shards(1)
-            .eviction(crate::Policy::None)
+            .eviction(crate::eviction::policy::Policy::None)
             .build_shared()
             .unwrap();
         let key = |i: usize| format!("k{i}");
