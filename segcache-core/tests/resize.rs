@@ -35,7 +35,7 @@ fn value(i: u32) -> Vec<u8> {
 fn fill(c: &SharedCache, n: u32) -> Vec<u64> {
     (0..n)
         .map(|i| {
-            let ttl = Duration::from_secs(if i % 3 == 0 { 1000 } else { 0 });
+            let ttl = Duration::from_secs(if i.is_multiple_of(3) { 1000 } else { 0 });
             c.set(&key(i), &value(i), i, ttl).unwrap();
             c.get(&key(i)).unwrap().cas
         })

@@ -513,7 +513,7 @@ mod tests {
             n => n * 3 % 80,
         };
         let value = |i: usize| (0..len(i)).map(|j| (i * 7 + j) as u8).collect::<Vec<u8>>();
-        let flags = |i: usize| if i % 3 == 0 { 0 } else { i as u32 };
+        let flags = |i: usize| if i.is_multiple_of(3) { 0 } else { i as u32 };
         // Until the heap is full: nothing is evicted.
         let mut n = 0;
         while c.set(key(n).as_bytes(), &value(n), flags(n), Duration::ZERO).is_ok() {
