@@ -182,3 +182,18 @@ fn items_larger_than_the_new_segments_are_left_behind_and_the_rest_move() {
     drop(c);
     cleanup(&path);
 }
+
+#[test]
+fn a_file_that_is_not_a_cache_is_refused_or_reset_as_without_the_option() {
+    let path = tmp("junk");
+    let clock = ManualClock::new(T0);
+    std::fs::write(&path, [0x5a; 8192]).unwrap();
+    let err = sized(&path, &clock, 4 << 20, 64 << 10, 2).resize_file(true).build_shared().unwrap_err();
+    assert!(matches!(err, Error::BadFile { .. }), "{err}");
+    assert_eq!(std::fs::read(&path).unwrap(), [0x5a; 8192], "left as it was");
+    let c = sized(&path, &clock, 4 << 20, 64 << 10, 2).resize_file(true).reset_bad_file(true).build_shared().unwrap();
+    assert_eq!(c.len(), 0);
+    assert!(!aside(&path).exists());
+    drop(c);
+    cleanup(&path);
+}

@@ -105,7 +105,9 @@ impl Builder {
                 _ => {}
             }
         } else {
-            match FileLayout::read(path)? {
+            // A file that is not readable as a segcache file is left to the plain open, which
+            // refuses it or (`reset_bad_file`) starts over.
+            match FileLayout::read(path).ok().flatten() {
                 Some(found) if found != FileLayout::of(&layout) => std::fs::rename(path, &aside).map_err(io)?,
                 _ => return self.open_layout(layout),
             }
