@@ -7,18 +7,6 @@ use crate::eviction::policy::Policy;
 use crate::eviction::{Cursors, Plan, Victims};
 
 impl Segcache {
-    /// Start of every write: a due flush, and a step of expiry.
-    pub(crate) fn prepare_write(&mut self) -> u32 {
-        self.finish_checks();
-        let now = self.now();
-        if self.flushed(now) {
-            self.reset(false);
-            self.meta_mut().flushes += 1;
-        }
-        self.expire_step(now);
-        now
-    }
-
     /// Frees at least one segment's worth of space by the engine's policy, or fails with
     /// `NoMemory` when eviction is off or nothing can be freed.
     pub(crate) fn evict(&mut self) -> Result<()> {

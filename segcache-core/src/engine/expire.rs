@@ -6,6 +6,18 @@ use crate::ttl_buckets::expire::EXPIRE_PACE;
 use crate::ttl_buckets::ttl;
 
 impl Segcache {
+    /// Start of every write: a due flush, and a step of expiry.
+    pub(crate) fn prepare_write(&mut self) -> u32 {
+        self.finish_checks();
+        let now = self.now();
+        if self.flushed(now) {
+            self.reset(false);
+            self.meta_mut().flushes += 1;
+        }
+        self.expire_step(now);
+        now
+    }
+
     /// Frees every segment whose items have all expired, from the heads of the TTL chains.
     /// Returns the number of items removed. Writes free expired segments on their own, one at a
     /// time and spaced out; this frees them all at once.
