@@ -1,5 +1,6 @@
 //! Expiring whole segments: all at once (`expire`), or a few at a time as writes go
-//! (`expire_step`), from the heads of the TTL chains.
+//! (`expire_step`, from `prepare_write`, which starts every write), from the heads of the TTL
+//! chains.
 
 use crate::engine::Segcache;
 use crate::ttl_buckets::expire::EXPIRE_PACE;
