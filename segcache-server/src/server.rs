@@ -236,16 +236,11 @@ impl Server {
         }
         self.health.release();
         drop(self.workers);
-        match Arc::try_unwrap(self.shared) {
-            Ok(shared) => {
-                let persisted = shared.settings.engine.path.is_some();
-                shared.cache.close().map_err(|e| format!("closing the cache: {e}"))?;
-                log::info!("cache closed{}", if persisted { " (persisted for a warm restart)" } else { "" });
-                Ok(())
-            }
-            // Unreachable once every thread has been joined; dropping closes the engine too.
-            Err(_) => Err("internal error: the cache is still shared at shutdown".into()),
-        }
+        let shared = last_holder(self.shared);
+        let persisted = shared.settings.engine.path.is_some();
+        shared.cache.close().map_err(|e| format!("closing the cache: {e}"))?;
+        log::info!("cache closed{}", if persisted { " (persisted for a warm restart)" } else { "" });
+        Ok(())
     }
 
     fn accept_all(&mut self, i: usize, next: &mut usize) {
@@ -401,6 +396,25 @@ pub fn start_line(o: &Opened, path: Option<&Path>) -> String {
                 "recovered after a crash from {path}: {items} item{s} back in {ms} ms, {d} corrupt segment{ds} dropped"
             )
         }
+    }
+}
+
+/// Waits until `shared` is the last holder of the server's state. Every thread that served has
+/// been joined by then; the one other holder is a heap write asked by SIGUSR2, which may still
+/// be running when a stop signal pending beside it was taken first, and ends on its own.
+fn last_holder(mut shared: Arc<Shared>) -> Shared {
+    let started = Instant::now();
+    let mut told = false;
+    loop {
+        match Arc::try_unwrap(shared) {
+            Ok(s) => return s,
+            Err(still) => shared = still,
+        }
+        if !told && started.elapsed() > Duration::from_secs(5) {
+            log::warn!("stopping: waiting for the heap write SIGUSR2 asked for to end");
+            told = true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
