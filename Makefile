@@ -263,6 +263,10 @@ test-restart: deps
 # segcache user, serves a client, stops on SIGTERM, restarts warm, and is purged with nothing left
 # behind (needs root, as CI runs).
 test-package: deps venv
+	# Cargo verifies each crate against the others through a registry in target/package, and
+	# keeps what it unpacks from there under CARGO_HOME, keyed by that registry's path only: a
+	# copy left by an earlier packaging of the same checkout would be built instead of this one.
+	rm -rf "$${CARGO_HOME:-$$HOME/.cargo}"/registry/src/-*/segcache-*
 	$(CARGO) package --locked -p segcache-core -p segcache-server -p segcache-ffi --allow-dirty
 	deb=$$(bash packaging/debian/build-deb.sh "$${CARGO_TARGET_DIR:-$(CURDIR)/target}/deb" | tail -n1)
 	SEGCACHE_DEB="$$deb" CARGO="$(CARGO)" $(PY) -m pytest -q -rs -p no:cacheprovider tests/packaging
