@@ -207,7 +207,7 @@ type Told = Arc<Mutex<Vec<(Vec<u8>, u64, RemovalCause)>>>;
 
 /// The engine itself, or the shared handle (the server's), sharded or not.
 enum Cache {
-    Engine(Segcache),
+    Engine(Box<Segcache>),
     Shared(SharedCache),
 }
 
@@ -546,7 +546,7 @@ fn soak(cfg: &Config, seed: u64, ops: usize) {
     // A store's size limit: the segment's, whatever the handle.
     let max_item = Builder::new().heap_size(cfg.heap).segment_size(cfg.segment).build().unwrap().max_item_size();
     let cache = match cfg.shared {
-        None => Cache::Engine(b.build().unwrap()),
+        None => Cache::Engine(Box::new(b.build().unwrap())),
         Some(shards) => Cache::Shared(b.shards(shards).build_shared().unwrap()),
     };
     let verify_every = env("SEGCACHE_SOAK_VERIFY_EVERY").unwrap_or(64).max(1);

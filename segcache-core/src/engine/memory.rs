@@ -15,7 +15,7 @@ use crate::ttl_buckets::TtlBuckets;
 impl Segcache {
     #[inline]
     pub(crate) fn table(&self) -> Table<'static> {
-        Table { buckets: self.buckets, summary: self.summary, mask: self.geo.primary_buckets() as u64 - 1 }
+        self.table
     }
 
     /// The shard's segments, as a view (see `Segments`).

@@ -35,6 +35,7 @@ use crate::eviction::ghost::Ghost;
 use crate::eviction::policy::Policy;
 use crate::fork::Origin;
 use crate::hashtable::bucket::Bucket;
+use crate::hashtable::table::Table;
 use crate::layout::Geometry;
 use crate::persist::file::Found;
 use crate::persist::region::ShardMem;
@@ -60,11 +61,10 @@ pub struct Segcache {
     /// `clock` is `SystemClock`, which `now` then calls directly, not through the trait object.
     pub(crate) system_clock: bool,
     pub(crate) policy: Policy,
-    /// The shard's buckets (primary, then the overflow pool).
-    pub(crate) buckets: &'static [Bucket],
-    /// The tag summary of each chain (see `table`), in the region so that processes sharing the
-    /// cache share it; rebuilt by the first process to open a file.
-    pub(crate) summary: &'static [AtomicU8],
+    /// The shard's hash table: its buckets (primary, then the overflow pool) and the tag summary
+    /// of each chain, in the region so that processes sharing the cache share them (the summary
+    /// is rebuilt by the first process to open a file).
+    pub(crate) table: Table<'static>,
     /// S3-FIFO's ghost of keys recently dropped from the small pool.
     pub(crate) ghost: Ghost,
     /// Holds an old value while its item is rewritten (append, incr, touch), since the rewrite
@@ -188,8 +188,7 @@ impl Segcache {
             dropped_segments: 0,
             expiry_pass: crate::ttl_buckets::ttl::BUCKETS,
             expiry_wait: 0,
-            buckets,
-            summary,
+            table: Table::new(buckets, summary, geo.primary_buckets()),
             ghost,
             scratch: Vec::new(),
             origin,

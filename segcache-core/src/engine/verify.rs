@@ -21,7 +21,7 @@ impl Segcache {
         let mut slots_in = vec![0u32; self.geo.segments];
         let mut items = 0u64;
         let mut bad = None;
-        for chain in 0..=t.mask {
+        for chain in 0..=t.mask() {
             // A chain's index serves as its hash: `head` only uses the masked bits.
             t.scan(chain, |_, v| {
                 let loc = slot::slot_loc(v);
@@ -35,7 +35,9 @@ impl Segcache {
                     match data.get(loc.offset as usize..).and_then(|src| record::parse(src, base)) {
                         None => Some(format!("no record at {loc:?}")),
                         Some(r) if r.dead => Some(format!("a dead record of key {:?}", String::from_utf8_lossy(r.key))),
-                        Some(r) if hash(r.key) & t.mask != chain || slot::slot_tag(v) != slot::tag_of(hash(r.key)) => {
+                        Some(r)
+                            if hash(r.key) & t.mask() != chain || slot::slot_tag(v) != slot::tag_of(hash(r.key)) =>
+                        {
                             Some(format!("key {:?} of another chain", String::from_utf8_lossy(r.key)))
                         }
                         Some(_) => None,

@@ -10,7 +10,7 @@ impl Table<'_> {
     /// Whether the chain may hold the tag: `false` means certainly not.
     #[inline]
     pub fn may_hold(&self, hash: u64) -> bool {
-        self.summary[(hash & self.mask) as usize].load(Relaxed) & summary_bit(tag_of(hash)) != 0
+        self.summary_of(hash).load(Relaxed) & summary_bit(tag_of(hash)) != 0
     }
 
     /// Whether the chain may hold an item with the hash's tag: the summary, then (when its bit
@@ -44,12 +44,12 @@ impl Table<'_> {
             bits |= summary_bit(slot_tag(v));
             false
         });
-        self.summary[(hash & self.mask) as usize].store(bits, Relaxed);
+        self.summary_of(hash).store(bits, Relaxed);
     }
 
     /// Recomputes every chain's summary: for buckets found in a reopened file.
     pub fn rebuild_summary(&self) {
-        for chain in 0..=self.mask {
+        for chain in 0..=self.mask() {
             // A chain's index serves as its hash: `head` only uses the masked bits.
             self.refresh_summary(chain);
         }

@@ -35,11 +35,14 @@ const SLOTS: usize = 8;
 
 /// A view of one shard's buckets: `1 << hash_power` primary buckets, then the overflow pool,
 /// and the tag summary of each chain (one byte per primary bucket).
+///
+/// `new` checks that every chain's head bucket and summary byte exist, so the chain of a hash
+/// is found without a bounds check on each lookup.
 #[derive(Clone, Copy)]
 pub struct Table<'a> {
-    pub buckets: &'a [Bucket],
-    pub summary: &'a [AtomicU8],
-    pub mask: u64,
+    buckets: &'a [Bucket],
+    summary: &'a [AtomicU8],
+    mask: u64,
 }
 
 /// The result of looking for a key's slot.
@@ -50,9 +53,39 @@ pub struct Found<'a> {
 }
 
 impl<'a> Table<'a> {
+    /// A table of `chains` chains (a power of two): their head buckets, then the overflow pool,
+    /// in `buckets`; one summary byte per chain.
+    ///
+    /// # Panics
+    /// If `chains` is not a power of two, or `buckets` or `summary` is shorter than `chains`.
+    pub fn new(buckets: &'a [Bucket], summary: &'a [AtomicU8], chains: usize) -> Self {
+        assert!(
+            chains.is_power_of_two() && buckets.len() >= chains && summary.len() >= chains,
+            "a table of {chains} chains over {} buckets and {} summary bytes",
+            buckets.len(),
+            summary.len()
+        );
+        Table { buckets, summary, mask: chains as u64 - 1 }
+    }
+
+    /// The chains' count less one: a hash's chain is `hash & mask`.
+    #[inline]
+    pub fn mask(&self) -> u64 {
+        self.mask
+    }
+
     #[inline]
     pub fn head(&self, hash: u64) -> &'a Bucket {
-        &self.buckets[(hash & self.mask) as usize]
+        // SAFETY: `hash & mask` < `mask + 1`, the chain count, which `new` checked `buckets`
+        // holds at least.
+        unsafe { self.buckets.get_unchecked((hash & self.mask) as usize) }
+    }
+
+    /// The summary byte of the hash's chain.
+    #[inline]
+    pub(crate) fn summary_of(&self, hash: u64) -> &'a AtomicU8 {
+        // SAFETY: as in `head`: `new` checked `summary` holds a byte per chain.
+        unsafe { self.summary.get_unchecked((hash & self.mask) as usize) }
     }
 
     /// Prefetches the chain's first overflow bucket, if it has one. Reads the head: call it once
@@ -123,7 +156,7 @@ impl<'a> Table<'a> {
     /// gave), keeping the summary up to date.
     #[inline]
     pub fn put(&self, hash: u64, slot: &AtomicU64, value: u64) {
-        let s = &self.summary[(hash & self.mask) as usize];
+        let s = self.summary_of(hash);
         let (bits, bit) = (s.load(Relaxed), summary_bit(slot_tag(value)));
         if bits & bit == 0 {
             s.store(bits | bit, Relaxed);
@@ -383,6 +416,21 @@ mod tests {
         (v, (0..2).map(|_| AtomicU8::new(0)).collect(), 1)
     }
 
+    /// Lookups index a hash's head bucket and summary byte unchecked, so a table is refused unless
+    /// both hold every chain, and a chain count that is not a power of two (its mask would skip
+    /// chains) is refused too; a hash with every bit set lands on the last chain.
+    #[test]
+    fn a_table_holds_every_chain_it_is_built_for() {
+        let (buckets, summary, _) = table(4);
+        for (chains, summary_len) in [(4, 2), (8, 2), (3, 2)] {
+            let built = std::panic::catch_unwind(|| Table::new(&buckets, &summary[..summary_len], chains).mask());
+            assert!(built.is_err(), "{chains} chains over 4 buckets and {summary_len} summary bytes");
+        }
+        let t = Table::new(&buckets, &summary, 2);
+        assert!(std::ptr::eq(t.head(u64::MAX), &buckets[1]));
+        assert!(std::ptr::eq(t.summary_of(u64::MAX), &summary[1]));
+    }
+
     /// Puts `n` items in chain 0 (hash low bit 0), with tags 1..=n, item `i` in segment `i`;
     /// returns their hashes.
     fn fill_chain(t: &Table<'_>, pool: &mut Pool, n: u64) -> Vec<u64> {
@@ -400,7 +448,7 @@ mod tests {
     #[test]
     fn a_chain_of_one_bucket_is_scanned_slot_by_slot() {
         let (buckets, summary, mask) = table(4);
-        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let t = Table::new(&buckets, &summary, mask as usize + 1);
         let mut pool = Pool::default();
         // An info word that looks like an item of tag 1 must not be seen as one.
         t.head(0).slots[0].store(pack(1, 0, Loc { seg: 77, offset: 0 }) & !0xff, Relaxed);
@@ -432,7 +480,7 @@ mod tests {
     #[test]
     fn chains_grow_into_overflow_and_find_every_item() {
         let (buckets, summary, mask) = table(16);
-        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let t = Table::new(&buckets, &summary, mask as usize + 1);
         let mut pool = Pool::default();
         // Twenty items with the same bucket and distinct tags.
         let hashes = fill_chain(&t, &mut pool, 20);
@@ -468,7 +516,7 @@ mod tests {
     #[test]
     fn prefetch_chain_follows_only_links_in_range() {
         let (buckets, summary, mask) = table(16);
-        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let t = Table::new(&buckets, &summary, mask as usize + 1);
         let mut pool = Pool::default();
         let hashes = fill_chain(&t, &mut pool, 8);
         t.prefetch_chain(hashes[0]); // chained
@@ -480,7 +528,7 @@ mod tests {
     #[test]
     fn a_last_bucket_left_with_one_item_folds_back_into_the_link() {
         let (buckets, summary, mask) = table(16);
-        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let t = Table::new(&buckets, &summary, mask as usize + 1);
         let mut pool = Pool::default();
         // Eight items: the head's 6, and 2 in one overflow bucket.
         let hashes = fill_chain(&t, &mut pool, 8);
@@ -498,7 +546,7 @@ mod tests {
     #[test]
     fn summary_tracks_the_tags_of_each_chain() {
         let (buckets, summary, mask) = table(16);
-        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let t = Table::new(&buckets, &summary, mask as usize + 1);
         let mut pool = Pool::default();
         // Tags 1..=9 in chain 0: bit 1 is shared by tags 1 and 9, and tag 8 has bit 0.
         let hashes = fill_chain(&t, &mut pool, 9);
@@ -533,7 +581,7 @@ mod tests {
         // Even tags 2..=20 in chain 0: bits 0, 2, 4 and 6 of the summary set.
         let hashes: Vec<u64> = (1..=10).map(|i| (2 * i) << 52).collect();
         let (buckets, summary, mask) = table(16);
-        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let t = Table::new(&buckets, &summary, mask as usize + 1);
         let mut pool = Pool::default();
         for &h in &hashes {
             let slot = t.empty_slot(h, &mut pool).expect("pool has room");
@@ -564,7 +612,7 @@ mod tests {
     #[test]
     fn pool_exhaustion_is_reported() {
         let (buckets, summary, mask) = table(3);
-        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let t = Table::new(&buckets, &summary, mask as usize + 1);
         let mut pool = Pool::default();
         let mut n = 0;
         while let Some(s) = t.empty_slot(0, &mut pool) {
@@ -577,7 +625,7 @@ mod tests {
     #[test]
     fn cas_counter_and_freq() {
         let (buckets, summary, mask) = table(2);
-        let t = Table { buckets: &buckets, summary: &summary, mask };
+        let t = Table::new(&buckets, &summary, mask as usize + 1);
         let c0 = t.cas(0);
         t.touch_info(0, 123);
         assert_eq!(t.cas(0), c0 + 1);

@@ -172,7 +172,7 @@ impl<T> ShardLock<T> {
             self.take_mapped(m, repair);
             return ReadGuard { lock: self, slot: self.own_slot() };
         }
-        self.read_in(thread_index())
+        self.read_in(own_index())
     }
 
     /// Takes the mapped lock; after a holder died, repairs the shard first, with the sequence
@@ -295,15 +295,12 @@ impl<T> ShardLock<T> {
         self.seq().load(Acquire) / 2
     }
 
-    /// The slot that this thread counts its reads in: by thread, and in the mapping by process
-    /// too, so that the first threads of two processes rarely share one.
+    /// The slot that this thread counts its reads in: by thread and by process, so that the
+    /// first threads of two processes sharing a mapped lock rarely share one (the salt only
+    /// spreads the threads of an unmapped lock, which one process uses, the same way).
     #[inline]
     pub fn own_slot(&self) -> &ReaderSlot {
-        let i = match self.mapped {
-            Some(_) => thread_index().wrapping_add(crate::fork::process_salt()),
-            None => thread_index(),
-        };
-        &self.slots[i & (self.slots.len() - 1)]
+        &self.slots[own_index() & (self.slots.len() - 1)]
     }
 
     /// Every reader slot, for summing their counters.
@@ -510,6 +507,12 @@ pub(crate) fn relax(spins: &mut u32) {
             std::thread::yield_now();
         }
     }
+}
+
+/// This thread's reader slot index, before it is taken modulo the slots (see `own_slot`).
+#[inline]
+fn own_index() -> usize {
+    thread_index().wrapping_add(crate::fork::process_salt())
 }
 
 /// This thread's number, given in the order threads first take a read lock.
