@@ -135,7 +135,22 @@ impl Segcache {
         if loc.seg as usize >= self.geo.segments || !self.readable_segment(loc.seg) {
             return None;
         }
-        record::parse(self.seg_data(loc.seg).get(loc.offset as usize..)?, self.seg(loc.seg).cas_base)
+        let seg = self.seg(loc.seg);
+        let len = (seg.write_offset as usize).min(self.geo.segment_size);
+        let offset = loc.offset as usize;
+        if offset >= len {
+            return None;
+        }
+        // SAFETY: segment `loc.seg` (< segments, checked above) spans `segment_size` bytes of
+        // the heap inside the live region, of which its first `len` hold records; writers need
+        // `&mut self`, so nothing changes them meanwhile.
+        let rest = unsafe {
+            std::slice::from_raw_parts(
+                self.mem.heap.add(loc.seg as usize * self.geo.segment_size + offset),
+                len - offset,
+            )
+        };
+        record::parse(rest, seg.cas_base)
     }
 
     /// Byte `at` of the record at `loc`, as an atomic: the control and access bytes, which
