@@ -146,3 +146,32 @@ def test_prefault_takes_the_heap_at_once():
     assert taken[b"k"] == b"v" and lazy.get(b"k") is None
     with pytest.raises(TypeError, match="prefault"):
         segcache.Cache(heap_size="1MiB", prefault="yes")
+
+
+def test_the_memory_limit_grows_into_max_heap_size_and_back():
+    c = segcache.Cache(heap_size="2MiB", max_heap_size="8MiB", segment_size="64KiB", shards=2)
+    assert (c.memory_limit(), c.stats()["heap_bytes"]) == (2 << 20, 8 << 20)
+
+    def fill():
+        for i in range(50_000):
+            c.set(b"k%d" % i, b"v" * 100)
+        return sum(c.get(b"k%d" % i) == b"v" * 100 for i in range(50_000))
+
+    small = fill()
+    c.set_memory_limit("8MiB")
+    assert c.memory_limit() == 8 << 20
+    large = fill()
+    assert large > 2 * small, (small, large)
+    with pytest.raises(segcache.InvalidConfig):
+        c.set_memory_limit(16 << 20)
+    with pytest.raises(TypeError):
+        c.set_memory_limit(1.5)
+    c.set_memory_limit(2 << 20)
+    assert c.memory_limit() == 2 << 20
+
+
+def test_max_heap_size_below_the_heap_or_with_prefault_is_refused():
+    with pytest.raises(segcache.InvalidConfig, match="max_heap_size"):
+        segcache.Cache(heap_size="4MiB", max_heap_size="2MiB")
+    with pytest.raises(segcache.InvalidConfig, match="prefault"):
+        segcache.Cache(heap_size="4MiB", max_heap_size="8MiB", prefault=True)

@@ -96,6 +96,13 @@ pub struct segcache_config_t {
     /// is done; a crash meanwhile restarts the move at the next open. Not with `multi_process`
     /// (`SEGCACHE_INVALID_CONFIG`).
     pub resize_file: bool,
+    /// Room to grow: the most heap `segcache_set_memory_limit` may raise the limit to while the
+    /// cache runs, which starts at `heap_size`. 0 (default): `heap_size`, a limit that can
+    /// shrink but not grow. The heap and hash table are laid out for this size (memory is taken
+    /// only as segments are first written; the hash table, sized for it, is about an eighth of
+    /// it; a file is made this large). Less than `heap_size`, or with `prefault`:
+    /// `SEGCACHE_INVALID_CONFIG`.
+    pub max_heap_size: usize,
 }
 
 /// Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
@@ -124,6 +131,7 @@ pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t)
             multi_process: false,
             prefault: false,
             resize_file: false,
+            max_heap_size: 0,
         };
         // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
         unsafe { put(config, defaults) };
@@ -150,6 +158,9 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
         .resize_file(cfg.resize_file);
     if cfg.hash_power != 0 {
         b = b.hash_power(cfg.hash_power);
+    }
+    if cfg.max_heap_size != 0 {
+        b = b.max_heap_size(cfg.max_heap_size);
     }
     if cfg.shards != 0 {
         b = b.shards(cfg.shards as usize);

@@ -134,6 +134,18 @@ pub unsafe extern "C" fn segcache_len(cache: *const segcache_t, out: *mut usize)
     unsafe { report(cache, out, SharedCache::len) }
 }
 
+/// Writes the heap the cache may use now to `*out`: `segcache_set_memory_limit`'s, else
+/// `heap_size`. Thread safety: any thread.
+/// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+///
+/// # Safety
+/// `cache` is NULL or a live handle; `out` is NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_memory_limit(cache: *const segcache_t, out: *mut usize) -> segcache_status_t {
+    // SAFETY: the caller's contract, which is `report`'s.
+    unsafe { report(cache, out, SharedCache::memory_limit) }
+}
+
 /// Writes the cache clock's current time (Unix seconds) to `*out`. Thread safety: any thread.
 /// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
 ///

@@ -294,6 +294,21 @@ pub unsafe extern "C" fn segcache_flush_after(cache: *const segcache_t, delay: u
     }
 }
 
+/// Sets the heap the cache may use to `bytes` (split evenly over the shards), at once: a lower
+/// limit evicts as new items need room, a higher one, up to the heap laid out
+/// (`max_heap_size`, else `heap_size`), keeps every item and adds room. More than that:
+/// `SEGCACHE_INVALID_CONFIG`, the limit unchanged. Thread safety: any thread (locks each shard
+/// in turn).
+/// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+///
+/// # Safety
+/// `cache` is NULL or a live handle.
+#[no_mangle]
+pub unsafe extern "C" fn segcache_set_memory_limit(cache: *const segcache_t, bytes: usize) -> segcache_status_t {
+    // SAFETY: the caller's contract.
+    unsafe { run_with(cache, |h| Ok(h.cache.set_memory_limit(bytes)?)) }
+}
+
 /// Frees the memory of expired items now (reads already treat them as misses); writes the
 /// number of items removed to `*removed` (optional). Thread safety: any thread.
 /// Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.

@@ -2,7 +2,9 @@
 with SIGKILL, is copied to another directory and a server started there over the copy (another
 port, another path: what another machine with the same settings sees) is warm, every item served
 with its value, flags and time to live. A start whose settings do not match the file is refused
-with the setting named, and the copy is left as it was (docs/cluster.md, "Moving a node's file")."""
+with the setting named, and the copy is left as it was (docs/cluster.md, "Moving a node's file").
+A file made with room to grow (--max-memory-limit) restarts warm with all it held, even more than
+-m, the limit back at -m."""
 
 import hashlib
 import re
@@ -144,3 +146,46 @@ def test_resize_file_moves_every_item_into_a_heap_of_other_sizes(tmp_path, stop)
         finally:
             assert resized.stop() == 0
         assert not (tmp_path / "cache.seg.resizing").exists()
+
+
+def limit_maxbytes(port: int) -> int:
+    with connect(port) as sock:
+        sock.sendall(b"stats\r\n")
+        stats = b""
+        while not stats.endswith(b"END\r\n"):
+            stats += sock.recv(65536)
+    return int(re.search(rb"STAT limit_maxbytes (\d+)", stats).group(1))
+
+
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGKILL"])
+def test_a_file_with_room_to_grow_restarts_warm_at_its_memory_limit(tmp_path, stop):
+    """The file is made for --max-memory-limit; what the limit grew to holds, and the next start
+    (the same flags) is warm with every item, the limit back at -m."""
+    path = tmp_path / "cache.seg"
+    args = ["--persist", str(path), "-m", "8", "--max-memory-limit", "32"]
+    s = Server(*args).start()
+    with connect(s.port) as sock:
+        assert Raw(sock).request(b"cache_memlimit 32\r\n") == b"OK"
+    fill(s.port)
+    big = b"b" * 8000
+    c = Client(("127.0.0.1", s.port), default_noreply=False)
+    assert c.set_many({f"big:{i}": big for i in range(2000)}) == []  # 16 MB: twice -m
+    c.close()
+    s.proc.send_signal(getattr(signal, stop))
+    s.proc.wait(30)
+    again = Server(*args, port=free_port()).start()
+    try:
+        check_every_item(again.port)
+        c = Client(("127.0.0.1", again.port), default_noreply=False)
+        keys = [f"big:{i}" for i in range(2000)]
+        assert all(len(c.get_many(keys[i:i + 500])) == 500 for i in range(0, 2000, 500))
+        c.close()
+        assert limit_maxbytes(again.port) == 8 << 20
+    finally:
+        assert again.stop() == 0
+    # Without the room the file's sizes are not these: refused, the file left as it was.
+    before = digest(path)
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), "--persist", str(path), "-m", "8", *ROOT_USER],
+                       capture_output=True, text=True, timeout=30)
+    assert r.returncode != 0 and str(path) in r.stderr, r.stderr
+    assert digest(path) == before

@@ -21,8 +21,8 @@ import urllib.parse
 
 import pytest
 
-from conftest import start_segcache
-from diffkit import MEMCACHED
+from conftest import ROOT_USER, free_port, server_binary, start_segcache
+from diffkit import MEMCACHED, Proc
 
 pytestmark = pytest.mark.skipif(shutil.which(MEMCACHED) is None and not os.path.exists(MEMCACHED),
                                 reason="memcached 1.6 is the oracle: not installed")
@@ -659,3 +659,33 @@ def test_watch_evictions_names_each_evicted_item(pair):
             assert skipped > 0 or len(keys) == evicted, (len(keys), evicted)
         gone = talk(proc.port, b"".join(b"mg %s v\r\n" % k for k in keys[:50]))
         assert gone == b"EN\r\n" * len(keys[:50]), proc.name
+
+
+def test_cache_memlimit_grows_into_the_room_laid_out_as_memcacheds_grows():
+    """memcached raises its limit online; this server does up to `--max-memory-limit`, the room
+    its heap was laid out with, and refuses past it. Both then hold what the new limit holds."""
+    mc_port, sc_port = free_port(), free_port()
+    mc = Proc("memcached", [MEMCACHED, "-p", str(mc_port), "-U", "0", "-l", "127.0.0.1", "-m", "8", "-t", "2",
+                            *ROOT_USER], mc_port)
+    sc = Proc("segcache-server", [str(server_binary()), "-p", str(sc_port), "-m", "8", "--max-memory-limit", "32",
+                                  "-t", "2", "--no-pin", *ROOT_USER], sc_port)
+    try:
+        value = b"v" * 8000
+        held = {}
+        for name, port in (("memcached", mc_port), ("segcache", sc_port)):
+            assert talk(port, b"cache_memlimit 32\r\n") == b"OK\r\n", name
+            assert stat_map(talk(port, b"stats\r\n"))["limit_maxbytes"] == str(32 << 20), name
+            # 24 MB of values: three times what -m 8 holds.
+            stores = b"".join(b"set k%d 0 0 %d noreply\r\n%s\r\n" % (i, len(value), value) for i in range(3000))
+            talk(port, stores)
+            gets = talk(port, b"".join(b"get k%d\r\n" % i for i in range(3000)))
+            held[name] = gets.count(b"VALUE ")
+        assert all(n > 2500 for n in held.values()), held
+        # Past the room laid out, memcached (which has none to lay out) still says OK.
+        assert talk(mc_port, b"cache_memlimit 64\r\n") == b"OK\r\n"
+        assert talk(sc_port, b"cache_memlimit 64\r\n") == b"MEMLIMIT_ADJUST_FAILED out of bounds or unable to adjust\r\n"
+        assert talk(sc_port, b"cache_memlimit 16\r\n") == b"OK\r\n"
+        assert stat_map(talk(sc_port, b"stats\r\n"))["limit_maxbytes"] == str(16 << 20)
+    finally:
+        mc.stop()
+        assert sc.stop() == 0

@@ -347,6 +347,15 @@ typedef struct segcache_config_t {
    * (`SEGCACHE_INVALID_CONFIG`).
    */
   bool resize_file;
+  /**
+   * Room to grow: the most heap `segcache_set_memory_limit` may raise the limit to while the
+   * cache runs, which starts at `heap_size`. 0 (default): `heap_size`, a limit that can
+   * shrink but not grow. The heap and hash table are laid out for this size (memory is taken
+   * only as segments are first written; the hash table, sized for it, is about an eighth of
+   * it; a file is made this large). Less than `heap_size`, or with `prefault`:
+   * `SEGCACHE_INVALID_CONFIG`.
+   */
+  size_t max_heap_size;
 } segcache_config_t;
 
 /**
@@ -980,6 +989,16 @@ enum segcache_status_t segcache_stats(const struct segcache_t *cache, struct seg
 enum segcache_status_t segcache_len(const struct segcache_t *cache, size_t *out);
 
 /**
+ * Writes the heap the cache may use now to `*out`: `segcache_set_memory_limit`'s, else
+ * `heap_size`. Thread safety: any thread.
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle; `out` is NULL or writable.
+ */
+enum segcache_status_t segcache_memory_limit(const struct segcache_t *cache, size_t *out);
+
+/**
  * Writes the cache clock's current time (Unix seconds) to `*out`. Thread safety: any thread.
  * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
  *
@@ -1115,6 +1134,19 @@ enum segcache_status_t segcache_flush(const struct segcache_t *cache);
  * `cache` is NULL or a live handle.
  */
 enum segcache_status_t segcache_flush_after(const struct segcache_t *cache, uint32_t delay);
+
+/**
+ * Sets the heap the cache may use to `bytes` (split evenly over the shards), at once: a lower
+ * limit evicts as new items need room, a higher one, up to the heap laid out
+ * (`max_heap_size`, else `heap_size`), keeps every item and adds room. More than that:
+ * `SEGCACHE_INVALID_CONFIG`, the limit unchanged. Thread safety: any thread (locks each shard
+ * in turn).
+ * Ownership: every pointer argument is borrowed for the call only; the library copies what it keeps.
+ *
+ * # Safety
+ * `cache` is NULL or a live handle.
+ */
+enum segcache_status_t segcache_set_memory_limit(const struct segcache_t *cache, size_t bytes);
 
 /**
  * Frees the memory of expired items now (reads already treat them as misses); writes the

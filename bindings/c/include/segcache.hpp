@@ -93,6 +93,7 @@ struct Config {
     Config &multi_process(bool v) { raw.multi_process = v; return *this; }  // needs file()
     Config &prefault(bool v) { raw.prefault = v; return *this; }
     Config &resize_file(bool v) { raw.resize_file = v; return *this; }
+    Config &max_heap_size(size_t bytes) { raw.max_heap_size = bytes; return *this; }
 };
 
 /// An item copied out of the cache.
@@ -418,6 +419,13 @@ public:
     size_t size() const {
         size_t n = 0;
         detail::check(segcache_len(live(), &n), "segcache_len");
+        return n;
+    }
+    /// segcache_set_memory_limit: up to the heap laid out (Config::max_heap_size), else throws.
+    void set_memory_limit(size_t bytes) { detail::check(segcache_set_memory_limit(live(), bytes), "segcache_set_memory_limit"); }
+    size_t memory_limit() const {
+        size_t n = 0;
+        detail::check(segcache_memory_limit(live(), &n), "segcache_memory_limit");
         return n;
     }
     uint32_t now() const {

@@ -103,6 +103,7 @@ static void test_config_default(void) {
     CHECK(cfg.multi_process == false);
     CHECK(cfg.prefault == false);
     CHECK(cfg.resize_file == false);
+    CHECK(cfg.max_heap_size == 0);
     CHECK_ST(segcache_config_default(NULL), SEGCACHE_INVALID_ARGUMENT);
     CHECK(strstr(segcache_last_error(), "config") != NULL);
 }
@@ -774,6 +775,50 @@ static void test_prefault(void) {
     CHECK_ST(segcache_get(c, K("k"), (uint8_t *)buf, sizeof buf, &len, NULL), SEGCACHE_OK);
     CHECK(len == 1 && buf[0] == 'v');
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
+}
+
+/* max_heap_size: the limit starts at heap_size and moves up to the room laid out and back while
+ * the cache runs, keeping what it holds; past the room, or below heap_size, or with prefault,
+ * the config is refused. */
+static void test_memory_limit_grows(void) {
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 2u << 20;
+    cfg.max_heap_size = 8u << 20;
+    cfg.segment_size = 64u << 10;
+    cfg.shards = 2;
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    size_t limit = 0;
+    CHECK_ST(segcache_memory_limit(c, &limit), SEGCACHE_OK);
+    CHECK(limit == (2u << 20));
+    char key[32], value[100];
+    memset(value, 'v', sizeof value);
+    size_t held[2] = {0, 0};
+    for (int round = 0; round < 2; round++) {
+        for (int i = 0; i < 50000; i++) {
+            int n = snprintf(key, sizeof key, "key-%d", i);
+            CHECK_ST(segcache_set(c, (const uint8_t *)key, (size_t)n, (const uint8_t *)value, sizeof value, 0, 0), SEGCACHE_OK);
+        }
+        for (int i = 0; i < 50000; i++) {
+            int n = snprintf(key, sizeof key, "key-%d", i);
+            held[round] += segcache_contains(c, (const uint8_t *)key, (size_t)n) == SEGCACHE_OK;
+        }
+        if (round == 0) CHECK_ST(segcache_set_memory_limit(c, 8u << 20), SEGCACHE_OK);
+    }
+    CHECK(held[1] > 2 * held[0]);
+    CHECK_ST(segcache_memory_limit(c, &limit), SEGCACHE_OK);
+    CHECK(limit == (8u << 20));
+    CHECK_ST(segcache_set_memory_limit(c, 16u << 20), SEGCACHE_INVALID_CONFIG);
+    CHECK_ST(segcache_set_memory_limit(c, 2u << 20), SEGCACHE_OK);
+    CHECK_ST(segcache_memory_limit(NULL, &limit), SEGCACHE_INVALID_ARGUMENT);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+
+    cfg.max_heap_size = 1u << 20;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_INVALID_CONFIG);
+    cfg.max_heap_size = 8u << 20;
+    cfg.prefault = true;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_INVALID_CONFIG);
 }
 
 /* segcache_touch_ahead faults the heap in a few segments ahead of the writers: memory grows by
@@ -2629,6 +2674,7 @@ int main(int argc, char **argv) {
     test_threads();
     test_persistence();
     test_prefault();
+    test_memory_limit_grows();
     test_touch_ahead();
     test_no_space_and_sync();
     test_oversized_arguments();

@@ -61,6 +61,16 @@ int main() {
         rmdir(dir);
     }
     {
+        // room to grow: the limit starts at the heap, rises into the room, and no further
+        segcache::Cache c(small().max_heap_size(32u << 20));
+        size_t start = c.memory_limit();
+        c.set("k", "v");
+        c.set_memory_limit(start * 2);
+        CHECK(c.memory_limit() == start * 2 && c.get("k")->value == "v");
+        CHECK(thrown([&] { c.set_memory_limit(64u << 20); }) == SEGCACHE_INVALID_CONFIG);
+        CHECK(c.memory_limit() == start * 2);
+    }
+    {
         segcache::Cache c(small());
         CHECK(c.is_open());
         CHECK(!c.get("k").has_value());

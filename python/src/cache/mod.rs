@@ -132,7 +132,8 @@ impl Cache {
     #[pyo3(signature = (heap_size=None, segment_size=None, eviction=None, ttl=None, path=None,
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
                         lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true, *,
-                        eviction_listener=None, serializer=None, resize_file=false))]
+                        eviction_listener=None, serializer=None, resize_file=false,
+                        max_heap_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -152,6 +153,7 @@ impl Cache {
         eviction_listener: Option<&Bound<'_, PyAny>>,
         serializer: Option<&Bound<'_, PyAny>>,
         resize_file: bool,
+        max_heap_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let serializer = Serializer::from_arg(serializer)?;
         let listener = eviction_listener.filter(|f| !f.is_none());
@@ -199,6 +201,9 @@ impl Cache {
             .multi_process(multi_process)
             .prefault(prefault)
             .touch_ahead(touch_ahead);
+        if let Some(v) = max_heap_size.filter(|v| !v.is_none()) {
+            b = b.max_heap_size(convert::size(v, "max_heap_size")?);
+        }
         if let Some(v) = hash_power.filter(|v| !v.is_none()) {
             b = b.hash_power(convert::int_in_range(v, "hash_power", 4, 32)? as u8);
         }

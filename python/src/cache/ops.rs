@@ -553,6 +553,19 @@ impl Cache {
         self.with(|c| Ok(py.detach(|| c.expire())))
     }
 
+    /// Sets the heap the cache may use, at once: `bytes` (an int, or a size such as "256m"), up
+    /// to the heap laid out (`max_heap_size`, else `heap_size`). A lower limit evicts as new
+    /// items need room; a higher one keeps every item. More than the heap raises InvalidConfig.
+    fn set_memory_limit(&self, py: Python<'_>, bytes: &Bound<'_, PyAny>) -> PyResult<()> {
+        let bytes = convert::size(bytes, "bytes")?;
+        self.with(|c| py.detach(|| c.set_memory_limit(bytes)).map_err(engine_error))
+    }
+
+    /// The heap the cache may use now, in bytes.
+    fn memory_limit(&self) -> PyResult<usize> {
+        self.with(|c| Ok(c.memory_limit()))
+    }
+
     /// Faults in the next `per_shard` free segments of each shard, the ones writes take next, so
     /// that no write waits for a new segment's first page faults; the number faulted in now, or
     /// None once there is nothing left to do (every segment used once, `prefault=True`, or a

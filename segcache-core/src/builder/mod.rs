@@ -68,6 +68,7 @@ pub const MIN_SHARD_SEGMENTS: usize = 16;
 #[derive(Debug, Clone)]
 pub struct Builder {
     pub(crate) heap_size: usize,
+    pub(crate) max_heap_size: Option<usize>,
     pub(crate) segment_size: usize,
     pub(crate) hash_power: Option<u8>,
     pub(crate) policy: Policy,
@@ -104,6 +105,7 @@ impl Builder {
     pub fn new() -> Self {
         Builder {
             heap_size: DEFAULT_HEAP_SIZE,
+            max_heap_size: None,
             segment_size: DEFAULT_SEGMENT_SIZE,
             hash_power: None,
             policy: Policy::default(),
@@ -132,6 +134,38 @@ impl Builder {
     pub fn heap_size(mut self, bytes: usize) -> Self {
         self.heap_size = bytes;
         self
+    }
+
+    /// Room to grow: the most heap a later [`set_memory_limit`](crate::SharedCache::set_memory_limit)
+    /// may give the cache, which starts with `heap_size`. The segments and the hash table are
+    /// laid out for this size at build, so the limit moves up and down while the cache runs and
+    /// keeps every item; a segment takes memory only once it is first written, so the room above
+    /// the limit costs address space (and, in a file, file space) and a hash table sized for
+    /// it, not the heap's memory. A file is made, and reopens, with this size. Default:
+    /// `heap_size`, a limit that can shrink but not grow. Not with [`prefault`](Self::prefault),
+    /// which writes the whole heap at build.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let cache = Builder::new().heap_size(4 << 20).max_heap_size(16 << 20).segment_size(64 << 10).build_shared()?;
+    /// assert_eq!(cache.memory_limit(), 4 << 20);
+    /// cache.set(b"k", b"v", 0, Duration::ZERO)?;
+    /// cache.set_memory_limit(16 << 20)?; // online, the items kept
+    /// assert_eq!(cache.memory_limit(), 16 << 20);
+    /// assert_eq!(cache.get(b"k").unwrap().value, b"v");
+    /// assert!(cache.set_memory_limit(32 << 20).is_err()); // past the room laid out
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn max_heap_size(mut self, bytes: usize) -> Self {
+        self.max_heap_size = Some(bytes);
+        self
+    }
+
+    /// The heap the layout holds: `max_heap_size`, else `heap_size`.
+    pub(crate) fn laid_heap_size(&self) -> usize {
+        self.max_heap_size.unwrap_or(self.heap_size).max(self.heap_size)
     }
     /// Bytes per segment: a power of two from 4 KiB to 4 MiB. The largest item is a segment less
     /// its header.
@@ -511,6 +545,19 @@ impl Builder {
                 "heap_size must hold at least 2 segments of {s} bytes, got {}",
                 self.heap_size
             )));
+        }
+        if let Some(max) = self.max_heap_size {
+            if max < self.heap_size {
+                return Err(Error::InvalidConfig(format!(
+                    "max_heap_size {max} is less than heap_size {}",
+                    self.heap_size
+                )));
+            }
+            if self.prefault && max > self.heap_size {
+                return Err(Error::InvalidConfig(
+                    "prefault writes the whole heap at build, so it cannot be combined with room to grow (max_heap_size above heap_size)".into(),
+                ));
+            }
         }
         if let Some(p) = self.hash_power {
             if !(4..=32).contains(&p) {

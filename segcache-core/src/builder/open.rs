@@ -67,17 +67,17 @@ impl Builder {
 
     fn layout(&self, shards: usize) -> Result<Layout> {
         self.validate()?;
-        let segments = layout::segments_per_shard(self.heap_size, shards, self.segment_size);
-        if segments < 2 {
+        if layout::segments_per_shard(self.heap_size, shards, self.segment_size) < 2 {
             return Err(Error::InvalidConfig(format!(
                 "heap_size {} holds fewer than 2 segments of {} bytes per shard ({shards} shards)",
                 self.heap_size, self.segment_size
             )));
         }
+        let segments = layout::segments_per_shard(self.laid_heap_size(), shards, self.segment_size);
         if segments * shards > slot::MAX_SEGMENTS {
             return Err(Error::InvalidConfig(format!(
-                "heap_size {} makes more than {} segments; use larger segments",
-                self.heap_size,
+                "a heap of {} bytes makes more than {} segments; use larger segments",
+                self.laid_heap_size(),
                 slot::MAX_SEGMENTS
             )));
         }
@@ -118,6 +118,7 @@ impl Builder {
         };
         let mut old = Builder {
             heap_size: found.heap_size,
+            max_heap_size: None,
             segment_size: found.segment_size,
             hash_power: Some(found.hash_power),
             shards: Some(found.shards),
@@ -221,8 +222,11 @@ impl Builder {
             }
         }
         if found != Found::Joined {
-            // A memory limit is a setting of the running cache, not of the file.
-            engines.iter_mut().for_each(|e| e.meta_mut().segment_cap = 0);
+            // A memory limit is a setting of the running cache, not of the file: `heap_size`,
+            // under room laid out to grow (0: the whole heap).
+            let segments = layout::segments_per_shard(self.heap_size, shards, self.segment_size);
+            let cap = if segments < geo.segments { segments as u32 } else { 0 };
+            engines.iter_mut().for_each(|e| e.meta_mut().segment_cap = cap);
             if self.multi_process {
                 init_locks(&region)
                     .map_err(|source| Error::Io { path: self.path.clone().unwrap_or_default(), source })?;

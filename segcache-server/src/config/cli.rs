@@ -113,6 +113,11 @@ pub struct Cli {
     /// Item memory in megabytes [default: 64].
     #[arg(short = 'm', long = "memory-limit", value_name = "MB", value_parser = megabytes)]
     pub memory_mb: Option<u64>,
+    /// The most megabytes `cache_memlimit` may raise -m to while the server runs. The heap and
+    /// hash table are laid out for it at start: memory only as segments are first written, but
+    /// a hash table sized for it (about an eighth of it) [default: -m, which can shrink only].
+    #[arg(long = "max-memory-limit", value_name = "MB", value_parser = megabytes)]
+    pub max_memory_mb: Option<u64>,
     /// Worker threads [default: one per core].
     #[arg(short = 't', long = "threads")]
     pub threads: Option<usize>,

@@ -47,9 +47,15 @@ pub fn resolve(
     max_item_size: usize,
 ) -> Result<EngineSettings, ConfigError> {
     let e = &file.engine;
-    let memory_bytes = memory_bytes(cli.memory_mb.or(file.memory_mb).unwrap_or(DEFAULT_MEMORY_MB))?;
+    let memory_mb = cli.memory_mb.or(file.memory_mb).unwrap_or(DEFAULT_MEMORY_MB);
+    let memory_bytes = memory_bytes(memory_mb)?;
+    let max_memory_bytes = match cli.max_memory_mb.or(file.max_memory_mb) {
+        Some(max) if max < memory_mb => return Err(ConfigError::MaxMemoryBelowLimit { max, memory: memory_mb }),
+        Some(max) => Some(self::memory_bytes(max)?),
+        None => None,
+    };
     let path = cli.persist.clone().or_else(|| cli.memory_file.clone()).or_else(|| e.path.clone());
-    let made = layout_made(path.as_deref(), memory_bytes);
+    let made = layout_made(path.as_deref(), max_memory_bytes.unwrap_or(memory_bytes));
     // The smallest segment that holds every item `-I` admits (see the default below).
     let fits_items = max_item_size.next_power_of_two();
     let segment_size = match (&cli.segment_size, &e.segment_size) {
@@ -69,6 +75,7 @@ pub fn resolve(
     let eviction = eviction(cli, file)?;
     Ok(EngineSettings {
         memory_bytes,
+        max_memory_bytes,
         segment_size,
         eviction,
         shards: cli.shards.or(e.shards).or(made.map(|m| m.shards)),
@@ -91,7 +98,7 @@ fn memory_bytes(memory_mb: u64) -> Result<usize, ConfigError> {
 }
 
 /// The layout the persistence file at `path` was made with, when it has a heap of
-/// `memory_bytes`.
+/// `memory_bytes` (the room laid out, with `--max-memory-limit`).
 ///
 /// A persistence file opens only with the layout it was made with: what is not set here comes
 /// from the file, so that a default that changed since, or a shard count chosen for other cores,
@@ -126,6 +133,9 @@ impl Settings {
             .touch_ahead(e.touch_ahead)
             // Clients see memcached's bytes for a number that got shorter.
             .pad_numbers(true);
+        if let Some(max) = e.max_memory_bytes {
+            b = b.max_heap_size(max);
+        }
         if let Some(s) = e.shards {
             b = b.shards(s);
         }

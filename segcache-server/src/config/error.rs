@@ -95,6 +95,8 @@ pub enum ConfigError {
     NoMemory,
     #[error("memory limit {0} MB is too large")]
     MemoryTooLarge(u64),
+    #[error("--max-memory-limit {max} MB is less than the memory limit (-m) {memory} MB")]
+    MaxMemoryBelowLimit { max: u64, memory: u64 },
     #[error("threads (-t) must be from 1 to 1024, got {0}")]
     Threads(usize),
     #[error("connection limit (-c) must be at least 1")]

@@ -31,6 +31,7 @@ pub struct FileConfig {
     pub port: Option<u16>,
     pub listen: Option<String>,
     pub memory_mb: Option<u64>,
+    pub max_memory_mb: Option<u64>,
     pub threads: Option<usize>,
     pub max_connections: Option<usize>,
     pub max_item_size: Option<Size>,

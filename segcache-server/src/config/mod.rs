@@ -541,6 +541,23 @@ mod tests {
     }
 
     #[test]
+    fn room_to_grow_comes_from_the_flag_or_the_file_and_is_never_below_the_limit() {
+        let s = Settings::resolve(cli(&["-m", "64", "--max-memory-limit", "1g"]), FileConfig::default()).unwrap();
+        assert_eq!((s.engine.memory_bytes, s.engine.max_memory_bytes), (64 << 20, Some(1 << 30)));
+        let file: FileConfig = toml::from_str(
+            "memory_mb = 32
+max_memory_mb = 128
+",
+        )
+        .unwrap();
+        let s = Settings::resolve(cli(&[]), file).unwrap();
+        assert_eq!((s.engine.memory_bytes, s.engine.max_memory_bytes), (32 << 20, Some(128 << 20)));
+        assert_eq!(Settings::resolve(cli(&[]), FileConfig::default()).unwrap().engine.max_memory_bytes, None);
+        let e = Settings::resolve(cli(&["-m", "64", "--max-memory-limit", "32"]), FileConfig::default()).unwrap_err();
+        assert_eq!(e.to_string(), "--max-memory-limit 32 MB is less than the memory limit (-m) 64 MB");
+    }
+
+    #[test]
     fn bad_settings_are_explained() {
         for args in [
             &["-I", "8m"][..],

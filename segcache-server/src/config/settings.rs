@@ -12,6 +12,9 @@ use crate::tls::TlsSettings;
 pub struct EngineSettings {
     /// `-m`: the memory the engine gets (heap and tables).
     pub memory_bytes: usize,
+    /// `--max-memory-limit`: the most `cache_memlimit` may raise `memory_bytes` to
+    /// (`Builder::max_heap_size`); `None`: `memory_bytes`.
+    pub max_memory_bytes: Option<usize>,
     pub segment_size: usize,
     pub eviction: Policy,
     pub shards: Option<usize>,

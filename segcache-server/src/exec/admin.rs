@@ -249,8 +249,8 @@ fn mg_line(item: &Item<'_>, out: &mut Vec<u8>) {
     out.extend_from_slice(reply::CRLF);
 }
 
-/// `cache_memlimit <mb>`: the engine's heap is laid out once, so the limit cannot move; the
-/// answers are memcached's, with `OK` for the limit the cache already has.
+/// `cache_memlimit <mb>`: the limit moves within the heap laid out at start (`-m`, or the room
+/// `--max-memory-limit` gives); the answers are memcached's, `MEMLIMIT_ADJUST_FAILED` past that.
 fn memlimit(mb: u32, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     let line: &[u8] = if mb < 8 {
         b"MEMLIMIT_TOO_SMALL cannot set maxbytes to less than 8m\r\n"
@@ -265,9 +265,9 @@ fn memlimit(mb: u32, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
     out.extend_from_slice(line);
 }
 
-/// Sets the engine's memory limit to `bytes` if the heap allows. The heap is allocated at start
-/// (`-m` less the hash tables): a limit below it caps the segments in use (evicting as new items
-/// need room); one up to `-m` uses the whole heap; more cannot be had.
+/// Sets the engine's memory limit to `bytes` if the heap allows. The heap is laid out at start
+/// (`--max-memory-limit`, else `-m`, less the hash tables): a limit below it caps the segments in
+/// use (evicting as new items need room); one up to it uses the whole heap; more cannot be had.
 fn fits_heap(bytes: usize, ctx: &Ctx<'_>) -> bool {
     let cache = &ctx.shared.cache;
     let heap = cache.stats().heap_bytes as usize;
