@@ -148,8 +148,10 @@ fn a_sweep_runs_every_server_at_every_count_and_writes_its_outputs() {
     for p in &r.points {
         let i = p.interference.as_ref().expect("the mock's schedstats are read from /proc");
         assert_eq!(i.steal_ms_per_s.is_some(), p.server == "base", "only a pinned server's core has steal: {p:?}");
-        // ms per second of a 0.5 s step: at most the whole core (steal counted in whole ticks).
-        assert!((0.0..=1000.0).contains(&i.runq_wait_ms_per_s), "{i:?}");
+        // ms per second of a 0.5 s step, summed over the server's threads (so more than one
+        // core's worth when several wait at once on a busy machine); steal is the core's, at
+        // most all of it (counted in whole ticks).
+        assert!(i.runq_wait_ms_per_s.is_finite() && i.runq_wait_ms_per_s >= 0.0, "{i:?}");
         assert!(i.steal_ms_per_s.is_none_or(|s| (0.0..=1100.0).contains(&s)), "{i:?}");
         let c = &p.step.counters;
         assert!(c.completed > 0 && c.errors == 0, "{c:?}");
