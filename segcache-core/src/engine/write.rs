@@ -299,10 +299,17 @@ impl Segcache {
     }
 
     fn delete_if(&mut self, key: &[u8], compare: Option<u64>) -> Result<()> {
+        self.delete_hashed(key, hash(key), compare)
+    }
+
+    /// `delete_if` for a caller that has the key's hash `h` (`SharedCache` hashes to choose the
+    /// shard).
+    #[inline]
+    pub(crate) fn delete_hashed(&mut self, key: &[u8], h: u64, compare: Option<u64>) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;
         let now = self.prepare_write();
-        self.delete_at(key, hash(key), now, compare)
+        self.delete_at(key, h, now, compare)
     }
 
     /// `delete_if` for a caller that has checked the key and prepared the write.
