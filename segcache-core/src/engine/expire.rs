@@ -8,8 +8,13 @@ use crate::ttl_buckets::ttl;
 
 impl Segcache {
     /// Start of every write: a due flush, and a step of expiry.
+    #[inline]
     pub(crate) fn prepare_write(&mut self) -> u32 {
-        self.finish_checks();
+        // Only a lazily verified reopen leaves segments unchecked: the test stays here, the
+        // checks out of line.
+        if self.unchecked.is_some() {
+            self.finish_checks();
+        }
         let now = self.now();
         if self.flushed(now) {
             self.reset(false);
