@@ -163,7 +163,8 @@ impl Segcache {
         // The old version is told of while its bytes are still there.
         self.tell_owner_removal(loc, found.value, crate::listener::RemovalCause::Replaced);
         let rewrite = self.begin_rewrite(loc, len);
-        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, stamp, form, base);
+        // The same key and layout (`in_place_lookup`): the key's bytes stay.
+        record::write_over(&mut self.seg_space(loc.seg)[at..at + len], key.len(), value, flags, stamp, form, base);
         self.end_rewrite(loc, len, rewrite);
         if !keep_fetched && found.value & slot::FETCHED != 0 {
             found.slot.store(found.value & !slot::FETCHED, Relaxed);
