@@ -301,10 +301,34 @@ pub fn write(
     form: CasForm,
     base: u32,
 ) {
-    let value_len: usize = value_parts.iter().map(|p| p.len()).sum();
-    let mut at = write_header(dst, key.len(), value_len, client_flags, stamp, form, base);
+    let at = write_header(dst, key.len(), sum_len(value_parts), client_flags, stamp, form, base);
     dst[at..at + key.len()].copy_from_slice(key);
-    at += key.len();
+    write_value(dst, at + key.len(), value_parts);
+}
+
+/// `write` over a record of the same key and layout (`same_layout`): the key's bytes, already
+/// there, are left as they are.
+#[inline]
+pub fn write_over(
+    dst: &mut [u8],
+    key_len: usize,
+    value_parts: &[&[u8]],
+    client_flags: u32,
+    stamp: Stamp,
+    form: CasForm,
+    base: u32,
+) {
+    let at = write_header(dst, key_len, sum_len(value_parts), client_flags, stamp, form, base);
+    write_value(dst, at + key_len, value_parts);
+}
+
+#[inline]
+fn sum_len(value_parts: &[&[u8]]) -> usize {
+    value_parts.iter().map(|p| p.len()).sum()
+}
+
+#[inline]
+fn write_value(dst: &mut [u8], mut at: usize, value_parts: &[&[u8]]) {
     for p in value_parts {
         dst[at..at + p.len()].copy_from_slice(p);
         at += p.len();
@@ -544,6 +568,35 @@ mod tests {
                 assert!(!same_key(&a, &b) && !same_key(&b, &a), "{n} bytes, byte {at} differs");
             }
             assert!(!same_key(&a, &[a.as_slice(), b"x"].concat()), "{n} bytes against {}", n + 1);
+        }
+    }
+
+    /// `write_over` leaves the key's bytes alone and writes everything else: over a record of
+    /// the same key and layout it gives byte for byte what `write` gives, for every header form
+    /// (1- to 3-byte value lengths, client flags, narrow, wide and explicit CAS), and the old
+    /// record's state bits do not survive it.
+    #[test]
+    fn write_over_a_record_of_the_same_layout_is_a_write() {
+        let key = b"a-sixteen-b-key!";
+        for value_len in [5usize, 300, 70_000] {
+            let (old_value, new_value) = (vec![b'o'; value_len], vec![b'n'; value_len]);
+            for flags in [0u32, 9] {
+                for (explicit, base) in [(None, 70), (None, 77 + 65536), (Some(0x1234_5678_9abc_def0u64), 70)] {
+                    let old = Stamp { stale: true, won: true, ..Stamp::new(77, explicit.map(|e| e ^ 1), 3) };
+                    let new = Stamp::new(78, explicit, 12);
+                    let form = CasForm::of(&new, base);
+                    assert_eq!(form, CasForm::of(&old, base));
+                    let len = record_len(key.len(), value_len, flags, form);
+                    let mut over = vec![0u8; len];
+                    write(&mut over, key, &[&old_value], flags.wrapping_mul(3), old, form, base);
+                    write_over(&mut over, key.len(), &[&new_value[..1], &new_value[1..]], flags, new, form, base);
+                    let mut fresh = vec![0u8; len];
+                    write(&mut fresh, key, &[&new_value], flags, new, form, base);
+                    assert_eq!(over, fresh, "{value_len}-byte value, flags {flags}, {form:?}");
+                    let r = parse(&over, base).unwrap();
+                    assert_eq!((r.key, r.value, r.stamp, r.client_flags), (&key[..], &new_value[..], new, flags));
+                }
+            }
         }
     }
 

@@ -236,6 +236,36 @@ mod tests {
         assert!(v1 < v2 && v2 < v3);
     }
 
+    /// A store that cannot rewrite in place appends, then looks for the key's old copy to
+    /// replace only if its chain held one: a new key skips the look, while a key whose record
+    /// has another layout, or has expired but still holds its slot, has that slot taken over,
+    /// leaving one item per key.
+    #[test]
+    fn an_append_replaces_the_keys_old_copy_whenever_it_had_a_slot() {
+        let clock = ManualClock::new(T0);
+        let mut c = Builder::new().heap_size(1 << 20).segment_size(64 << 10).clock(clock.clone()).build().unwrap();
+        set(&mut c, b"k", b"short");
+        set(&mut c, b"k", b"a longer value");
+        assert_eq!((c.len(), c.get(b"k").unwrap().value()), (1, &b"a longer value"[..]));
+        // Two expired segments: the store's expiry step frees one (the shorter TTL's first), and
+        // `t`'s keeps its slot until a later step.
+        c.set(b"a", b"v", 0, Duration::from_secs(2)).unwrap();
+        c.set(b"t", b"v", 0, Duration::from_secs(5)).unwrap();
+        clock.advance(10);
+        assert!(c.get(b"t").is_none(), "expired");
+        c.set(b"t", b"w", 0, Duration::from_secs(5)).unwrap();
+        assert_eq!(c.get(b"t").unwrap().value(), b"w");
+        assert_eq!(c.len(), 2, "k and the new t: the old t's slot was taken over");
+        for i in 0..200 {
+            set(&mut c, format!("new-{i}").as_bytes(), b"v");
+        }
+        assert_eq!(c.len(), 202);
+        c.verify().unwrap();
+        for i in 0..200 {
+            assert_eq!(c.get(format!("new-{i}").as_bytes()).unwrap().value(), b"v");
+        }
+    }
+
     /// A touch that moves a record to another segment keeps its CAS value, re-expressed for the
     /// new segment's base: widened where it does not fit narrow, narrowed where it does.
     #[test]

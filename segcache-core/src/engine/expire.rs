@@ -8,14 +8,22 @@ use crate::ttl_buckets::ttl;
 
 impl Segcache {
     /// Start of every write: a due flush, and a step of expiry.
+    #[inline]
     pub(crate) fn prepare_write(&mut self) -> u32 {
-        self.finish_checks();
+        // Only a lazily verified reopen leaves segments unchecked: the test stays here, the
+        // checks out of line.
+        if self.unchecked.is_some() {
+            self.finish_checks();
+        }
         let now = self.now();
         if self.flushed(now) {
             self.reset(false);
             self.meta_mut().flushes += 1;
         }
-        self.expire_step(now);
+        // Most writes find this second's pass done: the test stays here, the step out of line.
+        if now != self.meta().last_expire || self.expiry_pass < ttl::BUCKETS {
+            self.expire_step(now);
+        }
         now
     }
 

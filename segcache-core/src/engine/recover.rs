@@ -62,6 +62,7 @@ impl Segcache {
 
     /// Before the first write after a lazily verified reopen: checks the segments no read has
     /// checked yet, and drops the corrupt ones (their items become misses), with a warning.
+    #[cold]
     pub(crate) fn finish_checks(&mut self) {
         let Some(states) = self.unchecked.take() else { return };
         let mut dropped = 0;

@@ -42,8 +42,19 @@ pub(crate) enum Overwrite {
     Done,
     /// The store is left to an append. `wide`: the key's record had the new one's layout, but
     /// its narrow CAS could not hold the new counter; the append holds it wide, so that the
-    /// key's next stores are rewritten in place again.
-    Append { wide: bool },
+    /// key's next stores are rewritten in place again. `absent`: the key's chain holds no slot
+    /// of it, so the append has no old copy to replace (an append evicts and moves only items
+    /// that are there).
+    Append { wide: bool, absent: bool },
+}
+
+/// Why `Segcache::in_place_lookup` found no record to rewrite.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum NotInPlace {
+    /// The key's chain holds no slot of it.
+    Absent,
+    /// The key has a slot whose record cannot be rewritten, or may have one (not looked for).
+    Elsewhere,
 }
 
 /// A record that a store may rewrite in place (`Segcache::in_place_target`).
@@ -67,6 +78,7 @@ impl Segcache {
     /// that layout (`record::same_layout`) and its segment's expiry suits `expire_at` (see
     /// `expiry_fits`).
     #[allow(clippy::too_many_arguments)]
+    #[inline]
     pub(crate) fn in_place_target(
         &self,
         key: &[u8],
@@ -78,9 +90,25 @@ impl Segcache {
         expire_at: u32,
         now: u32,
     ) -> Option<InPlace> {
+        self.in_place_lookup(key, h, value_len, flags, explicit, ttl, expire_at, now).ok()
+    }
+
+    /// `in_place_target`, saying why not when there is none.
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn in_place_lookup(
+        &self,
+        key: &[u8],
+        h: u64,
+        value_len: usize,
+        flags: u32,
+        explicit: bool,
+        ttl: u32,
+        expire_at: u32,
+        now: u32,
+    ) -> Result<InPlace, NotInPlace> {
         let len = record::record_len(key.len(), value_len, flags, record::CasForm::Narrow);
         if !self.may_rewrite(len) {
-            return None;
+            return Err(NotInPlace::Elsewhere);
         }
         let mut old = None;
         let found = self.table().find(h, |loc| {
@@ -91,15 +119,16 @@ impl Segcache {
             prefetch(self.mem.heap.wrapping_add(last));
             old = self.keyed_record(loc, key);
             old.is_some()
-        })?;
-        let old = old?;
-        let (item, found) = self.item_in(found, old, now)?;
+        });
+        let (Some(found), Some(old)) = (found, old) else { return Err(NotInPlace::Absent) };
+        let (item, found) = self.item_in(found, old, now).ok_or(NotInPlace::Elsewhere)?;
         let loc = slot::slot_loc(found.value);
         let same_layout = record::same_layout(&old, value_len, flags, explicit);
         let marked = item.state.stale || item.state.token_sent;
         let seg = self.seg(loc.seg);
         (same_layout && self.may_rewrite(old.len) && expiry_fits(seg, expire_at, ttl::width_of(ttl)))
             .then_some(InPlace { loc, found, marked, form: old.form, base: seg.cas_base, len: old.len })
+            .ok_or(NotInPlace::Elsewhere)
     }
 
     /// Rewrites the key's record in place if `in_place_target` allows; otherwise leaves the store
@@ -119,14 +148,14 @@ impl Segcache {
         now: u32,
     ) -> Overwrite {
         let explicit = stamp.cas_hi.is_some();
-        let Some(InPlace { loc, found, form, base, .. }) =
-            self.in_place_target(key, h, value_len, flags, explicit, ttl, expire_at, now)
-        else {
-            return Overwrite::Append { wide: false };
-        };
+        let InPlace { loc, found, form, base, .. } =
+            match self.in_place_lookup(key, h, value_len, flags, explicit, ttl, expire_at, now) {
+                Ok(target) => target,
+                Err(why) => return Overwrite::Append { wide: false, absent: why == NotInPlace::Absent },
+            };
         // A narrow record whose new counter lies too far from its segment's base cannot hold it.
         if !explicit && !form.holds(stamp.cas, base) {
-            return Overwrite::Append { wide: true };
+            return Overwrite::Append { wide: true, absent: false };
         }
         let access = record::access_code(now.saturating_sub(self.seg(loc.seg).create_at));
         let (at, len) = (loc.offset as usize, record::record_len(key.len(), value_len, flags, form));
@@ -134,7 +163,8 @@ impl Segcache {
         // The old version is told of while its bytes are still there.
         self.tell_owner_removal(loc, found.value, crate::listener::RemovalCause::Replaced);
         let rewrite = self.begin_rewrite(loc, len);
-        record::write(&mut self.seg_space(loc.seg)[at..at + len], key, value, flags, stamp, form, base);
+        // The same key and layout (`in_place_lookup`): the key's bytes stay.
+        record::write_over(&mut self.seg_space(loc.seg)[at..at + len], key.len(), value, flags, stamp, form, base);
         self.end_rewrite(loc, len, rewrite);
         if !keep_fetched && found.value & slot::FETCHED != 0 {
             found.slot.store(found.value & !slot::FETCHED, Relaxed);

@@ -40,10 +40,18 @@ impl Segcache {
     /// Before the `len` bytes at `loc`, a live record, are rewritten in place by a caller that
     /// keeps out every other writer of the shard: in a file, saves them and their segment's
     /// checksum sum in the shard's undo record.
+    #[inline]
     pub(crate) fn begin_rewrite(&self, loc: Loc, len: usize) -> Rewrite {
+        // Only a file outlives a crash: without one, the test is all a rewrite pays.
         if !self.durable {
             return Rewrite { old_sum: 0 };
         }
+        self.save_undo(loc, len)
+    }
+
+    /// `begin_rewrite` in a file.
+    #[inline(never)]
+    fn save_undo(&self, loc: Loc, len: usize) -> Rewrite {
         assert!(len <= UNDO_BYTES);
         let mut old = [0u8; UNDO_BYTES];
         // SAFETY: `len` bytes in the heap (checked by `record_ptr`), at most `old`'s. Only its access byte and `WON` bit may change meanwhile (lock-free
@@ -65,10 +73,16 @@ impl Segcache {
 
     /// After the rewrite that `begin_rewrite` began: the segment's checksum sum takes the new
     /// record's, then the undo record is cleared.
+    #[inline]
     pub(crate) fn end_rewrite(&self, loc: Loc, len: usize, rewrite: Rewrite) {
-        if !self.durable {
-            return;
+        if self.durable {
+            self.clear_undo(loc, len, rewrite);
         }
+    }
+
+    /// `end_rewrite` in a file.
+    #[inline(never)]
+    fn clear_undo(&self, loc: Loc, len: usize, rewrite: Rewrite) {
         let mut new = [0u8; UNDO_BYTES];
         // SAFETY: as in `begin_rewrite`.
         unsafe { std::ptr::copy_nonoverlapping(self.record_ptr(loc, len), new.as_mut_ptr(), len) };

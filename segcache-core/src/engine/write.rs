@@ -299,10 +299,17 @@ impl Segcache {
     }
 
     fn delete_if(&mut self, key: &[u8], compare: Option<u64>) -> Result<()> {
+        self.delete_hashed(key, hash(key), compare)
+    }
+
+    /// `delete_if` for a caller that has the key's hash `h` (`SharedCache` hashes to choose the
+    /// shard).
+    #[inline]
+    pub(crate) fn delete_hashed(&mut self, key: &[u8], h: u64, compare: Option<u64>) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;
         let now = self.prepare_write();
-        self.delete_at(key, hash(key), now, compare)
+        self.delete_at(key, h, now, compare)
     }
 
     /// `delete_if` for a caller that has checked the key and prepared the write.
@@ -413,20 +420,22 @@ impl Segcache {
         let counter = if st.explicit.is_some() { 0 } else { self.next_cas_mut() };
         let stamp = Stamp { stale: st.stale, won: st.won, ..Stamp::new(counter, st.explicit, 0) };
         let cas = st.explicit.unwrap_or_else(|| self.cas_of(counter));
-        let wide =
+        let (wide, absent) =
             match self.overwrite_in_place(key, h, value, flags, stamp, st.keep_fetched, value_len, ttl, expire_at, now)
             {
                 Overwrite::Done => {
                     self.meta_mut().sets += 1;
                     return Ok(cas);
                 }
-                Overwrite::Append { wide } => wide,
+                Overwrite::Append { wide, absent } => (wide, absent),
             };
         let width = if st.keep_expiry { 1 } else { crate::ttl_buckets::ttl::width_of(ttl) };
         let loc = self.append_record(key, value, flags, stamp, wide, ttl, expire_at, width, pool, now)?;
-        // Appending may have evicted or moved the old copy: look it up again.
+        // Appending may have evicted or moved the old copy: look it up again, unless there was
+        // none (an append evicts and moves only what is there, and adds nothing under this key
+        // but the slot below).
         let t = self.table();
-        let old = t.find(h, |l| l != loc && self.key_at(l, key));
+        let old = if absent { None } else { t.find(h, |l| l != loc && self.key_at(l, key)) };
         // Only a file outlives a crash; the metadata line stays clean otherwise, since lock-free
         // readers on other cores read it (the flush time).
         if self.durable {

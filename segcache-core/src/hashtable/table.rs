@@ -263,7 +263,7 @@ impl<'a> Table<'a> {
         let info = head.slots[0].load(Relaxed);
         let chain = info_chain_len(info);
         if chain == 0 {
-            self.refresh_summary(hash);
+            self.refresh_head_summary(hash, head);
             return;
         }
         let mut prev = head;
@@ -310,6 +310,19 @@ impl<'a> Table<'a> {
             }
         }
         removed
+    }
+
+    /// `refresh_summary` of a chain that is its head bucket alone: the seven item slots folded
+    /// without branches, where the walk would test each slot and call into its closure.
+    #[inline]
+    fn refresh_head_summary(&self, hash: u64, head: &Bucket) {
+        let mut bits = 0u8;
+        for s in &head.slots[1..] {
+            let v = s.load(Relaxed);
+            // An empty slot (0) adds nothing: its mask is 0.
+            bits |= summary_bit(slot_tag(v)) & 0u8.wrapping_sub(u8::from(v != 0));
+        }
+        self.summary_of(hash).store(bits, Relaxed);
     }
 
     fn scan_empty(&self, hash: u64) -> Option<&'a AtomicU64> {
@@ -474,6 +487,34 @@ mod tests {
         assert_eq!(info_chain_len(t.head(0).slots[0].load(Relaxed)), 1);
         for (i, &h) in hashes.iter().chain([&eighth]).enumerate() {
             assert!(t.find(h, |loc| loc.seg == i as u32).is_some(), "item {i} after the chain grew");
+        }
+    }
+
+    /// The summary of a chain left as its head bucket alone is recomputed from its seven item
+    /// slots (not the info word, whatever it holds), and equals a walk's; a chain with overflow
+    /// buckets is walked as before.
+    #[test]
+    fn removal_keeps_the_summary_of_exactly_the_items_left() {
+        for n in [7u64, 9] {
+            let (buckets, summary, mask) = table(4);
+            let t = Table { buckets: &buckets, summary: &summary, mask };
+            let mut pool = Pool::default();
+            // An info word whose high bits read as a tag must not count as an item.
+            t.head(0).slots[0].store(pack(5, 0, Loc { seg: 77, offset: 0 }) & !0xff, Relaxed);
+            let hashes = fill_chain(&t, &mut pool, n);
+            let mut left: Vec<usize> = (0..n as usize).collect();
+            for i in [3, 0, 6, 1, 8, 4, 2, 7, 5].into_iter().filter(|&i| i < n as usize) {
+                let f = t.find(hashes[i], |loc| loc.seg == i as u32).expect("found");
+                t.remove(hashes[i], f.slot, &mut pool);
+                left.retain(|&j| j != i);
+                let want = left.iter().fold(0u8, |b, &j| b | summary_bit(tag_of(hashes[j])));
+                let bits = summary[0].load(Relaxed);
+                t.refresh_summary(0);
+                assert_eq!((bits, summary[0].load(Relaxed)), (want, want), "{n} items, {i} removed");
+                for &j in &left {
+                    assert!(t.find(hashes[j], |loc| loc.seg == j as u32).is_some(), "item {j} kept");
+                }
+            }
         }
     }
 

@@ -648,7 +648,8 @@ impl SharedCache {
     /// ```
     pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<()> {
         self.attach()?;
-        self.shard(key).write().delete_cas(key, cas)
+        let (h, i) = self.locate(key);
+        self.shards[i].write().delete_hashed(key, h, Some(cas))
     }
     /// Marks the item stale (see [`Segcache::invalidate`]); returns its new CAS value.
     ///
@@ -919,7 +920,8 @@ impl SharedCache {
     /// ```
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.attach()?;
-        self.shard(key).write().delete(key)
+        let (h, i) = self.locate(key);
+        self.shards[i].write().delete_hashed(key, h, None)
     }
     /// Sets a new TTL ([`Error::NotFound`](crate::Error::NotFound) if absent); the CAS value stays.
     ///
