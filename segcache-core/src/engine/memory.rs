@@ -176,3 +176,28 @@ impl Segcache {
         self.keyed_record(loc, key).is_some()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::hash::hash;
+    use crate::hashtable::slot::{slot_loc, Loc};
+    use crate::Builder;
+
+    /// `record` reads a slot's location in place after one look at its segment header: a
+    /// location at or past what the segment holds, or in a segment the heap lacks, is no record.
+    #[test]
+    fn a_record_is_read_only_inside_what_its_segment_holds() {
+        let mut c = Builder::new().heap_size(1 << 20).segment_size(64 << 10).build().unwrap();
+        c.set(b"k", b"value", 7, Duration::ZERO).unwrap();
+        let (found, _) = c.find_record(b"k", hash(b"k")).unwrap();
+        let loc = slot_loc(found.value);
+        let r = c.record(loc).unwrap();
+        assert_eq!((r.key, r.value, r.client_flags), (&b"k"[..], &b"value"[..], 7));
+        let held = c.seg(loc.seg).write_offset;
+        assert!(c.record(Loc { seg: loc.seg, offset: held }).is_none());
+        assert!(c.record(Loc { seg: loc.seg, offset: 64 << 10 }).is_none());
+        assert!(c.record(Loc { seg: c.geo.segments as u32, offset: 0 }).is_none());
+    }
+}
