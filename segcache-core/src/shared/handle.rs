@@ -413,7 +413,8 @@ impl SharedCache {
                     // Under the read lock the record stays where it is: its state may change.
                     let coin = bump(&counters.hits);
                     engine.note_read(found, &mut state, expire_at, now, opts, coin ^ h);
-                    return Some(f(peek::item_in(buf, at, header, cas, expire_at, now, state)));
+                    // SAFETY: a hit's record, as `peek_settled` copied it.
+                    return Some(f(unsafe { peek::item_in(buf, at, header, cas, expire_at, now, state) }));
                 }
                 p => return deliver(p, buf, counters, h, opts, f),
             }
@@ -1476,7 +1477,8 @@ fn deliver<R>(
                 Table::bump_freq_unlocked(found.slot, found.value, coin ^ h);
             }
             let state = peek::state(found.value, &header, last_access);
-            Some(f(peek::item_in(buf, at, header, cas, expire_at, now, state)))
+            // SAFETY: a hit's record, as `peek` copied it.
+            Some(f(unsafe { peek::item_in(buf, at, header, cas, expire_at, now, state) }))
         }
         Peeked::Gone(why) => {
             counters.miss(Some(why));

@@ -63,6 +63,9 @@ pub(crate) type PeekBuf = [MaybeUninit<u64>; PEEK_WORDS];
 pub(crate) const PEEK_WORDS: usize = (PEEK_BYTES / 8 + 1).next_multiple_of(GROUP) + GROUP;
 /// Words `copy_record` copies at a time.
 const GROUP: usize = 4;
+/// Words `copy_record` copies before it knows the record's length.
+const WINDOW: usize = 16;
+const _: () = assert!(WINDOW <= PEEK_WORDS);
 
 /// What `peek` found.
 #[derive(Clone, Copy)]
@@ -350,12 +353,47 @@ impl ShardView {
     /// (a slot or segment a writer is changing).
     ///
     /// It copies the aligned 8-byte words that hold the record, with relaxed atomic loads: a
-    /// handful of plain loads on x86, inlined, where a `memcpy` call costs more than the copy;
-    /// and those words lie on the record's own cache lines. Words go in groups of `GROUP`, the
-    /// last group running past the record's end where the segment has room (a word or three of
-    /// the next record, never used): a group's loop step costs about what one word's did.
+    /// handful of plain loads on x86, inlined, where a `memcpy` call costs more than the copy.
+    /// The first `WINDOW` words go straight, before the header says how long the record is (a
+    /// few words of the next record, never used, cost less than a loop); a longer record's
+    /// rest, and a record near its segment's end, go in groups of `GROUP` (`copy_rest`).
     #[inline]
     fn copy_record(&self, loc: slot::Loc, buf: &mut PeekBuf) -> Option<(usize, Header)> {
+        let (seg, offset) = (loc.seg as usize, loc.offset as usize);
+        let at = offset % 8;
+        // Most records lie whole in the `WINDOW` words from their first: copied straight, with no
+        // loop and before the length is known, where the segment has them all.
+        if seg >= self.segments || offset - at + WINDOW * 8 > self.segment_size {
+            return self.copy_rest(loc, buf, 0);
+        }
+        // SAFETY: the heap is 8-aligned (checked in `of`) and segments are multiples of 8 bytes;
+        // `seg` < `segments`, and the `WINDOW` words from the record's first lie in its segment
+        // (checked above).
+        let words = unsafe { self.heap.add(seg * self.segment_size + offset - at) }.cast::<AtomicU64>();
+        for (i, b) in buf[..WINDOW].iter_mut().enumerate() {
+            // SAFETY: word `i` < `WINDOW` (see `words`).
+            let word = unsafe { &*words.add(i) };
+            *b = MaybeUninit::new(word.load(Relaxed));
+        }
+        // SAFETY: the first `WINDOW` words were just written; `at + MAX_HEADER_LEN` lies in them.
+        let header = record::header(unsafe { init(buf, at, record::MAX_HEADER_LEN) })?;
+        let len = header.total_len();
+        if len > self.segment_size - offset {
+            return None;
+        }
+        if at + len > WINDOW * 8 && len <= PEEK_BYTES {
+            return self.copy_rest(loc, buf, WINDOW);
+        }
+        Some((at, header))
+    }
+
+    /// `copy_record` for a record that the first `WINDOW` words do not hold (`copied` is then
+    /// `WINDOW`: they are in `buf`), or that lies near its segment's end (`copied` is 0), or for
+    /// a location no record has. The last group runs past the record's end where the segment
+    /// has room (a word or three of the next record, never used): a group's loop step costs
+    /// about what one word's did.
+    #[inline(never)]
+    fn copy_rest(&self, loc: slot::Loc, buf: &mut PeekBuf, copied: usize) -> Option<(usize, Header)> {
         let (seg, offset) = (loc.seg as usize, loc.offset as usize);
         if seg >= self.segments || offset + record::HEADER_LEN > self.segment_size {
             return None;
@@ -393,7 +431,7 @@ impl ShardView {
         };
         // The longest header, or what the segment has left of it (`header` checks the length).
         let head_len = record::MAX_HEADER_LEN.min(self.segment_size - offset);
-        let copied = copy(buf, 0, (at + head_len).div_ceil(8));
+        let copied = if copied == 0 { copy(buf, 0, (at + head_len).div_ceil(8)) } else { copied };
         // SAFETY: the first `copied` words, which hold the header, were just written.
         let header = record::header(unsafe { init(buf, at, head_len) })?;
         let len = header.total_len();
@@ -423,8 +461,12 @@ pub(crate) fn state(slot_value: u64, header: &Header, last_access: u32) -> ItemS
 }
 
 /// The item a validated `Peeked::Hit` describes, borrowing `buf`.
+///
+/// # Safety
+/// `buf`, `at` and `header` must be a hit's: `at` < 8, `header.total_len()` <= `PEEK_BYTES`,
+/// and the record's bytes written (as `copy_record` leaves them for every hit).
 #[inline]
-pub(crate) fn item_in(
+pub(crate) unsafe fn item_in(
     buf: &PeekBuf,
     at: usize,
     header: Header,
@@ -433,12 +475,19 @@ pub(crate) fn item_in(
     now: u32,
     state: ItemState,
 ) -> Item<'_> {
-    // SAFETY: a hit's bytes were copied into `buf` by `copy_record`.
-    let bytes = unsafe { init(buf, at, header.total_len()) };
-    let (key, value) = bytes[header.key_at()..].split_at(header.key_len);
-    let flags = match header.has_flags() {
-        false => 0,
-        true => u32::from_le_bytes(bytes[header.flags_at()..][..4].try_into().expect("four bytes")),
+    debug_assert!(at < 8 && header.total_len() <= PEEK_BYTES);
+    // SAFETY: per the contract, the record's bytes lie in `buf` (7 + `PEEK_BYTES` bytes fit in
+    // `PEEK_WORDS` words) and are written; the key, the value and the flags lie in the record
+    // (`total_len` is `key_at` + `key_len` + `value_len`; the flags precede the key).
+    let (key, value, flags) = unsafe {
+        let start = buf.as_ptr().cast::<u8>().add(at);
+        let key = std::slice::from_raw_parts(start.add(header.key_at()), header.key_len);
+        let value = std::slice::from_raw_parts(start.add(header.key_at() + header.key_len), header.value_len);
+        let flags = match header.has_flags() {
+            false => 0,
+            true => u32::from_le_bytes(start.add(header.flags_at()).cast::<[u8; 4]>().read()),
+        };
+        (key, value, flags)
     };
     Item { key, value, flags, cas, expire_at, now, state }
 }
@@ -493,10 +542,11 @@ mod tests {
         }
     }
 
-    /// `copy_record` copies in groups of words that may run past the record (never past its
-    /// segment or the buffer): records of every length from 1 to a few groups, starting at every
-    /// byte of a word, with and without client flags, and the longest that a lock-free read
-    /// copies, read back whole and exactly, the last ones of each segment among them.
+    /// `copy_record` copies a window of words, then groups of words, that may run past the
+    /// record (never past its segment or the buffer): records of every length from 1 to past the
+    /// window, starting at every byte of a word, with and without client flags, and the longest
+    /// that a lock-free read copies, read back whole and exactly, the last ones of each segment
+    /// among them.
     #[test]
     fn records_of_every_length_and_alignment_read_back_exactly() {
         const SEGMENT: usize = 64 << 10;
@@ -510,6 +560,7 @@ mod tests {
         let key = |i: usize| format!("k{i}");
         let len = |i: usize| match i % 97 {
             96 => 512 - 12, // about the longest record the lock-free read copies
+            n @ 80.. => 100 + (n - 80) * 3 + i % 3, // around the window's end
             n => n * 3 % 80,
         };
         let value = |i: usize| (0..len(i)).map(|j| (i * 7 + j) as u8).collect::<Vec<u8>>();
