@@ -287,6 +287,35 @@ fn empty_and_binary_values() {
     assert_eq!(c.get(b"\x00\xffbin\r\n").unwrap().value(), &bin[..]);
 }
 
+/// `SharedCache::get_many_with` reads by batches whose lines it fetches first: every key of
+/// several batches and a last, partial one, spread over shards, is answered once, under its own
+/// index and with its own value, whether a hit, a miss, a repeated key or an item too large for
+/// a read without the lock.
+#[test]
+fn shared_get_many_answers_every_key_of_every_batch_once() {
+    let c = Builder::new().heap_size(32 << 20).shards(4).build_shared().unwrap();
+    let value = |k: usize| match k % 7 {
+        0 => vec![k as u8; 2000],
+        n => (k as u32).to_le_bytes().repeat(n),
+    };
+    for k in (0..100).filter(|k| k % 3 != 0) {
+        c.set(format!("k{k}").as_bytes(), &value(k), 0, NEVER).unwrap();
+    }
+    // Keys 0..100, then 5 repeated inside a batch, in an order unlike the stores'.
+    let ks: Vec<usize> = (0..100).rev().chain([5, 7, 5, 8, 5]).collect();
+    let keys: Vec<Vec<u8>> = ks.iter().map(|k| format!("k{k}").into_bytes()).collect();
+    let refs: Vec<&[u8]> = keys.iter().map(|k| k.as_slice()).collect();
+    let mut seen: Vec<Option<Vec<u8>>> = vec![None; refs.len()];
+    c.get_many_with(&refs, |i, item| {
+        assert!(seen[i].is_none(), "index {i} answered twice");
+        assert_eq!(item.key(), refs[i], "index {i}");
+        seen[i] = Some(item.value().to_vec());
+    });
+    for (i, &k) in ks.iter().enumerate() {
+        assert_eq!(seen[i], (k % 3 != 0).then(|| value(k)), "index {i}, key {k}");
+    }
+}
+
 #[test]
 fn get_many_returns_hits_in_order() {
     let clock = ManualClock::new(T0);

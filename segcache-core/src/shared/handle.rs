@@ -10,8 +10,8 @@
 //!   write sequence number, looks the key up and copies the record to its stack, and keeps the
 //!   copy only if no writer ran in the shard meanwhile (a seqlock); otherwise it reads again, and
 //!   after two overlapped tries takes the lock. Such a read writes no memory another core uses,
-//!   and neither waits for writers nor makes them wait. Larger items, `get_many` and `contains`
-//!   take the shard's lock shared: any number of threads read one shard at once. The lock
+//!   and neither waits for writers nor makes them wait. Larger items, `contains`, and `get_many`
+//!   in a file-backed cache take the shard's lock shared: any number of threads read one shard at once. The lock
 //!   ([`crate::sync::lock::ShardLock`]) counts each thread's readers on a cache line of that thread's
 //!   own, so those reads on different cores scale without passing a lock word between them; the
 //!   price is a writer that checks every reader slot (twice the cores) before it goes on, and a
@@ -120,6 +120,9 @@ pub struct SharedCache {
 /// Lock-free read attempts that a writer may overlap before the reader takes the lock: after two
 /// in a row, the shard is busy with writes.
 const PEEK_TRIES: u32 = 2;
+/// Keys whose lines `get_many_with` fetches before it reads any of them: enough misses in flight
+/// to keep the memory system busy, few enough that the first lines are still cached when read.
+const READ_BATCH: usize = 16;
 
 impl SharedCache {
     /// A [`Builder`] with every setting at its default.
@@ -354,6 +357,12 @@ impl SharedCache {
             return None;
         }
         let (h, i) = self.locate(key);
+        self.get_located(key, h, i, opts, f)
+    }
+
+    /// `get_with_options` of a key whose hash `h` and shard `i` are known.
+    #[inline(always)]
+    fn get_located<R>(&self, key: &[u8], h: u64, i: usize, opts: ReadOptions, f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
         let (shard, view) = (&self.shards[i], &self.views[i]);
         let mut buf: PeekBuf = [MaybeUninit::uninit(); PEEK_WORDS];
         if view.enabled() {
@@ -466,9 +475,10 @@ impl SharedCache {
     }
 
     /// Looks up every key; calls `f(index, item)` for each hit. Without a file, each key is read
-    /// as `get_with` reads it, after every key's bucket has been prefetched. With one, keys are
-    /// grouped by shard so that each shard's read lock is taken once and the engine can overlap
-    /// the memory accesses of the keys in one shard (`f` then runs under that lock).
+    /// as `get_with` reads it, by batches of 16 whose buckets, then records, are prefetched
+    /// first, so that their memory misses overlap. With one, keys are grouped by shard so that
+    /// each shard's read lock is taken once and the engine can overlap the memory accesses of
+    /// the keys in one shard (`f` then runs under that lock).
     ///
     /// ```
     /// use std::time::Duration;
@@ -489,13 +499,19 @@ impl SharedCache {
         // Every shard lies in one region, so they all rewrite in place or none does.
         if self.views[0].rewrites() {
             // Rewrites in place may run beside readers that hold the lock, so small items are
-            // copied: one lock-free read per key, with every bucket fetched first.
-            for &k in keys {
-                let (h, i) = self.locate(k);
-                prefetch(self.views[i].table().head(h) as *const Bucket as *const u8);
-            }
-            for (i, k) in keys.iter().enumerate() {
-                self.get_with(k, |item| f(i, item));
+            // copied: one lock-free read per key, by batches whose buckets, then records, are
+            // fetched first, so that the batch's memory misses overlap.
+            for (b, batch) in keys.chunks(READ_BATCH).enumerate() {
+                let mut located = [(0, 0); READ_BATCH];
+                for (at, k) in located.iter_mut().zip(batch) {
+                    *at = self.locate(k);
+                }
+                for &(h, i) in &located[..batch.len()] {
+                    self.views[i].prefetch_match(h);
+                }
+                for (j, (k, &(h, i))) in batch.iter().zip(&located).enumerate() {
+                    self.get_located(k, h, i, ReadOptions::default(), |item| f(b * READ_BATCH + j, item));
+                }
             }
             return;
         }
