@@ -11,11 +11,11 @@
 //!   copy only if no writer ran in the shard meanwhile (a seqlock); otherwise it reads again, and
 //!   after two overlapped tries takes the lock. Such a read writes no memory another core uses,
 //!   and neither waits for writers nor makes them wait. Larger items, `contains`, and `get_many`
-//!   in a file-backed cache take the shard's lock shared: any number of threads read one shard at once. The lock
-//!   ([`crate::sync::lock::ShardLock`]) counts each thread's readers on a cache line of that thread's
-//!   own, so those reads on different cores scale without passing a lock word between them; the
-//!   price is a writer that checks every reader slot (twice the cores) before it goes on, and a
-//!   slot that lock-free reads leave untouched costs it no cache miss. Hits and misses are counted
+//!   in a file-backed cache take the shard's lock shared: any number of threads read one shard at
+//!   once. The lock ([`crate::sync::lock::ShardLock`]) counts each thread's readers on a cache
+//!   line of that thread's own, so those reads on different cores scale without passing a lock
+//!   word between them; the price is a writer that checks every reader slot (twice the cores)
+//!   before it goes on, and a slot that lock-free reads leave untouched costs it no cache miss. Hits and misses are counted
 //!   in the reader's slot, on a line of their own. The frequency counter that eviction uses is
 //!   raised only now and then once it is high, so hot keys rarely write their slot: with a plain
 //!   store under the lock, with a compare-and-swap without it (the slot may have been reused);
@@ -362,7 +362,14 @@ impl SharedCache {
 
     /// `get_with_options` of a key whose hash `h` and shard `i` are known.
     #[inline(always)]
-    fn get_located<R>(&self, key: &[u8], h: u64, i: usize, opts: ReadOptions, f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
+    fn get_located<R>(
+        &self,
+        key: &[u8],
+        h: u64,
+        i: usize,
+        opts: ReadOptions,
+        f: impl FnOnce(Item<'_>) -> R,
+    ) -> Option<R> {
         let (shard, view) = (&self.shards[i], &self.views[i]);
         let mut buf: PeekBuf = [MaybeUninit::uninit(); PEEK_WORDS];
         if view.enabled() {

@@ -578,7 +578,7 @@ mod tests {
             .unwrap();
         let key = |i: usize| format!("k{i}");
         let len = |i: usize| match i % 97 {
-            96 => 512 - 12, // about the longest record the lock-free read copies
+            96 => 512 - 12,                         // about the longest record the lock-free read copies
             n @ 80.. => 100 + (n - 80) * 3 + i % 3, // around the window's end
             n => n * 3 % 80,
         };
