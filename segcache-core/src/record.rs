@@ -741,7 +741,7 @@ mod tests {
         for ctl in 0..=255u8 {
             for fill in [0u8, 1, 0x5a, 0xff] {
                 for len in 0..=MAX_HEADER_LEN + 8 {
-                    let mut src: Vec<u8> = (0..len).map(|i| fill.wrapping_add(i as u8 * 37)).collect();
+                    let mut src: Vec<u8> = (0..len).map(|i| fill.wrapping_add((i as u8).wrapping_mul(37))).collect();
                     if let Some(c) = src.first_mut() {
                         *c = ctl;
                     }
