@@ -1,5 +1,5 @@
 //! Instructions per operation of each library, counted by callgrind: get hit, get miss, set of a
-//! present key, set of a new key, delete. Unlike timings on a shared machine the counts repeat
+//! present key, set of a new key, delete, and insert of a new key into a full cache. Unlike timings on a shared machine the counts repeat
 //! exactly, and they say how far the processor can overlap consecutive operations: it keeps as
 //! many in flight as its reorder buffer holds, so a get of fewer instructions starts the next
 //! gets' memory misses sooner (see docs/benchmarks.md, "Get hits read in another order").
@@ -18,7 +18,7 @@ use std::process::Command;
 use clap::{Parser, ValueEnum};
 
 use segcache_engine_benches::keys::{keys, touch, Key, VALUE};
-use segcache_engine_benches::store::{with_cache, Lib, SharedStore, Sizing, Store, Visit};
+use segcache_engine_benches::store::{pelikan_hash_power_at, with_cache, Lib, SharedStore, Sizing, Store, Visit};
 use segcache_engine_benches::workload::shuffled;
 
 #[derive(Parser, Debug)]
@@ -51,13 +51,21 @@ enum Op {
     /// A store of a key the cache does not hold, with room for it.
     SetNew,
     Delete,
+    /// A store of a key never stored before, into a cache that is full: each makes room by
+    /// evicting, as a cache does in its steady state.
+    Insert,
 }
 
 impl Op {
     /// The cache for `n` keys and this operation: a new key needs room beside the ones the fill
-    /// stored.
+    /// stored; inserts into a full cache need Pelikan's table (which does not chain) large
+    /// enough for all that its heap holds, at least 80 bytes an item.
     fn sizing(self, n: usize) -> Sizing {
-        Sizing::holding(if self == Op::SetNew { 2 * n } else { n })
+        let mut size = Sizing::holding(if self == Op::SetNew { 2 * n } else { n });
+        if self == Op::Insert {
+            size.pelikan_hash_power = Some(pelikan_hash_power_at(size.budget / 80, 0.25));
+        }
+        size
     }
 
     /// The name on the command line (`--child`), as clap spells it.
@@ -77,7 +85,7 @@ fn measured_ops<S: Store>(s: &mut S, op: Op, ks: &[Key]) -> usize {
                 acc += s.get(k).unwrap_or(0);
             }
         }
-        Op::SetPresent | Op::SetNew => {
+        Op::SetPresent | Op::SetNew | Op::Insert => {
             for k in ks {
                 acc += usize::from(s.set(k, &VALUE));
             }
@@ -103,10 +111,19 @@ impl Child {
         for i in shuffled(self.n, 4) {
             assert!(s.set(&all[i as usize], &VALUE), "the cache refused a key while filling");
         }
+        if self.op == Op::Insert {
+            // Keys enough to fill any library's cache twice over: ours and Pelikan's hold
+            // what fits in the heap, at least 80 bytes an item; the others `capacity` items.
+            let size = self.op.sizing(self.n);
+            let warm = (2 * size.budget / 80).max(2 * size.capacity);
+            for k in keys(1 << 40, warm) {
+                s.set(&k, &VALUE);
+            }
+        }
         s.settle();
         let mut ks: Vec<Key> = shuffled(self.n, 1).into_iter().map(|i| all[i as usize]).collect();
         // Keys the fill did not store (a first byte `keys` never writes).
-        if matches!(self.op, Op::GetMiss | Op::SetNew) {
+        if matches!(self.op, Op::GetMiss | Op::SetNew | Op::Insert) {
             for k in &mut ks {
                 k[0] = b'm';
             }
@@ -119,7 +136,7 @@ impl Child {
             Op::GetMiss => assert_eq!(done, 0, "a get of an absent key hit"),
             Op::SetPresent => assert_eq!(done, ks.len(), "a store was refused"),
             // (Pelikan's table, which does not chain, may refuse a few new keys.)
-            Op::SetNew => assert!(done * 1000 >= ks.len() * 999, "new keys refused"),
+            Op::SetNew | Op::Insert => assert!(done * 1000 >= ks.len() * 999, "new keys refused"),
             // (Pelikan's fill may have missed a few, as for the hits.)
             Op::Delete => assert!(done * 1000 >= ks.len() * 999, "deletes missed"),
         }
@@ -225,8 +242,8 @@ fn main() -> Result<(), String> {
         None => Vec::new(),
     };
     println!("Instructions per operation, callgrind, {} items of 16-byte keys and 64-byte values\n", args.items);
-    println!("| library | get hit | get miss | set (present key) | set (new key) | delete |");
-    println!("|---|---|---|---|---|---|");
+    println!("| library | get hit | get miss | set (present key) | set (new key) | delete | insert (full cache) |");
+    println!("|---|---|---|---|---|---|---|");
     let mut counts = Vec::new();
     for &lib in &args.libs {
         let mut row = format!("| {} |", lib.name());
