@@ -25,7 +25,7 @@ LAYERS = [
         "hashtable::bucket", "hashtable::slot", "segments::header",
         "ttl_buckets::bucket", "ttl_buckets::ttl", "ttl_buckets::expire",
     ]),
-    ("hash table, segments, TTL buckets", ["hashtable", "segments", "ttl_buckets"]),
+    ("hash table, segments, TTL buckets, flash tier", ["hashtable", "segments", "ttl_buckets", "tier"]),
     ("eviction", ["eviction"]),
     ("engine", ["engine"]),
     ("handles and opening", ["builder::open", "shared", "future", "typed"]),

@@ -1,0 +1,59 @@
+//! The flash tier: a file of fixed-size flash segments beside the heap, where the live items of a
+//! segment that eviction frees go instead of being dropped. Their slots stay in the hash table and
+//! name a flash location (`ids.rs`), so a flash item costs DRAM only for its slot.
+//!
+//! This part owns the file and what describes it: the segment-id space shared with the heap
+//! (`ids.rs`), an entry's format and checksum (`entry.rs`), positioned writes of whole segment
+//! images and positioned reads of one entry rounded to blocks (`file.rs`), each flash segment's
+//! metadata and the FIFO ring they are written in (`ring.rs`), and the buffers a `&self` read
+//! hands out (`arena.rs`). What changes the hash table with them stays in the engine
+//! (`engine/demote.rs`, `engine/flash.rs`).
+
+pub(crate) mod arena;
+pub(crate) mod entry;
+pub(crate) mod file;
+pub(crate) mod ids;
+pub(crate) mod ring;
+
+use std::sync::atomic::AtomicU64;
+
+use crate::tier::arena::Arena;
+use crate::tier::file::TierFile;
+use crate::tier::ids::Ids;
+use crate::tier::ring::Ring;
+
+/// One shard's part of the tier: its slice of the file, its flash segments' metadata, its
+/// counters.
+#[derive(Debug)]
+pub(crate) struct Tier {
+    pub(crate) file: TierFile,
+    pub(crate) ids: Ids,
+    pub(crate) ring: Ring,
+    pub(crate) arena: Arena,
+    pub(crate) counts: TierCounts,
+}
+
+/// The tier's counters. Reads count with `&self` (atomics), the rest under `&mut self`.
+#[derive(Debug, Default)]
+pub(crate) struct TierCounts {
+    pub(crate) hits: AtomicU64,
+    pub(crate) bad_reads: AtomicU64,
+    pub(crate) demoted: u64,
+    pub(crate) demotions_dropped: u64,
+    pub(crate) reclaimed: u64,
+}
+
+impl Tier {
+    /// A tier over `file`, whose flash segments take the ids after the shard's `dram` segments;
+    /// `nonce` starts the generations (see `Ring::new`).
+    pub(crate) fn new(file: TierFile, dram: u32, nonce: u64) -> Tier {
+        let flash = file.segments();
+        let (ids, ring) = (Ids::new(dram, flash), Ring::new(flash, nonce));
+        Tier { file, ids, ring, arena: Arena::default(), counts: TierCounts::default() }
+    }
+
+    /// Flash items: those the ring's segments still count live.
+    pub(crate) fn items(&self) -> u64 {
+        self.ring.live_items()
+    }
+}

@@ -1,0 +1,113 @@
+//! Each flash segment's metadata, and the FIFO ring they are written in: the next segment written
+//! is always the oldest, reclaimed first if it still holds items.
+
+/// A flash segment's metadata, kept in DRAM.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct FlashSeg {
+    /// Bumped each time the segment is reclaimed: every entry's checksum covers it, so a slot
+    /// left pointing at an older image reads as a miss.
+    pub(crate) generation: u64,
+    /// Its place in FIFO order (0: free).
+    pub(crate) seq: u64,
+    /// The latest expiry of its entries (0: some never expire): the whole segment is gone after it.
+    pub(crate) expire_at: u32,
+    /// The creation time of the heap segment it was demoted from.
+    pub(crate) create_at: u32,
+    /// The CAS base of the heap segment it was demoted from.
+    pub(crate) cas_base: u32,
+    /// Slots that point into it.
+    pub(crate) live: u32,
+    /// Bytes of its image.
+    pub(crate) written: u32,
+}
+
+/// The flash segments of one shard, written round-robin.
+#[derive(Debug)]
+pub(crate) struct Ring {
+    segs: Vec<FlashSeg>,
+    head: u32,
+    next_seq: u64,
+}
+
+impl Ring {
+    /// `count` free segments. Their generations start at `nonce`, so that what an earlier open left
+    /// in the file does not check as this open's.
+    pub(crate) fn new(count: u32, nonce: u64) -> Ring {
+        Ring { segs: vec![FlashSeg { generation: nonce, ..FlashSeg::default() }; count as usize], head: 0, next_seq: 1 }
+    }
+
+    #[inline]
+    pub(crate) fn seg(&self, index: u32) -> &FlashSeg {
+        &self.segs[index as usize]
+    }
+
+    #[inline]
+    pub(crate) fn seg_mut(&mut self, index: u32) -> &mut FlashSeg {
+        &mut self.segs[index as usize]
+    }
+
+    /// The segment the next image goes to: the oldest.
+    pub(crate) fn next(&self) -> u32 {
+        self.head
+    }
+
+    /// Whether segment `index` holds an image.
+    pub(crate) fn in_use(&self, index: u32) -> bool {
+        self.seg(index).seq != 0
+    }
+
+    /// Records the image just written to the head segment (free) and moves the head on.
+    pub(crate) fn fill(&mut self, written: u32, live: u32, expire_at: u32, create_at: u32, cas_base: u32) {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        let s = &mut self.segs[self.head as usize];
+        debug_assert_eq!(s.seq, 0);
+        *s = FlashSeg { seq, expire_at, create_at, cas_base, live, written, generation: s.generation };
+        self.head = (self.head + 1) % self.segs.len() as u32;
+    }
+
+    /// Frees segment `index`, whose slots are gone: a new generation, so nothing of its image
+    /// checks any more.
+    pub(crate) fn release(&mut self, index: u32) {
+        let s = &mut self.segs[index as usize];
+        *s = FlashSeg { generation: s.generation.wrapping_add(1), ..FlashSeg::default() };
+    }
+
+    /// Frees every segment (the table was cleared).
+    pub(crate) fn release_all(&mut self) {
+        for i in 0..self.segs.len() as u32 {
+            self.release(i);
+        }
+        self.head = 0;
+    }
+
+    /// Slots pointing into the ring.
+    pub(crate) fn live_items(&self) -> u64 {
+        self.segs.iter().map(|s| u64::from(s.live)).sum()
+    }
+
+    /// Segments in use.
+    pub(crate) fn used(&self) -> usize {
+        self.segs.iter().filter(|s| s.seq != 0).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_writes_its_oldest_segment_next_and_a_release_changes_the_generation() {
+        let mut ring = Ring::new(3, 100);
+        for expect in [0, 1, 2] {
+            assert_eq!(ring.next(), expect);
+            ring.fill(4096, 2, 0, 10, 1);
+        }
+        assert_eq!((ring.next(), ring.used(), ring.live_items()), (0, 3, 6));
+        assert!(ring.in_use(0) && ring.seg(0).seq < ring.seg(1).seq);
+        ring.release(0);
+        assert_eq!((ring.in_use(0), ring.seg(0).generation, ring.live_items()), (false, 101, 4));
+        ring.fill(8, 1, 0, 10, 1);
+        assert_eq!((ring.next(), ring.seg(0).seq), (1, 4));
+    }
+}
