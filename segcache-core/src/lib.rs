@@ -71,8 +71,6 @@ mod shared;
 mod size;
 mod stats;
 mod sync;
-// Wired into the engine by the next step; until then only its tests use it.
-#[allow(dead_code)]
 mod tier;
 mod ttl_buckets;
 #[cfg(feature = "serde")]

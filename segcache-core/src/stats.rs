@@ -168,6 +168,18 @@ figures! {
     expired_segments: Counter,
     /// Items kept by merge eviction (copied into the merged segment).
     merged_items: Counter,
+    /// Items on the flash tier.
+    flash_items: Gauge,
+    /// Items written to the flash tier by eviction.
+    flash_demoted: Counter,
+    /// Reads served from the flash tier.
+    flash_hits: Counter,
+    /// Reads of the flash tier that failed or did not check (torn, stale or corrupt): misses.
+    flash_bad_reads: Counter,
+    /// Flash segments reclaimed to make room for newer ones.
+    flash_reclaimed_segments: Counter,
+    /// Items that eviction would have written to the flash tier but whose write failed.
+    flash_demotions_dropped: Counter,
     /// Flushes that took effect.
     flushes: Counter,
     /// Overflow hash buckets taken from the pool (high-water mark; emptied ones are reused).
@@ -184,7 +196,7 @@ mod tests {
     fn figures_follow_the_fields() {
         let s = Stats { items: 3, sets: 7, segment_size: 1 << 20, ..Stats::default() };
         let f: Vec<Figure> = s.figures().collect();
-        assert_eq!(f.len(), 22);
+        assert_eq!(f.len(), 28);
         assert_eq!((f[0].name, f[0].kind, f[0].value), ("items", FigureKind::Gauge, 3));
         let sets = f.iter().find(|x| x.name == "sets").unwrap();
         assert_eq!((sets.kind, sets.value), (FigureKind::Counter, 7));

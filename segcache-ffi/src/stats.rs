@@ -49,6 +49,18 @@ pub struct segcache_stats_t {
     pub expired_segments: u64,
     /// Items kept by merge eviction.
     pub merged_items: u64,
+    /// Items on the flash tier (gauge).
+    pub flash_items: u64,
+    /// Items written to the flash tier by eviction.
+    pub flash_demoted: u64,
+    /// Reads served from the flash tier.
+    pub flash_hits: u64,
+    /// Reads of the flash tier that failed or did not check: misses.
+    pub flash_bad_reads: u64,
+    /// Flash segments reclaimed to make room for newer ones.
+    pub flash_reclaimed_segments: u64,
+    /// Items whose write to the flash tier failed.
+    pub flash_demotions_dropped: u64,
     /// Flushes that took effect.
     pub flushes: u64,
     /// Overflow hash buckets in use (gauge).
@@ -83,6 +95,12 @@ fn c_stats(s: Stats) -> segcache_stats_t {
         evicted_unfetched: s.evicted_unfetched,
         expired_segments: s.expired_segments,
         merged_items: s.merged_items,
+        flash_items: s.flash_items,
+        flash_demoted: s.flash_demoted,
+        flash_hits: s.flash_hits,
+        flash_bad_reads: s.flash_bad_reads,
+        flash_reclaimed_segments: s.flash_reclaimed_segments,
+        flash_demotions_dropped: s.flash_demotions_dropped,
         flushes: s.flushes,
         overflow_buckets: s.overflow_buckets,
         shards: s.shards,

@@ -605,6 +605,30 @@ typedef struct segcache_stats_t {
    */
   uint64_t merged_items;
   /**
+   * Items on the flash tier (gauge).
+   */
+  uint64_t flash_items;
+  /**
+   * Items written to the flash tier by eviction.
+   */
+  uint64_t flash_demoted;
+  /**
+   * Reads served from the flash tier.
+   */
+  uint64_t flash_hits;
+  /**
+   * Reads of the flash tier that failed or did not check: misses.
+   */
+  uint64_t flash_bad_reads;
+  /**
+   * Flash segments reclaimed to make room for newer ones.
+   */
+  uint64_t flash_reclaimed_segments;
+  /**
+   * Items whose write to the flash tier failed.
+   */
+  uint64_t flash_demotions_dropped;
+  /**
    * Flushes that took effect.
    */
   uint64_t flushes;

@@ -83,6 +83,8 @@ pub struct Builder {
     pub(crate) prefault: bool,
     pub(crate) touch_ahead: bool,
     pub(crate) resize_file: bool,
+    /// The flash tier's file and its size in bytes (`tier`).
+    pub(crate) tier: Option<(PathBuf, u64)>,
 }
 
 impl Default for Builder {
@@ -120,6 +122,7 @@ impl Builder {
             multi_process: false,
             prefault: false,
             touch_ahead: false,
+            tier: None,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -470,6 +473,41 @@ impl Builder {
         self
     }
 
+    /// A flash tier: a file at `path` of `bytes` (a whole number of segments, at least two per
+    /// shard), cut into flash segments. A segment that eviction frees has its live items written
+    /// there, whole, instead of dropped; their slots stay in the hash table and point to flash, and
+    /// a read of one reads and checks just that item (a read that fails its check is a miss). When
+    /// the tier is full its oldest segment is reclaimed. Items reach the tier from segments that
+    /// eviction clears whole (`Fifo`, `Random`, `Cte`, `Util`, `RandomFifo`); a merge's dropped
+    /// items do not go yet. The tier's metadata lives in memory: a reopened cache starts with it
+    /// empty (the heap's items come back, those on flash do not). Not with `multi_process`.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Policy};
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-tier", std::process::id()));
+    /// let mut cache = Builder::new()
+    ///     .heap_size(256 << 10)
+    ///     .segment_size(64 << 10)
+    ///     .eviction(Policy::Fifo)
+    ///     .tier(&path, 4 << 20)
+    ///     .build()?;
+    /// for i in 0..4_000u32 {
+    ///     cache.set(&i.to_le_bytes(), &[7; 200], 0, Duration::ZERO)?; // ~10x the heap
+    /// }
+    /// assert!(cache.stats().flash_demoted > 0);
+    /// assert_eq!(cache.get(&0u32.to_le_bytes()).unwrap().value(), &[7; 200][..]); // from flash
+    /// assert!(Builder::new().heap_size(1 << 20).tier(&path, 1000).build().is_err()); // not whole segments
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn tier(mut self, path: impl Into<PathBuf>, bytes: u64) -> Self {
+        self.tier = Some((path.into(), bytes));
+        self
+    }
+
     /// A function told of each item that leaves the cache: expired, evicted, deleted or replaced
     /// by a new version (not flushed; see [`RemovalCause`]). It gets the item as it was and why it went,
     /// and runs while the item's shard is locked for writing: keep it short (hand the item to a
@@ -571,6 +609,19 @@ impl Builder {
             return Err(Error::InvalidConfig(
                 "resize_file cannot be combined with multi_process: every process sharing a file uses its sizes".into(),
             ));
+        }
+        if let Some((_, bytes)) = &self.tier {
+            let s = s as u64;
+            if *bytes % s != 0 || *bytes < 2 * s {
+                return Err(Error::InvalidConfig(format!(
+                    "tier size must be a whole number of segments of {s} bytes, at least 2, got {bytes}"
+                )));
+            }
+            if self.multi_process {
+                return Err(Error::InvalidConfig(
+                    "a tier cannot be combined with multi_process: its metadata is the process's own".into(),
+                ));
+            }
         }
         if self.multi_process && self.lazy_verify {
             return Err(Error::InvalidConfig(

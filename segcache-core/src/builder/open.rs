@@ -19,6 +19,8 @@ use crate::persist::share;
 use crate::shared::handle::SharedCache;
 use crate::sync::lock::ReaderSlot;
 use crate::sync::mapped::MappedLock;
+use crate::tier::file::TierFile;
+use crate::tier::ids::Ids;
 
 impl Builder {
     /// A single-owner engine.
@@ -81,7 +83,20 @@ impl Builder {
                 slot::MAX_SEGMENTS
             )));
         }
-        let hash_power = self.hash_power.unwrap_or_else(|| layout::default_hash_power(segments * self.segment_size));
+        if let Some((_, bytes)) = &self.tier {
+            let flash = *bytes as usize / self.segment_size;
+            if !flash.is_multiple_of(shards) || flash / shards < 2 || !Ids::fit(segments, flash / shards) {
+                return Err(Error::InvalidConfig(format!(
+                    "tier of {bytes} bytes: its {flash} segments must split evenly over {shards} shards, \
+                     at least 2 each, and with the heap's {segments} per shard stay within {} segment ids",
+                    slot::MAX_SEGMENTS
+                )));
+            }
+        }
+        // The table holds the flash tier's items too: sized for the bytes of both.
+        let flash_bytes = self.tier.as_ref().map_or(0, |(_, bytes)| *bytes as usize / shards);
+        let hash_power =
+            self.hash_power.unwrap_or_else(|| layout::default_hash_power(segments * self.segment_size + flash_bytes));
         Ok(Layout { geometry: Geometry { hash_power, segment_size: self.segment_size, segments }, shards })
     }
 
@@ -127,6 +142,7 @@ impl Builder {
             listener: None,
             lazy_verify: false,
             prefault: false,
+            tier: None,
             ..self.clone()
         }
         .open_engines(found.shards)?;
@@ -234,6 +250,12 @@ impl Builder {
             file::mark_open(&region);
         }
         file::opened(&region)?;
+        if let Some((path, bytes)) = &self.tier {
+            let files = TierFile::open(path, *bytes, geo.segment_size, shards)?;
+            for (e, f) in engines.iter_mut().zip(files) {
+                e.attach_tier(f, found != Found::Fresh);
+            }
+        }
         Ok(engines)
     }
 }

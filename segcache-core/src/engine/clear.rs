@@ -41,7 +41,12 @@ impl Segcache {
     }
 
     /// Removes a segment's live items from the table and returns it to the free list.
+    /// With a tier, eviction first moves the segment's items there (`demote`): their slots then
+    /// point to flash, and only what did not go is removed.
     pub(crate) fn clear_segment(&mut self, id: u32, expired: bool) {
+        if !expired && self.tier.is_some() {
+            self.demote(id);
+        }
         let (mut removed, mut unfetched) = (0u64, 0u64);
         let t = self.table();
         let cause = if expired { RemovalCause::Expired } else { RemovalCause::Evicted };

@@ -172,7 +172,7 @@ impl Segcache {
     ) -> Result<Computed> {
         check_key(key)?;
         self.origin.check()?;
-        let now = self.prepare_write();
+        let now = self.prepare_keyed_write(key, h);
         let current = self.lookup(key, h, now).map(|(item, _)| item);
         let had = current.as_ref().map(|item| item.cas);
         match (f(current), had) {

@@ -27,6 +27,17 @@ impl Segcache {
         now
     }
 
+    /// `prepare_write` for a write to `key` (hash `h`): an item of the key on flash first comes
+    /// back to DRAM (see `promote_flash`), so that the write finds the key there or nowhere.
+    #[inline]
+    pub(crate) fn prepare_keyed_write(&mut self, key: &[u8], h: u64) -> u32 {
+        let now = self.prepare_write();
+        if self.tier.is_some() {
+            self.promote_flash(key, h, now);
+        }
+        now
+    }
+
     /// Frees every segment whose items have all expired, from the heads of the TTL chains.
     /// Returns the number of items removed. Writes free expired segments on their own, one at a
     /// time and spaced out; this frees them all at once.

@@ -77,6 +77,9 @@ impl Segcache {
         if !zeroed {
             self.table().clear();
         }
+        if let Some(tier) = self.tier.as_deref_mut() {
+            tier.ring.release_all();
+        }
         for b in 0..ttl::BUCKETS {
             *self.ttl_bucket_mut(b) = TtlBucket::EMPTY;
         }

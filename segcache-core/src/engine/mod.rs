@@ -6,8 +6,10 @@ pub(crate) mod append;
 pub(crate) mod clear;
 pub(crate) mod compact;
 pub(crate) mod compute;
+pub(crate) mod demote;
 pub(crate) mod evict;
 pub(crate) mod expire;
+pub(crate) mod flash;
 pub(crate) mod flush;
 pub(crate) mod keys;
 pub(crate) mod load;
@@ -98,6 +100,8 @@ pub struct Segcache {
     pub(crate) expiry_pass: usize,
     /// Writes to let pass before the expiry of writes frees another segment.
     pub(crate) expiry_wait: u64,
+    /// The flash tier where evicted segments' items go (`Builder::tier`), if there is one.
+    pub(crate) tier: Option<Box<crate::tier::Tier>>,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -188,6 +192,7 @@ impl Segcache {
             dropped_segments: 0,
             expiry_pass: crate::ttl_buckets::ttl::BUCKETS,
             expiry_wait: 0,
+            tier: None,
             table: Table::new(buckets, summary, geo.primary_buckets()),
             ghost,
             scratch: Vec::new(),

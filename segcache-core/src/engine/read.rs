@@ -154,6 +154,10 @@ impl Segcache {
         opts: &ReadOptions,
     ) -> Option<Item<'_>> {
         let Some((found, r)) = self.find_record(key, h) else {
+            // A key on the flash tier has no DRAM slot: it is looked for only after a DRAM miss.
+            if self.tier.is_some() {
+                return self.get_flash(key, h, counters, opts);
+            }
             counters.miss(None);
             return None;
         };
@@ -293,7 +297,8 @@ impl Segcache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn contains(&self, key: &[u8]) -> bool {
-        self.lookup_lazily(key, hash(key)).is_some()
+        let h = hash(key);
+        self.lookup_lazily(key, h).is_some() || (self.tier.is_some() && self.contains_flash(key, h, self.now()))
     }
 
     /// Where the key's record lies (segment id, byte offset), if present: for tests that check
@@ -365,6 +370,12 @@ impl Segcache {
                     _ => self.find_key(k, h),
                 };
                 let Some(slot) = slot else {
+                    if self.tier.is_some() {
+                        if let Some(item) = self.get_flash(k, h, counters, &ReadOptions::default()) {
+                            f(chunk_no * BATCH + i, item);
+                        }
+                        continue;
+                    }
                     counters.miss(None);
                     continue;
                 };

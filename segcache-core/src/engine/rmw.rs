@@ -345,8 +345,9 @@ impl Segcache {
     pub fn touch(&mut self, key: &[u8], ttl: Duration) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;
-        let now = self.prepare_write();
-        self.touch_at(key, hash(key), ttl_secs(ttl), now, true)
+        let h = hash(key);
+        let now = self.prepare_keyed_write(key, h);
+        self.touch_at(key, h, ttl_secs(ttl), now, true)
     }
 
     /// `touch` that does not count as an access: the item's fetched bit stays as it is
@@ -369,8 +370,9 @@ impl Segcache {
     pub fn set_ttl(&mut self, key: &[u8], ttl: Duration) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;
-        let now = self.prepare_write();
-        self.touch_at(key, hash(key), ttl_secs(ttl), now, false)
+        let h = hash(key);
+        let now = self.prepare_keyed_write(key, h);
+        self.touch_at(key, h, ttl_secs(ttl), now, false)
     }
 
     /// `touch` (`access`: marking the item fetched, as memcached's touch does) or `set_ttl`.
@@ -487,10 +489,10 @@ impl Segcache {
     ) -> Result<u64> {
         check_key(key)?;
         self.origin.check()?;
-        let now = self.prepare_write();
+        let h = hash(key);
+        let now = self.prepare_keyed_write(key, h);
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
-        let h = hash(key);
         let (flags, expire_at, st) = match self.lookup(key, h, now) {
             None => {
                 self.scratch = scratch;

@@ -18,8 +18,10 @@ impl Segcache {
             return Err(Error::NoMemory);
         }
         let victim = self.table().least_used(h).ok_or(Error::NoMemory)?;
-        self.tell_removal(slot::slot_loc(victim.value), victim.value, RemovalCause::Evicted);
-        self.kill(slot::slot_loc(victim.value));
+        if !self.flash_victim(slot::slot_loc(victim.value)) {
+            self.tell_removal(slot::slot_loc(victim.value), victim.value, RemovalCause::Evicted);
+            self.kill(slot::slot_loc(victim.value));
+        }
         let m = self.meta_mut();
         m.evicted_items += 1;
         m.evicted_unfetched += u64::from(victim.value & slot::FETCHED == 0);

@@ -21,10 +21,17 @@ impl Segcache {
         let mut slots_in = vec![0u32; self.geo.segments];
         let mut items = 0u64;
         let mut bad = None;
+        let ids = self.tier.as_deref().map(|t| t.ids);
+        let mut flash_slots = vec![0u32; self.tier.as_deref().map_or(0, |t| t.file.segments() as usize)];
         for chain in 0..=t.mask() {
             // A chain's index serves as its hash: `head` only uses the masked bits.
             t.scan(chain, |_, v| {
                 let loc = slot::slot_loc(v);
+                // A flash slot's item is not in the heap: only its segment's count is checked.
+                if let Some(i) = ids.and_then(|ids| ids.flash_index(loc.seg)) {
+                    flash_slots[i as usize] += 1;
+                    return false;
+                }
                 let why = if loc.seg as usize >= self.geo.segments {
                     Some("a segment out of range".to_string())
                 } else if !matches!(self.seg(loc.seg).state, SEG_OPEN | SEG_SEALED) {
@@ -62,6 +69,14 @@ impl Segcache {
                     "segment {id}: {} live records counted, {} slots lead into it",
                     s.live_items, slots_in[id as usize]
                 ));
+            }
+        }
+        if let Some(tier) = self.tier.as_deref() {
+            for (i, &n) in flash_slots.iter().enumerate() {
+                let live = tier.ring.seg(i as u32).live;
+                if n != live {
+                    return Err(format!("flash segment {i}: {live} live items counted, {n} slots lead into it"));
+                }
             }
         }
         if self.meta().items != items {

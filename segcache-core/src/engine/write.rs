@@ -199,9 +199,10 @@ impl Segcache {
     ) -> Result<u64> {
         check_key(key)?;
         self.origin.check()?;
-        let now = self.prepare_write();
+        let h = hash(key);
+        let now = self.prepare_keyed_write(key, h);
         let st = NewState { explicit: opts.cas, won: opts.won, ..NewState::default() };
-        self.store_at(key, hash(key), &[value], flags, ttl_secs(ttl), mode, now, st, opts.invalidate)
+        self.store_at(key, h, &[value], flags, ttl_secs(ttl), mode, now, st, opts.invalidate)
     }
 
     /// Marks the item stale (memcached's `md I`): reads that claim the recache token see
@@ -234,8 +235,8 @@ impl Segcache {
     ) -> Result<u64> {
         check_key(key)?;
         self.origin.check()?;
-        let now = self.prepare_write();
         let h = hash(key);
+        let now = self.prepare_keyed_write(key, h);
         let mut scratch = std::mem::take(&mut self.scratch);
         scratch.clear();
         let current = self.lookup(key, h, now).map(|(item, _)| {
@@ -308,7 +309,7 @@ impl Segcache {
     pub(crate) fn delete_hashed(&mut self, key: &[u8], h: u64, compare: Option<u64>) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;
-        let now = self.prepare_write();
+        let now = self.prepare_keyed_write(key, h);
         self.delete_at(key, h, now, compare)
     }
 
@@ -360,7 +361,7 @@ impl Segcache {
     ) -> Result<u64> {
         check_key(key)?;
         self.origin.check()?;
-        let now = self.prepare_write();
+        let now = self.prepare_keyed_write(key, h);
         self.store_at(key, h, value, flags, ttl, mode, now, NewState::default(), false)
     }
 

@@ -294,10 +294,12 @@ impl ShardView {
                 // SAFETY: `copy_record` initialised the record's bytes, at most `PEEK_BYTES`
                 // (checked above) from `at` < 8.
                 Some((at, header)) => record::same_key(key, unsafe { init(buf, at + header.key_at(), header.key_len) }),
-                None => false,
+                // A segment id past the heap's names the flash tier, read only under the lock.
+                None => loc.seg as usize >= self.segments,
             }
         });
-        let (Some(found), Some((at, header))) = (found, copied) else { return Peeked::Miss };
+        let Some(found) = found else { return Peeked::Miss };
+        let Some((at, header)) = copied else { return Peeked::Locked };
         if header.total_len() > PEEK_BYTES {
             return Peeked::Locked;
         }

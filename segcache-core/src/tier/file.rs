@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
@@ -18,7 +18,6 @@ pub(crate) const BLOCK: usize = 4 << 10;
 #[derive(Debug)]
 pub(crate) struct TierFile {
     file: Arc<File>,
-    path: Arc<PathBuf>,
     base: u64,
     segment_size: usize,
     segments: u32,
@@ -42,12 +41,11 @@ impl TierFile {
         if file.metadata().map_err(io)?.len() != bytes {
             file.set_len(bytes).map_err(io)?;
         }
-        let (file, path) = (Arc::new(file), Arc::new(path.to_path_buf()));
+        let file = Arc::new(file);
         let per = bytes / segment_size as u64 / shards as u64;
         Ok((0..shards as u64)
             .map(|i| TierFile {
                 file: Arc::clone(&file),
-                path: Arc::clone(&path),
                 base: i * per * segment_size as u64,
                 segment_size,
                 segments: per as u32,
@@ -62,10 +60,6 @@ impl TierFile {
 
     pub(crate) fn segment_size(&self) -> usize {
         self.segment_size
-    }
-
-    pub(crate) fn path(&self) -> &Path {
-        &self.path
     }
 
     fn at(&self, index: u32, offset: usize) -> u64 {
@@ -118,6 +112,8 @@ impl TierFile {
 
 #[cfg(test)]
 mod tests {
+    use std::path::PathBuf;
+
     use super::*;
 
     const META: EntryMeta = EntryMeta { cas_base: 1, create_at: 2, expire_at: 3 };

@@ -31,6 +31,11 @@ pub(crate) struct Tier {
     pub(crate) ring: Ring,
     pub(crate) arena: Arena,
     pub(crate) counts: TierCounts,
+    /// The hash of the key of the latest keyed write (0: none yet). Its items are not demoted:
+    /// a write may evict while it runs, after it looked its key up, and an old version demoted
+    /// then would live on beside the new one. Dropped instead, as without a tier, they leave the
+    /// write what it already handles.
+    pub(crate) writing: u64,
 }
 
 /// The tier's counters. Reads count with `&self` (atomics), the rest under `&mut self`.
@@ -49,7 +54,7 @@ impl Tier {
     pub(crate) fn new(file: TierFile, dram: u32, nonce: u64) -> Tier {
         let flash = file.segments();
         let (ids, ring) = (Ids::new(dram, flash), Ring::new(flash, nonce));
-        Tier { file, ids, ring, arena: Arena::default(), counts: TierCounts::default() }
+        Tier { file, ids, ring, arena: Arena::default(), counts: TierCounts::default(), writing: 0 }
     }
 
     /// Flash items: those the ring's segments still count live.

@@ -1,0 +1,202 @@
+//! Items on the flash tier as the rest of the engine meets them: a read of a key whose slot names
+//! a flash segment (a positioned read of the entry, checked, then served from the tier's arena), a
+//! keyed write that first brings the key's item back into DRAM, and a full chain that gives up a
+//! flash slot. None of it is on a path that a DRAM hit takes.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use crate::engine::read::{state_of, ReadOptions};
+use crate::engine::write::{Mode, NewState};
+use crate::engine::Segcache;
+use crate::hashtable::slot::{self, Loc};
+use crate::hashtable::table::{self, Table};
+use crate::item::Item;
+use crate::meta::{bump, Gone, ReadCounters};
+use crate::record::{self, Record};
+use crate::tier::entry::EntryMeta;
+use crate::tier::Tier;
+use crate::ttl_buckets::expire::live_until;
+
+/// Why a flash slot served nothing.
+enum Missed {
+    /// Its segment or its entry expired.
+    Expired,
+    /// Another key's entry (a tag shared), or an entry that failed its check or its read.
+    Other,
+}
+
+impl Segcache {
+    /// `get_with_options_in` for a key that no DRAM slot holds: the key's flash slot, if any, read
+    /// and checked. A read that fails, or an entry that does not check, is a miss.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn get_flash(
+        &self,
+        key: &[u8],
+        h: u64,
+        counters: &ReadCounters,
+        opts: &ReadOptions,
+    ) -> Option<Item<'_>> {
+        let Some(tier) = self.tier.as_deref() else {
+            counters.miss(None);
+            return None;
+        };
+        let now = self.now();
+        if self.flushed(now) || self.origin.forked() {
+            counters.miss(None);
+            return None;
+        }
+        let mut got = None;
+        let mut gone = None;
+        let found = self.table().find(h, |loc| match read_flash(tier, loc, key, now) {
+            Ok(read) => {
+                got = Some(read);
+                true
+            }
+            Err(Missed::Expired) => {
+                gone = Some(Gone::Expired);
+                false
+            }
+            Err(Missed::Other) => false,
+        });
+        let (Some(found), Some((bytes, meta))) = (found, got) else {
+            counters.miss(gone);
+            return None;
+        };
+        let Some(r) = tier.arena.hold(bytes).and_then(|b| record::parse(b, meta.cas_base)) else {
+            counters.miss(None);
+            return None;
+        };
+        tier.counts.hits.fetch_add(1, Relaxed);
+        let coin = bump(&counters.hits);
+        if !opts.no_update {
+            Table::bump_freq(found.slot, found.value, coin ^ h);
+        }
+        Some(self.flash_item(r, meta, found, now))
+    }
+
+    /// The item of a checked flash entry. Its recache token is not taken here: a flash item was
+    /// never invalidated (a keyed write drops its slot), and its access time is not refreshed.
+    fn flash_item<'a>(&self, r: Record<'a>, meta: EntryMeta, found: table::Found<'static>, now: u32) -> Item<'a> {
+        let cas = r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas));
+        let state = state_of(&r.stamp, meta.create_at, found.value, now);
+        Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at: meta.expire_at, now, state }
+    }
+
+    /// Before a write to `key` (hash `h`) at `now`: brings the key's item back from flash, so that
+    /// the write finds it in DRAM as if it had never left (an `add` fails, a `cas` compares, an
+    /// `append` appends). It keeps its value, flags, CAS value, expiry and state; its flash slot
+    /// goes. Flash slots of the key's tag that fail their check go too: they can never serve.
+    /// Also frees what reads held in the tier's arena (the caller holds the engine exclusively).
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn promote_flash(&mut self, key: &[u8], h: u64, now: u32) {
+        let Some(mut tier) = self.tier.take() else { return };
+        tier.arena.clear();
+        tier.writing = h;
+        let mut got = None;
+        let mut slot_value = 0;
+        loop {
+            let mut dead = false;
+            let found = self.table().find(h, |loc| match read_flash(&tier, loc, key, now) {
+                Ok(read) => {
+                    got = Some(read);
+                    true
+                }
+                Err(Missed::Expired) => {
+                    dead = true;
+                    true
+                }
+                Err(Missed::Other) if tier.ids.flash_index(loc.seg).is_some() && !readable(&tier, loc) => {
+                    dead = true;
+                    true
+                }
+                Err(Missed::Other) => false,
+            });
+            let Some(f) = found else { break };
+            self.remove_slot(h, f.slot);
+            drop_live(&mut tier, slot::slot_loc(f.value));
+            if !dead {
+                slot_value = f.value;
+                break;
+            }
+        }
+        self.tier = Some(tier);
+        let Some((bytes, meta)) = got else { return };
+        let Some(r) = record::parse(&bytes, meta.cas_base) else { return };
+        let ttl = if meta.expire_at == 0 { 0 } else { meta.expire_at.saturating_sub(now) };
+        let state = NewState {
+            explicit: Some(r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas))),
+            stale: r.stamp.stale,
+            won: r.stamp.won,
+            keep_expiry: true,
+            ..NewState::default()
+        };
+        // A promotion that finds no room leaves the item gone, as an eviction would.
+        if self.store_at(key, h, &[r.value], r.client_flags, ttl, Mode::Set, now, state, false).is_ok() {
+            if let Some(f) = self.find_key(key, h).filter(|_| slot_value & slot::FETCHED != 0) {
+                f.slot.store(f.value | slot::FETCHED, Relaxed);
+            }
+        }
+    }
+
+    /// Whether `key` has an item on flash at `now` (read and checked; not counted as a read).
+    #[cold]
+    pub(crate) fn contains_flash(&self, key: &[u8], h: u64, now: u32) -> bool {
+        let Some(tier) = self.tier.as_deref() else { return false };
+        !self.flushed(now) && self.table().find(h, |loc| read_flash(tier, loc, key, now).is_ok()).is_some()
+    }
+
+    /// For a chain that must give up a slot: if `loc` is a flash location, it leaves its flash
+    /// segment's count, and `true` (its item is not in the heap, so no listener hears of it).
+    pub(crate) fn flash_victim(&mut self, loc: Loc) -> bool {
+        match self.tier.as_deref_mut() {
+            Some(tier) if tier.ids.flash_index(loc.seg).is_some() => {
+                drop_live(tier, loc);
+                true
+            }
+            _ => false,
+        }
+    }
+}
+
+/// One slot fewer points into the flash segment of `loc`.
+fn drop_live(tier: &mut Tier, loc: Loc) {
+    if let Some(index) = tier.ids.flash_index(loc.seg) {
+        let s = tier.ring.seg_mut(index);
+        s.live = s.live.saturating_sub(1);
+    }
+}
+
+/// Whether the flash location `loc` may still be read: its segment holds an image and has not
+/// expired. A slot into one that may not serves nothing, whatever its entry says.
+fn readable(tier: &Tier, loc: Loc) -> bool {
+    tier.ids.flash_index(loc.seg).is_some_and(|i| tier.ring.in_use(i))
+}
+
+/// The bytes of `key`'s record at flash location `loc`, read and checked, with its entry's head:
+/// its flash segment's metadata first (a free or expired segment needs no read), then the entry.
+fn read_flash(tier: &Tier, loc: Loc, key: &[u8], now: u32) -> Result<(Vec<u8>, EntryMeta), Missed> {
+    let index = tier.ids.flash_index(loc.seg).ok_or(Missed::Other)?;
+    let fs = tier.ring.seg(index);
+    if !tier.ring.in_use(index) {
+        return Err(Missed::Other);
+    }
+    if !live_until(fs.expire_at, now) {
+        return Err(Missed::Expired);
+    }
+    let Some(read) = tier.file.read_entry(index, loc.offset, fs.generation) else {
+        tier.counts.bad_reads.fetch_add(1, Relaxed);
+        return Err(Missed::Other);
+    };
+    if !live_until(read.meta.expire_at, now) {
+        return Err(Missed::Expired);
+    }
+    let mut bytes = read.bytes;
+    bytes.truncate(read.start + read.len);
+    bytes.drain(..read.start);
+    match record::parse(&bytes, read.meta.cas_base) {
+        Some(r) if !r.dead && record::same_key(r.key, key) => Ok((bytes, read.meta)),
+        _ => Err(Missed::Other),
+    }
+}

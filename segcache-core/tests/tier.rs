@@ -1,0 +1,229 @@
+//! The flash tier through the public API: items that eviction frees live on in the tier file and
+//! are read back from it; deletes, overwrites, expiry and flushes reach them; a tier that fills
+//! reclaims its oldest segment; a corrupted tier serves misses, never a wrong value.
+
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use segcache_core::{Builder, Error, ManualClock, Policy, Segcache};
+
+const SEG: usize = 16 << 10;
+
+/// A file path removed when dropped.
+struct Temp(PathBuf);
+
+impl Temp {
+    fn new(what: &str) -> Temp {
+        static N: AtomicUsize = AtomicUsize::new(0);
+        let n = N.fetch_add(1, Ordering::Relaxed);
+        let p = std::env::temp_dir().join(format!("segcache-tier-test-{}-{what}-{n}", std::process::id()));
+        let _ = std::fs::remove_file(&p);
+        Temp(p)
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn key(i: usize) -> Vec<u8> {
+    format!("key-{i:06}").into_bytes()
+}
+
+/// A value that tells its key and version apart, of a size that varies with both.
+fn value(i: usize, version: u8) -> Vec<u8> {
+    let mut v = format!("{i}:{version}:").into_bytes();
+    v.resize(40 + (i * 37 + version as usize * 11) % 600, version);
+    v
+}
+
+/// A cache of 4 heap segments of 16 KiB and `flash` flash segments.
+fn tiered(tier: &Temp, flash: usize) -> Builder {
+    Builder::new().heap_size(4 * SEG).segment_size(SEG).eviction(Policy::Fifo).tier(&tier.0, (flash * SEG) as u64)
+}
+
+fn fill(c: &mut Segcache, n: usize) {
+    for i in 0..n {
+        c.set(&key(i), &value(i, 0), i as u32, Duration::ZERO).unwrap();
+    }
+}
+
+#[test]
+fn items_evicted_from_a_tiny_heap_are_read_back_from_flash() {
+    let t = Temp::new("read-back");
+    let mut c = tiered(&t, 64).build().unwrap();
+    fill(&mut c, 1500);
+    let s = c.stats();
+    assert!(s.flash_demoted > 1000 && s.flash_items > 1000, "{s:?}");
+    assert_eq!((s.flash_reclaimed_segments, s.flash_demotions_dropped, s.evicted_items), (0, 0, 0));
+    for i in 0..1500 {
+        let item = c.get(&key(i)).unwrap_or_else(|| panic!("key {i} lost"));
+        assert_eq!((item.value(), item.flags()), (&value(i, 0)[..], i as u32));
+    }
+    assert!(c.stats().flash_hits > 1000);
+    c.verify().unwrap();
+}
+
+#[test]
+fn a_write_to_a_flash_item_sees_it_and_a_delete_or_overwrite_replaces_it() {
+    let t = Temp::new("writes");
+    let mut c = tiered(&t, 64).build().unwrap();
+    fill(&mut c, 1000);
+    assert!(c.record_location(&key(0)).is_none(), "key 0 is on flash");
+    let cas = c.get(&key(1)).unwrap().cas();
+    assert!(matches!(c.add(&key(0), b"x", 0, Duration::ZERO), Err(Error::NotStored)));
+    c.append(&key(2), b"+tail").unwrap();
+    assert_eq!(c.get(&key(2)).unwrap().value(), [&value(2, 0)[..], b"+tail"].concat());
+    c.cas(&key(1), b"swapped", 5, Duration::ZERO, cas).unwrap();
+    assert_eq!(c.get(&key(1)).unwrap().value(), b"swapped");
+    c.delete(&key(3)).unwrap();
+    assert!(c.get(&key(3)).is_none() && !c.contains(&key(3)));
+    c.set(&key(4), b"new", 0, Duration::ZERO).unwrap();
+    assert_eq!(c.get(&key(4)).unwrap().value(), b"new");
+    c.verify().unwrap();
+    // Pushed out again, each keeps its latest version.
+    for i in 1000..2000 {
+        c.set(&key(i), &value(i, 0), 0, Duration::ZERO).unwrap();
+    }
+    assert_eq!(c.get(&key(1)).unwrap().value(), b"swapped");
+    assert_eq!(c.get(&key(4)).unwrap().value(), b"new");
+    assert!(c.get(&key(3)).is_none());
+    c.verify().unwrap();
+}
+
+#[test]
+fn a_full_tier_reclaims_its_oldest_segment_first() {
+    let t = Temp::new("reclaim");
+    let mut c = tiered(&t, 8).build().unwrap();
+    fill(&mut c, 5000);
+    let s = c.stats();
+    assert!(s.flash_reclaimed_segments > 0 && s.evicted_items > 0, "{s:?}");
+    assert!(c.get(&key(0)).is_none(), "the oldest went with the first segment reclaimed");
+    assert_eq!(c.get(&key(4999)).unwrap().value(), &value(4999, 0)[..]);
+    let kept = (0..5000).filter(|&i| c.get(&key(i)).is_some_and(|it| it.value() == value(i, 0))).count();
+    let served = (0..5000).filter(|&i| c.get(&key(i)).is_some()).count();
+    assert_eq!(kept, served, "everything served is the value stored");
+    assert!(served > 300, "{served}");
+    c.verify().unwrap();
+}
+
+#[test]
+fn flash_items_expire_with_their_segment_and_go_with_a_flush() {
+    let t = Temp::new("expiry");
+    let clock = ManualClock::new(1_000_000);
+    let mut c = tiered(&t, 64).clock(clock.clone()).build().unwrap();
+    for i in 0..1000 {
+        c.set(&key(i), &value(i, 0), 0, Duration::from_secs(100)).unwrap();
+    }
+    assert!(c.get(&key(0)).is_some() && c.record_location(&key(0)).is_none());
+    clock.advance(200);
+    let before = c.stats().flash_bad_reads;
+    assert!(c.get(&key(0)).is_none());
+    assert_eq!(c.stats().flash_bad_reads, before, "an expired flash segment needs no read");
+    assert!(c.set(&key(0), b"again", 0, Duration::ZERO).is_ok());
+    assert_eq!(c.get(&key(0)).unwrap().value(), b"again");
+    fill(&mut c, 800);
+    assert!(c.stats().flash_items > 0);
+    c.flush();
+    assert_eq!(c.stats().flash_items, 0);
+    assert!((0..800).all(|i| c.get(&key(i)).is_none()));
+    c.verify().unwrap();
+}
+
+/// Every byte of the tier overwritten, a block at a time, with noise or with another block of
+/// it: reads miss, and what is served is always the value stored.
+#[test]
+fn a_corrupted_tier_serves_misses_never_a_wrong_value() {
+    let t = Temp::new("corrupt");
+    let mut c = tiered(&t, 64).build().unwrap();
+    fill(&mut c, 1500);
+    let file = std::fs::OpenOptions::new().read(true).write(true).open(&t.0).unwrap();
+    let len = file.metadata().unwrap().len();
+    let mut block = vec![0u8; 4096];
+    for (n, at) in (0..len).step_by(4096).enumerate() {
+        if n % 3 == 0 {
+            block.iter_mut().enumerate().for_each(|(i, b)| *b = (i * 31 + n) as u8);
+        } else if n % 3 == 1 {
+            file.read_exact_at(&mut block, (at + 8192) % len).unwrap();
+        } else {
+            file.read_exact_at(&mut block, at).unwrap();
+            block[(n * 97) % 4096] ^= 0x40;
+        }
+        file.write_all_at(&block, at).unwrap();
+    }
+    let mut served = 0;
+    for i in 0..1500 {
+        if let Some(item) = c.get(&key(i)) {
+            assert_eq!(item.value(), &value(i, 0)[..], "key {i}");
+            served += 1;
+        }
+    }
+    let s = c.stats();
+    assert!(s.flash_bad_reads > 500 && served < 1500, "{served} served; {s:?}");
+    // Writes to those keys go on as if they had been evicted.
+    for i in 0..1500 {
+        c.set(&key(i), &value(i, 1), 0, Duration::ZERO).unwrap();
+    }
+    assert_eq!(c.get(&key(1499)).unwrap().value(), &value(1499, 1)[..]);
+    c.verify().unwrap();
+}
+
+#[test]
+fn the_shared_cache_reads_flash_items_under_its_lock() {
+    let t = Temp::new("shared");
+    let c = Builder::new()
+        .heap_size(8 * SEG)
+        .segment_size(SEG)
+        .shards(2)
+        .eviction(Policy::Fifo)
+        .tier(&t.0, (64 * SEG) as u64)
+        .build_shared()
+        .unwrap();
+    for i in 0..1500 {
+        c.set(&key(i), &value(i, 0), 0, Duration::ZERO).unwrap();
+    }
+    assert!(c.stats().flash_items > 1000);
+    for i in 0..1500 {
+        assert_eq!(c.get(&key(i)).map(|it| it.value).as_deref(), Some(&value(i, 0)[..]), "key {i}");
+    }
+    c.delete(&key(0)).unwrap();
+    assert!(c.get(&key(0)).is_none());
+    assert!(c.stats().flash_hits > 1000);
+}
+
+#[test]
+fn tier_sizes_are_checked() {
+    let t = Temp::new("sizes");
+    let bad = |b: Builder| matches!(b.build_shared(), Err(Error::InvalidConfig(_)));
+    let base = || Builder::new().heap_size(4 * SEG).segment_size(SEG).shards(1);
+    assert!(bad(base().tier(&t.0, SEG as u64 + 1)), "not whole segments");
+    assert!(bad(base().tier(&t.0, SEG as u64)), "fewer than 2");
+    assert!(bad(base().shards(2).heap_size(8 * SEG).tier(&t.0, 3 * SEG as u64)), "not even over shards");
+    assert!(bad(base().path(&t.0).multi_process(true).tier(&t.0, 4 * SEG as u64)));
+    assert!(base().tier(&t.0, 2 * SEG as u64).build_shared().is_ok());
+}
+
+/// The tier's metadata lives in memory: a heap file reopened after a graceful close serves its
+/// DRAM items warm, and its flash items are misses (never stale values), until the tier's
+/// metadata is persisted too.
+#[test]
+fn a_reopened_heap_file_keeps_its_dram_items_and_drops_its_flash_slots() {
+    let (heap, t) = (Temp::new("heap"), Temp::new("reopen"));
+    let mut c = tiered(&t, 64).path(&heap.0).build().unwrap();
+    fill(&mut c, 1000);
+    let in_dram: Vec<usize> = (0..1000).filter(|&i| c.record_location(&key(i)).is_some()).collect();
+    assert!(!in_dram.is_empty() && in_dram.len() < 500);
+    c.close().unwrap();
+    let c = tiered(&t, 64).path(&heap.0).build().unwrap();
+    for i in 0..1000 {
+        match c.get(&key(i)) {
+            Some(item) => assert!(in_dram.contains(&i) && item.value() == value(i, 0)),
+            None => assert!(!in_dram.contains(&i)),
+        }
+    }
+    c.verify().unwrap();
+}
