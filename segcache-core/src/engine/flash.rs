@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::engine::read::{state_of, ReadOptions};
+use crate::engine::read::state_of;
 use crate::engine::write::{Mode, NewState};
 use crate::engine::Segcache;
 use crate::hashtable::slot::{self, Loc};
@@ -27,16 +27,12 @@ enum Missed {
 
 impl Segcache {
     /// `get_with_options_in` for a key that no DRAM slot holds: the key's flash slot, if any, read
-    /// and checked. A read that fails, or an entry that does not check, is a miss.
+    /// and checked. A read that fails, or an entry that does not check, is a miss. `no_update`:
+    /// `ReadOptions::no_update` (the only option it reads: the options stay out of the call, so
+    /// that a DRAM read needs none of them in memory).
     #[cold]
     #[inline(never)]
-    pub(crate) fn get_flash(
-        &self,
-        key: &[u8],
-        h: u64,
-        counters: &ReadCounters,
-        opts: &ReadOptions,
-    ) -> Option<Item<'_>> {
+    pub(crate) fn get_flash(&self, key: &[u8], h: u64, counters: &ReadCounters, no_update: bool) -> Option<Item<'_>> {
         let Some(tier) = self.tier.as_deref() else {
             counters.miss(None);
             return None;
@@ -69,7 +65,7 @@ impl Segcache {
         };
         tier.counts.hits.fetch_add(1, Relaxed);
         let coin = bump(&counters.hits);
-        if !opts.no_update {
+        if !no_update {
             Table::bump_freq(found.slot, found.value, coin ^ h);
         }
         Some(self.flash_item(r, meta, found, now))
@@ -147,16 +143,17 @@ impl Segcache {
         !self.flushed(now) && self.table().find(h, |loc| read_flash(tier, loc, key, now).is_ok()).is_some()
     }
 
-    /// For a chain that must give up a slot: if `loc` is a flash location, it leaves its flash
-    /// segment's count, and `true` (its item is not in the heap, so no listener hears of it).
+    /// For a chain that must give up a slot: `true` if `loc` lies past the heap (a flash location,
+    /// or one a file kept from a tier this open lacks), whose item no listener can be told of; a
+    /// flash location leaves its segment's count.
     pub(crate) fn flash_victim(&mut self, loc: Loc) -> bool {
-        match self.tier.as_deref_mut() {
-            Some(tier) if tier.ids.flash_index(loc.seg).is_some() => {
-                drop_live(tier, loc);
-                true
-            }
-            _ => false,
+        if (loc.seg as usize) < self.geo.segments {
+            return false;
         }
+        if let Some(tier) = self.tier.as_deref_mut() {
+            drop_live(tier, loc);
+        }
+        true
     }
 }
 

@@ -156,7 +156,7 @@ impl Segcache {
         let Some((found, r)) = self.find_record(key, h) else {
             // A key on the flash tier has no DRAM slot: it is looked for only after a DRAM miss.
             if self.tier.is_some() {
-                return self.get_flash(key, h, counters, opts);
+                return self.get_flash(key, h, counters, opts.no_update);
             }
             counters.miss(None);
             return None;
@@ -371,7 +371,7 @@ impl Segcache {
                 };
                 let Some(slot) = slot else {
                     if self.tier.is_some() {
-                        if let Some(item) = self.get_flash(k, h, counters, &ReadOptions::default()) {
+                        if let Some(item) = self.get_flash(k, h, counters, false) {
                             f(chunk_no * BATCH + i, item);
                         }
                         continue;
