@@ -304,8 +304,9 @@ impl Segcache {
     }
 
     /// `delete_if` for a caller that has the key's hash `h` (`SharedCache` hashes to choose the
-    /// shard).
-    #[inline]
+    /// shard). Always inlined: the tier's check before a keyed write tipped the inliner's budget
+    /// for `SharedCache::delete`, which then called it and the key's `locate` (40 instructions).
+    #[inline(always)]
     pub(crate) fn delete_hashed(&mut self, key: &[u8], h: u64, compare: Option<u64>) -> Result<()> {
         check_key(key)?;
         self.origin.check()?;
