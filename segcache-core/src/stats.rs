@@ -168,6 +168,12 @@ figures! {
     expired_segments: Counter,
     /// Items kept by merge eviction (copied into the merged segment).
     merged_items: Counter,
+    /// Flushes that took effect.
+    flushes: Counter,
+    /// Overflow hash buckets taken from the pool (high-water mark; emptied ones are reused).
+    overflow_buckets: Gauge,
+    /// Number of shards (1 for a single-owner engine).
+    shards: Gauge,
     /// Items on the flash tier.
     flash_items: Gauge,
     /// Items written to the flash tier by eviction.
@@ -180,12 +186,6 @@ figures! {
     flash_reclaimed_segments: Counter,
     /// Items that eviction would have written to the flash tier but whose write failed.
     flash_demotions_dropped: Counter,
-    /// Flushes that took effect.
-    flushes: Counter,
-    /// Overflow hash buckets taken from the pool (high-water mark; emptied ones are reused).
-    overflow_buckets: Gauge,
-    /// Number of shards (1 for a single-owner engine).
-    shards: Gauge,
 }
 
 #[cfg(test)]

@@ -8,6 +8,9 @@ use crate::handle::segcache_t;
 use crate::status::segcache_status_t;
 
 /// A snapshot of the cache's counters (monotonic since open) and gauges, summed over shards.
+///
+/// Fields are only ever added at the end, so each field keeps its offset: a program built
+/// against an older header reads the fields it knows and ignores the rest.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default)]
 pub struct segcache_stats_t {
@@ -49,6 +52,14 @@ pub struct segcache_stats_t {
     pub expired_segments: u64,
     /// Items kept by merge eviction.
     pub merged_items: u64,
+    /// Flushes that took effect.
+    pub flushes: u64,
+    /// Overflow hash buckets in use (gauge).
+    pub overflow_buckets: u64,
+    /// Number of shards.
+    pub shards: u64,
+    /// The eviction policy, a `segcache_policy_t` value.
+    pub policy: u32,
     /// Items on the flash tier (gauge).
     pub flash_items: u64,
     /// Items written to the flash tier by eviction.
@@ -61,18 +72,11 @@ pub struct segcache_stats_t {
     pub flash_reclaimed_segments: u64,
     /// Items whose write to the flash tier failed.
     pub flash_demotions_dropped: u64,
-    /// Flushes that took effect.
-    pub flushes: u64,
-    /// Overflow hash buckets in use (gauge).
-    pub overflow_buckets: u64,
-    /// Number of shards.
-    pub shards: u64,
-    /// The eviction policy, a `segcache_policy_t` value.
-    pub policy: u32,
 }
 
-/// The C struct of core's [`Stats`]: the same fields in the order of `Stats::figures` (checked
-/// by tests/header.rs), the policy as its `segcache_policy_t` value.
+/// The C struct of core's [`Stats`]: the same fields in the order of `Stats::figures`, with the
+/// policy, as its `segcache_policy_t` value, after `shards`, where the struct first ended
+/// (checked by tests/header.rs).
 #[inline(always)]
 fn c_stats(s: Stats) -> segcache_stats_t {
     segcache_stats_t {
@@ -95,16 +99,16 @@ fn c_stats(s: Stats) -> segcache_stats_t {
         evicted_unfetched: s.evicted_unfetched,
         expired_segments: s.expired_segments,
         merged_items: s.merged_items,
+        flushes: s.flushes,
+        overflow_buckets: s.overflow_buckets,
+        shards: s.shards,
+        policy: s.policy as u32,
         flash_items: s.flash_items,
         flash_demoted: s.flash_demoted,
         flash_hits: s.flash_hits,
         flash_bad_reads: s.flash_bad_reads,
         flash_reclaimed_segments: s.flash_reclaimed_segments,
         flash_demotions_dropped: s.flash_demotions_dropped,
-        flushes: s.flushes,
-        overflow_buckets: s.overflow_buckets,
-        shards: s.shards,
-        policy: s.policy as u32,
     }
 }
 

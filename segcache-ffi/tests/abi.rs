@@ -86,3 +86,16 @@ fn strerror_accepts_any_int() {
     // SAFETY: static string.
     assert_eq!(unsafe { CStr::from_ptr(segcache_strerror(0)) }.to_str().unwrap(), "ok");
 }
+
+/// The fields of `segcache_stats_t` that C programs were first built against keep their
+/// offsets: 22 counters and gauges of 8 bytes, then the policy; later fields follow it.
+#[test]
+fn stats_fields_keep_their_offsets() {
+    use std::mem::offset_of;
+    assert_eq!(offset_of!(segcache_stats_t, items), 0);
+    assert_eq!(offset_of!(segcache_stats_t, merged_items), 18 * 8);
+    assert_eq!(offset_of!(segcache_stats_t, flushes), 19 * 8);
+    assert_eq!(offset_of!(segcache_stats_t, shards), 21 * 8);
+    assert_eq!(offset_of!(segcache_stats_t, policy), 22 * 8);
+    assert!(offset_of!(segcache_stats_t, flash_items) > offset_of!(segcache_stats_t, policy));
+}

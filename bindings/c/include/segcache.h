@@ -526,6 +526,9 @@ typedef struct segcache_store_options_t {
 
 /**
  * A snapshot of the cache's counters (monotonic since open) and gauges, summed over shards.
+ *
+ * Fields are only ever added at the end, so each field keeps its offset: a program built
+ * against an older header reads the fields it knows and ignores the rest.
  */
 typedef struct segcache_stats_t {
   /**
@@ -605,6 +608,22 @@ typedef struct segcache_stats_t {
    */
   uint64_t merged_items;
   /**
+   * Flushes that took effect.
+   */
+  uint64_t flushes;
+  /**
+   * Overflow hash buckets in use (gauge).
+   */
+  uint64_t overflow_buckets;
+  /**
+   * Number of shards.
+   */
+  uint64_t shards;
+  /**
+   * The eviction policy, a `segcache_policy_t` value.
+   */
+  uint32_t policy;
+  /**
    * Items on the flash tier (gauge).
    */
   uint64_t flash_items;
@@ -628,22 +647,6 @@ typedef struct segcache_stats_t {
    * Items whose write to the flash tier failed.
    */
   uint64_t flash_demotions_dropped;
-  /**
-   * Flushes that took effect.
-   */
-  uint64_t flushes;
-  /**
-   * Overflow hash buckets in use (gauge).
-   */
-  uint64_t overflow_buckets;
-  /**
-   * Number of shards.
-   */
-  uint64_t shards;
-  /**
-   * The eviction policy, a `segcache_policy_t` value.
-   */
-  uint32_t policy;
 } segcache_stats_t;
 
 /**
