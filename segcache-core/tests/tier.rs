@@ -204,6 +204,7 @@ fn tier_sizes_are_checked() {
     assert!(bad(base().tier(&t.0, SEG as u64)), "fewer than 2");
     assert!(bad(base().shards(2).heap_size(8 * SEG).tier(&t.0, 3 * SEG as u64)), "not even over shards");
     assert!(bad(base().path(&t.0).multi_process(true).tier(&t.0, 4 * SEG as u64)));
+    assert!(bad(base().path(&t.0).tier(&t.0, 4 * SEG as u64)), "the heap's own file");
     assert!(base().tier(&t.0, 2 * SEG as u64).build_shared().is_ok());
 }
 
@@ -224,6 +225,92 @@ fn a_reopened_heap_file_keeps_its_dram_items_and_drops_its_flash_slots() {
             Some(item) => assert!(in_dram.contains(&i) && item.value() == value(i, 0)),
             None => assert!(!in_dram.contains(&i)),
         }
+    }
+    c.verify().unwrap();
+}
+
+/// The same writes into a heap of 4 segments of 16 KiB, by `policy`, with a tier of 256 such
+/// segments and without one: new keys only, of varied sizes and in two TTL buckets, so that what
+/// stays in DRAM depends on the policy alone. Both tables are sized alike, so that a full chain
+/// evicts nothing in either.
+fn both_ways(policy: Policy, tier: &Temp, n: usize) -> (Segcache, Segcache) {
+    let base = || {
+        Builder::new()
+            .heap_size(4 * SEG)
+            .segment_size(SEG)
+            .hash_power(12)
+            .eviction(policy)
+            .clock(ManualClock::new(1_000_000))
+    };
+    let mut with = base().tier(&tier.0, (256 * SEG) as u64).build().unwrap();
+    let mut without = base().build().unwrap();
+    for c in [&mut with, &mut without] {
+        for i in 0..n {
+            let ttl = if i % 3 == 0 { Duration::from_secs(86_400) } else { Duration::ZERO };
+            c.set(&key(i), &value(i, 0), i as u32, ttl).unwrap();
+        }
+    }
+    (with, without)
+}
+
+/// Every eviction policy gives what it evicts to the tier: what a cache without a tier drops is
+/// served from flash, with its value and flags exactly; what stays in DRAM stays in the same
+/// place as without a tier, so the tier changes nothing of what the policy keeps.
+#[test]
+fn every_policy_demotes_what_it_evicts() {
+    let n = 2000;
+    for policy in &Policy::ALL[1..] {
+        let t = Temp::new("policies");
+        let (with, without) = both_ways(*policy, &t, n);
+        let (s, plain) = (with.stats(), without.stats());
+        assert!(plain.evicted_items > n as u64 / 2, "{policy}: the heap overflowed: {plain:?}");
+        assert_eq!(s.flash_demoted, plain.evicted_items, "{policy}: every item evicted went to flash; {s:?}");
+        assert_eq!((s.evicted_items, s.flash_reclaimed_segments, s.flash_demotions_dropped), (0, 0, 0), "{policy}");
+        assert_eq!(s.merged_items, plain.merged_items, "{policy}");
+        let mut from_flash = 0;
+        for i in 0..n {
+            let k = key(i);
+            assert_eq!(with.record_location(&k), without.record_location(&k), "{policy}: key {i} moved in DRAM");
+            let item = with.get(&k).unwrap_or_else(|| panic!("{policy}: key {i} lost"));
+            assert_eq!((item.value(), item.flags()), (&value(i, 0)[..], i as u32), "{policy}: key {i}");
+            match without.get(&k) {
+                Some(item) => assert_eq!(item.value(), &value(i, 0)[..], "{policy}: key {i}"),
+                None => {
+                    assert!(with.record_location(&k).is_none(), "{policy}: key {i}");
+                    from_flash += 1;
+                }
+            }
+        }
+        assert_eq!(from_flash as u64, plain.evicted_items, "{policy}");
+        assert_eq!(with.stats().flash_hits, from_flash as u64, "{policy}");
+        with.verify().unwrap();
+    }
+}
+
+/// Merge keeps the items read most and drops the rest: with a tier, those go to flash, and the
+/// ones kept in DRAM are the same as without one.
+#[test]
+fn merge_demotes_the_items_it_does_not_keep() {
+    let t = Temp::new("merge");
+    let mut c = Builder::new()
+        .heap_size(4 * SEG)
+        .segment_size(SEG)
+        .eviction(Policy::Merge)
+        .tier(&t.0, (256 * SEG) as u64)
+        .build()
+        .unwrap();
+    for i in 0..3000 {
+        c.set(&key(i), &value(i, 0), 0, Duration::ZERO).unwrap();
+        // The recent tenth keys are read: merges keep them.
+        for j in (i.saturating_sub(100)..i).filter(|j| j % 10 == 0) {
+            assert_eq!(c.get(&key(j)).map(|it| it.value().to_vec()), Some(value(j, 0)), "key {j}");
+        }
+    }
+    let s = c.stats();
+    assert!(s.merged_items > 0 && s.flash_demoted > 1000, "{s:?}");
+    assert_eq!(s.evicted_items, 0, "{s:?}");
+    for i in 0..3000 {
+        assert_eq!(c.get(&key(i)).map(|it| it.value().to_vec()), Some(value(i, 0)), "key {i}");
     }
     c.verify().unwrap();
 }

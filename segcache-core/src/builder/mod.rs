@@ -477,10 +477,24 @@ impl Builder {
     /// shard), cut into flash segments. A segment that eviction frees has its live items written
     /// there, whole, instead of dropped; their slots stay in the hash table and point to flash, and
     /// a read of one reads and checks just that item (a read that fails its check is a miss). When
-    /// the tier is full its oldest segment is reclaimed. Items reach the tier from segments that
-    /// eviction clears whole (`Fifo`, `Random`, `Cte`, `Util`, `RandomFifo`); a merge's dropped
-    /// items do not go yet. The tier's metadata lives in memory: a reopened cache starts with it
-    /// empty (the heap's items come back, those on flash do not). Not with `multi_process`.
+    /// the tier is full its oldest segment is reclaimed. Every eviction policy feeds it: those
+    /// that clear a whole segment (`Fifo`, `Random`, `RandomFifo`, `Cte`, `Util`) write all its
+    /// live items, `Merge` and `S3Fifo` the items a merge or promotion does not keep in DRAM.
+    /// A policy chooses what stays in DRAM as it would without a tier.
+    ///
+    /// Reads of flash items take the shard's lock (a [`SharedCache`](crate::SharedCache) reads
+    /// DRAM items without it). A write to a key on flash (`set`, `add`, `cas`, `append`,
+    /// `delete`, ...) first brings its item back to DRAM, so it sees the item as if it had never
+    /// left. Each flash segment is written whole, once, with one positioned write; an item is
+    /// read with one positioned read of the blocks that hold it, and checked against an XXH3
+    /// checksum that covers its segment's generation and place: a torn, stale or corrupt entry
+    /// is a miss (counted in `flash_bad_reads`), never a wrong value.
+    ///
+    /// The tier's metadata lives in memory: a reopened cache starts with the tier empty (the
+    /// heap's items come back, those on flash do not). The file must not be the heap's `path`.
+    /// Not with `multi_process`. The figures `flash_items`, `flash_demoted`, `flash_hits`,
+    /// `flash_bad_reads`, `flash_reclaimed_segments` and `flash_demotions_dropped` of
+    /// [`Stats`](crate::Stats) tell how it is used.
     ///
     /// ```
     /// use std::time::Duration;
@@ -610,7 +624,13 @@ impl Builder {
                 "resize_file cannot be combined with multi_process: every process sharing a file uses its sizes".into(),
             ));
         }
-        if let Some((_, bytes)) = &self.tier {
+        if let Some((tier_path, bytes)) = &self.tier {
+            if self.path.as_ref() == Some(tier_path) {
+                return Err(Error::InvalidConfig(format!(
+                    "the tier's file {} is the cache's persistence file: each needs its own",
+                    tier_path.display()
+                )));
+            }
             let s = s as u64;
             if *bytes % s != 0 || *bytes < 2 * s {
                 return Err(Error::InvalidConfig(format!(

@@ -10,6 +10,7 @@ use crate::listener::RemovalCause;
 use crate::prefetch::prefetch;
 use crate::record::{self, CasForm};
 use crate::segments::header::{SegHeader, NONE, POOL_MAIN, POOL_SMALL, SEG_SEALED, SEG_SPARE};
+use crate::tier::entry::EntryMeta;
 
 thread_local! {
     /// Live items of the segments being merged. One buffer per thread, not per engine: it grows
@@ -56,7 +57,8 @@ impl Segcache {
     /// losing anything), else the most frequently read ones down to a cut-off (and, of the
     /// items at the cut-off, the newest that still fit), and never items read fewer than
     /// `min_freq` times. Kept items have their counters halved. Items leaving S3-FIFO's small
-    /// pool unread are remembered in the ghost.
+    /// pool unread are remembered in the ghost. With a flash tier, the items not kept go there
+    /// (`demote_item`) rather than out of the cache.
     ///
     /// Destinations need no extra memory. With a file, the first new one is the spare segment
     /// and the next ones are sources already emptied. Crash safety: a destination is linked into
@@ -80,6 +82,14 @@ impl Segcache {
         // CAS bases, from which their narrow CAS counters count.
         let created: Vec<u32> = order.iter().map(|&s| self.seg(s).create_at).collect();
         let bases: Vec<u32> = order.iter().map(|&s| self.seg(s).cas_base).collect();
+        // And what a flash entry of each source's records carries, for the items given up.
+        let entry_meta: Vec<EntryMeta> = order
+            .iter()
+            .map(|&s| {
+                let seg = self.seg(s);
+                EntryMeta { cas_base: seg.cas_base, create_at: seg.create_at, expire_at: seg.expire_at }
+            })
+            .collect();
         // How far above its base each source's narrow counters reach (see `dest_base`).
         let mut spans = vec![0u32; order.len()];
         // Gather live items and their frequencies.
@@ -195,7 +205,20 @@ impl Segcache {
                 let new = self.segments().move_record(m.loc, bases[current], created[current], dest);
                 Table::relocate(slot.slot, slot.value, m.freq / 2, new);
                 copied += 1;
+            } else if self.tier.is_some() && self.demote_item(m.hash, m.loc, m.len as usize, entry_meta[current]) {
+                if from_small[current] && pool == POOL_MAIN {
+                    ghosts.push(m.hash);
+                }
             } else {
+                // A demotion that did not take the item may have reclaimed a flash segment,
+                // which moves slots within their chains.
+                let slot = match self.tier.is_some() {
+                    true => match t.find_loc(m.hash, m.loc) {
+                        Some(slot) => slot,
+                        None => continue,
+                    },
+                    false => slot,
+                };
                 // (Its segment may be a destination already, with another base.)
                 self.tell_removal_based(m.loc, slot.value, RemovalCause::Evicted, bases[current]);
                 self.remove_slot(m.hash, slot.slot);
@@ -207,6 +230,9 @@ impl Segcache {
             }
         }
         MOVES.set(moves);
+        if self.tier.is_some() {
+            self.finish_demotion();
+        }
         for h in ghosts {
             self.ghost.remember(h);
         }

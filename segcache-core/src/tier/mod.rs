@@ -4,15 +4,16 @@
 //!
 //! This part owns the file and what describes it: the segment-id space shared with the heap
 //! (`ids.rs`), an entry's format and checksum (`entry.rs`), positioned writes of whole segment
-//! images and positioned reads of one entry rounded to blocks (`file.rs`), each flash segment's
-//! metadata and the FIFO ring they are written in (`ring.rs`), and the buffers a `&self` read
-//! hands out (`arena.rs`). What changes the hash table with them stays in the engine
+//! images and positioned reads of one entry rounded to blocks (`file.rs`), the image an eviction
+//! fills (`image.rs`), each flash segment's metadata and the FIFO ring they are written in
+//! (`ring.rs`), and the buffers a `&self` read hands out (`arena.rs`). What changes the hash table with them stays in the engine
 //! (`engine/demote.rs`, `engine/flash.rs`).
 
 pub(crate) mod arena;
 pub(crate) mod entry;
 pub(crate) mod file;
 pub(crate) mod ids;
+pub(crate) mod image;
 pub(crate) mod ring;
 
 use std::sync::atomic::AtomicU64;
@@ -20,6 +21,7 @@ use std::sync::atomic::AtomicU64;
 use crate::tier::arena::Arena;
 use crate::tier::file::TierFile;
 use crate::tier::ids::Ids;
+use crate::tier::image::Image;
 use crate::tier::ring::Ring;
 
 /// One shard's part of the tier: its slice of the file, its flash segments' metadata, its
@@ -31,6 +33,10 @@ pub(crate) struct Tier {
     pub(crate) ring: Ring,
     pub(crate) arena: Arena,
     pub(crate) counts: TierCounts,
+    /// The image the eviction under way is filling, if it has given up an item yet. Every
+    /// eviction writes it before it returns (`Segcache::finish_demotion`): between evictions
+    /// there is none, so every flash slot leads into a written segment.
+    pub(crate) image: Option<Image>,
     /// The hash of the key of the latest keyed write (0: none yet). Its items are not demoted:
     /// a write may evict while it runs, after it looked its key up, and an old version demoted
     /// then would live on beside the new one. Dropped instead, as without a tier, they leave the
@@ -54,7 +60,7 @@ impl Tier {
     pub(crate) fn new(file: TierFile, dram: u32, nonce: u64) -> Tier {
         let flash = file.segments();
         let (ids, ring) = (Ids::new(dram, flash), Ring::new(flash, nonce));
-        Tier { file, ids, ring, arena: Arena::default(), counts: TierCounts::default(), writing: 0 }
+        Tier { file, ids, ring, arena: Arena::default(), counts: TierCounts::default(), image: None, writing: 0 }
     }
 
     /// Flash items: those the ring's segments still count live.

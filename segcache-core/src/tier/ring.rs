@@ -11,10 +11,6 @@ pub(crate) struct FlashSeg {
     pub(crate) seq: u64,
     /// The latest expiry of its entries (0: some never expire): the whole segment is gone after it.
     pub(crate) expire_at: u32,
-    /// The creation time of the heap segment it was demoted from.
-    pub(crate) create_at: u32,
-    /// The CAS base of the heap segment it was demoted from.
-    pub(crate) cas_base: u32,
     /// Slots that point into it.
     pub(crate) live: u32,
     /// Bytes of its image.
@@ -57,12 +53,12 @@ impl Ring {
     }
 
     /// Records the image just written to the head segment (free) and moves the head on.
-    pub(crate) fn fill(&mut self, written: u32, live: u32, expire_at: u32, create_at: u32, cas_base: u32) {
+    pub(crate) fn fill(&mut self, written: u32, live: u32, expire_at: u32) {
         let seq = self.next_seq;
         self.next_seq += 1;
         let s = &mut self.segs[self.head as usize];
         debug_assert_eq!(s.seq, 0);
-        *s = FlashSeg { seq, expire_at, create_at, cas_base, live, written, generation: s.generation };
+        *s = FlashSeg { seq, expire_at, live, written, generation: s.generation };
         self.head = (self.head + 1) % self.segs.len() as u32;
     }
 
@@ -96,13 +92,13 @@ mod tests {
         let mut ring = Ring::new(3, 100);
         for expect in [0, 1, 2] {
             assert_eq!(ring.next(), expect);
-            ring.fill(4096, 2, 0, 10, 1);
+            ring.fill(4096, 2, 0);
         }
         assert_eq!((ring.next(), ring.live_items()), (0, 6));
         assert!(ring.in_use(0) && ring.seg(0).seq < ring.seg(1).seq);
         ring.release(0);
         assert_eq!((ring.in_use(0), ring.seg(0).generation, ring.live_items()), (false, 101, 4));
-        ring.fill(8, 1, 0, 10, 1);
+        ring.fill(8, 1, 0);
         assert_eq!((ring.next(), ring.seg(0).seq), (1, 4));
     }
 }

@@ -1,0 +1,99 @@
+//! The image of the flash segment an eviction is filling: entries go in as the eviction meets
+//! the items it gives up, from one heap segment or several (a merge drops items of each of its
+//! sources), and the whole image is written with one positioned write when it is full or when
+//! the eviction ends.
+
+use crate::tier::entry::{self, EntryMeta};
+
+/// An image being filled for flash segment `index`.
+#[derive(Debug)]
+pub(crate) struct Image {
+    index: u32,
+    generation: u64,
+    capacity: usize,
+    bytes: Vec<u8>,
+    /// The key hash and offset of each entry: what finds its slot again if the write fails.
+    entries: Vec<(u64, u32)>,
+    /// The latest expiry of its entries; 0 once one never expires.
+    expire_at: Option<u32>,
+}
+
+impl Image {
+    /// An empty image for flash segment `index` in `generation`, of at most `capacity` bytes.
+    pub(crate) fn new(index: u32, generation: u64, capacity: usize) -> Image {
+        Image { index, generation, capacity, bytes: Vec::with_capacity(capacity), entries: Vec::new(), expire_at: None }
+    }
+
+    /// The flash segment it is for.
+    pub(crate) fn index(&self) -> u32 {
+        self.index
+    }
+
+    /// Whether the entry of a `len`-byte record still fits.
+    pub(crate) fn fits(&self, len: usize) -> bool {
+        self.bytes.len() + entry::entry_len(len) <= self.capacity
+    }
+
+    /// Appends the entry of `record` (of a key with hash `h`, from a heap segment `meta`
+    /// describes); returns its offset. The caller checked that it `fits`.
+    pub(crate) fn put(&mut self, record: &[u8], meta: EntryMeta, h: u64) -> u32 {
+        debug_assert!(self.fits(record.len()));
+        let offset = entry::put(&mut self.bytes, record, meta, self.index, self.generation);
+        self.entries.push((h, offset));
+        self.expire_at = Some(match self.expire_at {
+            None => meta.expire_at,
+            Some(0) => 0,
+            Some(_) if meta.expire_at == 0 => 0,
+            Some(e) => e.max(meta.expire_at),
+        });
+        offset
+    }
+
+    /// The bytes to write.
+    pub(crate) fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+
+    /// Each entry's key hash and offset, in order.
+    pub(crate) fn entries(&self) -> &[(u64, u32)] {
+        &self.entries
+    }
+
+    /// The latest expiry of its entries (0: one never expires): the segment is gone after it.
+    pub(crate) fn expire_at(&self) -> u32 {
+        self.expire_at.unwrap_or(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const META: EntryMeta = EntryMeta { cas_base: 1, create_at: 100, expire_at: 500 };
+
+    #[test]
+    fn entries_go_in_until_the_capacity_and_check_at_their_offsets() {
+        let mut image = Image::new(3, 7, 2 * entry::entry_len(40));
+        assert!(image.fits(40));
+        let a = image.put(&[1; 40], META, 11);
+        let b = image.put(&[2; 40], EntryMeta { expire_at: 900, ..META }, 22);
+        assert!(!image.fits(1));
+        assert_eq!(image.entries(), [(11, a), (22, b)]);
+        assert_eq!(image.bytes().len(), 2 * entry::entry_len(40));
+        assert_eq!(
+            entry::check(&image.bytes()[b as usize..], 3, b, 7).map(|(m, r)| (m.expire_at, r.len())),
+            Some((900, 40))
+        );
+        assert_eq!(image.expire_at(), 900, "the latest expiry");
+    }
+
+    #[test]
+    fn one_entry_that_never_expires_keeps_the_segment() {
+        let mut image = Image::new(0, 1, 4096);
+        image.put(b"r", META, 1);
+        image.put(b"r", EntryMeta { expire_at: 0, ..META }, 2);
+        image.put(b"r", META, 3);
+        assert_eq!(image.expire_at(), 0);
+        assert_eq!(Image::new(0, 1, 4096).expire_at(), 0, "an empty image claims no expiry");
+    }
+}
