@@ -103,11 +103,20 @@ pub struct segcache_config_t {
     /// it; a file is made this large). Less than `heap_size`, or with `prefault`:
     /// `SEGCACHE_INVALID_CONFIG`.
     pub max_heap_size: usize,
+    /// A flash tier's file (NUL-terminated), or NULL (default) for none: eviction writes the
+    /// items it gives up there, and reads of them come back from it (see `Builder::tier` in the
+    /// Rust docs and docs/c.md). Borrowed during `segcache_open` only. Not the same file as
+    /// `path`, and not with `multi_process` (`SEGCACHE_INVALID_CONFIG`).
+    pub tier_path: *const c_char,
+    /// The tier file's size in bytes: a whole number of segments, at least two per shard, split
+    /// evenly over the shards (`SEGCACHE_INVALID_CONFIG` otherwise). Needs `tier_path`; 0
+    /// (default) with it is `SEGCACHE_INVALID_CONFIG` too.
+    pub tier_size: u64,
 }
 
 /// Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
 /// count, merge eviction, no persistence file, system clock, not shared between processes, not
-/// prefaulted).
+/// prefaulted, no flash tier).
 ///
 /// Returns `SEGCACHE_INVALID_ARGUMENT` when `config` is NULL.
 /// Ownership: `config` is the caller's. Thread safety: any thread.
@@ -132,6 +141,8 @@ pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t)
             prefault: false,
             resize_file: false,
             max_heap_size: 0,
+            tier_path: std::ptr::null(),
+            tier_size: 0,
         };
         // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
         unsafe { put(config, defaults) };
@@ -142,7 +153,7 @@ pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t)
 /// The builder for `cfg`, and its manual clock if it asks for one.
 ///
 /// # Safety
-/// `cfg.path` is NULL or a NUL-terminated string readable for the call.
+/// `cfg.path` and `cfg.tier_path` are NULL or NUL-terminated strings readable for the call.
 unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<ManualClock>>), Fail> {
     let policy = u8::try_from(cfg.eviction).ok().and_then(Policy::from_u8).ok_or_else(|| {
         Fail::owned(segcache_status_t::SEGCACHE_INVALID_ARGUMENT, format!("unknown eviction policy {}", cfg.eviction))
@@ -165,19 +176,48 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
     if cfg.shards != 0 {
         b = b.shards(cfg.shards as usize);
     }
-    if !cfg.path.is_null() {
-        // SAFETY: non-NULL; the caller promises a NUL-terminated string.
-        let raw = unsafe { CStr::from_ptr(cfg.path) }.to_bytes();
-        if raw.is_empty() {
-            return Err(Fail::invalid(c"config path is an empty string (use NULL for no file)"));
+    // SAFETY: the caller promises `path` is NULL or NUL-terminated.
+    match unsafe { path_arg(cfg.path) } {
+        None => {}
+        Some(Err(())) => return Err(Fail::invalid(c"config path is an empty string (use NULL for no file)")),
+        Some(Ok(path)) => b = b.path(path),
+    }
+    // SAFETY: the caller promises `tier_path` is NULL or NUL-terminated.
+    match (unsafe { path_arg(cfg.tier_path) }, cfg.tier_size) {
+        (None, 0) => {}
+        (None, _) => {
+            return Err(Fail::new(
+                segcache_status_t::SEGCACHE_INVALID_CONFIG,
+                c"tier_size is set but tier_path is NULL",
+            ))
         }
-        b = b.path(PathBuf::from(std::ffi::OsStr::from_bytes(raw)));
+        (Some(_), 0) => {
+            return Err(Fail::new(segcache_status_t::SEGCACHE_INVALID_CONFIG, c"tier_path is set but tier_size is 0"))
+        }
+        (Some(Err(())), _) => return Err(Fail::invalid(c"config tier_path is an empty string (use NULL for no tier)")),
+        (Some(Ok(path)), size) => b = b.tier(path, size),
     }
     let clock = (cfg.manual_clock_start != 0).then(|| ManualClock::new(cfg.manual_clock_start));
     if let Some(c) = &clock {
         b = b.clock(c.clone());
     }
     Ok((b, clock))
+}
+
+/// The path a config's string field names: `None` for NULL, `Err` for an empty string.
+///
+/// # Safety
+/// `raw` is NULL or a NUL-terminated string readable for the call.
+unsafe fn path_arg(raw: *const c_char) -> Option<Result<PathBuf, ()>> {
+    if raw.is_null() {
+        return None;
+    }
+    // SAFETY: non-NULL; the caller promises a NUL-terminated string.
+    let bytes = unsafe { CStr::from_ptr(raw) }.to_bytes();
+    Some(match bytes.is_empty() {
+        true => Err(()),
+        false => Ok(PathBuf::from(std::ffi::OsStr::from_bytes(bytes))),
+    })
 }
 
 /// Opens a cache with `*config` and stores its handle in `*out`.
@@ -188,13 +228,13 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
 /// `segcache_last_error()`. With a persistence file that holds a cleanly closed cache of the
 /// same configuration, the items come back (warm restart).
 ///
-/// Ownership: `config` and its `path` are borrowed for the call; the caller owns the returned
+/// Ownership: `config`, its `path` and its `tier_path` are borrowed for the call; the caller owns the returned
 /// handle and must release it with `segcache_close` exactly once.
 /// Thread safety: any thread; the handle may then be used from any thread.
 ///
 /// # Safety
 /// `config` is NULL or points to a readable `segcache_config_t` whose `path` is NULL or a
-/// NUL-terminated string; `out` is NULL or valid for writing a pointer.
+/// NUL-terminated string, and so is its `tier_path`; `out` is NULL or valid for writing a pointer.
 #[no_mangle]
 pub unsafe extern "C" fn segcache_open(
     config: *const segcache_config_t,

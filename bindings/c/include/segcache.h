@@ -356,6 +356,19 @@ typedef struct segcache_config_t {
    * `SEGCACHE_INVALID_CONFIG`.
    */
   size_t max_heap_size;
+  /**
+   * A flash tier's file (NUL-terminated), or NULL (default) for none: eviction writes the
+   * items it gives up there, and reads of them come back from it (see `Builder::tier` in the
+   * Rust docs and docs/c.md). Borrowed during `segcache_open` only. Not the same file as
+   * `path`, and not with `multi_process` (`SEGCACHE_INVALID_CONFIG`).
+   */
+  const char *tier_path;
+  /**
+   * The tier file's size in bytes: a whole number of segments, at least two per shard, split
+   * evenly over the shards (`SEGCACHE_INVALID_CONFIG` otherwise). Needs `tier_path`; 0
+   * (default) with it is `SEGCACHE_INVALID_CONFIG` too.
+   */
+  uint64_t tier_size;
 } segcache_config_t;
 
 /**
@@ -748,7 +761,7 @@ enum segcache_status_t segcache_debug_panic(void);
 /**
  * Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
  * count, merge eviction, no persistence file, system clock, not shared between processes, not
- * prefaulted).
+ * prefaulted, no flash tier).
  *
  * Returns `SEGCACHE_INVALID_ARGUMENT` when `config` is NULL.
  * Ownership: `config` is the caller's. Thread safety: any thread.
@@ -767,13 +780,13 @@ enum segcache_status_t segcache_config_default(struct segcache_config_t *config)
  * `segcache_last_error()`. With a persistence file that holds a cleanly closed cache of the
  * same configuration, the items come back (warm restart).
  *
- * Ownership: `config` and its `path` are borrowed for the call; the caller owns the returned
+ * Ownership: `config`, its `path` and its `tier_path` are borrowed for the call; the caller owns the returned
  * handle and must release it with `segcache_close` exactly once.
  * Thread safety: any thread; the handle may then be used from any thread.
  *
  * # Safety
  * `config` is NULL or points to a readable `segcache_config_t` whose `path` is NULL or a
- * NUL-terminated string; `out` is NULL or valid for writing a pointer.
+ * NUL-terminated string, and so is its `tier_path`; `out` is NULL or valid for writing a pointer.
  */
 enum segcache_status_t segcache_open(const struct segcache_config_t *config, struct segcache_t **out);
 

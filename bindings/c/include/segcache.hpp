@@ -79,6 +79,7 @@ inline const uint8_t *bytes(std::string_view s) noexcept {
 struct Config {
     segcache_config_t raw{};
     std::string path;  // empty: no persistence file
+    std::string tier_path;  // empty: no flash tier
 
     Config() { detail::check(segcache_config_default(&raw), "segcache_config_default"); }
     Config &heap_size(size_t v) { raw.heap_size = v; return *this; }
@@ -94,6 +95,8 @@ struct Config {
     Config &prefault(bool v) { raw.prefault = v; return *this; }
     Config &resize_file(bool v) { raw.resize_file = v; return *this; }
     Config &max_heap_size(size_t bytes) { raw.max_heap_size = bytes; return *this; }
+    /// A flash tier: a file of `bytes` where eviction writes the items it gives up.
+    Config &tier(std::string p, uint64_t bytes) { tier_path = std::move(p); raw.tier_size = bytes; return *this; }
 };
 
 /// An item copied out of the cache.
@@ -118,6 +121,7 @@ public:
     explicit Cache(const Config &config = Config()) {
         segcache_config_t raw = config.raw;
         raw.path = config.path.empty() ? nullptr : config.path.c_str();
+        raw.tier_path = config.tier_path.empty() ? nullptr : config.tier_path.c_str();
         detail::check(segcache_open(&raw, &h_), "segcache_open");
     }
     ~Cache() {

@@ -104,6 +104,8 @@ static void test_config_default(void) {
     CHECK(cfg.prefault == false);
     CHECK(cfg.resize_file == false);
     CHECK(cfg.max_heap_size == 0);
+    CHECK(cfg.tier_path == NULL);
+    CHECK(cfg.tier_size == 0);
     CHECK_ST(segcache_config_default(NULL), SEGCACHE_INVALID_ARGUMENT);
     CHECK(strstr(segcache_last_error(), "config") != NULL);
 }
@@ -2643,6 +2645,95 @@ static void test_doc_compute_and_listener(void) {
     CHECK_ST(segcache_close(cache), SEGCACHE_OK);
 }
 
+/* A flash tier: its settings are checked, each with a status, and the items eviction takes out
+ * of a heap of 8 segments come back from the tier file with their values and flags. */
+static void test_tier(void) {
+    char dir[] = "/tmp/segcache-c-tier-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char tier[256], heap[256];
+    snprintf(tier, sizeof tier, "%s/tier.dat", dir);
+    snprintf(heap, sizeof heap, "%s/heap.dat", dir);
+
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 512u << 10;
+    cfg.segment_size = 64u << 10;
+    cfg.shards = 1;
+    cfg.eviction = SEGCACHE_POLICY_MERGE;
+    segcache_t *c = (segcache_t *)&cfg;
+
+    segcache_config_t bad = cfg;
+    bad.tier_size = 8u << 20;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    CHECK(c == NULL);
+    CHECK(strstr(segcache_last_error(), "tier_path") != NULL);
+    bad = cfg;
+    bad.tier_path = tier;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    CHECK(strstr(segcache_last_error(), "tier_size") != NULL);
+    bad.tier_path = "";
+    bad.tier_size = 8u << 20;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_ARGUMENT);
+    CHECK(strstr(segcache_last_error(), "tier_path") != NULL);
+    bad.tier_path = tier;
+    bad.tier_size = (8u << 20) + 1;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    CHECK(strstr(segcache_last_error(), "tier") != NULL);
+    bad.tier_size = 64u << 10; /* one segment: at least two */
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    bad.tier_size = 8u << 20;
+    bad.path = tier; /* the heap's own file */
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    bad.path = heap;
+    bad.multi_process = true;
+    CHECK_ST(segcache_open(&bad, &c), SEGCACHE_INVALID_CONFIG);
+    CHECK(c == NULL);
+
+    cfg.tier_path = tier;
+    cfg.tier_size = 8u << 20;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    enum { N = 6000 };
+    char key[32], val[300], buf[300];
+    for (int i = 0; i < N; i++) { /* about 2 MiB: four times the heap */
+        snprintf(key, sizeof key, "tier-%d", i);
+        int n = snprintf(val, sizeof val, "value-%d-", i);
+        memset(val + n, 'a' + i % 26, 200 + i % 64);
+        val[n + 200 + i % 64] = '\0';
+        CHECK_ST(segcache_set(c, K(key), K(val), (uint32_t)i, 0), SEGCACHE_OK);
+    }
+    segcache_stats_t st;
+    CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+    CHECK(st.flash_demoted > N / 2);
+    CHECK(st.flash_items > N / 2);
+    CHECK(st.evicted_items == 0);
+    int wrong = 0, missing = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "tier-%d", i);
+        int n = snprintf(val, sizeof val, "value-%d-", i);
+        memset(val + n, 'a' + i % 26, 200 + i % 64);
+        val[n + 200 + i % 64] = '\0';
+        segcache_meta_t meta;
+        segcache_status_t got = get_str(c, key, buf, sizeof buf, &meta);
+        if (got != SEGCACHE_OK) {
+            missing++;
+        } else if (strcmp(buf, val) != 0 || meta.flags != (uint32_t)i) {
+            wrong++;
+        }
+    }
+    CHECK(missing == 0);
+    CHECK(wrong == 0);
+    CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+    CHECK(st.flash_hits > N / 2);
+    CHECK(st.flash_bad_reads == 0);
+    /* A write to an item on flash sees it: add fails, delete removes it. */
+    CHECK_ST(segcache_add(c, K("tier-0"), K("other"), 0, 0), SEGCACHE_NOT_STORED);
+    CHECK_ST(segcache_delete(c, K("tier-1")), SEGCACHE_OK);
+    CHECK_ST(get_str(c, "tier-1", buf, sizeof buf, NULL), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    unlink(tier);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     /* the spawn test runs this binary again: argv[0] when it names a path (valgrind runs the
      * test binary from it too), else what the kernel says */
@@ -2686,6 +2777,7 @@ int main(int argc, char **argv) {
     test_compute_threads();
     test_eviction_listener();
     test_doc_compute_and_listener();
+    test_tier();
     test_mp_settings();
     test_mp_prefork();
     test_mp_spawn();

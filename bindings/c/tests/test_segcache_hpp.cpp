@@ -40,6 +40,28 @@ int main() {
         CHECK(c.get("k")->value == "v");
     }
     {
+        // a flash tier: what eviction takes out of a heap of 4 segments (most of 4000 items) is read
+        // back from it
+        char dir[] = "/tmp/segcache-hpp-tier-XXXXXX";
+        CHECK(mkdtemp(dir) != nullptr);
+        std::string tier = std::string(dir) + "/tier.seg";
+        auto tiered = segcache::Config().heap_size(256u << 10).segment_size(64u << 10).shards(1);
+        CHECK(thrown([&] { segcache::Cache c(tiered.tier(tier, 1000)); }) == SEGCACHE_INVALID_CONFIG);
+        {
+            segcache::Cache c(tiered.tier(tier, 8u << 20));
+            for (int i = 0; i < 4000; i++) c.set("t" + std::to_string(i), std::string(200, char('a' + i % 26)), i);
+            int right = 0;
+            for (int i = 0; i < 4000; i++) {
+                auto it = c.get("t" + std::to_string(i));
+                right += it && it->value == std::string(200, char('a' + i % 26)) && it->flags == uint32_t(i);
+            }
+            CHECK(right == 4000);
+            CHECK(c.stats().flash_hits > 2000);
+        }
+        std::remove(tier.c_str());
+        rmdir(dir);
+    }
+    {
         // a file reopened with another heap size: refused, or its items moved with resize_file
         char dir[] = "/tmp/segcache-hpp-resize-XXXXXX";
         CHECK(mkdtemp(dir) != nullptr);
