@@ -123,6 +123,8 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
         resize_file: bool = False,
         max_heap_size: Optional[Size] = None,
+        tier_path: Union[str, "os.PathLike[str]", None] = None,
+        tier_size: Optional[Size] = None,
         serializer: None = None,
     ) -> None: ...
     @overload
@@ -145,6 +147,8 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
         resize_file: bool = False,
         max_heap_size: Optional[Size] = None,
+        tier_path: Union[str, "os.PathLike[str]", None] = None,
+        tier_size: Optional[Size] = None,
         serializer: Literal["pickle"],
     ) -> None: ...
     @overload
@@ -167,6 +171,8 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         eviction_listener: Optional[Callable[[bytes, bytes, RemovalCause], object]] = None,
         resize_file: bool = False,
         max_heap_size: Optional[Size] = None,
+        tier_path: Union[str, "os.PathLike[str]", None] = None,
+        tier_size: Optional[Size] = None,
         serializer: Serializer[_T],
     ) -> None: ...
     @overload

@@ -52,7 +52,7 @@ use parking_lot::RwLock;
 use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple, PyType};
-use segcache_core::{Policy, SharedCache};
+use segcache_core::{Error, Policy, SharedCache};
 
 use crate::clock::ManualClock;
 use crate::convert;
@@ -133,7 +133,7 @@ impl Cache {
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
                         lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true, *,
                         eviction_listener=None, serializer=None, resize_file=false,
-                        max_heap_size=None))]
+                        max_heap_size=None, tier_path=None, tier_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -154,6 +154,8 @@ impl Cache {
         serializer: Option<&Bound<'_, PyAny>>,
         resize_file: bool,
         max_heap_size: Option<&Bound<'_, PyAny>>,
+        tier_path: Option<&Bound<'_, PyAny>>,
+        tier_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let serializer = Serializer::from_arg(serializer)?;
         let listener = eviction_listener.filter(|f| !f.is_none());
@@ -218,6 +220,31 @@ impl Cache {
         }
         if let Some(p) = &path {
             b = b.path(p.clone());
+        }
+        let tier_path = tier_path.filter(|v| !v.is_none());
+        let tier_size = tier_size.filter(|v| !v.is_none());
+        match (tier_path, tier_size) {
+            (None, None) => {}
+            (Some(_), None) => {
+                return Err(engine_error(Error::InvalidConfig(
+                    "tier_path needs tier_size: the tier file's size".into(),
+                )))
+            }
+            (None, Some(_)) => {
+                return Err(engine_error(Error::InvalidConfig("tier_size needs tier_path: the tier file".into())))
+            }
+            (Some(p), Some(size)) => {
+                let p: PathBuf = p.extract().map_err(|_| {
+                    PyTypeError::new_err(format!(
+                        "tier_path must be a str or os.PathLike, not {}",
+                        convert::type_name(p)
+                    ))
+                })?;
+                if p.as_os_str().is_empty() {
+                    return Err(crate::errors::bad_arg("tier_path is an empty string".into()));
+                }
+                b = b.tier(p, convert::size(size, "tier_size")? as u64);
+            }
         }
         // Opening may map and check a persisted heap of gigabytes: let other threads run.
         let cache = py.detach(move || b.build_shared()).map_err(engine_error)?;

@@ -1,0 +1,64 @@
+"""A flash tier (`tier_path=`, `tier_size=`): what eviction takes out of the heap is read back from
+the tier file with its value; bad settings raise, naming them."""
+
+import pytest
+
+import segcache
+
+
+def value(i: int) -> bytes:
+    return b"%d:" % i + bytes([97 + i % 26]) * (150 + i % 100)
+
+
+@pytest.mark.parametrize("eviction", ["merge", "fifo", "s3fifo"])
+def test_items_evicted_from_the_heap_are_read_back_from_the_tier(tmp_path, eviction):
+    c = segcache.Cache(
+        heap_size="256KiB",
+        segment_size="64KiB",
+        shards=1,
+        eviction=eviction,
+        tier_path=tmp_path / "tier.dat",
+        tier_size="16MiB",
+    )
+    n = 5000  # about four times the heap
+    for i in range(n):
+        c.set(b"k%d" % i, value(i))
+    s = c.stats()
+    assert s["flash_demoted"] > n // 2 and s["evicted_items"] == 0, s
+    assert [i for i in range(n) if c.get(b"k%d" % i) != value(i)] == []
+    assert c.stats()["flash_hits"] > n // 2
+    # A write to an item on flash sees it.
+    assert not c.add(b"k0", b"other")
+    del c[b"k1"]
+    assert c.get(b"k1") is None
+    c.close()
+    assert (tmp_path / "tier.dat").stat().st_size == 16 << 20
+
+
+def test_without_a_tier_the_same_items_are_evicted():
+    c = segcache.Cache(heap_size="256KiB", segment_size="64KiB", shards=1, eviction="fifo")
+    for i in range(5000):
+        c.set(b"k%d" % i, value(i))
+    assert c.get(b"k0") is None
+    s = c.stats()
+    assert s["evicted_items"] > 2500 and s["flash_demoted"] == 0 and s["flash_items"] == 0
+    c.close()
+
+
+def test_tier_settings_are_checked(tmp_path):
+    t = tmp_path / "tier.dat"
+    with pytest.raises(segcache.InvalidConfig, match="tier_size"):
+        segcache.Cache(heap_size="1MiB", tier_path=t)
+    with pytest.raises(segcache.InvalidConfig, match="tier_path"):
+        segcache.Cache(heap_size="1MiB", tier_size="8MiB")
+    with pytest.raises(segcache.InvalidConfig, match="tier"):
+        segcache.Cache(heap_size="1MiB", segment_size="64KiB", tier_path=t, tier_size=1000)
+    with pytest.raises(segcache.InvalidConfig, match="persistence file"):
+        segcache.Cache(heap_size="1MiB", path=t, tier_path=t, tier_size="8MiB")
+    with pytest.raises(ValueError, match="tier_path"):
+        segcache.Cache(heap_size="1MiB", tier_path="", tier_size="8MiB")
+    with pytest.raises(TypeError, match="tier_path"):
+        segcache.Cache(heap_size="1MiB", tier_path=3, tier_size="8MiB")
+    with pytest.raises(ValueError, match="tier_size"):
+        segcache.Cache(heap_size="1MiB", tier_path=t, tier_size="lots")
+    assert not t.exists()
