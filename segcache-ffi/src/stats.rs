@@ -72,6 +72,10 @@ pub struct segcache_stats_t {
     pub flash_reclaimed_segments: u64,
     /// Items whose write to the flash tier failed.
     pub flash_demotions_dropped: u64,
+    /// Bytes written to the flash tier (entries' heads included).
+    pub flash_bytes_written: u64,
+    /// Bytes of the items that reads served from the flash tier.
+    pub flash_bytes_read: u64,
 }
 
 /// The C struct of core's [`Stats`]: the same fields in the order of `Stats::figures`, with the
@@ -109,6 +113,8 @@ fn c_stats(s: Stats) -> segcache_stats_t {
         flash_bad_reads: s.flash_bad_reads,
         flash_reclaimed_segments: s.flash_reclaimed_segments,
         flash_demotions_dropped: s.flash_demotions_dropped,
+        flash_bytes_written: s.flash_bytes_written,
+        flash_bytes_read: s.flash_bytes_read,
     }
 }
 

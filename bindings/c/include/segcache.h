@@ -660,6 +660,14 @@ typedef struct segcache_stats_t {
    * Items whose write to the flash tier failed.
    */
   uint64_t flash_demotions_dropped;
+  /**
+   * Bytes written to the flash tier (entries' heads included).
+   */
+  uint64_t flash_bytes_written;
+  /**
+   * Bytes of the items that reads served from the flash tier.
+   */
+  uint64_t flash_bytes_read;
 } segcache_stats_t;
 
 /**

@@ -111,6 +111,7 @@ impl Segcache {
         if tier.file.write_segment(image.index(), image.bytes()).is_ok() {
             tier.ring.fill(image.bytes().len() as u32, items as u32, image.expire_at());
             tier.counts.demoted += items;
+            tier.counts.bytes_written += image.bytes().len() as u64;
             return;
         }
         let seg = tier.ids.seg_id(image.index());

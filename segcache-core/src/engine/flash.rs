@@ -64,6 +64,7 @@ impl Segcache {
             return None;
         };
         tier.counts.hits.fetch_add(1, Relaxed);
+        tier.counts.bytes_read.fetch_add(r.len as u64, Relaxed);
         let coin = bump(&counters.hits);
         if !no_update {
             Table::bump_freq(found.slot, found.value, coin ^ h);

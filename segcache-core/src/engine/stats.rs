@@ -48,6 +48,8 @@ impl Segcache {
             flash_bad_reads: self.tier.as_deref().map_or(0, |t| t.counts.bad_reads.load(Relaxed)),
             flash_reclaimed_segments: self.tier.as_deref().map_or(0, |t| t.counts.reclaimed),
             flash_demotions_dropped: self.tier.as_deref().map_or(0, |t| t.counts.demotions_dropped),
+            flash_bytes_written: self.tier.as_deref().map_or(0, |t| t.counts.bytes_written),
+            flash_bytes_read: self.tier.as_deref().map_or(0, |t| t.counts.bytes_read.load(Relaxed)),
             flushes: m.flushes,
             overflow_buckets: u64::from(m.overflow.used),
             shards: 1,

@@ -48,8 +48,12 @@ pub(crate) struct Tier {
 #[derive(Debug, Default)]
 pub(crate) struct TierCounts {
     pub(crate) hits: AtomicU64,
+    /// Bytes of the records that reads served.
+    pub(crate) bytes_read: AtomicU64,
     pub(crate) bad_reads: AtomicU64,
     pub(crate) demoted: u64,
+    /// Bytes of the images written (entries' heads and padding included).
+    pub(crate) bytes_written: u64,
     pub(crate) demotions_dropped: u64,
     pub(crate) reclaimed: u64,
 }
