@@ -390,7 +390,7 @@ def test_protocol_binary_refuses_text_connections():
     (["-S", "-B", "ascii"], "ASCII protocol while using SASL"),
     (["-U", "11211"], "-U 0"),
     (["-C"], "CAS"),
-    (["-o", "ext_path=/tmp/x:1G"], "--persist"),
+    (["-o", "ext_low_ttl=10"], "TTL"),
     (["-o", "no_such_option"], "Illegal suboption"),
     (["-o", "idle_timeout"], "idle_timeout=N"),
     (["-B", "utf8"], "ascii, binary or auto"),

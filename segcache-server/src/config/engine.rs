@@ -86,6 +86,7 @@ pub fn resolve(
         resize_file: cli.resize_file || e.resize_file.unwrap_or(false),
         prefault: cli.large_pages || e.prefault.unwrap_or(false),
         touch_ahead: ext.touch_ahead.or(e.touch_ahead).unwrap_or(true),
+        tier: ext.ext_path.clone(),
     })
 }
 
@@ -145,6 +146,22 @@ impl Settings {
         if let Some(p) = &e.path {
             b = b.path(p);
         }
+        if let Some((path, _)) = &e.tier {
+            let bytes = self.tier_size(&b).unwrap_or_default();
+            b = b.tier(path, bytes);
+        }
         b
+    }
+
+    /// The flash tier's size: `ext_path`'s, rounded down to whole segments that split evenly over
+    /// the shards, as memcached rounds it down to whole pages. A size too small for two segments
+    /// per shard is left as given, for the engine to refuse it naming it. `None` without a tier.
+    pub fn tier_size(&self, b: &segcache_core::Builder) -> Option<u64> {
+        let (_, asked) = self.engine.tier.as_ref()?;
+        // A shard count the engine refuses is reported when it opens; any unit does until then.
+        let shards = b.shard_count().unwrap_or(1) as u64;
+        let unit = self.engine.segment_size as u64 * shards;
+        let whole = asked / unit * unit;
+        Some(if whole >= 2 * unit { whole } else { *asked })
     }
 }

@@ -67,10 +67,12 @@ pub enum ConfigError {
     KeyFormat(String),
     #[error("-o {0}: not supported with rustls (ssl_ciphers, ssl_kernel_tls): see docs/server.md for the TLS options")]
     SslOption(String),
-    #[error(
-        "-o {0}: extstore (flash storage) is not supported; segcache keeps items in memory, and -e FILE (--persist) keeps them across restarts"
-    )]
-    Extstore(String),
+    #[error("-o {name}: not supported: {why}")]
+    Extstore { name: String, why: &'static str },
+    #[error("-o ext_path={value:?}: {why}; as memcached: ext_path=FILE:SIZE, SIZE with a unit m, g, t or p (ext_path=/mnt/flash/cache:64g)")]
+    ExtPath { value: String, why: &'static str },
+    #[error("-o ext_path is given twice: segcache's flash tier is one file")]
+    ExtPathTwice,
     #[error("-o {0}: memcached's proxy is not supported; run a proxy in front of segcache-server")]
     Proxy(String),
 

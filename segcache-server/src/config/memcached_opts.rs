@@ -1,6 +1,6 @@
-//! memcached's `-o` list: the extended options that segcache serves, those it accepts and
-//! ignores (they tune parts of memcached that segcache does not have), and those it refuses with
-//! what to use instead.
+//! memcached's `-o` list: the extended options that segcache serves (`ext_path` among them, for
+//! the flash tier), those it accepts and ignores (they tune parts of memcached that segcache does
+//! not have), and those it refuses with what to use instead.
 
 use std::path::PathBuf;
 
@@ -51,6 +51,53 @@ const IGNORED_EXTENDED: &[&str] = &[
     "sock_cookie_id",
 ];
 
+/// extstore's `-o` options that tune how it lays out and writes its file, which the flash tier
+/// does its own way: accepted and ignored (listed in docs/server.md). Those that choose which
+/// items go to flash, stay there or come back are refused (`extstore_refusal`).
+const IGNORED_EXTSTORE: &[&str] = &["ext_page_size", "ext_wbuf_size", "ext_threads", "ext_io_depth", "ext_max_sleep"];
+
+/// Why an extstore option other than `ext_path` and `IGNORED_EXTSTORE` is refused: each changes
+/// which items extstore keeps, in a way the flash tier does not.
+fn extstore_refusal(name: &str) -> &'static str {
+    match name {
+        "ext_item_size" => "every item that eviction takes out of memory goes to the flash tier, whatever its size",
+        "ext_item_age" => "items go to the flash tier when eviction takes them out of memory, not after an idle time",
+        "ext_low_ttl" => "the flash tier keeps items of every TTL in one FIFO, with no place apart for short ones",
+        "ext_recache_rate" => "items read from the flash tier stay there; a write to one brings it back to memory",
+        "ext_compact_under" | "ext_max_frag" => {
+            "the flash tier does not compact: when full it drops its oldest segment"
+        }
+        "ext_drop_under" | "ext_drop_unread" => "the flash tier drops its oldest segment when full, read or not",
+        _ => "not an extstore option segcache knows (see docs/server.md)",
+    }
+}
+
+/// memcached's `ext_path=FILE:SIZE`: the file and its size in bytes. SIZE is a whole number with
+/// a unit, m, g, t or p (powers of 1024, either case), as memcached reads it; memcached's third
+/// part, a page bucket, has no meaning for one FIFO of segments and is refused.
+fn ext_path(value: Option<&str>) -> Result<(PathBuf, u64), ConfigError> {
+    let value = value.filter(|v| !v.is_empty()).ok_or(ConfigError::ExtPath { value: String::new(), why: "missing" })?;
+    let bad = |why| ConfigError::ExtPath { value: value.to_string(), why };
+    let mut parts = value.split(':');
+    let file = parts.next().filter(|f| !f.is_empty()).ok_or_else(|| bad("no file"))?;
+    let size = parts.next().filter(|s| !s.is_empty()).ok_or_else(|| bad("no size"))?;
+    if parts.next().is_some() {
+        return Err(bad("a page bucket after the size is not supported: the flash tier is one FIFO of segments"));
+    }
+    let unit = size.chars().last().unwrap_or_default();
+    let digits = &size[..size.len() - unit.len_utf8()];
+    let shift = match unit.to_ascii_lowercase() {
+        'm' => 20,
+        'g' => 30,
+        't' => 40,
+        'p' => 50,
+        _ => return Err(bad("the size needs a unit")),
+    };
+    let n: u64 = digits.parse().ok().filter(|&n| n > 0).ok_or_else(|| bad("the size is not a whole number above 0"))?;
+    let bytes = n.checked_mul(1 << shift).ok_or_else(|| bad("the size is too large"))?;
+    Ok((PathBuf::from(file), bytes))
+}
+
 /// What the `-o` list sets.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Extended {
@@ -69,6 +116,8 @@ pub struct Extended {
     pub hotkey_sample: Option<u64>,
     pub hotkey_top: Option<usize>,
     pub touch_ahead: Option<bool>,
+    /// `ext_path=FILE:SIZE`: the flash tier's file and its size in bytes.
+    pub ext_path: Option<(PathBuf, u64)>,
 }
 
 /// Parses memcached's `-o` lists (each comma separated; `-o` may be repeated).
@@ -132,7 +181,12 @@ pub fn parse_extended(lists: &[String]) -> Result<Extended, ConfigError> {
             "hotkey_sample" => x.hotkey_sample = Some(number(name)?),
             "hotkey_top" => x.hotkey_top = Some(number(name)? as usize),
             n if n.starts_with("ssl_") => return Err(ConfigError::SslOption(n.to_string())),
-            n if n.starts_with("ext_") => return Err(ConfigError::Extstore(n.to_string())),
+            "ext_path" if x.ext_path.is_some() => return Err(ConfigError::ExtPathTwice),
+            "ext_path" => x.ext_path = Some(ext_path(value)?),
+            n if IGNORED_EXTSTORE.contains(&n) => {}
+            n if n.starts_with("ext_") => {
+                return Err(ConfigError::Extstore { name: n.to_string(), why: extstore_refusal(n) })
+            }
             n if n.starts_with("proxy_") => return Err(ConfigError::Proxy(n.to_string())),
             n if IGNORED_EXTENDED.contains(&n) => {}
             n => return Err(ConfigError::IllegalSuboption(n.to_string())),

@@ -459,7 +459,69 @@ mod tests {
         assert_eq!(parse_extended(&["ssl_chain_cert=/x".into()]).unwrap().ssl_chain_cert, Some("/x".into()));
         assert!(parse_extended(&["ssl_ciphers=x".into()]).unwrap_err().to_string().contains("not supported"));
         assert!(parse_extended(&["ssl_verify_mode=5".into()]).is_err());
-        assert!(parse_extended(&["ext_path=/x:1G".into()]).unwrap_err().to_string().contains("--persist"));
+    }
+
+    /// memcached's `ext_path=FILE:SIZE` sets the flash tier, SIZE read as memcached reads it; the
+    /// extstore options that only tune extstore's own file are accepted, those that change which
+    /// items go to flash or stay there are refused, each saying why.
+    #[test]
+    fn ext_path_sets_the_flash_tier() {
+        let tier = |opts: &str| parse_extended(&[opts.into()]).map(|x| x.ext_path);
+        assert_eq!(tier("ext_path=/mnt/f/cache:64G").unwrap(), Some(("/mnt/f/cache".into(), 64 << 30)));
+        assert_eq!(tier("ext_path=/x:512m").unwrap(), Some(("/x".into(), 512 << 20)));
+        assert_eq!(tier("ext_path=/x:2t").unwrap(), Some(("/x".into(), 2 << 40)));
+        assert_eq!(tier("ext_path=/x:1P").unwrap(), Some(("/x".into(), 1 << 50)));
+        assert_eq!(
+            tier("ext_page_size=8,ext_wbuf_size=4,ext_threads=2,ext_io_depth=4,ext_max_sleep=100").unwrap(),
+            None
+        );
+        for (opts, words) in [
+            ("ext_path", "missing"),
+            ("ext_path=", "missing"),
+            ("ext_path=/x", "no size"),
+            ("ext_path=:1G", "no file"),
+            ("ext_path=/x:1024", "unit"),
+            ("ext_path=/x:1k", "unit"),
+            ("ext_path=/x:1é", "unit"),
+            ("ext_path=/x:G", "whole number"),
+            ("ext_path=/x:1.5G", "whole number"),
+            ("ext_path=/x:0G", "whole number"),
+            ("ext_path=/x:99999999999P", "too large"),
+            ("ext_path=/x:1G:compact", "bucket"),
+            ("ext_path=/x:1G,ext_path=/y:1G", "one file"),
+            ("ext_item_size=512", "whatever its size"),
+            ("ext_item_age=10", "idle time"),
+            ("ext_low_ttl=10", "TTL"),
+            ("ext_recache_rate=2000", "brings it back"),
+            ("ext_compact_under=10", "compact"),
+            ("ext_max_frag=0.5", "compact"),
+            ("ext_drop_under=10", "oldest segment"),
+            ("ext_drop_unread", "oldest segment"),
+            ("ext_frobnicate=1", "docs/server.md"),
+        ] {
+            let e = tier(opts).unwrap_err().to_string();
+            assert!(e.contains(words), "{opts}: {e}");
+        }
+    }
+
+    /// The tier's size is rounded down to whole segments that split over the shards, as
+    /// memcached rounds it to whole pages, and the engine gets it.
+    #[test]
+    fn the_tier_is_rounded_to_whole_segments_per_shard() {
+        let s = Settings::resolve(cli(&["-m", "64", "--shards", "4", "-o", "ext_path=/x:1g"]), FileConfig::default())
+            .unwrap();
+        assert_eq!(s.engine.segment_size, 1 << 20);
+        assert_eq!(s.tier_size(&s.builder()), Some(1 << 30));
+        let odd = |mb: u64| {
+            let mut s = s.clone();
+            s.engine.tier = Some(("/x".into(), mb << 20));
+            s.tier_size(&s.builder())
+        };
+        assert_eq!(odd(1023), Some(1020 << 20), "whole segments, 4 shards");
+        assert_eq!(odd(8), Some(8 << 20));
+        assert_eq!(odd(7), Some(7 << 20), "too small: left for the engine to refuse");
+        let none = Settings::resolve(cli(&["-m", "64"]), FileConfig::default()).unwrap();
+        assert_eq!(none.tier_size(&none.builder()), None);
     }
 
     #[test]
@@ -486,9 +548,14 @@ mod tests {
             (&["-o", "ssl_key"], "Missing ssl_key argument"),
             (&["-o", "frobnicate"], "Illegal suboption \"frobnicate\" (-o): see docs/server.md for the ones supported"),
             (
-                &["-o", "ext_path=/x:1G"],
-                "-o ext_path: extstore (flash storage) is not supported; segcache keeps items in memory, and -e FILE \
-                 (--persist) keeps them across restarts",
+                &["-o", "ext_item_size=512"],
+                "-o ext_item_size: not supported: every item that eviction takes out of memory goes to the flash tier, \
+                 whatever its size",
+            ),
+            (
+                &["-o", "ext_path=/x:64"],
+                "-o ext_path=\"/x:64\": the size needs a unit; as memcached: ext_path=FILE:SIZE, SIZE with a unit m, g, \
+                 t or p (ext_path=/mnt/flash/cache:64g)",
             ),
             (&["-D", "/"], "-D \"/\": only \":\" is supported as the stats detail prefix delimiter"),
             (

@@ -31,6 +31,9 @@ pub struct EngineSettings {
     /// A thread faults the heap in ahead of the workers (`Builder::touch_ahead`); `-o
     /// no_touch_ahead` or `[engine] touch_ahead = false` turn it off.
     pub touch_ahead: bool,
+    /// `-o ext_path=FILE:SIZE`: the flash tier's file and the size asked for (see
+    /// `Settings::tier_size`).
+    pub tier: Option<(PathBuf, u64)>,
 }
 
 #[derive(Debug, Clone)]

@@ -61,6 +61,14 @@ fn general(shared: &Shared) -> Vec<Row> {
         // memcached's place for these: misses that found the key expired or flushed.
         if n == "get_misses" {
             v.extend(rows([("get_expired", Val::U(e.get_expired)), ("get_flushed", Val::U(e.get_flushed))]));
+            // And, with a flash tier, extstore's reads: those that went to flash, and those whose
+            // entry failed its checksum (a miss).
+            if s.engine.tier.is_some() {
+                v.extend(rows([
+                    ("get_extstore", Val::U(e.flash_hits + e.flash_bad_reads)),
+                    ("badcrc_from_extstore", Val::U(e.flash_bad_reads)),
+                ]));
+            }
         }
     }
     let (hash_bytes, hash_power) = shared.cache.table_size();
@@ -85,6 +93,21 @@ fn general(shared: &Shared) -> Vec<Row> {
         ("evicted_unfetched", Val::U(e.evicted_unfetched)),
         ("evictions", Val::U(e.evicted_items)),
         ("reclaimed", Val::U(e.expired_items)),
+    ]));
+    if let Some(limit) = s.tier_size(&s.builder()) {
+        // extstore's figures where the flash tier's mean the same: items written and read back,
+        // items it holds, segments (extstore's pages) freed for reuse, and its size.
+        v.extend(rows([
+            ("extstore_page_reclaims", Val::U(e.flash_reclaimed_segments)),
+            ("extstore_objects_read", Val::U(e.flash_hits)),
+            ("extstore_objects_written", Val::U(e.flash_demoted)),
+            ("extstore_objects_used", Val::U(e.flash_items)),
+            ("extstore_bytes_written", Val::U(e.flash_bytes_written)),
+            ("extstore_bytes_read", Val::U(e.flash_bytes_read)),
+            ("extstore_limit_maxbytes", Val::U(limit)),
+        ]));
+    }
+    v.extend(rows([
         ("implementation", Val::S("segcache".into())),
         ("segcache_version", Val::S(env!("CARGO_PKG_VERSION").into())),
     ]));

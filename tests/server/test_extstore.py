@@ -1,0 +1,89 @@
+"""memcached's extstore options map to the flash tier: `-o ext_path=FILE:SIZE` gives a small heap
+a tier file, items that eviction takes out of memory are served from it with their values, and
+`stats` shows the tier's figures under extstore's names. The extstore options that only tune
+extstore's own file are accepted; those that change which items go to flash are refused."""
+
+import subprocess
+
+import pytest
+from pymemcache.client.base import Client
+
+from conftest import free_port, server_binary, spawn
+from conftest import stop_logged as stop
+from conftest import as_user
+
+
+def value(i: int) -> bytes:
+    return b"%d:" % i + bytes([97 + i % 26]) * (3000 + i % 500)
+
+
+def stats(client: Client) -> dict[str, int]:
+    return {k.decode(): v for k, v in client.stats().items() if isinstance(v, int)}
+
+
+def test_items_evicted_from_memory_come_back_from_the_tier(tmp_path):
+    tier = tmp_path / "extstore"
+    # 4 MiB of memory (four 1 MiB segments), a 64 MiB tier: 3000 items of about 3 KiB are
+    # more than twice the memory, all of them within the tier.
+    proc, port = spawn("-m", "4", "-o", f"ext_path={tier}:64m,ext_threads=4,ext_page_size=8")
+    client = Client(("127.0.0.1", port), timeout=10)
+    n = 3000
+    for i in range(n):
+        assert client.set(b"k%d" % i, value(i), noreply=False, flags=i % 7)
+    s = stats(client)
+    assert s["extstore_objects_written"] > n // 2, s
+    assert s["extstore_objects_used"] == s["engine_flash_items"] > n // 2, s
+    assert s["evictions"] == 0 and s["extstore_page_reclaims"] == 0, s
+    assert s["extstore_bytes_written"] > 3000 * s["extstore_objects_written"], s
+    assert s["extstore_limit_maxbytes"] == 64 << 20, s
+    wrong = [i for i in range(n) if client.get(b"k%d" % i) != value(i)]
+    assert wrong == []
+    got = client.get_many([b"k0", b"k1", b"k2"])
+    assert got == {b"k0": value(0), b"k1": value(1), b"k2": value(2)}
+    s = stats(client)
+    assert s["get_extstore"] >= s["extstore_objects_written"] and s["badcrc_from_extstore"] == 0, s
+    assert s["extstore_objects_read"] == s["engine_flash_hits"] >= s["extstore_objects_written"], s
+    assert s["extstore_bytes_read"] > 3000 * s["extstore_objects_read"], s
+    # A write to an item on flash sees it there.
+    assert not client.add(b"k0", b"other", noreply=False)
+    assert client.gets(b"k1")[0] == value(1)
+    client.delete(b"k1", noreply=False)
+    assert client.get(b"k1") is None
+    client.close()
+    stop(proc)
+    assert tier.stat().st_size == 64 << 20
+
+
+def test_without_a_tier_no_extstore_figures_and_the_items_are_evicted():
+    proc, port = spawn("-m", "4")
+    client = Client(("127.0.0.1", port), timeout=10)
+    for i in range(3000):
+        client.set(b"k%d" % i, value(i), noreply=False)
+    s = stats(client)
+    assert not [k for k in s if "extstore" in k], s
+    assert s["evictions"] > 1000 and client.get(b"k0") is None, s
+    client.close()
+    stop(proc)
+
+
+@pytest.mark.parametrize("opts,message", [
+    ("ext_path=/tmp/x:64", "the size needs a unit"),
+    ("ext_path=/tmp/x:1G:compact", "page bucket"),
+    ("ext_path=/tmp/x:1G,ext_path=/tmp/y:1G", "one file"),
+    ("ext_item_size=512", "whatever its size"),
+    ("ext_recache_rate=2000", "brings it back to memory"),
+    ("ext_drop_unread", "oldest segment"),
+])
+def test_extstore_options_that_do_not_apply_are_refused_saying_why(opts, message):
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), "-o", opts, *as_user([])],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0
+    assert message in r.stderr, r.stderr
+
+
+def test_a_tier_too_small_for_the_shards_is_refused(tmp_path):
+    r = subprocess.run([str(server_binary()), "-p", str(free_port()), "-m", "64", "--shards", "4",
+                        "-o", f"ext_path={tmp_path / 'x'}:4m", *as_user([])],
+                       capture_output=True, text=True, timeout=10)
+    assert r.returncode != 0
+    assert "tier" in r.stderr and "at least 2" in r.stderr, r.stderr
