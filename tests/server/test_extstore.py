@@ -3,7 +3,10 @@ a tier file, items that eviction takes out of memory are served from it with the
 `stats` shows the tier's figures under extstore's names. The extstore options that only tune
 extstore's own file are accepted; those that change which items go to flash are refused."""
 
+import os
 import subprocess
+import time
+from pathlib import Path
 
 import pytest
 from pymemcache.client.base import Client
@@ -25,7 +28,7 @@ def test_items_evicted_from_memory_come_back_from_the_tier(tmp_path):
     tier = tmp_path / "extstore"
     # 4 MiB of memory (four 1 MiB segments), a 64 MiB tier: 3000 items of about 3 KiB are
     # more than twice the memory, all of them within the tier.
-    proc, port = spawn("-m", "4", "-o", f"ext_path={tier}:64m,ext_threads=4,ext_page_size=8")
+    proc, port = spawn("-m", "4", "-o", f"ext_page_size=8,ext_threads=4,ext_path={tier}:64m")
     client = Client(("127.0.0.1", port), timeout=10)
     n = 3000
     for i in range(n):
@@ -52,6 +55,37 @@ def test_items_evicted_from_memory_come_back_from_the_tier(tmp_path):
     client.close()
     stop(proc)
     assert tier.stat().st_size == 64 << 20
+
+
+MEMCACHED = os.environ.get("SEGCACHE_MEMCACHED_BIN", "/usr/bin/memcached")
+
+
+def test_the_command_line_and_the_stats_names_are_memcacheds(tmp_path):
+    """memcached (built with extstore) starts with the same options, and its `stats` has every
+    extstore name this server shows."""
+    if not Path(MEMCACHED).exists():
+        pytest.skip("memcached is not installed")
+    opts = f"ext_page_size=8,ext_threads=2,ext_path={tmp_path / 'mc'}:64m"
+    port = free_port()
+    proc = subprocess.Popen([MEMCACHED, "-l", "127.0.0.1", "-p", str(port), "-U", "0", "-o", opts,
+                             *as_user([])], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        for _ in range(100):
+            try:
+                theirs = set(stats(Client(("127.0.0.1", port), timeout=5)))
+                break
+            except OSError:
+                assert proc.poll() is None, f"memcached refused -o {opts}: {proc.stderr.read()}"
+                time.sleep(0.05)
+        else:
+            pytest.fail("memcached did not answer")
+    finally:
+        proc.kill()
+        proc.wait()
+    ours_proc, ours_port = spawn("-m", "4", "-o", opts.replace("/mc:", "/ours:"))
+    ours = {k for k in stats(Client(("127.0.0.1", ours_port), timeout=5)) if "extstore" in k}
+    stop(ours_proc)
+    assert len(ours) == 9 and ours <= theirs, ours - theirs
 
 
 def test_without_a_tier_no_extstore_figures_and_the_items_are_evicted():
