@@ -45,11 +45,6 @@ def test_without_a_tier_the_same_items_are_evicted():
     c.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a shard holds at most 4096 items read from flash until its next write, so a longer "
-    "run of reads misses the rest",
-)
 def test_a_long_run_of_reads_is_served_from_the_tier(tmp_path):
     c = segcache.Cache(heap_size="256KiB", segment_size="64KiB", shards=1, eviction="fifo",
                        tier_path=tmp_path / "tier.dat", tier_size="16MiB")

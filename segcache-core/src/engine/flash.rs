@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::engine::read::state_of;
+use crate::engine::read::{state_of, ReadOptions};
 use crate::engine::write::{Mode, NewState};
 use crate::engine::Segcache;
 use crate::hashtable::slot::{self, Loc};
@@ -29,10 +29,68 @@ impl Segcache {
     /// `get_with_options_in` for a key that no DRAM slot holds: the key's flash slot, if any, read
     /// and checked. A read that fails, or an entry that does not check, is a miss. `no_update`:
     /// `ReadOptions::no_update` (the only option it reads: the options stay out of the call, so
-    /// that a DRAM read needs none of them in memory).
+    /// that a DRAM read needs none of them in memory). The item's bytes are held in the tier's
+    /// arena until the next write, as the item borrows the engine.
     #[cold]
     #[inline(never)]
     pub(crate) fn get_flash(&self, key: &[u8], h: u64, counters: &ReadCounters, no_update: bool) -> Option<Item<'_>> {
+        let (bytes, meta, found, now) = self.find_flash(key, h, counters)?;
+        let held = self.tier.as_deref().and_then(|tier| tier.arena.hold(bytes));
+        let Some(r) = held.and_then(|b| record::parse(b, meta.cas_base)) else {
+            counters.miss(None);
+            return None;
+        };
+        self.count_flash_hit(&r, found, h, counters, no_update);
+        Some(self.flash_item(r, meta, found, now))
+    }
+
+    /// `get_flash` for a caller that hands the item to `f` at once: the bytes stay in this call's
+    /// own buffer, so a run of such reads holds nothing in the arena, however long.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn get_flash_with<R>(
+        &self,
+        key: &[u8],
+        h: u64,
+        counters: &ReadCounters,
+        no_update: bool,
+        f: impl FnOnce(Item<'_>) -> R,
+    ) -> Option<R> {
+        let (bytes, meta, found, now) = self.find_flash(key, h, counters)?;
+        let Some(r) = record::parse(&bytes, meta.cas_base) else {
+            counters.miss(None);
+            return None;
+        };
+        self.count_flash_hit(&r, found, h, counters, no_update);
+        Some(f(self.flash_item(r, meta, found, now)))
+    }
+
+    /// `get_with_options_in` handing the item to `f`: a key that no DRAM slot holds is read from
+    /// flash into a buffer of the call's own (`get_flash_with`); every other read goes as it does
+    /// without a tier.
+    #[inline]
+    pub(crate) fn get_with_options_then<R>(
+        &self,
+        key: &[u8],
+        h: u64,
+        counters: &ReadCounters,
+        opts: &ReadOptions,
+        f: impl FnOnce(Item<'_>) -> R,
+    ) -> Option<R> {
+        if self.tier.is_some() && self.find_record(key, h).is_none() {
+            return self.get_flash_with(key, h, counters, opts.no_update, f);
+        }
+        self.get_with_options_in(key, h, counters, opts).map(f)
+    }
+
+    /// The key's flash entry, read and checked, with its slot and the time read; `None`, counted
+    /// as a miss, when it has none that checks.
+    fn find_flash(
+        &self,
+        key: &[u8],
+        h: u64,
+        counters: &ReadCounters,
+    ) -> Option<(Vec<u8>, EntryMeta, table::Found<'static>, u32)> {
         let Some(tier) = self.tier.as_deref() else {
             counters.miss(None);
             return None;
@@ -55,21 +113,32 @@ impl Segcache {
             }
             Err(Missed::Other) => false,
         });
-        let (Some(found), Some((bytes, meta))) = (found, got) else {
-            counters.miss(gone);
-            return None;
-        };
-        let Some(r) = tier.arena.hold(bytes).and_then(|b| record::parse(b, meta.cas_base)) else {
-            counters.miss(None);
-            return None;
-        };
-        tier.counts.hits.fetch_add(1, Relaxed);
-        tier.counts.bytes_read.fetch_add(r.len as u64, Relaxed);
+        match (found, got) {
+            (Some(found), Some((bytes, meta))) => Some((bytes, meta, found, now)),
+            _ => {
+                counters.miss(gone);
+                None
+            }
+        }
+    }
+
+    /// Counts a read served from flash, and raises its slot's frequency unless `no_update`.
+    fn count_flash_hit(
+        &self,
+        r: &Record<'_>,
+        found: table::Found<'static>,
+        h: u64,
+        counters: &ReadCounters,
+        no_update: bool,
+    ) {
+        if let Some(tier) = self.tier.as_deref() {
+            tier.counts.hits.fetch_add(1, Relaxed);
+            tier.counts.bytes_read.fetch_add(r.len as u64, Relaxed);
+        }
         let coin = bump(&counters.hits);
         if !no_update {
             Table::bump_freq(found.slot, found.value, coin ^ h);
         }
-        Some(self.flash_item(r, meta, found, now))
     }
 
     /// The item of a checked flash entry. Its recache token is not taken here: a flash item was

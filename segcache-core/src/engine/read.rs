@@ -324,15 +324,25 @@ impl Segcache {
     /// assert_eq!(hits, [(0, b"1".to_vec()), (2, b"3".to_vec())]);
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
-    pub fn get_many_with<'a>(&'a self, keys: &[&[u8]], f: impl FnMut(usize, Item<'a>)) {
-        self.get_many_counted_in(keys, &self.meta().reads, f)
+    pub fn get_many_with<'a>(&'a self, keys: &[&[u8]], mut f: impl FnMut(usize, Item<'a>)) {
+        let counters = &self.meta().reads;
+        let mut on_tier = Vec::new();
+        self.get_many_counted_in(keys, counters, &mut on_tier, &mut f);
+        for i in on_tier {
+            if let Some(item) = self.get_flash(keys[i], hash(keys[i]), counters, false) {
+                f(i, item);
+            }
+        }
     }
 
-    /// `get_many_with` counting hits and misses in `counters` (see `get_counted_in`).
+    /// `get_many_with` counting hits and misses in `counters` (see `get_counted_in`), for the
+    /// keys in DRAM: with a tier, the indexes of the keys that DRAM lacks go to `on_tier`, for
+    /// the caller to read from flash as its items' lifetime allows (not counted yet).
     pub(crate) fn get_many_counted_in<'a>(
         &'a self,
         keys: &[&[u8]],
         counters: &ReadCounters,
+        on_tier: &mut Vec<usize>,
         mut f: impl FnMut(usize, Item<'a>),
     ) {
         pub(crate) const BATCH: usize = 16;
@@ -371,12 +381,10 @@ impl Segcache {
                 };
                 let Some(slot) = slot else {
                     if self.tier.is_some() {
-                        if let Some(item) = self.get_flash(k, h, counters, false) {
-                            f(chunk_no * BATCH + i, item);
-                        }
-                        continue;
+                        on_tier.push(chunk_no * BATCH + i);
+                    } else {
+                        counters.miss(None);
                     }
-                    counters.miss(None);
                     continue;
                 };
                 match self.item_of(slot, h, now) {

@@ -435,7 +435,7 @@ impl SharedCache {
                 p => return deliver(p, buf, counters, h, opts, f),
             }
         }
-        engine.get_with_options_in(key, h, counters, opts).map(f)
+        engine.get_with_options_then(key, h, counters, opts, f)
     }
 
     /// Copies the value into `buf` (cleared first); returns the item's metadata with an empty
@@ -524,7 +524,12 @@ impl SharedCache {
         }
         if self.shards.len() == 1 {
             let engine = self.shards[0].read();
-            engine.get_many_counted_in(keys, &engine.slot().counters.reads, &mut f);
+            let counters = &engine.slot().counters.reads;
+            let mut on_tier = Vec::new();
+            engine.get_many_counted_in(keys, counters, &mut on_tier, &mut f);
+            for i in on_tier {
+                engine.get_flash_with(keys[i], hash(keys[i]), counters, false, |item| f(i, item));
+            }
             return;
         }
         let mut order: Vec<(usize, usize)> =
@@ -532,6 +537,7 @@ impl SharedCache {
         order.sort_unstable();
         let mut sub: Vec<&[u8]> = Vec::with_capacity(keys.len());
         let mut idx: Vec<usize> = Vec::with_capacity(keys.len());
+        let mut on_tier = Vec::new();
         let mut start = 0;
         while start < order.len() {
             let shard = order[start].0;
@@ -543,7 +549,12 @@ impl SharedCache {
                 idx.push(i);
             }
             let engine = self.shards[shard].read();
-            engine.get_many_counted_in(&sub, &engine.slot().counters.reads, |j, item| f(idx[j], item));
+            let counters = &engine.slot().counters.reads;
+            on_tier.clear();
+            engine.get_many_counted_in(&sub, counters, &mut on_tier, |j, item| f(idx[j], item));
+            for &j in &on_tier {
+                engine.get_flash_with(sub[j], hash(sub[j]), counters, false, |item| f(idx[j], item));
+            }
             start = end;
         }
     }
