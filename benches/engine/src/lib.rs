@@ -3,6 +3,7 @@
 //! measure memory (`rss`), hit ratio (`hitratio`) and thread scaling (`threads`).
 
 pub mod keys;
+pub mod loopback;
 pub mod mem;
 pub mod store;
 pub mod workload;
