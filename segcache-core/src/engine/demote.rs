@@ -7,7 +7,6 @@ use crate::engine::Segcache;
 use crate::hash::hash;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Table;
-use crate::record;
 use crate::tier::entry::{self, EntryMeta};
 use crate::tier::file::TierFile;
 use crate::tier::image::Image;
@@ -140,7 +139,7 @@ impl Segcache {
                 while off + entry::HEAD <= (fs.written as usize).min(image.len()) {
                     let Some(n) = entry::declared_len(&image[off..]) else { break };
                     let found = entry::check(&image[off..], index, off as u32, fs.generation)
-                        .and_then(|(meta, rec)| record::parse(rec, meta.cas_base))
+                        .and_then(|(meta, rec)| crate::engine::flash::parse_flash(rec, meta.cas_base))
                         .map(|r| hash(r.key))
                         .and_then(|h| Some((h, t.find_loc(h, Loc { seg: seg_id, offset: off as u32 })?)));
                     if let Some((h, f)) = found {
