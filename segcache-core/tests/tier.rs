@@ -374,3 +374,30 @@ fn a_long_run_of_batched_reads_serves_every_flash_item() {
         assert_eq!(missed, 0, "file {file}, {shards} shards: {missed} keys missed");
     }
 }
+
+/// The single owner's `get_with` serves a long run of flash reads with no write between and
+/// holds nothing; `get` serves the same run within what the engine holds until the next write.
+#[test]
+fn a_long_run_of_single_owner_reads_serves_every_flash_item() {
+    let t = Temp::new("long-single");
+    let mut c = Builder::new()
+        .heap_size(4 * SEG)
+        .segment_size(SEG)
+        .eviction(Policy::Fifo)
+        .tier(&t.0, (1024 * SEG) as u64)
+        .build()
+        .unwrap();
+    for i in 0..10_000 {
+        c.set(&key(i), &value(i, 0), 0, Duration::ZERO).unwrap();
+    }
+    assert!(c.stats().flash_items > 5_000, "most items live on the tier");
+    // More reads than `get` may hold between two writes.
+    for _ in 0..8 {
+        let missed = (0..10_000).filter(|&i| c.get_with(&key(i), |it| it.value() == &value(i, 0)[..]) != Some(true));
+        assert_eq!(missed.count(), 0);
+    }
+    let items: Vec<_> = (0..10_000).map(|i| c.get(&key(i))).collect();
+    for (i, item) in items.iter().enumerate() {
+        assert_eq!(item.as_ref().map(|it| it.value()), Some(&value(i, 0)[..]), "key {i}");
+    }
+}

@@ -145,6 +145,25 @@ impl Segcache {
         self.get_with_options_in(key, hash(key), &self.meta().reads, &opts)
     }
 
+    /// Looks the key up as `get` does and hands the item to `f`, as
+    /// [`SharedCache::get_with`](crate::SharedCache::get_with) does. With a flash tier
+    /// ([`Builder::tier`](crate::Builder::tier)), an item read from the tier stays in this call's
+    /// own buffer, where `get` must hold it until the next write.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(4 << 20).build()?;
+    /// cache.set(b"k", b"value", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.get_with(b"k", |item| item.value().len()), Some(5));
+    /// assert_eq!(cache.get_with(b"absent", |item| item.value().len()), None);
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn get_with<R>(&self, key: &[u8], f: impl FnOnce(Item<'_>) -> R) -> Option<R> {
+        self.get_with_options_then(key, hash(key), &self.meta().reads, &ReadOptions::default(), f)
+    }
+
     #[inline]
     pub(crate) fn get_with_options_in(
         &self,

@@ -6,7 +6,7 @@ use std::sync::{Mutex, PoisonError};
 
 /// Most buffers held between two exclusive calls; a flash hit past it is served as a miss, so a
 /// long run of reads without a write holds bounded memory.
-const MAX_HELD: usize = 4096;
+const MAX_HELD: usize = 1 << 16;
 /// Most bytes held between two exclusive calls.
 const MAX_BYTES: usize = 64 << 20;
 
@@ -18,7 +18,9 @@ pub(crate) struct Arena {
 impl Arena {
     /// Keeps `bytes` until `clear` and returns them, borrowed for as long as the arena is; `None`
     /// when the arena is full.
-    pub(crate) fn hold(&self, bytes: Vec<u8>) -> Option<&[u8]> {
+    pub(crate) fn hold(&self, mut bytes: Vec<u8>) -> Option<&[u8]> {
+        // A read's buffer has whole blocks' room; only the record is kept.
+        bytes.shrink_to_fit();
         let mut held = self.held.lock().unwrap_or_else(PoisonError::into_inner);
         if held.0.len() >= MAX_HELD || held.1 + bytes.len() > MAX_BYTES {
             return None;
