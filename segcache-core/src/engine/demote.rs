@@ -135,9 +135,7 @@ impl Segcache {
         if fs.live > 0 {
             if let Ok(image) = tier.file.read_segment(index, fs.written as usize) {
                 let t = self.table();
-                let mut off = 0usize;
-                while off + entry::HEAD <= (fs.written as usize).min(image.len()) {
-                    let Some(n) = entry::declared_len(&image[off..]) else { break };
+                for off in entry::offsets(&image[..(fs.written as usize).min(image.len())]) {
                     let found = entry::check(&image[off..], index, off as u32, fs.generation)
                         .and_then(|(meta, rec)| crate::engine::flash::parse_flash(rec, meta.cas_base))
                         .map(|r| hash(r.key))
@@ -146,7 +144,6 @@ impl Segcache {
                         self.remove_slot(h, f.slot);
                         removed += 1;
                     }
-                    off += n;
                 }
             }
             if removed < u64::from(fs.live) {

@@ -16,6 +16,10 @@ use xxhash_rust::xxh3::xxh3_64_with_seed;
 
 /// Bytes of an entry's head.
 pub(crate) const HEAD: usize = 24;
+/// Reads are rounded out to whole blocks of this size, as flash devices and `O_DIRECT` want. An
+/// entry no longer than a block never crosses into the next (`start`), so one block's read
+/// serves it; the bytes skipped before it are zero, a head no entry has (its length is 0).
+pub(crate) const BLOCK: usize = 4 << 10;
 /// Entries start on this alignment within a flash segment.
 pub(crate) const ALIGN: usize = 8;
 
@@ -42,9 +46,48 @@ fn seed(generation: u64, index: u32, offset: u32) -> u64 {
     generation.wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (u64::from(index) << 32 | u64::from(offset))
 }
 
-/// Appends the entry of `record` to `image`, for flash segment `index` in `generation`; returns
-/// its offset in the image.
+/// Where the entry of a `len`-byte record goes in an image that holds `used` bytes: right after
+/// them, or at the next block's start when it would otherwise cross into that block, or when
+/// less than a head is left of this one (so every head lies whole in one block).
+#[inline]
+pub(crate) fn start(used: usize, len: usize) -> usize {
+    let (n, into) = (entry_len(len), used % BLOCK);
+    if (n <= BLOCK && into + n > BLOCK) || BLOCK - into < HEAD {
+        used.next_multiple_of(BLOCK)
+    } else {
+        used
+    }
+}
+
+/// Whether offset `at` of an image, whose bytes from there are `bytes`, is padding before a
+/// block's start (see `start`): the next entry is then at that block.
+#[inline]
+fn is_padding(bytes: &[u8], at: usize) -> bool {
+    BLOCK - at % BLOCK < HEAD || bytes.get(8..12).is_some_and(|len| len == [0; 4])
+}
+
+/// The offsets of the entries of `image` (a flash segment's first bytes), padding skipped; they
+/// end where the bytes do, or at a head that declares nothing.
+pub(crate) fn offsets(image: &[u8]) -> impl Iterator<Item = usize> + '_ {
+    let mut off = 0;
+    std::iter::from_fn(move || loop {
+        if off + HEAD > image.len() {
+            return None;
+        }
+        if is_padding(&image[off..], off) {
+            off = (off + 1).next_multiple_of(BLOCK);
+            continue;
+        }
+        let at = off;
+        off += declared_len(&image[off..])?;
+        return Some(at);
+    })
+}
+
+/// Appends the entry of `record` to `image`, for flash segment `index` in `generation`, where
+/// `start` puts it; returns its offset in the image.
 pub(crate) fn put(image: &mut Vec<u8>, record: &[u8], meta: EntryMeta, index: u32, generation: u64) -> u32 {
+    image.resize(start(image.len(), record.len()), 0);
     let at = image.len();
     image.extend_from_slice(&[0; 8]);
     image.extend_from_slice(&(record.len() as u32).to_le_bytes());
@@ -101,6 +144,29 @@ mod tests {
         assert_eq!(check(&image[a as usize..], 3, a, 9), Some((META, &b"first record"[..])));
         assert_eq!(check(&image[b as usize..], 3, b, 9), Some((META, &b"second"[..])));
         assert_eq!(declared_len(&image[b as usize..]), Some(entry_len(6)));
+    }
+
+    #[test]
+    fn entries_up_to_a_block_never_cross_one_and_the_gap_reads_as_padding() {
+        let mut image = Vec::new();
+        let mut at = Vec::new();
+        for i in 0..400usize {
+            let len = 1 + (i * 97) % 1500;
+            let offset = put(&mut image, &vec![i as u8; len], META, 1, 2) as usize;
+            let end = offset + entry_len(len);
+            assert!(offset / BLOCK == (end - 1) / BLOCK, "entry {i} of {len} bytes crosses a block");
+            at.push((offset, len));
+        }
+        // A long one starts where it is and spans blocks.
+        let long = put(&mut image, &vec![9; 3 * BLOCK], META, 1, 2) as usize;
+        assert_eq!(check(&image[long..], 1, long as u32, 2).map(|(_, r)| r.len()), Some(3 * BLOCK));
+        // Walking the image finds every entry, each where it was put and checking.
+        at.push((long, 3 * BLOCK));
+        let walked: Vec<usize> = offsets(&image).collect();
+        assert_eq!(walked, at.iter().map(|&(offset, _)| offset).collect::<Vec<_>>());
+        for &(offset, len) in &at {
+            assert_eq!(check(&image[offset..], 1, offset as u32, 2).map(|(_, r)| r.len()), Some(len));
+        }
     }
 
     #[test]

@@ -8,10 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 use crate::error::{Error, Result};
-use crate::tier::entry::{self, EntryMeta};
-
-/// Reads are rounded out to whole blocks of this size, as flash devices and `O_DIRECT` want.
-pub(crate) const BLOCK: usize = 4 << 10;
+use crate::tier::entry::{self, EntryMeta, BLOCK};
 
 /// One shard's slice of the tier file: `segments` flash segments of `segment_size` bytes from
 /// byte `base`.

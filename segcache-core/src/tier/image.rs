@@ -31,7 +31,7 @@ impl Image {
 
     /// Whether the entry of a `len`-byte record still fits.
     pub(crate) fn fits(&self, len: usize) -> bool {
-        self.bytes.len() + entry::entry_len(len) <= self.capacity
+        entry::start(self.bytes.len(), len) + entry::entry_len(len) <= self.capacity
     }
 
     /// Appends the entry of `record` (of a key with hash `h`, from a heap segment `meta`
