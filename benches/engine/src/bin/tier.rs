@@ -298,7 +298,8 @@ fn svg(rows: &[(usize, usize, [Outcome; 3])], values: &[usize]) -> String {
             s += &format!(
                 "<text x=\"{}\" y=\"{}\" fill=\"{}\">{name}, {v} B values{}</text>\n",
                 pad + 10.0,
-                pad + 14.0 * legend as f64,
+                // Below the lines: hit ratios under a half are rare.
+                h / 2.0 + 14.0 * (legend + 1) as f64,
                 colors[ci],
                 if vi == 0 { "" } else { " (dashed)" }
             );
