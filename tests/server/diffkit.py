@@ -812,10 +812,9 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
         # value of whitespace alone may find a number, depending on stale bytes after the value
         # (see `big_number_quirk`, `blank_quirk`): read such values first.
         values = arith_values(batch, conns["memcached"])
-        pre = numbers(values)
         exposed = big_numbers(values)
         blank = blanks(values)
-        lost = ttl_lost(pre)
+        lost = ttl_lost(values)
         for n, c in conns.items():
             payload = b"".join(b"".join(o.wire[n] for o in seg) + b"mn\r\n" for seg in batch)
             c.send(payload)
@@ -866,9 +865,9 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
             else:
                 report(done, post, f" in `{k}`'s value after `{o.text.strip()}` on {before!r}")
                 resync.add(k)
-        for o, ttl in lost.items():
+        for o, (ttl, number) in lost.items():
             k = o.keys[0]
-            if k not in resync and value_of(conns["memcached"], k) == arith_result(o, pre[o].rstrip(b" ")):
+            if k not in resync and value_of(conns["memcached"], k) == arith_result(o, number):
                 # it succeeded: give memcached the TTL it lost
                 conns["memcached"].side(f"mg {k} T{ttl.decode()}\r\nmn\r\n".encode())
                 ttl_fixes += 1
@@ -989,11 +988,6 @@ def arith_values(batch: list[list[Op]], mc: Conn) -> dict:
     return out
 
 
-def numbers(pre: dict) -> dict:
-    """Those of `pre` (see `arith_values`) that are numbers."""
-    return {o: v for o, v in pre.items() if re.fullmatch(rb"[0-9]+ *", v)}
-
-
 def strtoull_number(v: bytes) -> bytes | None:
     """The number memcached's safe_strtoull reads from a value, as digits: C whitespace, an
     optional '+', digits, then the end of the value or whitespace (and anything after it).
@@ -1030,16 +1024,19 @@ def meta_token(op: Op, flag: bytes) -> bytes | None:
     return None
 
 
-def ttl_lost(pre: dict) -> dict:
-    """The `ma ... T` ops of `pre` (see `arith_values`) whose result is longer than the value
-    stored: memcached then writes it to a new item, and applies T to the old one it replaced,
-    so the TTL is lost (op -> the T token). The intended semantics, which this server follows:
-    T updates the TTL on success."""
+def ttl_lost(values: dict) -> dict:
+    """The `ma ... T` ops of `values` (see `arith_values`) whose result is longer than the value
+    stored, any bytes after the number included: memcached then writes it to a new item, and
+    applies T to the old one it replaced, so the TTL is lost (op -> (the T token, the number
+    memcached read)). The intended semantics, which this server follows: T updates the TTL on
+    success."""
     out = {}
-    for o, v in pre.items():
+    for o, v in values.items():
         ttl = meta_token(o, b"T") if o.wire["memcached"].startswith(b"ma ") else None
-        if ttl is not None and int(v) < 1 << 64 and len(arith_result(o, v.rstrip(b" "))) > len(v):
-            out[o] = ttl
+        number = strtoull_number(v)
+        if ttl is not None and number is not None and int(number) < 1 << 64 \
+                and len(arith_result(o, number)) > len(v):
+            out[o] = (ttl, number)
     return out
 
 
