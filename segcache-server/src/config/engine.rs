@@ -86,7 +86,12 @@ pub fn resolve(
         resize_file: cli.resize_file || e.resize_file.unwrap_or(false),
         prefault: cli.large_pages || e.prefault.unwrap_or(false),
         touch_ahead: ext.touch_ahead.or(e.touch_ahead).unwrap_or(true),
-        tier: ext.ext_path.clone(),
+        tier: match (&ext.ext_path, &e.tier_path, &e.tier_size) {
+            (Some(tier), _, _) => Some(tier.clone()),
+            (None, Some(path), Some(size)) => Some((path.clone(), size.bytes()?)),
+            (None, None, None) => None,
+            (None, _, _) => return Err(ConfigError::TierHalf),
+        },
     })
 }
 

@@ -73,6 +73,8 @@ pub enum ConfigError {
     ExtPath { value: String, why: &'static str },
     #[error("-o ext_path is given twice: segcache's flash tier is one file")]
     ExtPathTwice,
+    #[error("[engine] tier_path and tier_size go together: give both (tier_path = \"/mnt/flash/cache\", tier_size = \"64g\"), or -o ext_path=FILE:SIZE")]
+    TierHalf,
     #[error("-o {0}: memcached's proxy is not supported; run a proxy in front of segcache-server")]
     Proxy(String),
 

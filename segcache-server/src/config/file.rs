@@ -113,6 +113,10 @@ pub struct EngineFile {
     pub resize_file: Option<bool>,
     pub prefault: Option<bool>,
     pub touch_ahead: Option<bool>,
+    /// `-o ext_path`'s file, with `tier_size`.
+    pub tier_path: Option<PathBuf>,
+    /// `-o ext_path`'s size, with `tier_path`.
+    pub tier_size: Option<Size>,
 }
 
 impl FileConfig {

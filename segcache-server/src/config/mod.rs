@@ -504,6 +504,25 @@ mod tests {
         }
     }
 
+    /// The file's `[engine]` table sets the tier with `tier_path` and `tier_size` together;
+    /// `-o ext_path` wins over it.
+    #[test]
+    fn the_config_file_sets_the_tier() {
+        let file = |text: &str| toml::from_str::<FileConfig>(text).unwrap();
+        let both = "[engine]\ntier_path = \"/mnt/f/cache\"\ntier_size = \"2g\"\n";
+        let s = Settings::resolve(cli(&[]), file(both)).unwrap();
+        assert_eq!(s.engine.tier, Some(("/mnt/f/cache".into(), 2 << 30)));
+        let s = Settings::resolve(cli(&["-o", "ext_path=/x:1g"]), file(both)).unwrap();
+        assert_eq!(s.engine.tier, Some(("/x".into(), 1 << 30)));
+        let s = Settings::resolve(cli(&[]), file("[engine]\ntier_path = \"/x\"\ntier_size = 1048576\n")).unwrap();
+        assert_eq!(s.engine.tier, Some(("/x".into(), 1 << 20)));
+        for half in ["[engine]\ntier_path = \"/x\"\n", "[engine]\ntier_size = \"1g\"\n"] {
+            let e = Settings::resolve(cli(&[]), file(half)).unwrap_err().to_string();
+            assert!(e.contains("tier_path and tier_size go together"), "{e}");
+        }
+        assert!(Settings::resolve(cli(&[]), file("[engine]\ntier_path = \"/x\"\ntier_size = \"1q\"\n")).is_err());
+    }
+
     /// The tier's size is rounded down to whole segments that split over the shards, as
     /// memcached rounds it to whole pages, and the engine gets it.
     #[test]
