@@ -184,7 +184,8 @@ figures! {
     flash_bad_reads: Counter,
     /// Flash segments reclaimed to make room for newer ones.
     flash_reclaimed_segments: Counter,
-    /// Items that eviction would have written to the flash tier but whose write failed.
+    /// Items that eviction would have written to the flash tier but dropped: the tier's write
+    /// queue was full (the device was behind), or the write failed.
     flash_demotions_dropped: Counter,
     /// Bytes written to the flash tier: its segments' images, entries' heads included.
     flash_bytes_written: Counter,

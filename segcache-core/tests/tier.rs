@@ -141,6 +141,7 @@ fn a_corrupted_tier_serves_misses_never_a_wrong_value() {
     let t = Temp::new("corrupt");
     let mut c = tiered(&t, 64).build().unwrap();
     fill(&mut c, 1500);
+    c.sync().unwrap(); // every image on the file
     let file = std::fs::OpenOptions::new().read(true).write(true).open(&t.0).unwrap();
     let len = file.metadata().unwrap().len();
     let mut block = vec![0u8; 4096];

@@ -70,7 +70,8 @@ pub struct segcache_stats_t {
     pub flash_bad_reads: u64,
     /// Flash segments reclaimed to make room for newer ones.
     pub flash_reclaimed_segments: u64,
-    /// Items whose write to the flash tier failed.
+    /// Items eviction dropped instead of writing them to the flash tier: its write queue was full
+    /// (the device was behind), or the write failed.
     pub flash_demotions_dropped: u64,
     /// Bytes written to the flash tier (entries' heads included).
     pub flash_bytes_written: u64,

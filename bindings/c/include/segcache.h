@@ -657,7 +657,8 @@ typedef struct segcache_stats_t {
    */
   uint64_t flash_reclaimed_segments;
   /**
-   * Items whose write to the flash tier failed.
+   * Items eviction dropped instead of writing them to the flash tier: its write queue was full
+   * (the device was behind), or the write failed.
    */
   uint64_t flash_demotions_dropped;
   /**

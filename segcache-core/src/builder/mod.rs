@@ -11,6 +11,9 @@ use crate::error::{Error, Result};
 use crate::eviction::policy::Policy;
 use crate::listener::{RemovalCause, RemovalListener};
 
+/// The tier writer's queue unless `tier_write_queue` says otherwise.
+const DEFAULT_TIER_WRITE_QUEUE: usize = 8 << 20;
+
 /// Smallest segment size. Slots address bytes within a segment with 22 bits.
 ///
 /// ```
@@ -85,6 +88,8 @@ pub struct Builder {
     pub(crate) resize_file: bool,
     /// The flash tier's file and its size in bytes (`tier`).
     pub(crate) tier: Option<(PathBuf, u64)>,
+    /// Bytes of images the tier's writer may hold queued (`tier_write_queue`).
+    pub(crate) tier_write_queue: usize,
 }
 
 impl Default for Builder {
@@ -123,6 +128,7 @@ impl Builder {
             prefault: false,
             touch_ahead: false,
             tier: None,
+            tier_write_queue: DEFAULT_TIER_WRITE_QUEUE,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -485,8 +491,9 @@ impl Builder {
     /// Reads of flash items take the shard's lock (a [`SharedCache`](crate::SharedCache) reads
     /// DRAM items without it). A write to a key on flash (`set`, `add`, `cas`, `append`,
     /// `delete`, ...) first brings its item back to DRAM, so it sees the item as if it had never
-    /// left. Each flash segment is written whole, once, with one positioned write; an item is
-    /// read with one positioned read of the blocks that hold it, and checked against an XXH3
+    /// left. Each flash segment is written whole, once, with one positioned write, by a thread
+    /// of the tier's own, so that no eviction waits for the device (see
+    /// [`tier_write_queue`](Self::tier_write_queue)); an item is read with one positioned read of the blocks that hold it, and checked against an XXH3
     /// checksum that covers its segment's generation and place: a torn, stale or corrupt entry
     /// is a miss (counted in `flash_bad_reads`), never a wrong value.
     ///
@@ -519,6 +526,32 @@ impl Builder {
     /// ```
     pub fn tier(mut self, path: impl Into<PathBuf>, bytes: u64) -> Self {
         self.tier = Some((path.into(), bytes));
+        self
+    }
+
+    /// How many bytes of flash segment images the [tier](Self::tier)'s writer may hold queued
+    /// (8 MiB by default; at least one image always fits). Evictions hand their images to a
+    /// thread that writes them, so that no eviction waits for the device; until an image is
+    /// written, reads of its items are served from it in memory. When the queue is full the
+    /// device is behind, and eviction drops what it takes out of DRAM, as without a tier,
+    /// rather than wait: `flash_demotions_dropped` counts those items.
+    ///
+    /// ```
+    /// use segcache_core::Builder;
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-queue", std::process::id()));
+    /// let cache = Builder::new()
+    ///     .heap_size(256 << 10)
+    ///     .segment_size(64 << 10)
+    ///     .tier(&path, 4 << 20)
+    ///     .tier_write_queue(1 << 20)
+    ///     .build()?;
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn tier_write_queue(mut self, bytes: usize) -> Self {
+        self.tier_write_queue = bytes;
         self
     }
 

@@ -251,7 +251,7 @@ impl Builder {
         }
         file::opened(&region)?;
         if let Some((path, bytes)) = &self.tier {
-            let files = TierFile::open(path, *bytes, geo.segment_size, shards)?;
+            let files = TierFile::open(path, *bytes, geo.segment_size, shards, self.tier_write_queue)?;
             for (e, f) in engines.iter_mut().zip(files) {
                 e.attach_tier(f, found != Found::Fresh);
             }

@@ -77,6 +77,12 @@ impl Segcache {
             self.write_image(tier);
         }
         if tier.image.is_none() {
+            // The device is behind: the item goes as it would without a tier, rather than the
+            // eviction waiting.
+            if !tier.file.reserve() {
+                tier.counts.demotions_dropped += 1;
+                return false;
+            }
             let index = tier.ring.next();
             if tier.ring.in_use(index) {
                 self.reclaim(tier, index);
@@ -91,29 +97,47 @@ impl Segcache {
         true
     }
 
-    /// Writes the image the eviction filled, if any: every eviction that demotes calls it before
-    /// it returns, so that no slot leads into a flash segment not yet written.
+    /// Hands the image the eviction filled, if any, to the writer: every eviction that demotes
+    /// calls it before it returns, so that every flash slot leads into a segment written or
+    /// queued.
     pub(crate) fn finish_demotion(&mut self) {
         let Some(mut tier) = self.tier.take() else { return };
         self.write_image(&mut tier);
         self.tier = Some(tier);
     }
 
-    /// Writes the open image to its flash segment, the ring's head. Its slots already lead there:
-    /// if the write fails they go, and their items with them (counted as evicted, and as
-    /// demotions dropped).
+    /// Hands the open image to the writer, as the ring's head. Its slots already lead there, and
+    /// reads are served from the image until it is written. Then drops what earlier images
+    /// whose write failed hold (see `drop_failed`).
     fn write_image(&mut self, tier: &mut Tier) {
-        // An image that took nothing leaves its segment free (a reclaim may have emptied it).
-        let Some(image) = tier.image.take().filter(|image| !image.entries().is_empty()) else { return };
-        debug_assert_eq!(image.index(), tier.ring.next(), "images are written to the ring's head");
-        let items = image.entries().len() as u64;
-        if tier.file.write_segment(image.index(), image.bytes()).is_ok() {
-            tier.ring.fill(image.bytes().len() as u32, items as u32, image.expire_at());
-            tier.counts.demoted += items;
-            tier.counts.bytes_written += image.bytes().len() as u64;
+        if let Some(image) = tier.image.take() {
+            if image.entries().is_empty() {
+                // It took nothing, and leaves its segment free (a reclaim may have emptied it).
+                tier.file.unreserve();
+            } else {
+                debug_assert_eq!(image.index(), tier.ring.next(), "images are written to the ring's head");
+                let (items, written) = (image.entries().len() as u32, image.bytes().len() as u32);
+                tier.ring.fill(written, items, image.expire_at());
+                tier.counts.demoted += u64::from(items);
+                tier.counts.bytes_written += u64::from(written);
+                let generation = tier.ring.seg(image.index()).generation;
+                tier.file.submit(image, generation);
+            }
+        }
+        for job in tier.file.reap() {
+            self.drop_failed(tier, &job.image, job.generation);
+        }
+    }
+
+    /// An image whose write failed: the slots that still lead into it go, their items with them
+    /// (counted as evicted, and as demotions dropped), and its segment is free again, unless a
+    /// reclaim already freed it.
+    fn drop_failed(&mut self, tier: &mut Tier, image: &Image, generation: u64) {
+        let index = image.index();
+        if tier.ring.seg(index).generation != generation {
             return;
         }
-        let seg = tier.ids.seg_id(image.index());
+        let seg = tier.ids.seg_id(index);
         let mut removed = 0;
         for &(h, offset) in image.entries() {
             if let Some(f) = self.table().find_loc(h, Loc { seg, offset }) {
@@ -121,6 +145,7 @@ impl Segcache {
                 removed += 1;
             }
         }
+        tier.ring.release(index);
         tier.counts.demotions_dropped += removed;
         self.meta_mut().evicted_items += removed;
     }
@@ -133,7 +158,7 @@ impl Segcache {
         let seg_id = tier.ids.seg_id(index);
         let mut removed = 0u64;
         if fs.live > 0 {
-            if let Ok(image) = tier.file.read_segment(index, fs.written as usize) {
+            if let Ok(image) = tier.file.read_segment(index, fs.generation, fs.written as usize) {
                 let t = self.table();
                 for off in entry::offsets(&image[..(fs.written as usize).min(image.len())]) {
                     let found = entry::check(&image[off..], index, off as u32, fs.generation)
@@ -161,5 +186,114 @@ impl Segcache {
         }
         tier.ring.release(index);
         tier.counts.reclaimed += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use crate::builder::Builder;
+    use crate::engine::Segcache;
+    use crate::eviction::policy::Policy;
+    use crate::tier::writer::Writer;
+
+    const SEG: usize = 16 << 10;
+
+    fn key(i: usize) -> Vec<u8> {
+        format!("key-{i:06}").into_bytes()
+    }
+
+    fn value(i: usize) -> Vec<u8> {
+        let mut v = format!("{i}:").into_bytes();
+        v.resize(100 + i % 300, b'a' + (i % 26) as u8);
+        v
+    }
+
+    /// A heap of 4 segments over a tier of 64, whose writer queues at most `queue` bytes.
+    fn tiered(name: &str, queue: usize) -> (Segcache, Arc<Writer>, std::path::PathBuf) {
+        let path = std::env::temp_dir().join(format!("segcache-demote-{}-{name}", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let c = Builder::new()
+            .heap_size(4 * SEG)
+            .segment_size(SEG)
+            .eviction(Policy::Fifo)
+            .tier(&path, (64 * SEG) as u64)
+            .tier_write_queue(queue)
+            .build()
+            .unwrap();
+        let writer = Arc::clone(&c.tier.as_deref().unwrap().file.writer);
+        (c, writer, path)
+    }
+
+    /// Every key reads back its exact value or misses; returns how many read back.
+    fn check(c: &Segcache, n: usize) -> usize {
+        (0..n)
+            .filter(|&i| match c.get(&key(i)) {
+                Some(item) => {
+                    assert_eq!(item.value(), &value(i)[..], "key {i}");
+                    true
+                }
+                None => false,
+            })
+            .count()
+    }
+
+    /// While the device is stalled, the writer's queue fills with one image; evictions after
+    /// that drop their items instead of waiting, and say so. The queued image's items are
+    /// served from memory meanwhile, and from the file once it is written.
+    #[test]
+    fn a_stalled_device_makes_eviction_drop_instead_of_wait() {
+        let (mut c, writer, path) = tiered("stalled", SEG);
+        let stall = writer.stall();
+        for i in 0..2000 {
+            c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
+        }
+        let s = c.stats();
+        assert!(s.flash_demotions_dropped > 0, "{s:?}");
+        assert!(s.flash_items > 0 && s.flash_demoted < 200, "one image at most: {s:?}");
+        let held = check(&c, 2000);
+        assert!(c.stats().flash_hits > 0, "the queued image serves reads");
+        drop(stall);
+        c.tier.as_deref().unwrap().file.settle();
+        assert_eq!(check(&c, 2000), held, "written, the same items read back from the file");
+        c.flush();
+        for i in 0..2000 {
+            c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
+            c.tier.as_deref().unwrap().file.settle();
+        }
+        let s = c.stats();
+        assert!(s.flash_items > 1000, "a device that keeps up takes every eviction: {s:?}");
+        drop(c);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// A device whose writes fail: the items of each image are served from it until the failure
+    /// is known, then dropped, counted; nothing ever reads back wrong.
+    #[test]
+    fn a_failing_device_loses_what_it_could_not_write_and_nothing_else() {
+        let (mut c, writer, path) = tiered("failing", 8 << 20);
+        writer.fail_writes();
+        for i in 0..2000 {
+            c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
+            if i % 100 == 0 {
+                check(&c, i);
+            }
+        }
+        c.tier.as_deref().unwrap().file.settle();
+        // The next eviction learns of the failures.
+        for i in 2000..2200 {
+            c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
+        }
+        c.tier.as_deref().unwrap().file.settle();
+        c.set(&key(0), &value(0), 0, Duration::ZERO).unwrap();
+        let s = c.stats();
+        assert!(s.flash_demotions_dropped > 1000, "{s:?}");
+        assert!(s.flash_items < 200, "only the images not yet known to have failed: {s:?}");
+        let held = check(&c, 2200);
+        assert!(held >= s.items as usize - s.flash_items as usize, "the heap's items are intact");
+        drop(c);
+        std::fs::remove_file(path).unwrap();
     }
 }

@@ -287,7 +287,8 @@ impl Segcache {
     /// death of the process (which loses nothing without it). Every store that returned before
     /// the call is then on disk; a reopen after a power loss rebuilds the index from the file,
     /// as after `kill -9`. Stores made during or after the call may or may not be there. A
-    /// cache without a file has nothing to write: `Ok`.
+    /// cache without a file has nothing to write: `Ok`. With a [tier](crate::Builder::tier),
+    /// the images its writer holds queued are written and the tier file synced too.
     ///
     /// ```
     /// use std::time::Duration;
@@ -302,6 +303,9 @@ impl Segcache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
+        if let Some(tier) = self.tier.as_deref() {
+            tier.file.sync()?;
+        }
         crate::persist::file::sync(&self.mem.region)
     }
 

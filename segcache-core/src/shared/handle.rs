@@ -1206,7 +1206,9 @@ impl SharedCache {
 
     /// Writes the heap to stable storage and returns once it is there, as [`Segcache::sync`]:
     /// every store that returned before the call survives a power loss after it returns. It
-    /// takes no lock: stores go on meanwhile (and may or may not be written by it).
+    /// takes no lock on the heap: stores go on meanwhile (and may or may not be written by it).
+    /// With a [tier](crate::Builder::tier), each shard's queued images are written and the
+    /// tier file synced first.
     ///
     /// ```
     /// use std::time::Duration;
@@ -1221,6 +1223,11 @@ impl SharedCache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
+        for s in self.shards.iter() {
+            if let Some(tier) = s.read().tier.as_deref() {
+                tier.file.sync()?;
+            }
+        }
         crate::persist::file::sync(&self.region)
     }
 

@@ -4,7 +4,8 @@
 //!
 //! This part owns the file and what describes it: the segment-id space shared with the heap
 //! (`ids.rs`), an entry's format and checksum (`entry.rs`), positioned writes of whole segment
-//! images and positioned reads of one entry rounded to blocks (`file.rs`), the image an eviction
+//! images and positioned reads of one entry rounded to blocks (`file.rs`), the thread that writes
+//! the images without an eviction waiting for it (`writer.rs`), the image an eviction
 //! fills (`image.rs`), each flash segment's metadata and the FIFO ring they are written in
 //! (`ring.rs`), and the buffers a `&self` read hands out (`arena.rs`). What changes the hash table with them stays in the engine
 //! (`engine/demote.rs`, `engine/flash.rs`).
@@ -15,6 +16,7 @@ pub(crate) mod file;
 pub(crate) mod ids;
 pub(crate) mod image;
 pub(crate) mod ring;
+pub(crate) mod writer;
 
 use std::sync::atomic::AtomicU64;
 
@@ -54,6 +56,8 @@ pub(crate) struct TierCounts {
     pub(crate) demoted: u64,
     /// Bytes of the images written (entries' heads and padding included).
     pub(crate) bytes_written: u64,
+    /// Items eviction dropped instead of demoting: the writer's queue was full, or a write
+    /// failed.
     pub(crate) demotions_dropped: u64,
     pub(crate) reclaimed: u64,
 }

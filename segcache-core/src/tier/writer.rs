@@ -1,0 +1,183 @@
+//! The tier's writer: one thread per tier file that writes the flash segment images evictions
+//! hand it, so that an eviction never waits for the device. Its queue is bounded in bytes: an
+//! eviction reserves a segment's room before it fills an image, and one that finds the queue
+//! full drops its items instead of waiting (`Writer::reserve`). Until an image is written, reads
+//! of its entries are served from it in memory (`TierFile::read_entry`).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::AtomicUsize;
+use std::sync::atomic::Ordering::{AcqRel, Acquire};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::thread::JoinHandle;
+
+use crate::tier::image::Image;
+
+/// Where a queued image stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum State {
+    Queued,
+    Written,
+    Failed,
+}
+
+/// An image on its way to the file: at byte `at`, with the room it reserved.
+#[derive(Debug)]
+pub(crate) struct Job {
+    pub(crate) image: Image,
+    pub(crate) generation: u64,
+    at: u64,
+    reserved: usize,
+    state: Mutex<State>,
+    done: Condvar,
+}
+
+impl Job {
+    pub(crate) fn state(&self) -> State {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn finish(&self, state: State) {
+        *self.state.lock().unwrap_or_else(PoisonError::into_inner) = state;
+        self.done.notify_all();
+    }
+
+    /// Waits until the writer is done with it.
+    pub(crate) fn wait(&self) -> State {
+        let mut state = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        while *state == State::Queued {
+            state = self.done.wait(state).unwrap_or_else(PoisonError::into_inner);
+        }
+        *state
+    }
+}
+
+/// What the thread and the evictions share.
+#[derive(Debug)]
+struct Shared {
+    /// Bytes reserved by images being filled or queued.
+    queued: AtomicUsize,
+    limit: usize,
+    /// Held by a test to stall the device.
+    #[cfg(test)]
+    gate: Mutex<()>,
+    /// Set by a test to fail every write, as a failing device does.
+    #[cfg(test)]
+    failing: std::sync::atomic::AtomicBool,
+}
+
+/// The writer of one tier file, shared by its shards.
+#[derive(Debug)]
+pub(crate) struct Writer {
+    shared: Arc<Shared>,
+    sender: Mutex<Option<Sender<Arc<Job>>>>,
+    thread: Option<JoinHandle<()>>,
+    /// The process that started the thread: a child of a fork has no such thread to wait for.
+    pid: u32,
+}
+
+impl Writer {
+    /// A writer of `file` whose queue holds at most `limit` bytes (at least one image always
+    /// fits). Where no thread can be started, images are written as they are handed over, by
+    /// the eviction itself.
+    pub(crate) fn spawn(file: Arc<File>, limit: usize) -> Writer {
+        let shared = Arc::new(Shared {
+            queued: AtomicUsize::new(0),
+            limit,
+            #[cfg(test)]
+            gate: Mutex::new(()),
+            #[cfg(test)]
+            failing: std::sync::atomic::AtomicBool::new(false),
+        });
+        let (sender, receiver) = mpsc::channel();
+        let thread = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new().name("segcache-tier".into()).spawn(move || run(&file, &shared, receiver)).ok()
+        };
+        let sender = Mutex::new(thread.as_ref().map(|_| sender));
+        Writer { shared, sender, thread, pid: std::process::id() }
+    }
+
+    /// Reserves `bytes` of the queue for an image about to be filled; `false` when the queue is
+    /// full (the device is behind) and the image must not be made.
+    pub(crate) fn reserve(&self, bytes: usize) -> bool {
+        let q = &self.shared.queued;
+        let mut now = q.load(Acquire);
+        loop {
+            if now > 0 && now + bytes > self.shared.limit {
+                return false;
+            }
+            match q.compare_exchange_weak(now, now + bytes, AcqRel, Acquire) {
+                Ok(_) => return true,
+                Err(seen) => now = seen,
+            }
+        }
+    }
+
+    /// Gives back a reservation whose image took nothing.
+    pub(crate) fn unreserve(&self, bytes: usize) {
+        self.shared.queued.fetch_sub(bytes, AcqRel);
+    }
+
+    /// Queues `image` (generation `generation`, reserved `reserved` bytes) to be written at byte
+    /// `at` of `file`. Without a thread (or after a fork, or once it is gone) it is written here.
+    pub(crate) fn submit(&self, file: &File, image: Image, generation: u64, at: u64, reserved: usize) -> Arc<Job> {
+        let job =
+            Arc::new(Job { image, generation, at, reserved, state: Mutex::new(State::Queued), done: Condvar::new() });
+        let sent = std::process::id() == self.pid
+            && self
+                .sender
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .is_some_and(|s| s.send(Arc::clone(&job)).is_ok());
+        if !sent {
+            write(file, &job, &self.shared);
+        }
+        job
+    }
+
+    /// Makes every write fail from now on, as a failing device does.
+    #[cfg(test)]
+    pub(crate) fn fail_writes(&self) {
+        self.shared.failing.store(true, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Stalls the device while the guard lives.
+    #[cfg(test)]
+    pub(crate) fn stall(&self) -> std::sync::MutexGuard<'_, ()> {
+        self.shared.gate.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl Drop for Writer {
+    /// Writes what is queued before the file is closed, so a graceful stop leaves every image
+    /// on the file.
+    fn drop(&mut self) {
+        self.sender.get_mut().unwrap_or_else(PoisonError::into_inner).take();
+        if let Some(thread) = self.thread.take() {
+            if std::process::id() == self.pid {
+                let _ = thread.join();
+            }
+        }
+    }
+}
+
+fn run(file: &File, shared: &Shared, jobs: Receiver<Arc<Job>>) {
+    for job in jobs {
+        write(file, &job, shared);
+    }
+}
+
+fn write(file: &File, job: &Job, shared: &Shared) {
+    #[cfg(test)]
+    let _stalled = shared.gate.lock().unwrap_or_else(PoisonError::into_inner);
+    #[cfg(test)]
+    let failing = shared.failing.load(std::sync::atomic::Ordering::Relaxed);
+    #[cfg(not(test))]
+    let failing = false;
+    let ok = !failing && file.write_all_at(job.image.bytes(), job.at).is_ok();
+    shared.queued.fetch_sub(job.reserved, AcqRel);
+    job.finish(if ok { State::Written } else { State::Failed });
+}
