@@ -52,7 +52,7 @@ REFUSED_EXPTIMES = {"18446744073709551615", "100000000000000000000"}
 # The command mixes (SEGCACHE_DIFF_MIX): every command, the text protocol's, the meta protocol's.
 MIXES = ("all", "text", "meta")
 
-KEYS = [f"k{i}" for i in range(24)]
+KEYS = 24
 # Keys only ever used by meta commands with `b` (base64): memcached remembers per item whether
 # its key came in base64 and prints `k` accordingly, so these never meet a text command.
 BKEYS = [base64.b64encode(f"bin/{i}".encode()).decode() for i in range(4)]
@@ -100,7 +100,8 @@ class Proc:
         return self.proc.returncode
 
 
-def start_memcached(item_max: str = "1m") -> Proc:
+def start_memcached(item_max: str = "1m", ext_path: str | None = None) -> Proc:
+    """memcached 1.6 as the oracle; with `ext_path` (FILE:SIZE), extstore too."""
     port = free_port()
     argv = [MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "64", "-I", item_max, "-t", "2"]
     # No background LRU threads: the maintainer's asynchronous bumps and the crawler hold a
@@ -110,6 +111,8 @@ def start_memcached(item_max: str = "1m") -> Proc:
     if item_max != "1m":
         # memcached wants its slab chunk no larger than -I
         opts.append("slab_chunk_max=16384")
+    if ext_path:
+        opts.append(f"ext_path={ext_path}")
     argv += ["-o", ",".join(opts)]
     if os.geteuid() == 0:
         argv += ["-u", "root"]
@@ -282,9 +285,11 @@ def normalise(unit: bytes, op: Op) -> bytes:
 class Gen:
     """The random command stream. `tokens[name][key]` is the last CAS token `name` returned."""
 
-    def __init__(self, rng: random.Random, names: list[str], item_max: int = ITEM_MAX, mix: str = "all"):
+    def __init__(self, rng: random.Random, names: list[str], item_max: int = ITEM_MAX, mix: str = "all",
+                 keys: int = KEYS):
         assert mix in MIXES, f"mix {mix!r} is not one of {MIXES}"
         self.rng = rng
+        self.keys = [f"k{i}" for i in range(keys)]
         self.names = names
         self.tokens: dict[str, dict[str, int]] = {n: {} for n in names}
         # the item limit (-I) both servers run with: an oversized store is a little over it
@@ -296,7 +301,7 @@ class Gen:
     # --- pieces ---------------------------------------------------------------------------
 
     def key(self) -> str:
-        return self.rng.choice(KEYS)
+        return self.rng.choice(self.keys)
 
     def flags(self) -> int:
         r = self.rng.random()
@@ -764,15 +769,19 @@ def size_arg(text: str) -> int:
 
 
 def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print,
-               keep_going: bool = False, mix: str = "all") -> dict:
+               keep_going: bool = False, mix: str = "all", keys: int = KEYS, prefill: int = 0) -> dict:
     """Runs `ops` random operations against memcached and segcache-server; returns counts.
     Raises AssertionError with a replayable report at the first divergence (unless keep_going).
-    `mix`: every command (`all`), the text protocol's only (`text`) or the meta protocol's."""
+    `mix`: every command (`all`), the text protocol's only (`text`) or the meta protocol's.
+    `keys`: how many keys the stream uses; `prefill`: each is first set to a value of that many
+    bytes (0: none), so that a small heap starts full and evicts (to a flash tier, if any)."""
     rng = random.Random(seed)
     item_max = seg_args[seg_args.index("-I") + 1] if "-I" in seg_args else "1m"
     # memcached's largest slab chunk (see start_memcached): a bigger item is chunked
     chunk_max = 512 * 1024 if item_max == "1m" else 16384
-    mc = start_memcached(item_max)
+    # A flash tier on segcache's side: extstore on memcached's, in a file beside it.
+    tier = next((m.group(1) for a in seg_args for m in [re.search(r"ext_path=([^,]+)", a)] if m), None)
+    mc = start_memcached(item_max, tier and re.sub(r":([^:]+)$", r".memcached:\1", tier))
     try:
         sc = start_segcache(segcache_bin, seg_args)
     except Exception:
@@ -785,7 +794,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     if trace:
         trace_write(trace, {"t": "start", "seed": seed, "args": seg_args})
     conns = {n: Conn(p.port, n, trace) for n, p in procs.items()}
-    gen = Gen(rng, names, size_arg(item_max), mix)
+    gen = Gen(rng, names, size_arg(item_max), mix, keys)
     history: deque = deque(maxlen=20)
     diffs = []
     done = 0
@@ -885,6 +894,10 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
         return done
 
     try:
+        for i, k in enumerate(gen.keys if prefill else []):
+            value = (f"{k}:" * prefill).encode()[:prefill]
+            for n, c in conns.items():
+                assert c.side(f"set {k} {i} 0 {prefill}\r\n".encode() + value + b"\r\nmn\r\n") == [b"STORED"], n
         while done < ops:
             # A round: 1 to 12 operations, in one write unless an arithmetic op splits it (see
             # `splits`). Every operation ends its own reply segment with `mn`, except runs of
@@ -924,7 +937,7 @@ def run_stream(segcache_bin, seg_args: list[str], seed: int, ops: int, log=print
     if rc != 0:
         sc.log.seek(0)
         raise AssertionError(f"segcache-server exited with {rc}: {sc.log.read()[-2000:]!r}")
-    return {"ops": done, "divergences": len(diffs), "memcached_big_number_quirks": quirks,
+    return {"ops": done, "divergences": len(diffs), "engine": figures, "memcached_big_number_quirks": quirks,
             "memcached_blank_value_quirks": blank_quirks, "memcached_ma_ttl_fixes": ttl_fixes}
 
 
@@ -941,10 +954,10 @@ def engine_stats(port: int) -> str:
                 buf += chunk
     except OSError as e:
         return f"(stats: {e})"
-    want = ("evictions", "evicted_segments", "expired_segments", "merged_items", "segments_total",
-            "segments_free", "curr_items")
+    want = ("evictions", "engine_evicted_segments", "engine_expired_segments", "engine_merged_items",
+            "engine_segments_total", "engine_segments_free", "curr_items", "get_extstore", "extstore_objects_written")
     stats = dict(ln.split(" ")[1:3] for ln in buf.decode().splitlines() if ln.startswith("STAT "))
-    return " ".join(f"{k}={stats.get(k)}" for k in want)
+    return " ".join(f"{k}={stats.get(k)}" for k in want if k in stats or not k.startswith(("get_ext", "extstore")))
 
 
 def settle(batch: list[list[Op]], sent: float) -> None:

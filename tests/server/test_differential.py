@@ -44,7 +44,15 @@ CONFIGS = {
     "persist": ["-t", "2", "--persist", "{tmp}/cache.seg"],
     # Small segments (so the item limit shrinks too: memcached gets the same -I).
     "small-segments-fifo": ["-t", "2", "--segment-size", "128k", "-I", "64k", "--eviction", "fifo"],
+    # A heap of 16 segments over a flash tier (memcached gets extstore), filled at the start with
+    # twice what it holds: the stream's reads and writes meet items on flash.
+    "tier": ["-t", "2", "-m", "1", "--shards", "1", "--segment-size", "64k", "-I", "32k", "--eviction", "fifo",
+             "-o", "ext_path={tmp}/cache.tier:64m"],
 }
+
+
+# The stream's keys and their first values, where a configuration needs other than the default.
+STREAMS = {"tier": {"keys": 200, "prefill": 8000}}
 
 
 @pytest.mark.parametrize("config", list(CONFIGS))
@@ -54,10 +62,14 @@ def test_same_replies_as_memcached(config, seed, capsys):
     assert binary.exists(), f"{binary} missing: cargo build --release -p segcache-server"
     with tempfile.TemporaryDirectory() as tmp:
         args = [a.format(tmp=tmp) for a in CONFIGS[config]]
-        res = run_stream(binary, args, seed, OPS, mix=MIX)
+        res = run_stream(binary, args, seed, OPS, mix=MIX, **STREAMS.get(config, {}))
     with capsys.disabled():
         print(f"\n[differential] {config} seed {seed}: replies identical: {res}")
     assert res["ops"] >= OPS
+    if "ext_path" in " ".join(args):
+        # The prefill went partly to flash; what the stream read of it had to match memcached.
+        figures = dict(f.split("=") for f in res["engine"].split())
+        assert int(figures["extstore_objects_written"]) > 0, figures
 
 
 def test_incr_of_odd_values_matches_fresh_memcached():
