@@ -10,6 +10,9 @@ Used by test_differential.py; also runnable by hand to replay or soak:
 
     SEGCACHE_DIFF_SEED=123 SEGCACHE_DIFF_OPS=200000 python tests/server/diffkit.py [-- server args]
 
+(SEGCACHE_DIFF_KEYS and SEGCACHE_DIFF_PREFILL set `run_stream`'s `keys` and `prefill`, as
+test_differential.py's STREAMS does for a configuration.)
+
 To reduce a divergence: record a trace, then replay the ops of the keys involved (or all of
 them, with --reduce to find the fewest that still diverge) to fresh servers:
 
@@ -1384,5 +1387,6 @@ if __name__ == "__main__":
         args = args[1:]
     t0 = time.monotonic()
     res = run_stream(default_binary(), args, seed, ops, keep_going=bool(os.environ.get("SEGCACHE_DIFF_KEEP_GOING")),
-                     mix=os.environ.get("SEGCACHE_DIFF_MIX", "all"))
+                     mix=os.environ.get("SEGCACHE_DIFF_MIX", "all"), keys=int(os.environ.get("SEGCACHE_DIFF_KEYS", KEYS)),
+                     prefill=int(os.environ.get("SEGCACHE_DIFF_PREFILL", "0")))
     print(f"seed {seed}: {res} in {time.monotonic() - t0:.1f}s")
