@@ -21,6 +21,7 @@ use crate::sync::lock::ReaderSlot;
 use crate::sync::mapped::MappedLock;
 use crate::tier::file::TierFile;
 use crate::tier::ids::Ids;
+use crate::tier::meta::TierHeader;
 
 impl Builder {
     /// A single-owner engine.
@@ -250,14 +251,46 @@ impl Builder {
             file::mark_open(&region);
         }
         file::opened(&region)?;
-        if let Some((path, bytes)) = &self.tier {
-            let files = TierFile::open(path, *bytes, geo.segment_size, shards)?;
-            for (e, f) in engines.iter_mut().zip(files) {
-                e.attach_tier(f, found != Found::Fresh);
-            }
+        match &self.tier {
+            Some((path, bytes)) => attach_tier(&mut engines, path, *bytes, found)?,
+            // No tier this time: its file may change without this heap, so it is not trusted
+            // again (a process joining a shared file has none to forget: no tier is shared).
+            None if found != Found::Joined => engines.iter_mut().for_each(|e| e.meta_mut().tier_id = 0),
+            None => {}
         }
         Ok(engines)
     }
+}
+
+/// Opens the tier file at `path` and gives each engine its slice. The flash slots the heap kept
+/// are trusted when the file's header names the identity every shard of the heap names (and the
+/// same sizes); otherwise the tier starts cold under a new identity, written to the file's header
+/// once every slice is cold, then to the heap: a crash before that leaves the two apart, and the
+/// next open starts cold again.
+fn attach_tier(engines: &mut [Segcache], path: &Path, bytes: u64, found: Found) -> Result<()> {
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let geo = engines.first().map(|e| e.geo).ok_or_else(|| Error::InvalidConfig("no shards".into()))?;
+    let (files, header) = TierFile::open(path, bytes, geo.segment_size, engines.len())?;
+    let warm =
+        header.filter(|h| found != Found::Fresh && h.id != 0 && engines.iter().all(|e| e.meta().tier_id == h.id));
+    let segments = files.first().map_or(0, TierFile::segments);
+    let new_header =
+        TierHeader { id: 0, segment_size: geo.segment_size as u64, segments, shards: engines.len() as u32 };
+    for (e, f) in engines.iter_mut().zip(files) {
+        e.attach_tier(f, warm.is_some()).map_err(io)?;
+    }
+    if warm.is_none() {
+        let old = header.map_or(0, |h| h.id);
+        let id = std::iter::repeat_with(crate::engine::warm::random)
+            .map(|r| r as u32)
+            .find(|&id| id != 0 && id != old)
+            .unwrap_or(1);
+        if let Some(tier) = engines.first().and_then(|e| e.tier.as_deref()) {
+            tier.file.write_header(&TierHeader { id, ..new_header }).map_err(io)?;
+        }
+        engines.iter_mut().for_each(|e| e.meta_mut().tier_id = id);
+    }
+    Ok(())
 }
 
 /// Where a file waits while its items move into a file of other sizes.

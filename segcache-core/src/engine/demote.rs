@@ -2,33 +2,24 @@
 //! those a merge does not keep) go into an image of the tier's next flash segment, their slots
 //! repointed there, and the image is written when full or when the eviction ends; the flash
 //! segment an image replaces is reclaimed first (its slots dropped, its generation bumped).
+//!
+//! The tier file's record of a segment changes in an order that a crash at any point leaves safe
+//! (see `warm.rs`): the record of the segment an image opens on says it is free, in its new
+//! generation, before any slot leads into it; the image is written before the record says the
+//! segment is in use. A reclaim drops its slots before that first record is written, so a slot
+//! left by a crash in the middle of it leads into a segment still in use in its old generation,
+//! whose entries are that generation's.
 
 use crate::engine::Segcache;
 use crate::hash::hash;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Table;
 use crate::tier::entry::{self, EntryMeta};
-use crate::tier::file::TierFile;
 use crate::tier::image::Image;
 use crate::tier::Tier;
 use crate::ttl_buckets::expire::live_until;
 
 impl Segcache {
-    /// Gives this engine its slice of a tier file. A reopened heap may hold slots into a tier whose
-    /// metadata this open does not have (it lives in DRAM): they are dropped.
-    pub(crate) fn attach_tier(&mut self, file: TierFile, reopened: bool) {
-        let nonce =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let tier = Tier::new(file, self.geo.segments as u32, nonce);
-        if reopened {
-            let dram = self.geo.segments as u32;
-            let mut pool = self.meta().overflow;
-            self.table().remove_where(|loc| loc.seg >= dram, &mut pool);
-            self.meta_mut().overflow = pool;
-        }
-        self.tier = Some(Box::new(tier));
-    }
-
     /// Writes the live items of segment `id`, which eviction is about to clear, to the tier, and
     /// points their slots there: as many flash segments as they take (each entry adds a head, so a
     /// full heap segment may not fit in one). An item that fits in no flash segment keeps its slot
@@ -81,6 +72,8 @@ impl Segcache {
             if tier.ring.in_use(index) {
                 self.reclaim(tier, index);
             }
+            // On file, free and in its new generation, before a slot leads into it.
+            self.save_flash_seg(tier, index);
             tier.image = Some(Image::new(index, tier.ring.seg(index).generation, size));
         }
         let Some(f) = self.table().find_loc(h, loc) else { return false };
@@ -101,7 +94,7 @@ impl Segcache {
 
     /// Writes the open image to its flash segment, the ring's head. Its slots already lead there:
     /// if the write fails they go, and their items with them (counted as evicted, and as
-    /// demotions dropped).
+    /// demotions dropped), and the segment's record still says it is free.
     fn write_image(&mut self, tier: &mut Tier) {
         // An image that took nothing leaves its segment free (a reclaim may have emptied it).
         let Some(image) = tier.image.take().filter(|image| !image.entries().is_empty()) else { return };
@@ -109,6 +102,8 @@ impl Segcache {
         let items = image.entries().len() as u64;
         if tier.file.write_segment(image.index(), image.bytes()).is_ok() {
             tier.ring.fill(image.bytes().len() as u32, items as u32, image.expire_at());
+            // In use on file only now that its image is there to read.
+            self.save_flash_seg(tier, image.index());
             tier.counts.demoted += items;
             tier.counts.bytes_written += image.bytes().len() as u64;
             return;

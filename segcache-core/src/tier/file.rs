@@ -1,6 +1,7 @@
-//! The tier's file: one file for all shards, each shard a slice of whole flash segments. Whole
-//! segment images go in with one positioned write; an item comes out with a positioned read of the
-//! blocks that cover it, checked (`entry::check`) before anything is served from it.
+//! The tier's file: its metadata area (`meta.rs`), then the flash segments, each shard a slice of
+//! whole ones. Whole segment images go in with one positioned write; an item comes out with a
+//! positioned read of the blocks that cover it, checked (`entry::check`) before anything is served
+//! from it; a segment's record is written whole with one positioned write.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -9,12 +10,15 @@ use std::sync::Arc;
 
 use crate::error::{Error, Result};
 use crate::tier::entry::{self, EntryMeta, BLOCK};
+use crate::tier::meta::{self, TierHeader, HEADER_LEN, RECORD_LEN};
+use crate::tier::ring::FlashSeg;
 
 /// One shard's slice of the tier file: `segments` flash segments of `segment_size` bytes from
-/// byte `base`.
+/// byte `base`, and their records in the metadata area.
 #[derive(Debug)]
 pub(crate) struct TierFile {
     file: Arc<File>,
+    shard: usize,
     base: u64,
     segment_size: usize,
     segments: u32,
@@ -30,24 +34,63 @@ pub(crate) struct Read {
 }
 
 impl TierFile {
-    /// Opens (or creates) the tier file at `path`, sized to `bytes`, and cuts it into `shards`
-    /// equal slices of whole `segment_size` segments (`bytes` was checked to divide so).
-    pub(crate) fn open(path: &Path, bytes: u64, segment_size: usize, shards: usize) -> Result<Vec<TierFile>> {
+    /// Opens (or creates) the tier file at `path`, its metadata area then `bytes` of flash
+    /// segments, and cuts those into `shards` equal slices of whole `segment_size` segments
+    /// (`bytes` was checked to divide so). Also the header found, if the file was already of this
+    /// length and holds one that checks and names these sizes: only then may its records be
+    /// trusted (a file of another length, or none, is made this length and holds none).
+    pub(crate) fn open(
+        path: &Path,
+        bytes: u64,
+        segment_size: usize,
+        shards: usize,
+    ) -> Result<(Vec<TierFile>, Option<TierHeader>)> {
         let io = |source| Error::Io { path: path.to_path_buf(), source };
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io)?;
-        if file.metadata().map_err(io)?.len() != bytes {
-            file.set_len(bytes).map_err(io)?;
+        let per = bytes / segment_size as u64 / shards as u64;
+        let area = meta::area_len(shards, per as usize);
+        let mut header = None;
+        if file.metadata().map_err(io)?.len() == area + bytes {
+            let mut b = [0u8; HEADER_LEN];
+            // A header that cannot be read is none: the tier starts cold.
+            if file.read_exact_at(&mut b, 0).is_ok() {
+                header = TierHeader::decode(&b).filter(|h| {
+                    (h.segment_size, h.segments, h.shards) == (segment_size as u64, per as u32, shards as u32)
+                });
+            }
+        } else {
+            file.set_len(area + bytes).map_err(io)?;
         }
         let file = Arc::new(file);
-        let per = bytes / segment_size as u64 / shards as u64;
-        Ok((0..shards as u64)
+        let slices = (0..shards as u64)
             .map(|i| TierFile {
                 file: Arc::clone(&file),
-                base: i * per * segment_size as u64,
+                shard: i as usize,
+                base: area + i * per * segment_size as u64,
                 segment_size,
                 segments: per as u32,
             })
-            .collect())
+            .collect();
+        Ok((slices, header))
+    }
+
+    /// Writes the file's header (one for all shards).
+    pub(crate) fn write_header(&self, header: &TierHeader) -> std::io::Result<()> {
+        self.file.write_all_at(&header.encode(), 0)
+    }
+
+    /// The records of this slice's segments, each `None` where it does not check, with one read.
+    pub(crate) fn read_records(&self) -> std::io::Result<Vec<Option<FlashSeg>>> {
+        let mut buf = vec![0; self.segments as usize * RECORD_LEN];
+        self.file.read_exact_at(&mut buf, meta::record_at(self.shard, self.segments as usize, 0))?;
+        Ok((0..self.segments).map(|i| meta::decode_record(&buf[i as usize * RECORD_LEN..], self.shard, i)).collect())
+    }
+
+    /// Writes the record of flash segment `index`.
+    pub(crate) fn write_record(&self, index: u32, seg: &FlashSeg) -> std::io::Result<()> {
+        debug_assert!(index < self.segments);
+        let at = meta::record_at(self.shard, self.segments as usize, index);
+        self.file.write_all_at(&meta::encode_record(seg, self.shard, index), at)
     }
 
     /// The flash segments of this slice.
@@ -131,7 +174,8 @@ mod tests {
     #[test]
     fn entries_written_whole_read_back_one_at_a_time() {
         let path = temp("round-trip");
-        let slices = TierFile::open(&path, 4 * (64 << 10), 64 << 10, 2).unwrap();
+        let (slices, header) = TierFile::open(&path, 4 * (64 << 10), 64 << 10, 2).unwrap();
+        assert_eq!(header, None, "a new file has no header");
         assert_eq!((slices[0].segments(), slices[1].segments()), (2, 2));
         let (img, [a, b, c]) = image(5);
         slices[1].write_segment(1, &img).unwrap();
@@ -148,17 +192,37 @@ mod tests {
     #[test]
     fn a_corrupted_byte_or_a_stale_generation_is_no_entry() {
         let path = temp("corrupt");
-        let slices = TierFile::open(&path, 2 * (64 << 10), 64 << 10, 1).unwrap();
+        let (slices, _) = TierFile::open(&path, 2 * (64 << 10), 64 << 10, 1).unwrap();
         let (img, [a, b, _]) = image(5);
         slices[0].write_segment(1, &img).unwrap();
         assert!(slices[0].read_entry(1, b, 5).is_some());
         assert!(slices[0].read_entry(1, b, 6).is_none(), "stale generation");
         let file = OpenOptions::new().write(true).open(&path).unwrap();
-        file.write_all_at(&[0xff], (64 << 10) + u64::from(b) + 2 * BLOCK as u64).unwrap();
+        let area = meta::area_len(1, 2);
+        file.write_all_at(&[0xff], area + (64 << 10) + u64::from(b) + 2 * BLOCK as u64).unwrap();
         assert!(slices[0].read_entry(1, b, 5).is_none(), "a byte of the record flipped");
         assert!(slices[0].read_entry(1, a, 5).is_some(), "the others are intact");
         assert!(slices[0].read_entry(1, (64 << 10) - 8, 5).is_none(), "a head past the segment");
         drop(slices);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn records_and_the_header_come_back_and_another_size_trusts_no_header() {
+        let path = temp("records");
+        let (slices, _) = TierFile::open(&path, 4 * (64 << 10), 64 << 10, 2).unwrap();
+        let header = TierHeader { id: 42, segment_size: 64 << 10, segments: 2, shards: 2 };
+        slices[0].write_header(&header).unwrap();
+        let seg = FlashSeg { generation: 3, seq: 1, expire_at: 0, live: 0, written: 100 };
+        slices[1].write_record(1, &seg).unwrap();
+        drop(slices);
+        let (slices, found) = TierFile::open(&path, 4 * (64 << 10), 64 << 10, 2).unwrap();
+        assert_eq!(found, Some(header));
+        assert_eq!(slices[1].read_records().unwrap(), vec![None, Some(seg)]);
+        assert_eq!(slices[0].read_records().unwrap(), vec![None, None]);
+        drop(slices);
+        assert_eq!(TierFile::open(&path, 4 * (64 << 10), 64 << 10, 1).unwrap().1, None, "other shards");
+        assert_eq!(TierFile::open(&path, 2 * (64 << 10), 64 << 10, 1).unwrap().1, None, "another length");
         std::fs::remove_file(&path).unwrap();
     }
 }
