@@ -269,6 +269,23 @@ fn a_reopened_heap_file_serves_its_flash_items_warm() {
     assert!(served > 1200 && c.stats().flash_hits > 1000, "{served} served; {:?}", c.stats());
 }
 
+/// A flush reaches the tier's records: a heap file reopened after one finds nothing on flash.
+#[test]
+fn a_flushed_heap_file_reopens_with_nothing_on_flash() {
+    let (heap, t) = (Temp::new("heap-f"), Temp::new("tier-f"));
+    let mut c = tiered(&t, 64).path(&heap.0).build().unwrap();
+    fill(&mut c, 1000);
+    assert!(c.stats().flash_items > 500);
+    c.flush();
+    c.set(&key(0), &value(0, 1), 0, Duration::ZERO).unwrap();
+    drop(c);
+    let c = tiered(&t, 64).path(&heap.0).build().unwrap();
+    assert_eq!(c.stats().flash_items, 0);
+    assert_eq!(c.get(&key(0)).unwrap().value(), &value(0, 1)[..]);
+    assert!((1..1000).all(|i| c.get(&key(i)).is_none()));
+    c.verify().unwrap();
+}
+
 fn shared(heap: &Temp, t: &Temp) -> SharedCache {
     Builder::new()
         .heap_size(8 * SEG)
@@ -338,6 +355,14 @@ fn a_tier_file_of_another_heap_is_not_trusted() {
     // `tb` now belongs to `a`'s new tier: `b` does not trust it either, nor `a` its old one.
     reopens_cold(&b, &tb, 64, &expect_b);
     reopens_cold(&a, &ta, 64, &expect_a);
+    // A copy of a heap file, taken after a close, no longer matches the tier once the original
+    // has reopened with it.
+    let (copy, tc) = (Temp::new("heap-copy"), Temp::new("tier-copy"));
+    let expect_c = closed_with_tier(&copy, &tc, 2);
+    let c = Temp::new("heap-copy-2");
+    std::fs::copy(&copy.0, &c.0).unwrap();
+    tiered(&tc, 64).path(&copy.0).build().unwrap().close().unwrap();
+    reopens_cold(&c, &tc, 64, &expect_c);
 }
 
 /// A tier file cut short, with a corrupt header, of another size, or without a heap file of its

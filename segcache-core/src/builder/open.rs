@@ -264,32 +264,30 @@ impl Builder {
 
 /// Opens the tier file at `path` and gives each engine its slice. The flash slots the heap kept
 /// are trusted when the file's header names the identity every shard of the heap names (and the
-/// same sizes); otherwise the tier starts cold under a new identity, written to the file's header
-/// once every slice is cold, then to the heap: a crash before that leaves the two apart, and the
-/// next open starts cold again.
+/// same sizes); otherwise the tier starts cold. Either way the pair takes a new identity, in the
+/// file's header first, then in the heap: a copy of either taken before this open no longer
+/// matches the other, and a crash between the two writes leaves them apart, so that the next open
+/// starts cold.
 fn attach_tier(engines: &mut [Segcache], path: &Path, bytes: u64, found: Found) -> Result<()> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     let geo = engines.first().map(|e| e.geo).ok_or_else(|| Error::InvalidConfig("no shards".into()))?;
     let (files, header) = TierFile::open(path, bytes, geo.segment_size, engines.len())?;
     let warm =
-        header.filter(|h| found != Found::Fresh && h.id != 0 && engines.iter().all(|e| e.meta().tier_id == h.id));
+        header.is_some_and(|h| found != Found::Fresh && h.id != 0 && engines.iter().all(|e| e.meta().tier_id == h.id));
     let segments = files.first().map_or(0, TierFile::segments);
-    let new_header =
-        TierHeader { id: 0, segment_size: geo.segment_size as u64, segments, shards: engines.len() as u32 };
     for (e, f) in engines.iter_mut().zip(files) {
-        e.attach_tier(f, warm.is_some()).map_err(io)?;
+        e.attach_tier(f, warm).map_err(io)?;
     }
-    if warm.is_none() {
-        let old = header.map_or(0, |h| h.id);
-        let id = std::iter::repeat_with(crate::engine::warm::random)
-            .map(|r| r as u32)
-            .find(|&id| id != 0 && id != old)
-            .unwrap_or(1);
-        if let Some(tier) = engines.first().and_then(|e| e.tier.as_deref()) {
-            tier.file.write_header(&TierHeader { id, ..new_header }).map_err(io)?;
-        }
-        engines.iter_mut().for_each(|e| e.meta_mut().tier_id = id);
+    let old = header.map_or(0, |h| h.id);
+    let id = std::iter::repeat_with(crate::engine::warm::random)
+        .map(|r| r as u32)
+        .find(|&id| id != 0 && id != old)
+        .unwrap_or(1);
+    let header = TierHeader { id, segment_size: geo.segment_size as u64, segments, shards: engines.len() as u32 };
+    if let Some(tier) = engines.first().and_then(|e| e.tier.as_deref()) {
+        tier.file.write_header(&header).map_err(io)?;
     }
+    engines.iter_mut().for_each(|e| e.meta_mut().tier_id = id);
     Ok(())
 }
 

@@ -68,9 +68,7 @@ impl Segcache {
         }
         let tier = Tier::new(file, dram, Ring::restore(segs));
         if cold {
-            for i in 0..flash {
-                tier.save(i)?;
-            }
+            tier.file.write_records(tier.ring.segs())?;
         }
         self.tier = Some(Box::new(tier));
         Ok(())
@@ -95,8 +93,8 @@ impl Segcache {
         let Some(mut tier) = self.tier.take() else { return };
         tier.image = None;
         tier.ring.release_all();
-        for i in 0..tier.ring.len() {
-            self.save_flash_seg(&tier, i);
+        if tier.file.write_records(tier.ring.segs()).is_err() {
+            self.distrust_tier();
         }
         self.tier = Some(tier);
     }

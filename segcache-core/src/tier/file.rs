@@ -86,6 +86,12 @@ impl TierFile {
         Ok((0..self.segments).map(|i| meta::decode_record(&buf[i as usize * RECORD_LEN..], self.shard, i)).collect())
     }
 
+    /// Writes the records of all this slice's segments, with one write.
+    pub(crate) fn write_records(&self, segs: &[FlashSeg]) -> std::io::Result<()> {
+        let bytes: Vec<u8> = (0..).zip(segs).flat_map(|(i, seg)| meta::encode_record(seg, self.shard, i)).collect();
+        self.file.write_all_at(&bytes, meta::record_at(self.shard, self.segments as usize, 0))
+    }
+
     /// Writes the record of flash segment `index`.
     pub(crate) fn write_record(&self, index: u32, seg: &FlashSeg) -> std::io::Result<()> {
         debug_assert!(index < self.segments);
@@ -214,11 +220,12 @@ mod tests {
         let header = TierHeader { id: 42, segment_size: 64 << 10, segments: 2, shards: 2 };
         slices[0].write_header(&header).unwrap();
         let seg = FlashSeg { generation: 3, seq: 1, expire_at: 0, live: 0, written: 100 };
+        slices[1].write_records(&[FlashSeg::default(), seg]).unwrap();
         slices[1].write_record(1, &seg).unwrap();
         drop(slices);
         let (slices, found) = TierFile::open(&path, 4 * (64 << 10), 64 << 10, 2).unwrap();
         assert_eq!(found, Some(header));
-        assert_eq!(slices[1].read_records().unwrap(), vec![None, Some(seg)]);
+        assert_eq!(slices[1].read_records().unwrap(), vec![Some(FlashSeg::default()), Some(seg)]);
         assert_eq!(slices[0].read_records().unwrap(), vec![None, None]);
         drop(slices);
         assert_eq!(TierFile::open(&path, 4 * (64 << 10), 64 << 10, 1).unwrap().1, None, "other shards");

@@ -43,9 +43,9 @@ impl Ring {
         Ring { segs, head, next_seq }
     }
 
-    /// Segments.
-    pub(crate) fn len(&self) -> u32 {
-        self.segs.len() as u32
+    /// Every segment's metadata, in order.
+    pub(crate) fn segs(&self) -> &[FlashSeg] {
+        &self.segs
     }
 
     #[inline]
@@ -126,6 +126,6 @@ mod tests {
         let ring = Ring::restore(vec![seg(4), seg(5), seg(6)]);
         assert_eq!((ring.next(), ring.next_seq), (0, 7), "after the last comes the first");
         let ring = Ring::restore(vec![seg(0), seg(0)]);
-        assert_eq!((ring.next(), ring.next_seq, ring.len()), (0, 1, 2));
+        assert_eq!((ring.next(), ring.next_seq, ring.segs().len()), (0, 1, 2));
     }
 }
