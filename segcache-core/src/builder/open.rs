@@ -244,6 +244,11 @@ impl Builder {
             let segments = layout::segments_per_shard(self.heap_size, shards, self.segment_size);
             let cap = if segments < geo.segments { segments as u32 } else { 0 };
             engines.iter_mut().for_each(|e| e.meta_mut().segment_cap = cap);
+            if self.tier.is_none() {
+                // No tier this time: its file may change without this heap, so it is not trusted
+                // again.
+                engines.iter_mut().for_each(|e| e.meta_mut().tier_id = 0);
+            }
             if self.multi_process {
                 init_locks(&region)
                     .map_err(|source| Error::Io { path: self.path.clone().unwrap_or_default(), source })?;
@@ -251,12 +256,8 @@ impl Builder {
             file::mark_open(&region);
         }
         file::opened(&region)?;
-        match &self.tier {
-            Some((path, bytes)) => attach_tier(&mut engines, path, *bytes, found)?,
-            // No tier this time: its file may change without this heap, so it is not trusted
-            // again (a process joining a shared file has none to forget: no tier is shared).
-            None if found != Found::Joined => engines.iter_mut().for_each(|e| e.meta_mut().tier_id = 0),
-            None => {}
+        if let Some((path, bytes)) = &self.tier {
+            attach_tier(&mut engines, path, *bytes, found)?;
         }
         Ok(engines)
     }
