@@ -32,7 +32,8 @@ def test_items_evicted_from_the_heap_are_read_back_from_the_tier(tmp_path, evict
     del c[b"k1"]
     assert c.get(b"k1") is None
     c.close()
-    assert (tmp_path / "tier.dat").stat().st_size == 16 << 20
+    # The tier's size, after a few blocks of its metadata.
+    assert 16 << 20 < (tmp_path / "tier.dat").stat().st_size <= (16 << 20) + (64 << 10)
 
 
 def test_without_a_tier_the_same_items_are_evicted():

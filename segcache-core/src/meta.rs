@@ -99,7 +99,9 @@ pub struct ShardMeta {
     /// CAS values keep increasing across flushes and warm restarts. On the line of the counters
     /// that every store writes (`items`, `bytes`), not the first, which lock-free readers read.
     pub next_cas: std::sync::atomic::AtomicU32,
-    pub _pad: u32,
+    /// The identity of the flash tier file whose records describe this heap's flash slots, as
+    /// its header names it (`tier::meta`); 0: none does, and no flash slot may be trusted.
+    pub tier_id: u32,
     pub items: u64,
     pub bytes: u64,
     pub small_segments: u64,

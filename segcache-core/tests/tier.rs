@@ -7,7 +7,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use segcache_core::{Builder, Error, ManualClock, Policy, Segcache};
+use segcache_core::{Builder, Error, ManualClock, Policy, Segcache, SharedCache};
 
 const SEG: usize = 16 << 10;
 
@@ -209,25 +209,212 @@ fn tier_sizes_are_checked() {
     assert!(base().tier(&t.0, 2 * SEG as u64).build_shared().is_ok());
 }
 
-/// The tier's metadata lives in memory: a heap file reopened after a graceful close serves its
-/// DRAM items warm, and its flash items are misses (never stale values), until the tier's
-/// metadata is persisted too.
-#[test]
-fn a_reopened_heap_file_keeps_its_dram_items_and_drops_its_flash_slots() {
-    let (heap, t) = (Temp::new("heap"), Temp::new("reopen"));
-    let mut c = tiered(&t, 64).path(&heap.0).build().unwrap();
-    fill(&mut c, 1000);
-    let in_dram: Vec<usize> = (0..1000).filter(|&i| c.record_location(&key(i)).is_some()).collect();
-    assert!(!in_dram.is_empty() && in_dram.len() < 500);
-    c.close().unwrap();
-    let c = tiered(&t, 64).path(&heap.0).build().unwrap();
-    for i in 0..1000 {
-        match c.get(&key(i)) {
-            Some(item) => assert!(in_dram.contains(&i) && item.value() == value(i, 0)),
-            None => assert!(!in_dram.contains(&i)),
+/// Fills a persistent heap and its tier with keys `0..n`, then deletes every tenth key from 3
+/// and overwrites every tenth from 5 (which brings it back to DRAM first): what each key holds.
+fn fill_and_change(c: &mut Segcache, n: usize) -> Vec<Option<Vec<u8>>> {
+    fill(c, n);
+    let mut expect: Vec<Option<Vec<u8>>> = (0..n).map(|i| Some(value(i, 0))).collect();
+    for i in (3..n).step_by(10) {
+        c.delete(&key(i)).unwrap();
+        expect[i] = None;
+    }
+    for i in (5..n).step_by(10) {
+        c.set(&key(i), &value(i, 1), i as u32, Duration::ZERO).unwrap();
+        expect[i] = Some(value(i, 1));
+    }
+    expect
+}
+
+/// Every key holds what `expect` says, or (`may_miss`) nothing; how many were served.
+fn check_all(get: impl Fn(&[u8]) -> Option<Vec<u8>>, expect: &[Option<Vec<u8>>], may_miss: bool) -> usize {
+    let mut served = 0;
+    for (i, want) in expect.iter().enumerate() {
+        let got = get(&key(i));
+        if got.is_some() {
+            served += 1;
+        }
+        if !(may_miss && got.is_none()) {
+            assert_eq!(got.as_deref(), want.as_deref(), "key {i}");
         }
     }
+    served
+}
+
+/// A heap file reopened after a graceful close (or drop) with its tier serves every item it
+/// held, those on flash included, read from flash; deletes and overwrites stay done. The reopened
+/// tier goes on being written and reclaimed, and comes back again.
+#[test]
+fn a_reopened_heap_file_serves_its_flash_items_warm() {
+    let (heap, t) = (Temp::new("heap"), Temp::new("reopen"));
+    let mut c = tiered(&t, 64).path(&heap.0).build().unwrap();
+    let mut expect = fill_and_change(&mut c, 1000);
+    let on_flash = c.stats().flash_items;
+    assert!(on_flash > 500, "{:?}", c.stats());
+    c.close().unwrap();
+    let mut c = tiered(&t, 64).path(&heap.0).build().unwrap();
+    assert_eq!(c.stats().flash_items, on_flash, "every flash slot counted again");
     c.verify().unwrap();
+    assert_eq!(check_all(|k| c.get(k).map(|it| it.value().to_vec()), &expect, false), 900);
+    assert!(c.stats().flash_hits >= on_flash, "{:?}", c.stats());
+    // More writes: the ring goes on where it was, reclaiming its oldest segments.
+    for i in 1000..4000 {
+        c.set(&key(i), &value(i, 2), 0, Duration::ZERO).unwrap();
+        expect.push(Some(value(i, 2)));
+    }
+    assert!(c.stats().flash_reclaimed_segments > 0);
+    c.verify().unwrap();
+    drop(c);
+    let c = tiered(&t, 64).path(&heap.0).build().unwrap();
+    c.verify().unwrap();
+    let served = check_all(|k| c.get(k).map(|it| it.value().to_vec()), &expect, true);
+    assert!(served > 1200 && c.stats().flash_hits > 1000, "{served} served; {:?}", c.stats());
+}
+
+/// A flush reaches the tier's records: a heap file reopened after one finds nothing on flash.
+#[test]
+fn a_flushed_heap_file_reopens_with_nothing_on_flash() {
+    let (heap, t) = (Temp::new("heap-f"), Temp::new("tier-f"));
+    let mut c = tiered(&t, 64).path(&heap.0).build().unwrap();
+    fill(&mut c, 1000);
+    assert!(c.stats().flash_items > 500);
+    c.flush();
+    c.set(&key(0), &value(0, 1), 0, Duration::ZERO).unwrap();
+    drop(c);
+    let c = tiered(&t, 64).path(&heap.0).build().unwrap();
+    assert_eq!(c.stats().flash_items, 0);
+    assert_eq!(c.get(&key(0)).unwrap().value(), &value(0, 1)[..]);
+    assert!((1..1000).all(|i| c.get(&key(i)).is_none()));
+    c.verify().unwrap();
+}
+
+fn shared(heap: &Temp, t: &Temp) -> SharedCache {
+    Builder::new()
+        .heap_size(8 * SEG)
+        .segment_size(SEG)
+        .shards(2)
+        .eviction(Policy::Fifo)
+        .path(&heap.0)
+        .tier(&t.0, (64 * SEG) as u64)
+        .build_shared()
+        .unwrap()
+}
+
+#[test]
+fn a_reopened_shared_cache_serves_its_flash_items_warm() {
+    let (heap, t) = (Temp::new("shared-heap"), Temp::new("shared-reopen"));
+    let c = shared(&heap, &t);
+    let mut expect = Vec::new();
+    for i in 0..1500 {
+        c.set(&key(i), &value(i, 0), 0, Duration::ZERO).unwrap();
+        expect.push(Some(value(i, 0)));
+    }
+    for i in (3..1500).step_by(10) {
+        c.delete(&key(i)).unwrap();
+        expect[i] = None;
+    }
+    let on_flash = c.stats().flash_items;
+    assert!(on_flash > 1000);
+    drop(c);
+    let c = shared(&heap, &t);
+    assert_eq!(c.stats().flash_items, on_flash);
+    assert_eq!(check_all(|k| c.get(k).map(|it| it.value), &expect, false), 1350);
+    assert!(c.stats().flash_hits >= on_flash);
+}
+
+/// Fills a heap file and its tier, closes it, and returns what each key holds.
+fn closed_with_tier(heap: &Temp, t: &Temp, version: u8) -> Vec<Option<Vec<u8>>> {
+    let mut c = tiered(t, 64).path(&heap.0).build().unwrap();
+    for i in 0..1000 {
+        c.set(&key(i), &value(i, version), 0, Duration::ZERO).unwrap();
+    }
+    assert!(c.stats().flash_items > 500);
+    c.close().unwrap();
+    (0..1000).map(|i| Some(value(i, version))).collect()
+}
+
+/// Reopens `heap` with tier file `t` of `flash` segments and checks that it starts cold: no
+/// flash item, and what is served (from DRAM) is what `expect` says.
+fn reopens_cold(heap: &Temp, t: &Temp, flash: usize, expect: &[Option<Vec<u8>>]) {
+    // The table's size, which follows the tier's by default, is the file's.
+    let c = tiered(t, flash).hash_power(11).path(&heap.0).build().unwrap();
+    assert_eq!(c.stats().flash_items, 0);
+    c.verify().unwrap();
+    let served = check_all(|k| c.get(k).map(|it| it.value().to_vec()), expect, true);
+    assert!(served > 0 && served < 500, "{served}");
+    assert_eq!(c.stats().flash_hits, 0);
+}
+
+/// A tier file written beside another heap file is not trusted, even of the same sizes and
+/// holding entries of the same keys: the tier starts cold. Neither is the heap's own after that.
+#[test]
+fn a_tier_file_of_another_heap_is_not_trusted() {
+    let (a, b) = (Temp::new("heap-a"), Temp::new("heap-b"));
+    let (ta, tb) = (Temp::new("tier-a"), Temp::new("tier-b"));
+    let expect_a = closed_with_tier(&a, &ta, 0);
+    let expect_b = closed_with_tier(&b, &tb, 1);
+    reopens_cold(&a, &tb, 64, &expect_a);
+    // `tb` now belongs to `a`'s new tier: `b` does not trust it either, nor `a` its old one.
+    reopens_cold(&b, &tb, 64, &expect_b);
+    reopens_cold(&a, &ta, 64, &expect_a);
+    // A copy of a heap file, taken after a close, no longer matches the tier once the original
+    // has reopened with it.
+    let (copy, tc) = (Temp::new("heap-copy"), Temp::new("tier-copy"));
+    let expect_c = closed_with_tier(&copy, &tc, 2);
+    let c = Temp::new("heap-copy-2");
+    std::fs::copy(&copy.0, &c.0).unwrap();
+    tiered(&tc, 64).path(&copy.0).build().unwrap().close().unwrap();
+    reopens_cold(&c, &tc, 64, &expect_c);
+}
+
+/// A tier file cut short, with a corrupt header, of another size, or without a heap file of its
+/// own, starts cold; a corrupt record drops only its segment's items.
+#[test]
+fn a_corrupt_truncated_or_resized_tier_file_starts_cold() {
+    let (heap, t) = (Temp::new("heap-c"), Temp::new("tier-c"));
+    let expect = closed_with_tier(&heap, &t, 0);
+    let file = || std::fs::OpenOptions::new().read(true).write(true).open(&t.0).unwrap();
+    // One record's checksum broken: the rest stays warm.
+    let at = 4096 + 32 * 3;
+    let mut b = [0u8; 1];
+    file().read_exact_at(&mut b, at).unwrap();
+    file().write_all_at(&[b[0] ^ 1], at).unwrap();
+    {
+        let c = tiered(&t, 64).path(&heap.0).build().unwrap();
+        let on_flash = c.stats().flash_items;
+        assert!(on_flash > 400, "{on_flash}");
+        c.verify().unwrap();
+        let served = check_all(|k| c.get(k).map(|it| it.value().to_vec()), &expect, true);
+        assert!(served > 500 && served < 1000, "{served}");
+        c.close().unwrap();
+    }
+    let expect = closed_with_tier(&heap, &t, 2);
+    file().write_all_at(&[0xff], 12).unwrap();
+    reopens_cold(&heap, &t, 64, &expect);
+    let expect = closed_with_tier(&heap, &t, 3);
+    let len = file().metadata().unwrap().len();
+    file().set_len(len / 2).unwrap();
+    reopens_cold(&heap, &t, 64, &expect);
+    let expect = closed_with_tier(&heap, &t, 4);
+    reopens_cold(&heap, &t, 128, &expect);
+    // A heap without a file starts its tier cold too, whatever the file holds.
+    let expect = closed_with_tier(&heap, &t, 5);
+    let c = tiered(&t, 64).build().unwrap();
+    assert_eq!(c.stats().flash_items, 0);
+    assert!((0..1000).all(|i| c.get(&key(i)).is_none()));
+    drop(c);
+    reopens_cold(&heap, &t, 64, &expect);
+}
+
+/// A heap file reopened once without its tier no longer trusts it: the tier file could have
+/// changed meanwhile, and its slots could have been overwritten without it.
+#[test]
+fn a_heap_reopened_without_its_tier_no_longer_trusts_it() {
+    let (heap, t) = (Temp::new("heap-d"), Temp::new("tier-d"));
+    let expect = closed_with_tier(&heap, &t, 0);
+    let without = Builder::new().heap_size(4 * SEG).segment_size(SEG).hash_power(11).eviction(Policy::Fifo);
+    let c = without.path(&heap.0).build().unwrap();
+    c.close().unwrap();
+    reopens_cold(&heap, &t, 64, &expect);
 }
 
 /// The same writes into a heap of 4 segments of 16 KiB, by `policy`, with a tier of 256 such

@@ -497,8 +497,14 @@ impl Builder {
     /// checksum that covers its segment's generation and place: a torn, stale or corrupt entry
     /// is a miss (counted in `flash_bad_reads`), never a wrong value.
     ///
-    /// The tier's metadata lives in memory: a reopened cache starts with the tier empty (the
-    /// heap's items come back, those on flash do not). The file must not be the heap's `path`.
+    /// With a persistent heap ([`Builder::path`]), the tier comes back warm: the file starts with
+    /// a metadata area (each flash segment's generation, place in the ring and bytes written,
+    /// updated as segments are written and reclaimed, so it is `bytes` plus a few blocks long),
+    /// and a reopen of the same heap file with the same tier file and sizes, after a graceful
+    /// close or a crash of the process, keeps the items on flash. A tier file written beside
+    /// another heap file (or another state of this one), of other sizes, or whose metadata does
+    /// not check, starts cold: its items are dropped, never misread. Without `path` every open
+    /// starts it cold. The file must not be the heap's `path`.
     /// Not with `multi_process`. The figures `flash_items`, `flash_demoted`, `flash_hits`,
     /// `flash_bad_reads`, `flash_reclaimed_segments` and `flash_demotions_dropped` of
     /// [`Stats`](crate::Stats) tell how it is used.

@@ -21,6 +21,7 @@ use crate::sync::lock::ReaderSlot;
 use crate::sync::mapped::MappedLock;
 use crate::tier::file::TierFile;
 use crate::tier::ids::Ids;
+use crate::tier::meta::TierHeader;
 
 impl Builder {
     /// A single-owner engine.
@@ -243,6 +244,11 @@ impl Builder {
             let segments = layout::segments_per_shard(self.heap_size, shards, self.segment_size);
             let cap = if segments < geo.segments { segments as u32 } else { 0 };
             engines.iter_mut().for_each(|e| e.meta_mut().segment_cap = cap);
+            if self.tier.is_none() {
+                // No tier this time: its file may change without this heap, so it is not trusted
+                // again.
+                engines.iter_mut().for_each(|e| e.meta_mut().tier_id = 0);
+            }
             if self.multi_process {
                 init_locks(&region)
                     .map_err(|source| Error::Io { path: self.path.clone().unwrap_or_default(), source })?;
@@ -251,13 +257,39 @@ impl Builder {
         }
         file::opened(&region)?;
         if let Some((path, bytes)) = &self.tier {
-            let files = TierFile::open(path, *bytes, geo.segment_size, shards, self.tier_write_queue)?;
-            for (e, f) in engines.iter_mut().zip(files) {
-                e.attach_tier(f, found != Found::Fresh);
-            }
+            attach_tier(&mut engines, path, *bytes, self.tier_write_queue, found)?;
         }
         Ok(engines)
     }
+}
+
+/// Opens the tier file at `path` and gives each engine its slice. The flash slots the heap kept
+/// are trusted when the file's header names the identity every shard of the heap names (and the
+/// same sizes); otherwise the tier starts cold. Either way the pair takes a new identity, in the
+/// file's header first, then in the heap: a copy of either taken before this open no longer
+/// matches the other, and a crash between the two writes leaves them apart, so that the next open
+/// starts cold.
+fn attach_tier(engines: &mut [Segcache], path: &Path, bytes: u64, queue: usize, found: Found) -> Result<()> {
+    let io = |source| Error::Io { path: path.to_path_buf(), source };
+    let geo = engines.first().map(|e| e.geo).ok_or_else(|| Error::InvalidConfig("no shards".into()))?;
+    let (files, header) = TierFile::open(path, bytes, geo.segment_size, engines.len(), queue)?;
+    let warm =
+        header.is_some_and(|h| found != Found::Fresh && h.id != 0 && engines.iter().all(|e| e.meta().tier_id == h.id));
+    let segments = files.first().map_or(0, TierFile::segments);
+    for (e, f) in engines.iter_mut().zip(files) {
+        e.attach_tier(f, warm).map_err(io)?;
+    }
+    let old = header.map_or(0, |h| h.id);
+    let id = std::iter::repeat_with(crate::engine::warm::random)
+        .map(|r| r as u32)
+        .find(|&id| id != 0 && id != old)
+        .unwrap_or(1);
+    let header = TierHeader { id, segment_size: geo.segment_size as u64, segments, shards: engines.len() as u32 };
+    if let Some(tier) = engines.first().and_then(|e| e.tier.as_deref()) {
+        tier.file.write_header(&header).map_err(io)?;
+    }
+    engines.iter_mut().for_each(|e| e.meta_mut().tier_id = id);
+    Ok(())
 }
 
 /// Where a file waits while its items move into a file of other sizes.

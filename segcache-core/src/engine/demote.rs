@@ -2,33 +2,24 @@
 //! those a merge does not keep) go into an image of the tier's next flash segment, their slots
 //! repointed there, and the image is written when full or when the eviction ends; the flash
 //! segment an image replaces is reclaimed first (its slots dropped, its generation bumped).
+//!
+//! The tier file's record of a segment changes in an order that a crash at any point leaves safe
+//! (see `warm.rs`): the record of the segment an image opens on says it is free, in its new
+//! generation, before any slot leads into it; the image is written before the record says the
+//! segment is in use. A reclaim drops its slots before that first record is written, so a slot
+//! left by a crash in the middle of it leads into a segment still in use in its old generation,
+//! whose entries are that generation's.
 
 use crate::engine::Segcache;
 use crate::hash::hash;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table::Table;
 use crate::tier::entry::{self, EntryMeta};
-use crate::tier::file::TierFile;
 use crate::tier::image::Image;
 use crate::tier::Tier;
 use crate::ttl_buckets::expire::live_until;
 
 impl Segcache {
-    /// Gives this engine its slice of a tier file. A reopened heap may hold slots into a tier whose
-    /// metadata this open does not have (it lives in DRAM): they are dropped.
-    pub(crate) fn attach_tier(&mut self, file: TierFile, reopened: bool) {
-        let nonce =
-            std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
-        let tier = Tier::new(file, self.geo.segments as u32, nonce);
-        if reopened {
-            let dram = self.geo.segments as u32;
-            let mut pool = self.meta().overflow;
-            self.table().remove_where(|loc| loc.seg >= dram, &mut pool);
-            self.meta_mut().overflow = pool;
-        }
-        self.tier = Some(Box::new(tier));
-    }
-
     /// Writes the live items of segment `id`, which eviction is about to clear, to the tier, and
     /// points their slots there: as many flash segments as they take (each entry adds a head, so a
     /// full heap segment may not fit in one). An item that fits in no flash segment keeps its slot
@@ -87,6 +78,8 @@ impl Segcache {
             if tier.ring.in_use(index) {
                 self.reclaim(tier, index);
             }
+            // On file, free and in its new generation, before a slot leads into it.
+            self.save_flash_seg(tier, index);
             tier.image = Some(Image::new(index, tier.ring.seg(index).generation, size));
         }
         let Some(f) = self.table().find_loc(h, loc) else { return false };
@@ -120,8 +113,9 @@ impl Segcache {
                 tier.ring.fill(written, items, image.expire_at());
                 tier.counts.demoted += u64::from(items);
                 tier.counts.bytes_written += u64::from(written);
-                let generation = tier.ring.seg(image.index()).generation;
-                tier.file.submit(image, generation);
+                // Its record says it is in use once the writer has written it (see `writer.rs`).
+                let seg = *tier.ring.seg(image.index());
+                tier.file.submit(image, &seg);
             }
         }
         for job in tier.file.reap() {
@@ -131,7 +125,7 @@ impl Segcache {
 
     /// An image whose write failed: the slots that still lead into it go, their items with them
     /// (counted as evicted, and as demotions dropped), and its segment is free again, unless a
-    /// reclaim already freed it.
+    /// reclaim already freed it. Its record on file still says it is free.
     fn drop_failed(&mut self, tier: &mut Tier, image: &Image, generation: u64) {
         let index = image.index();
         if tier.ring.seg(index).generation != generation {
@@ -154,6 +148,9 @@ impl Segcache {
     /// its image back, or by a sweep of the table where the image no longer says), then frees it
     /// with a new generation.
     fn reclaim(&mut self, tier: &mut Tier, index: u32) {
+        // The writer writes the record of the image it holds after that image: done with it
+        // first, so that the record this reclaim leads to is not written over by an older one.
+        tier.file.settle(Some(index));
         let fs = *tier.ring.seg(index);
         let seg_id = tier.ids.seg_id(index);
         let mut removed = 0u64;
@@ -256,12 +253,12 @@ mod tests {
         let held = check(&c, 2000);
         assert!(c.stats().flash_hits > 0, "the queued image serves reads");
         drop(stall);
-        c.tier.as_deref().unwrap().file.settle();
+        c.tier.as_deref().unwrap().file.settle(None);
         assert_eq!(check(&c, 2000), held, "written, the same items read back from the file");
         c.flush();
         for i in 0..2000 {
             c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
-            c.tier.as_deref().unwrap().file.settle();
+            c.tier.as_deref().unwrap().file.settle(None);
         }
         let s = c.stats();
         assert!(s.flash_items > 1000, "a device that keeps up takes every eviction: {s:?}");
@@ -281,12 +278,12 @@ mod tests {
                 check(&c, i);
             }
         }
-        c.tier.as_deref().unwrap().file.settle();
+        c.tier.as_deref().unwrap().file.settle(None);
         // The next eviction learns of the failures.
         for i in 2000..2200 {
             c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
         }
-        c.tier.as_deref().unwrap().file.settle();
+        c.tier.as_deref().unwrap().file.settle(None);
         c.set(&key(0), &value(0), 0, Duration::ZERO).unwrap();
         let s = c.stats();
         assert!(s.flash_demotions_dropped > 1000, "{s:?}");

@@ -74,11 +74,11 @@ impl Segcache {
         let m = self.meta_mut();
         m.flushed_below = m.next_seq;
         std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+        // The tier's records say its segments are free before the table's flash slots go, so a
+        // crash in the middle of the clear leaves none that a reopen trusts.
+        self.release_tier();
         if !zeroed {
             self.table().clear();
-        }
-        if let Some(tier) = self.tier.as_deref_mut() {
-            tier.ring.release_all();
         }
         for b in 0..ttl::BUCKETS {
             *self.ttl_bucket_mut(b) = TtlBucket::EMPTY;

@@ -25,6 +25,7 @@ pub(crate) mod slots;
 pub(crate) mod stats;
 pub(crate) mod undo;
 pub(crate) mod verify;
+pub(crate) mod warm;
 pub(crate) mod write;
 
 use std::sync::atomic::{AtomicU8, Ordering::Relaxed};

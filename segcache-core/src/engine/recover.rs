@@ -156,6 +156,8 @@ impl Segcache {
         keep.sort_unstable();
         let intent = Loc { seg: self.meta().intent_seg, offset: self.meta().intent_offset };
 
+        // The flash tier's slots outlive the table's rebuild: they are put back after it.
+        let flash = self.flash_slots(flush_due);
         // Empty structures, then the kept segments back in, oldest first.
         self.table().clear();
         for b in 0..ttl::BUCKETS {
@@ -211,6 +213,7 @@ impl Segcache {
                 self.index_recovered(intent, h);
             }
         }
+        self.restore_flash_slots(flash);
         self.fit_spare_to_policy();
         self.dropped_segments += corrupt;
         (recovered, corrupt)

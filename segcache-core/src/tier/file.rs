@@ -1,7 +1,9 @@
-//! The tier's file: one file for all shards, each shard a slice of whole flash segments. Whole
-//! segment images go to the tier's writer (`writer.rs`), which writes each with one positioned
-//! write; an item comes out with a positioned read of the blocks that cover it (or from its image,
-//! while that is still queued), checked (`entry::check`) before anything is served from it.
+//! The tier's file: its metadata area (`meta.rs`), then the flash segments, each shard a slice of
+//! whole ones. Whole segment images go to the tier's writer (`writer.rs`), which writes each with
+//! one positioned write, then the record that says the segment is in use; an item comes out with a
+//! positioned read of the blocks that cover it (or from its image, while that is still queued),
+//! checked (`entry::check`) before anything is served from it; a segment's record is written
+//! whole with one positioned write.
 
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
@@ -11,10 +13,12 @@ use std::sync::{Arc, Mutex, PoisonError};
 use crate::error::{Error, Result};
 use crate::tier::entry::{self, EntryMeta, BLOCK};
 use crate::tier::image::Image;
+use crate::tier::meta::{self, TierHeader, HEADER_LEN, RECORD_LEN};
+use crate::tier::ring::FlashSeg;
 use crate::tier::writer::{Job, State, Writer};
 
 /// One shard's slice of the tier file: `segments` flash segments of `segment_size` bytes from
-/// byte `base`.
+/// byte `base`, and their records in the metadata area.
 #[derive(Debug)]
 pub(crate) struct TierFile {
     file: Arc<File>,
@@ -22,6 +26,7 @@ pub(crate) struct TierFile {
     pub(crate) writer: Arc<Writer>,
     /// This slice's images handed to the writer and not yet known to be written, oldest first.
     pending: Mutex<Vec<Arc<Job>>>,
+    shard: usize,
     base: u64,
     segment_size: usize,
     segments: u32,
@@ -37,36 +42,76 @@ pub(crate) struct Read {
 }
 
 impl TierFile {
-    /// Opens (or creates) the tier file at `path`, sized to `bytes`, and cuts it into `shards`
-    /// equal slices of whole `segment_size` segments (`bytes` was checked to divide so), written
-    /// by one writer whose queue holds `queue` bytes.
+    /// Opens (or creates) the tier file at `path`, its metadata area then `bytes` of flash
+    /// segments, and cuts those into `shards` equal slices of whole `segment_size` segments
+    /// (`bytes` was checked to divide so). Also the header found, if the file was already of this
+    /// length and holds one that checks and names these sizes: only then may its records be
+    /// trusted (a file of another length, or none, is made this length and holds none). One
+    /// writer, whose queue holds `queue` bytes, writes every slice's images.
     pub(crate) fn open(
         path: &Path,
         bytes: u64,
         segment_size: usize,
         shards: usize,
         queue: usize,
-    ) -> Result<Vec<TierFile>> {
+    ) -> Result<(Vec<TierFile>, Option<TierHeader>)> {
         let io = |source| Error::Io { path: path.to_path_buf(), source };
         let file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path).map_err(io)?;
-        if file.metadata().map_err(io)?.len() != bytes {
-            file.set_len(bytes).map_err(io)?;
+        let per = bytes / segment_size as u64 / shards as u64;
+        let area = meta::area_len(shards, per as usize);
+        let mut header = None;
+        if file.metadata().map_err(io)?.len() == area + bytes {
+            let mut b = [0u8; HEADER_LEN];
+            // A header that cannot be read is none: the tier starts cold.
+            if file.read_exact_at(&mut b, 0).is_ok() {
+                header = TierHeader::decode(&b).filter(|h| {
+                    (h.segment_size, h.segments, h.shards) == (segment_size as u64, per as u32, shards as u32)
+                });
+            }
+        } else {
+            file.set_len(area + bytes).map_err(io)?;
         }
         let file = Arc::new(file);
         let at: Arc<Path> = Arc::from(path);
         let writer = Arc::new(Writer::spawn(Arc::clone(&file), queue));
-        let per = bytes / segment_size as u64 / shards as u64;
-        Ok((0..shards as u64)
+        let slices = (0..shards as u64)
             .map(|i| TierFile {
                 file: Arc::clone(&file),
                 path: Arc::clone(&at),
                 writer: Arc::clone(&writer),
                 pending: Mutex::new(Vec::new()),
-                base: i * per * segment_size as u64,
+                shard: i as usize,
+                base: area + i * per * segment_size as u64,
                 segment_size,
                 segments: per as u32,
             })
-            .collect())
+            .collect();
+        Ok((slices, header))
+    }
+
+    /// Writes the file's header (one for all shards).
+    pub(crate) fn write_header(&self, header: &TierHeader) -> std::io::Result<()> {
+        self.file.write_all_at(&header.encode(), 0)
+    }
+
+    /// The records of this slice's segments, each `None` where it does not check, with one read.
+    pub(crate) fn read_records(&self) -> std::io::Result<Vec<Option<FlashSeg>>> {
+        let mut buf = vec![0; self.segments as usize * RECORD_LEN];
+        self.file.read_exact_at(&mut buf, meta::record_at(self.shard, self.segments as usize, 0))?;
+        Ok((0..self.segments).map(|i| meta::decode_record(&buf[i as usize * RECORD_LEN..], self.shard, i)).collect())
+    }
+
+    /// Writes the records of all this slice's segments, with one write.
+    pub(crate) fn write_records(&self, segs: &[FlashSeg]) -> std::io::Result<()> {
+        let bytes: Vec<u8> = (0..).zip(segs).flat_map(|(i, seg)| meta::encode_record(seg, self.shard, i)).collect();
+        self.file.write_all_at(&bytes, meta::record_at(self.shard, self.segments as usize, 0))
+    }
+
+    /// Writes the record of flash segment `index`.
+    pub(crate) fn write_record(&self, index: u32, seg: &FlashSeg) -> std::io::Result<()> {
+        debug_assert!(index < self.segments);
+        let at = meta::record_at(self.shard, self.segments as usize, index);
+        self.file.write_all_at(&meta::encode_record(seg, self.shard, index), at)
     }
 
     /// The flash segments of this slice.
@@ -92,12 +137,16 @@ impl TierFile {
         self.writer.unreserve(self.segment_size)
     }
 
-    /// Hands `image` (of `generation`, made under a reservation) to the writer, to be written
-    /// as its flash segment from its start. Its entries are served from it until it is.
-    pub(crate) fn submit(&self, image: Image, generation: u64) {
-        debug_assert!(image.index() < self.segments && image.bytes().len() <= self.segment_size);
-        let at = self.at(image.index(), 0);
-        let job = self.writer.submit(&self.file, image, generation, at, self.segment_size);
+    /// Hands `image` (made under a reservation) to the writer, to be written as its flash
+    /// segment from its start, then `seg`, the segment's record once it holds the image. Its
+    /// entries are served from it until it is written.
+    pub(crate) fn submit(&self, image: Image, seg: &FlashSeg) {
+        let index = image.index();
+        debug_assert!(index < self.segments && image.bytes().len() <= self.segment_size);
+        let at = self.at(index, 0);
+        let record =
+            (meta::record_at(self.shard, self.segments as usize, index), meta::encode_record(seg, self.shard, index));
+        let job = self.writer.submit(&self.file, image, seg.generation, at, record, self.segment_size);
         self.pending.lock().unwrap_or_else(PoisonError::into_inner).push(job);
     }
 
@@ -117,17 +166,18 @@ impl TierFile {
         failed
     }
 
-    /// Waits until every image handed over is written (or failed).
-    pub(crate) fn settle(&self) {
+    /// Waits until every image handed over (of flash segment `index` only, if given) is written
+    /// or failed: after that no record the writer writes can land over a newer one.
+    pub(crate) fn settle(&self, index: Option<u32>) {
         let pending: Vec<Arc<Job>> = self.pending.lock().unwrap_or_else(PoisonError::into_inner).clone();
-        for job in pending {
+        for job in pending.iter().filter(|job| index.is_none_or(|i| job.image.index() == i)) {
             job.wait();
         }
     }
 
     /// Writes every image handed over, then the file's data to stable storage.
     pub(crate) fn sync(&self) -> Result<()> {
-        self.settle();
+        self.settle(None);
         self.file.sync_data().map_err(|source| Error::Io { path: self.path.to_path_buf(), source })
     }
 
@@ -217,7 +267,8 @@ mod tests {
     #[test]
     fn entries_written_whole_read_back_one_at_a_time() {
         let path = temp("round-trip");
-        let slices = TierFile::open(&path, 4 * (64 << 10), 64 << 10, 2, 1 << 20).unwrap();
+        let (slices, header) = TierFile::open(&path, 4 * (64 << 10), 64 << 10, 2, 1 << 20).unwrap();
+        assert_eq!(header, None, "a new file has no header");
         assert_eq!((slices[0].segments(), slices[1].segments()), (2, 2));
         let (img, [a, b, c]) = image(5);
         slices[1].write_segment(1, &img).unwrap();
@@ -234,17 +285,38 @@ mod tests {
     #[test]
     fn a_corrupted_byte_or_a_stale_generation_is_no_entry() {
         let path = temp("corrupt");
-        let slices = TierFile::open(&path, 2 * (64 << 10), 64 << 10, 1, 1 << 20).unwrap();
+        let (slices, _) = TierFile::open(&path, 2 * (64 << 10), 64 << 10, 1, 1 << 20).unwrap();
         let (img, [a, b, _]) = image(5);
         slices[0].write_segment(1, &img).unwrap();
         assert!(slices[0].read_entry(1, b, 5).is_some());
         assert!(slices[0].read_entry(1, b, 6).is_none(), "stale generation");
         let file = OpenOptions::new().write(true).open(&path).unwrap();
-        file.write_all_at(&[0xff], (64 << 10) + u64::from(b) + 2 * BLOCK as u64).unwrap();
+        let area = meta::area_len(1, 2);
+        file.write_all_at(&[0xff], area + (64 << 10) + u64::from(b) + 2 * BLOCK as u64).unwrap();
         assert!(slices[0].read_entry(1, b, 5).is_none(), "a byte of the record flipped");
         assert!(slices[0].read_entry(1, a, 5).is_some(), "the others are intact");
         assert!(slices[0].read_entry(1, (64 << 10) - 8, 5).is_none(), "a head past the segment");
         drop(slices);
+        std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn records_and_the_header_come_back_and_another_size_trusts_no_header() {
+        let path = temp("records");
+        let (slices, _) = TierFile::open(&path, 4 * (64 << 10), 64 << 10, 2, 1 << 20).unwrap();
+        let header = TierHeader { id: 42, segment_size: 64 << 10, segments: 2, shards: 2 };
+        slices[0].write_header(&header).unwrap();
+        let seg = FlashSeg { generation: 3, seq: 1, expire_at: 0, live: 0, written: 100 };
+        slices[1].write_records(&[FlashSeg::default(), seg]).unwrap();
+        slices[1].write_record(1, &seg).unwrap();
+        drop(slices);
+        let (slices, found) = TierFile::open(&path, 4 * (64 << 10), 64 << 10, 2, 1 << 20).unwrap();
+        assert_eq!(found, Some(header));
+        assert_eq!(slices[1].read_records().unwrap(), vec![Some(FlashSeg::default()), Some(seg)]);
+        assert_eq!(slices[0].read_records().unwrap(), vec![None, None]);
+        drop(slices);
+        assert_eq!(TierFile::open(&path, 4 * (64 << 10), 64 << 10, 1, 1 << 20).unwrap().1, None, "other shards");
+        assert_eq!(TierFile::open(&path, 2 * (64 << 10), 64 << 10, 1, 1 << 20).unwrap().1, None, "another length");
         std::fs::remove_file(&path).unwrap();
     }
 }

@@ -7,14 +7,16 @@
 //! images and positioned reads of one entry rounded to blocks (`file.rs`), the thread that writes
 //! the images without an eviction waiting for it (`writer.rs`), the image an eviction
 //! fills (`image.rs`), each flash segment's metadata and the FIFO ring they are written in
-//! (`ring.rs`), and the buffers a `&self` read hands out (`arena.rs`). What changes the hash table with them stays in the engine
-//! (`engine/demote.rs`, `engine/flash.rs`).
+//! (`ring.rs`), the file's header and its records of that metadata (`meta.rs`), and the buffers
+//! a `&self` read hands out (`arena.rs`). What changes the hash table with them stays in the
+//! engine (`engine/demote.rs`, `engine/flash.rs`, `engine/warm.rs`).
 
 pub(crate) mod arena;
 pub(crate) mod entry;
 pub(crate) mod file;
 pub(crate) mod ids;
 pub(crate) mod image;
+pub(crate) mod meta;
 pub(crate) mod ring;
 pub(crate) mod writer;
 
@@ -63,12 +65,16 @@ pub(crate) struct TierCounts {
 }
 
 impl Tier {
-    /// A tier over `file`, whose flash segments take the ids after the shard's `dram` segments;
-    /// `nonce` starts the generations (see `Ring::new`).
-    pub(crate) fn new(file: TierFile, dram: u32, nonce: u64) -> Tier {
-        let flash = file.segments();
-        let (ids, ring) = (Ids::new(dram, flash), Ring::new(flash, nonce));
+    /// A tier over `file`, whose flash segments take the ids after the shard's `dram` segments
+    /// and are described by `ring` (restored from the file's records, see `engine/warm.rs`).
+    pub(crate) fn new(file: TierFile, dram: u32, ring: Ring) -> Tier {
+        let ids = Ids::new(dram, file.segments());
         Tier { file, ids, ring, arena: Arena::default(), counts: TierCounts::default(), image: None, writing: 0 }
+    }
+
+    /// Writes flash segment `index`'s record as the ring holds it.
+    pub(crate) fn save(&self, index: u32) -> std::io::Result<()> {
+        self.file.write_record(index, self.ring.seg(index))
     }
 
     /// Flash items: those the ring's segments still count live.

@@ -1,7 +1,8 @@
 //! Each flash segment's metadata, and the FIFO ring they are written in: the next segment written
-//! is always the oldest, reclaimed first if it still holds items.
+//! is always the oldest, reclaimed first if it still holds items. The tier file keeps a record of
+//! each segment (`meta.rs`), from which a reopen restores the ring.
 
-/// A flash segment's metadata, kept in DRAM.
+/// A flash segment's metadata, kept in DRAM and, but for `live`, in the tier file.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct FlashSeg {
     /// Bumped each time the segment is reclaimed: every entry's checksum covers it, so a slot
@@ -26,10 +27,25 @@ pub(crate) struct Ring {
 }
 
 impl Ring {
-    /// `count` free segments. Their generations start at `nonce`, so that what an earlier open left
-    /// in the file does not check as this open's.
+    /// `count` free segments, their generations `nonce`.
+    #[cfg(test)]
     pub(crate) fn new(count: u32, nonce: u64) -> Ring {
         Ring { segs: vec![FlashSeg { generation: nonce, ..FlashSeg::default() }; count as usize], head: 0, next_seq: 1 }
+    }
+
+    /// The ring of the segments `segs` describe (their `live` counts set by the caller), as a
+    /// reopen finds them: the next written is the one after the newest in use (the ring fills
+    /// its segments in order), and sequence numbers go on from the newest.
+    pub(crate) fn restore(segs: Vec<FlashSeg>) -> Ring {
+        let newest = (0..segs.len()).filter(|&i| segs[i].seq != 0).max_by_key(|&i| segs[i].seq);
+        let head = newest.map_or(0, |i| (i + 1) % segs.len()) as u32;
+        let next_seq = newest.map_or(1, |i| segs[i].seq + 1);
+        Ring { segs, head, next_seq }
+    }
+
+    /// Every segment's metadata, in order.
+    pub(crate) fn segs(&self) -> &[FlashSeg] {
+        &self.segs
     }
 
     #[inline]
@@ -100,5 +116,16 @@ mod tests {
         assert_eq!((ring.in_use(0), ring.seg(0).generation, ring.live_items()), (false, 101, 4));
         ring.fill(8, 1, 0);
         assert_eq!((ring.next(), ring.seg(0).seq), (1, 4));
+    }
+
+    #[test]
+    fn a_restored_ring_goes_on_after_its_newest_segment() {
+        let seg = |seq| FlashSeg { generation: 5, seq, ..FlashSeg::default() };
+        let ring = Ring::restore(vec![seg(7), seg(0), seg(5), seg(6)]);
+        assert_eq!((ring.next(), ring.next_seq), (1, 8));
+        let ring = Ring::restore(vec![seg(4), seg(5), seg(6)]);
+        assert_eq!((ring.next(), ring.next_seq), (0, 7), "after the last comes the first");
+        let ring = Ring::restore(vec![seg(0), seg(0)]);
+        assert_eq!((ring.next(), ring.next_seq, ring.segs().len()), (0, 1, 2));
     }
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::thread::JoinHandle;
 
 use crate::tier::image::Image;
+use crate::tier::meta::RECORD_LEN;
 
 /// Where a queued image stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -22,12 +23,14 @@ pub(crate) enum State {
     Failed,
 }
 
-/// An image on its way to the file: at byte `at`, with the room it reserved.
+/// An image on its way to the file: at byte `at`, then its segment's record (where it goes, and
+/// its bytes), with the room it reserved.
 #[derive(Debug)]
 pub(crate) struct Job {
     pub(crate) image: Image,
     pub(crate) generation: u64,
     at: u64,
+    record: (u64, [u8; RECORD_LEN]),
     reserved: usize,
     state: Mutex<State>,
     done: Condvar,
@@ -121,10 +124,19 @@ impl Writer {
     }
 
     /// Queues `image` (generation `generation`, reserved `reserved` bytes) to be written at byte
-    /// `at` of `file`. Without a thread (or after a fork, or once it is gone) it is written here.
-    pub(crate) fn submit(&self, file: &File, image: Image, generation: u64, at: u64, reserved: usize) -> Arc<Job> {
-        let job =
-            Arc::new(Job { image, generation, at, reserved, state: Mutex::new(State::Queued), done: Condvar::new() });
+    /// `at` of `file`, then `record` (at its offset) once the image is there. Without a thread
+    /// (or after a fork, or once it is gone) both are written here.
+    pub(crate) fn submit(
+        &self,
+        file: &File,
+        image: Image,
+        generation: u64,
+        at: u64,
+        record: (u64, [u8; RECORD_LEN]),
+        reserved: usize,
+    ) -> Arc<Job> {
+        let state = Mutex::new(State::Queued);
+        let job = Arc::new(Job { image, generation, at, record, reserved, state, done: Condvar::new() });
         let sent = std::process::id() == self.pid
             && self
                 .sender
@@ -178,6 +190,11 @@ fn write(file: &File, job: &Job, shared: &Shared) {
     #[cfg(not(test))]
     let failing = false;
     let ok = !failing && file.write_all_at(job.image.bytes(), job.at).is_ok();
+    // The record says the segment is in use only once its image is there. Should its write fail,
+    // the record still says free, and a reopen drops the segment's slots: nothing else is lost.
+    if ok {
+        let _ = file.write_all_at(&job.record.1, job.record.0);
+    }
     shared.queued.fetch_sub(job.reserved, AcqRel);
     job.finish(if ok { State::Written } else { State::Failed });
 }

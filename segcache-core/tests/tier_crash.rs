@@ -1,0 +1,278 @@
+//! The crash test of `crash.rs` with a flash tier: a child process writes, overwrites and deletes
+//! into a heap small enough that eviction sends most items to the tier, logging every acknowledged
+//! operation; the parent kills it with SIGKILL at random moments, reopens the heap file and the
+//! tier file (crash recovery) and checks them against the log: no value older than the latest
+//! acknowledged one, no deleted key back, and many items served from flash.
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use segcache_core::{Builder, Policy, Segcache, SharedCache, Stats};
+
+const KEYS: u64 = 6000;
+const CHILD_ENV: &str = "SEGCACHE_TIER_CRASH_CHILD";
+
+/// The cache under test: the sharded handle, or the single-owner engine.
+enum Cache {
+    Shared(SharedCache),
+    Single(Box<Segcache>),
+}
+
+impl Cache {
+    fn get(&self, key: &[u8]) -> Option<Vec<u8>> {
+        match self {
+            Cache::Shared(c) => c.get(key).map(|it| it.value),
+            Cache::Single(c) => c.get(key).map(|it| it.value().to_vec()),
+        }
+    }
+
+    fn set(&mut self, key: &[u8], value: &[u8], ttl: Duration) -> segcache_core::Result<()> {
+        match self {
+            Cache::Shared(c) => c.set(key, value, 0, ttl),
+            Cache::Single(c) => c.set(key, value, 0, ttl),
+        }
+    }
+
+    fn delete(&mut self, key: &[u8]) {
+        let _ = match self {
+            Cache::Shared(c) => c.delete(key),
+            Cache::Single(c) => c.delete(key),
+        };
+    }
+
+    fn stats(&self) -> Stats {
+        match self {
+            Cache::Shared(c) => c.stats(),
+            Cache::Single(c) => c.stats(),
+        }
+    }
+}
+
+/// A heap of 256 KiB per shard over a tier of 1 MiB per shard: the sharded handle evicting by
+/// merges, the single owner by whole segments.
+fn open(path: &PathBuf, shared: bool) -> Cache {
+    let tier = PathBuf::from(format!("{}.tier", path.display()));
+    let b = Builder::new().segment_size(32 << 10).path(path);
+    if shared {
+        let b = b.shards(4).heap_size(1 << 20).eviction(Policy::Merge).tier(tier, 4 << 20);
+        Cache::Shared(b.build_shared().expect("open"))
+    } else {
+        Cache::Single(Box::new(
+            b.heap_size(256 << 10).eviction(Policy::Fifo).tier(tier, 1 << 20).build().expect("open"),
+        ))
+    }
+}
+
+/// A value of `key`'s `version`, of one of 200 lengths.
+fn value(key: u64, version: u64) -> Vec<u8> {
+    let mut v = format!("{key}:{version}:").into_bytes();
+    v.resize(60 + (version % 200) as usize, b'a' + (version % 26) as u8);
+    v
+}
+
+fn now() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// The child: runs until killed. Log lines: `B <op>` before an operation, `A` after it returns.
+#[test]
+fn tier_crash_child() {
+    let Ok(spec) = std::env::var(CHILD_ENV) else { return };
+    let mut parts = spec.split(',');
+    let path = PathBuf::from(parts.next().unwrap());
+    let log_path = PathBuf::from(parts.next().unwrap());
+    let mut version: u64 = parts.next().unwrap().parse().unwrap();
+    let shared = parts.next().unwrap() == "1";
+    let mut cache = open(&path, shared);
+    let mut log = std::fs::OpenOptions::new().append(true).create(true).open(&log_path).unwrap();
+    let mut rng = version.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+    loop {
+        rng ^= rng << 13;
+        rng ^= rng >> 7;
+        rng ^= rng << 17;
+        let key = rng % KEYS;
+        version += 1;
+        let k = format!("key{key}");
+        match rng >> 60 {
+            0 => {
+                log.write_all(format!("B D {key}\n").as_bytes()).unwrap();
+                cache.delete(k.as_bytes());
+            }
+            1 => {
+                // Expires in 1-2 s: must not be served once its time has passed.
+                let at = now() + 2;
+                log.write_all(format!("B T {key} {version} {at}\n").as_bytes()).unwrap();
+                cache.set(k.as_bytes(), &value(key, version), Duration::from_secs(2)).unwrap();
+            }
+            _ => {
+                log.write_all(format!("B S {key} {version}\n").as_bytes()).unwrap();
+                if let Err(e) = cache.set(k.as_bytes(), &value(key, version), Duration::ZERO) {
+                    panic!("set failed: {e}");
+                }
+            }
+        }
+        log.write_all(b"A\n").unwrap();
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+enum State {
+    Absent,
+    Value(u64, u64), // version, expiry (0: never)
+}
+
+/// Replays the log: the acknowledged state of each key, and the operation in flight at the kill.
+fn replay(log: &str) -> (HashMap<u64, State>, Option<(u64, State)>, u64) {
+    let mut state = HashMap::new();
+    let mut pending: Option<(u64, State)> = None;
+    let mut max_version = 0;
+    for line in log.lines() {
+        let f: Vec<&str> = line.split(' ').collect();
+        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
+        // A line torn by the kill parses as nothing: its operation had not started.
+        match (f.first().copied(), f.get(1).copied()) {
+            (Some("A"), None) => {
+                if let Some((k, s)) = pending.take() {
+                    state.insert(k, s);
+                }
+            }
+            (Some("B"), Some("D")) => pending = num(2).map(|k| (k, State::Absent)),
+            (Some("B"), Some("S")) => pending = num(2).zip(num(3)).map(|(k, v)| (k, State::Value(v, 0))),
+            // The parent's record of how the operation in flight at a kill turned out.
+            (Some("R"), Some("D")) => {
+                pending = None;
+                if let Some(k) = num(2) {
+                    state.insert(k, State::Absent);
+                }
+            }
+            (Some("R"), Some("S")) => {
+                pending = None;
+                if let (Some(k), Some(v), Some(at)) = (num(2), num(3), num(4)) {
+                    state.insert(k, State::Value(v, at));
+                }
+            }
+            (Some("B"), Some("T")) if f.len() == 5 => {
+                pending = num(2).zip(num(3)).zip(num(4)).map(|((k, v), at)| (k, State::Value(v, at)))
+            }
+            _ => {}
+        }
+        if let Some((_, State::Value(v, _))) = &pending {
+            max_version = max_version.max(*v);
+        }
+    }
+    (state, pending, max_version)
+}
+
+#[test]
+fn kill9_with_a_tier_serves_no_stale_value_resurrects_nothing_and_comes_back_warm() {
+    if std::env::var(CHILD_ENV).is_ok() {
+        return;
+    }
+    let exe = std::env::current_exe().unwrap();
+    let dir = std::env::temp_dir().join(format!("segcache-tier-crash-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = 0x0123_4567_89ab_cdefu64 ^ u64::from(std::process::id());
+    for shared in [true, false] {
+        let path = dir.join(format!("heap-{shared}"));
+        let log_path = dir.join(format!("log-{shared}"));
+        let _ = std::fs::remove_file(&path);
+        let _ = std::fs::remove_file(&log_path);
+        let mut next_version = 0;
+        let mut checked = 0;
+        let mut from_flash = 0;
+        for _round in 0..10 {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            let mut child = Command::new(&exe)
+                .args(["tier_crash_child", "--exact", "--nocapture", "--test-threads=1"])
+                .env(
+                    CHILD_ENV,
+                    format!("{},{},{},{}", path.display(), log_path.display(), next_version, u8::from(shared)),
+                )
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap();
+            // Most rounds: let it open (and recover) the file and write for a random while. One in
+            // four: kill it at once, possibly while it opens or recovers.
+            if !rng.is_multiple_of(4) {
+                let start_len = std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0);
+                let deadline = Instant::now() + Duration::from_secs(30);
+                while std::fs::metadata(&log_path).map(|m| m.len()).unwrap_or(0) < start_len + 64 * 1024
+                    && Instant::now() < deadline
+                {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+            }
+            std::thread::sleep(Duration::from_millis(rng % 300));
+            child.kill().unwrap(); // SIGKILL
+            child.wait().unwrap();
+            let log = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let (state, pending, max_version) = replay(&log);
+            next_version = max_version + 1_000_000;
+            let cache = open(&path, shared);
+            let on_flash = cache.stats().flash_items;
+            let t = now();
+            for key in 0..KEYS {
+                let got = cache.get(format!("key{key}").as_bytes());
+                let acked = state.get(&key).cloned().unwrap_or(State::Absent);
+                let in_flight = pending.as_ref().filter(|(k, _)| *k == key).map(|(_, s)| s.clone());
+                // A value may be gone (evicted from the tier, or dropped by the crash), never older.
+                let allowed = |s: &State, got: &Option<Vec<u8>>| match (s, got) {
+                    (_, None) => true,
+                    (State::Absent, Some(_)) => false,
+                    (State::Value(v, _), Some(item)) => *item == value(key, *v),
+                };
+                // Expired values must not be served; unexpired ones may expire up to 3 s early.
+                let expired = |s: &State| matches!(s, State::Value(_, at) if *at != 0 && t >= *at);
+                let ok = [Some(acked.clone()), in_flight].into_iter().flatten().any(|s| {
+                    if expired(&s) {
+                        got.is_none()
+                    } else {
+                        allowed(&s, &got)
+                    }
+                });
+                assert!(
+                    ok,
+                    "key{key}: got {:?}, acknowledged {acked:?}, in flight {pending:?}",
+                    got.map(|v| String::from_utf8_lossy(&v).into_owned())
+                );
+                checked += 1;
+                // The next child appends to the same log: record how the in-flight operation
+                // turned out, so that later rounds replay the state the cache really holds.
+                if let Some((k, s)) = pending.as_ref().filter(|(k, _)| *k == key) {
+                    let resolved = match (&got, s) {
+                        (Some(item), State::Value(v, at)) if *item == value(key, *v) => {
+                            format!("R S {k} {v} {at}\n")
+                        }
+                        (Some(_), _) => match &acked {
+                            State::Value(v, at) => format!("R S {k} {v} {at}\n"),
+                            State::Absent => format!("R D {k}\n"),
+                        },
+                        (None, _) => format!("R D {k}\n"),
+                    };
+                    std::fs::OpenOptions::new()
+                        .append(true)
+                        .open(&log_path)
+                        .unwrap()
+                        .write_all(resolved.as_bytes())
+                        .unwrap();
+                }
+            }
+            let hits = cache.stats().flash_hits;
+            assert!(hits <= on_flash, "{hits} flash hits of {on_flash} flash items");
+            from_flash += hits;
+            drop(cache);
+        }
+        assert!(checked > 0);
+        // Most rounds end with a tier full of items: a good part must come back from it.
+        assert!(from_flash > 5000, "{from_flash} reads served from flash after the crashes");
+        let log = std::fs::read_to_string(&log_path).unwrap();
+        assert!(log.lines().filter(|l| *l == "A").count() > 1000, "the child did real work");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
