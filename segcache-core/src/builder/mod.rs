@@ -493,9 +493,10 @@ impl Builder {
     /// `delete`, ...) first brings its item back to DRAM, so it sees the item as if it had never
     /// left. Each flash segment is written whole, once, with one positioned write, by a thread
     /// of the tier's own, so that no eviction waits for the device (see
-    /// [`tier_write_queue`](Self::tier_write_queue)); an item is read with one positioned read of the blocks that hold it, and checked against an XXH3
-    /// checksum that covers its segment's generation and place: a torn, stale or corrupt entry
-    /// is a miss (counted in `flash_bad_reads`), never a wrong value.
+    /// [`tier_write_queue`](Self::tier_write_queue)); an item is read with one positioned read
+    /// of the blocks that hold it, and checked against an XXH3 checksum that covers its
+    /// segment's generation and place: a torn, stale or corrupt entry is a miss (counted in
+    /// `flash_bad_reads`), never a wrong value.
     ///
     /// With a persistent heap ([`Builder::path`]), the tier comes back warm: the file starts with
     /// a metadata area (each flash segment's generation, place in the ring and bytes written,
