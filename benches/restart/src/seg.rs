@@ -35,6 +35,20 @@ pub struct CacheArgs {
     /// Reopen with `Builder::lazy_verify`: segments are checked at first use, not at open.
     #[arg(long)]
     pub lazy_verify: bool,
+    /// A flash tier file beside the heap (`Builder::tier`), with `--tier-size`. The fill then
+    /// goes on until the tier too is full (its first reclaimed segment), with an evicting policy.
+    #[arg(long, requires = "tier_size")]
+    pub tier: Option<PathBuf>,
+    /// The flash tier's size, e.g. 8GiB.
+    #[arg(long, value_parser = crate::data::size_arg)]
+    pub tier_size: Option<usize>,
+    /// The tier writer's queue (`Builder::tier_write_queue`), e.g. 8MiB; 0: evictions write
+    /// their images themselves.
+    #[arg(long, value_parser = crate::data::size_arg)]
+    pub tier_write_queue: Option<usize>,
+    /// Check every this-many-th key after a reopen (1: all of them).
+    #[arg(long, default_value_t = 1)]
+    pub stride: u64,
 }
 
 impl CacheArgs {
@@ -47,6 +61,12 @@ impl CacheArgs {
             .lazy_verify(self.lazy_verify);
         if let Some(s) = self.shards {
             b = b.shards(s);
+        }
+        if let (Some(path), Some(size)) = (&self.tier, self.tier_size) {
+            b = b.tier(path, size as u64);
+        }
+        if let Some(q) = self.tier_write_queue {
+            b = b.tier_write_queue(q);
         }
         b
     }
@@ -71,12 +91,14 @@ pub struct FillArgs {
 /// Writes keys 0, 1, 2, ... until the heap is full: the first write refused for lack of memory, or
 /// the first eviction (checked every 1024 writes). Every key counted was acknowledged.
 pub fn fill(a: &FillArgs) -> Result<()> {
-    // A fresh file: the benchmark is about a full heap written by this run.
-    match std::fs::remove_file(&a.cache.path) {
-        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
-            return Err(e).with_context(|| format!("removing {}", a.cache.path.display()))
+    // Fresh files: the benchmark is about a full heap written by this run.
+    for path in std::iter::once(&a.cache.path).chain(&a.cache.tier) {
+        match std::fs::remove_file(path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                return Err(e).with_context(|| format!("removing {}", path.display()))
+            }
+            _ => {}
         }
-        _ => {}
     }
     let cache = a.cache.builder().build_shared().context("opening the cache")?;
     let t = mono_ns();
@@ -100,7 +122,13 @@ pub fn fill(a: &FillArgs) -> Result<()> {
             }
         }
         let s = cache.stats();
-        if s.evicted_items + s.evicted_segments + s.merged_items > 0 {
+        let full = match a.cache.tier {
+            // Eviction feeds the tier: full once the tier reclaims. What the tier's writer dropped
+            // while the device was behind (`flash_demotions_dropped`) is counted, not waited for.
+            Some(_) => s.flash_reclaimed_segments > 0,
+            None => s.evicted_items + s.evicted_segments + s.merged_items > 0,
+        };
+        if full {
             break;
         }
     }
@@ -108,8 +136,9 @@ pub fn fill(a: &FillArgs) -> Result<()> {
     let s = cache.stats();
     writeln!(
         out,
-        "fill keys={written} items={} bytes={} heap={} shards={} fill_ms={fill_ms:.1} evicted={}",
-        s.items, s.bytes, s.heap_bytes, s.shards, s.evicted_items
+        "fill keys={written} items={} flash_items={} bytes={} heap={} shards={} fill_ms={fill_ms:.1} evicted={} \
+         flash_dropped={}",
+        s.items, s.flash_items, s.bytes, s.heap_bytes, s.shards, s.evicted_items, s.flash_demotions_dropped
     )?;
     out.flush()?;
     drop(out);
@@ -161,13 +190,29 @@ pub fn reopen(a: &ReopenArgs) -> Result<()> {
         }
     }
     let hit_at = mono_ns();
-    let (served, wrong, missed) = count(&cache, a.keys);
+    // With a tier, the oldest keys are on flash: the first of them served, timed too.
+    let flash_hit_at = a.cache.tier.as_ref().map(|_| {
+        let served =
+            (0..a.keys).take(1 << 16).find(|&i| cache.get_with(&key(i), |it| it.value() == value(i)).is_some());
+        (served, mono_ns())
+    });
+    let (served, wrong, missed) = count(&cache, a.keys, a.cache.stride);
     let heap = cache.stats().heap_bytes;
     let open_s = (opened - t) as f64 / 1e9;
+    let stats = cache.stats();
+    let flash = flash_hit_at.map_or(String::new(), |(i, at)| {
+        format!(
+            " flash_items={} first_flash_hit={} first_flash_hit_ms={:.1}",
+            stats.flash_items,
+            i.map_or(-1, |i| i as i64),
+            ms(start, at)
+        )
+    });
     println!(
-        "reopen keys={} served={served} wrong={wrong} missed={missed} items={} first_hit={} \
-         exec_ms={:.1} open_ms={:.1} first_hit_ms={:.1} scan_gib_s={:.2}",
+        "reopen keys={} checked_every={} served={served} wrong={wrong} missed={missed} items={} first_hit={} \
+         exec_ms={:.1} open_ms={:.1} first_hit_ms={:.1} scan_gib_s={:.2}{flash}",
         a.keys,
+        a.cache.stride,
         cache.len(),
         first.map_or(-1, |i| i as i64),
         ms(start, main_at),
@@ -179,10 +224,11 @@ pub fn reopen(a: &ReopenArgs) -> Result<()> {
     Ok(())
 }
 
-/// Served with the right value, served with a wrong value, missed, over keys 0..n.
-pub fn count(cache: &SharedCache, n: u64) -> (u64, u64, u64) {
+/// Served with the right value, served with a wrong value, missed, over every `stride`-th key
+/// of 0..n.
+pub fn count(cache: &SharedCache, n: u64, stride: u64) -> (u64, u64, u64) {
     let (mut served, mut wrong, mut missed) = (0, 0, 0);
-    for i in 0..n {
+    for i in (0..n).step_by(stride.max(1) as usize) {
         match cache.get_with(&key(i), |it| it.value() == value(i) && it.flags() == 0) {
             Some(true) => served += 1,
             Some(false) => wrong += 1,

@@ -543,6 +543,11 @@ impl Builder {
     /// device is behind, and eviction drops what it takes out of DRAM, as without a tier,
     /// rather than wait: `flash_demotions_dropped` counts those items.
     ///
+    /// A process killed while images wait in the queue loses the items in them (a graceful
+    /// stop writes them first): at most the queue's bytes of the items eviction took out of
+    /// DRAM last. 0 turns the queue off: each eviction writes its images itself and waits for
+    /// the device, and a process killed at any moment loses none of what it demoted.
+    ///
     /// ```
     /// use segcache_core::Builder;
     ///

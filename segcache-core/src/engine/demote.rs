@@ -266,6 +266,22 @@ mod tests {
         std::fs::remove_file(path).unwrap();
     }
 
+    /// Without a queue each eviction writes its images before it returns: nothing a set
+    /// demoted waits in memory, so a process killed after it loses none of it.
+    #[test]
+    fn without_a_queue_every_image_is_written_before_the_eviction_returns() {
+        let (mut c, _writer, path) = tiered("inline", 0);
+        for i in 0..2000 {
+            c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
+            assert!(c.tier.as_deref().unwrap().file.all_written(), "key {i}");
+        }
+        let s = c.stats();
+        assert!(s.flash_demoted > 1000 && s.flash_demotions_dropped == 0, "{s:?}");
+        assert_eq!(check(&c, 2000) as u64, s.items + s.flash_items);
+        drop(c);
+        std::fs::remove_file(path).unwrap();
+    }
+
     /// A device whose writes fail: the items of each image are served from it until the failure
     /// is known, then dropped, counted; nothing ever reads back wrong.
     #[test]

@@ -191,6 +191,12 @@ impl TierFile {
             .cloned()
     }
 
+    /// Whether every image handed over is written.
+    #[cfg(test)]
+    pub(crate) fn all_written(&self) -> bool {
+        self.pending.lock().unwrap_or_else(PoisonError::into_inner).iter().all(|job| job.state() == State::Written)
+    }
+
     /// Writes `image` (at most a segment) as flash segment `index`, from its start, at once.
     #[cfg(test)]
     pub(crate) fn write_segment(&self, index: u32, image: &[u8]) -> std::io::Result<()> {

@@ -82,8 +82,8 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// A writer of `file` whose queue holds at most `limit` bytes (at least one image always
-    /// fits). Where no thread can be started, images are written as they are handed over, by
-    /// the eviction itself.
+    /// fits). With a `limit` of 0, or where no thread can be started, images are written as they
+    /// are handed over, by the eviction itself.
     pub(crate) fn spawn(file: Arc<File>, limit: usize) -> Writer {
         let shared = Arc::new(Shared {
             queued: AtomicUsize::new(0),
@@ -94,10 +94,12 @@ impl Writer {
             failing: std::sync::atomic::AtomicBool::new(false),
         });
         let (sender, receiver) = mpsc::channel();
-        let thread = {
+        // No queue: the evictions write their images themselves.
+        let thread = (limit > 0).then(|| {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new().name("segcache-tier".into()).spawn(move || run(&file, &shared, receiver)).ok()
-        };
+        });
+        let thread = thread.flatten();
         let sender = Mutex::new(thread.as_ref().map(|_| sender));
         Writer { shared, sender, thread, pid: std::process::id() }
     }
