@@ -276,9 +276,24 @@ fn attach_tier(engines: &mut [Segcache], path: &Path, bytes: u64, queue: usize, 
     let warm =
         header.is_some_and(|h| found != Found::Fresh && h.id != 0 && engines.iter().all(|e| e.meta().tier_id == h.id));
     let segments = files.first().map_or(0, TierFile::segments);
-    for (e, f) in engines.iter_mut().zip(files) {
-        e.attach_tier(f, warm).map_err(io)?;
-    }
+    // Each shard walks its whole table to count the slots into each flash segment: spread over
+    // the cores, as the heap's checks are.
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let per_thread = engines.len().div_ceil(threads).max(1);
+    let mut files = files.into_iter();
+    std::thread::scope(|s| {
+        let handles: Vec<_> = engines
+            .chunks_mut(per_thread)
+            .map(|chunk| {
+                let mine: Vec<TierFile> = files.by_ref().take(chunk.len()).collect();
+                s.spawn(move || chunk.iter_mut().zip(mine).try_for_each(|(e, f)| e.attach_tier(f, warm)))
+            })
+            .collect();
+        handles
+            .into_iter()
+            .try_for_each(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("attaching the tier panicked"))))
+    })
+    .map_err(io)?;
     let old = header.map_or(0, |h| h.id);
     let id = std::iter::repeat_with(crate::engine::warm::random)
         .map(|r| r as u32)

@@ -103,6 +103,10 @@ pub struct Segcache {
     pub(crate) expiry_wait: u64,
     /// The flash tier where evicted segments' items go (`Builder::tier`), if there is one.
     pub(crate) tier: Option<Box<crate::tier::Tier>>,
+    /// Flash slots a crash rebuild set aside, each with its chain: a heap item of the same tag
+    /// shares the chain, and only the tier (not yet attached then) can tell whether it is the
+    /// same key (see `restore_flash_slots`).
+    pub(crate) doubtful_flash: Vec<(u64, u64)>,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -194,6 +198,7 @@ impl Segcache {
             expiry_pass: crate::ttl_buckets::ttl::BUCKETS,
             expiry_wait: 0,
             tier: None,
+            doubtful_flash: Vec::new(),
             table: Table::new(buckets, summary, geo.primary_buckets()),
             ghost,
             scratch: Vec::new(),

@@ -14,6 +14,7 @@
 use std::collections::HashSet;
 use std::hash::{BuildHasher, Hasher};
 
+use crate::engine::flash::parse_flash;
 use crate::engine::Segcache;
 use crate::hashtable::slot::{slot_loc, slot_tag, LOC_MASK};
 use crate::tier::file::TierFile;
@@ -56,6 +57,10 @@ impl Segcache {
         let in_use = |seg: u32| seg.checked_sub(dram).is_some_and(|i| i < flash && segs[i as usize].seq != 0);
         self.table().remove_where(|loc| loc.seg >= dram && !in_use(loc.seg), &mut pool);
         self.meta_mut().overflow = pool;
+        let doubtful = std::mem::take(&mut self.doubtful_flash);
+        if !cold {
+            self.settle_doubtful(&file, &segs, doubtful);
+        }
         let t = self.table();
         for chain in 0..=t.mask() {
             // A chain's index serves as its hash: `head` only uses the masked bits.
@@ -72,6 +77,39 @@ impl Segcache {
         }
         self.tier = Some(Box::new(tier));
         Ok(())
+    }
+
+    /// Puts back each of the flash slots a crash rebuild set aside (`restore_flash_slots`) whose
+    /// entry, read from `file` (segments `segs`), is another key than every heap item of its tag
+    /// in its chain; one of the same key was being demoted, and its heap copy stays alone.
+    fn settle_doubtful(&mut self, file: &TierFile, segs: &[FlashSeg], doubtful: Vec<(u64, u64)>) {
+        let dram = self.geo.segments as u32;
+        let mut pool = self.meta().overflow;
+        for (chain, v) in doubtful {
+            let loc = slot_loc(v);
+            let Some(seg) = loc.seg.checked_sub(dram).and_then(|i| Some((i, segs.get(i as usize)?))) else { continue };
+            let (index, seg) = seg;
+            if seg.seq == 0 {
+                continue;
+            }
+            let Some(read) = file.read_entry(index, loc.offset, seg.generation) else { continue };
+            let Some(flash) = parse_flash(&read.bytes[read.start..read.start + read.len], read.meta.cas_base) else {
+                continue;
+            };
+            let t = self.table();
+            let tag = slot_tag(v);
+            let same = t.scan(chain, |_, w| {
+                slot_tag(w) == tag
+                    && slot_loc(w).seg < dram
+                    && self.record(slot_loc(w)).is_some_and(|r| r.key == flash.key)
+            });
+            if same.is_none() {
+                if let Some(slot) = t.empty_slot(chain, &mut pool) {
+                    t.put(chain, slot, v);
+                }
+            }
+        }
+        self.meta_mut().overflow = pool;
     }
 
     /// After a failed write of a flash segment's record: the file no longer tells which flash
@@ -127,8 +165,9 @@ impl Segcache {
 
     /// After a crash rebuild indexed the heap: puts back the flash slots `flash_slots` took. A
     /// crash in the middle of a chain's change may have left a slot twice: one copy is kept. A
-    /// slot whose chain now holds a heap item of its tag is dropped: the key was being demoted
-    /// (its heap copy, the same item, wins) or it is another key's, and a miss is all it costs.
+    /// slot whose chain now holds a heap item of its tag waits for the tier (`doubtful_flash`):
+    /// if its entry is that item's key, the key was being demoted and its heap copy, the same
+    /// item, wins; if another key's, both stay.
     pub(crate) fn restore_flash_slots(&mut self, slots: Vec<(u64, u64)>) {
         let dram = self.geo.segments as u32;
         let t = self.table();
@@ -136,9 +175,11 @@ impl Segcache {
         let mut seen = HashSet::with_capacity(slots.len());
         for (chain, v) in slots {
             let tag = slot_tag(v);
-            if !seen.insert(v & LOC_MASK)
-                || t.scan(chain, |_, w| slot_tag(w) == tag && slot_loc(w).seg < dram).is_some()
-            {
+            if !seen.insert(v & LOC_MASK) {
+                continue;
+            }
+            if t.scan(chain, |_, w| slot_tag(w) == tag && slot_loc(w).seg < dram).is_some() {
+                self.doubtful_flash.push((chain, v));
                 continue;
             }
             let Some(slot) = t.empty_slot(chain, &mut pool) else { continue };
@@ -184,6 +225,66 @@ mod tests {
         assert_eq!(c.flash_slots(false).len(), flash.len());
         c.verify().unwrap();
         assert!((0..1000u32).all(|i| c.get(&i.to_le_bytes()).is_some_and(|it| it.value() == [7; 100])));
+        drop(c);
+        let _ = (std::fs::remove_file(&heap), std::fs::remove_file(&tier));
+    }
+
+    /// A crash rebuild meets a flash item and a heap item of another key that share a chain and a
+    /// tag: both come back. (A heap copy of the flash item's own key wins alone.) A child process
+    /// writes and exits without closing the cache, as a killed one would leave it.
+    #[test]
+    fn a_crash_keeps_a_flash_item_beside_another_keys_heap_item_of_its_tag() {
+        use crate::hash::hash;
+        use crate::hashtable::slot::tag_of;
+
+        const CHILD: &str = "SEGCACHE_WARM_TAG_CHILD";
+        let file = |what: &str| std::env::temp_dir().join(format!("segcache-warm-{what}"));
+        let dir = std::env::var(CHILD).unwrap_or_else(|_| format!("{}", std::process::id()));
+        let (heap, tier) = (file(&format!("{dir}-tag-heap")), file(&format!("{dir}-tag-tier")));
+        let open = || {
+            Segcache::builder()
+                .heap_size(64 << 10)
+                .segment_size(16 << 10)
+                .hash_power(6)
+                .eviction(Policy::Fifo)
+                .path(&heap)
+                .tier(&tier, 64 * (16 << 10))
+                .tier_write_queue(0)
+                .build()
+                .unwrap()
+        };
+        // Two keys of one chain and tag.
+        let mask = (1u64 << 6) - 1;
+        let at = |k: &[u8]| (hash(k) & mask, tag_of(hash(k)));
+        let a = b"flash-0".to_vec();
+        let b = (0u32..).map(|i| format!("heap-{i}").into_bytes()).find(|k| at(k) == at(&a)).unwrap();
+        if std::env::var(CHILD).is_ok() {
+            let mut c = open();
+            assert_eq!(c.table().mask(), mask);
+            c.set(&a, b"on flash", 0, Duration::ZERO).unwrap();
+            // Twice the heap, within what the small table holds.
+            for i in 0..500u32 {
+                c.set(&i.to_le_bytes(), &[7; 250], 0, Duration::ZERO).unwrap();
+            }
+            assert!(c.stats().flash_items > 0);
+            c.set(&b, b"in the heap", 0, Duration::ZERO).unwrap();
+            assert_eq!(c.get(&a).unwrap().value(), b"on flash");
+            std::process::exit(0);
+        }
+        let _ = (std::fs::remove_file(&heap), std::fs::remove_file(&tier));
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "engine::warm::tests::a_crash_keeps_a_flash_item_beside_another_keys_heap_item_of_its_tag",
+                "--exact",
+            ])
+            .env(CHILD, &dir)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let c = open();
+        assert_eq!(c.get(&b).unwrap().value(), b"in the heap");
+        assert_eq!(c.get(&a).map(|i| i.value().to_vec()), Some(b"on flash".to_vec()), "the flash item came back");
         drop(c);
         let _ = (std::fs::remove_file(&heap), std::fs::remove_file(&tier));
     }
