@@ -52,25 +52,39 @@ impl Segcache {
                 .collect(),
             None => (0..flash).map(fresh).collect(),
         };
-        // Slots into a segment not in use (or past the tier) lead nowhere.
-        let mut pool = self.meta().overflow;
-        let in_use = |seg: u32| seg.checked_sub(dram).is_some_and(|i| i < flash && segs[i as usize].seq != 0);
-        self.table().remove_where(|loc| loc.seg >= dram && !in_use(loc.seg), &mut pool);
-        self.meta_mut().overflow = pool;
         let doubtful = std::mem::take(&mut self.doubtful_flash);
         if !cold {
             self.settle_doubtful(&file, &segs, doubtful);
         }
+        // One walk of the table: the slots into each segment in use are counted; those into a
+        // segment not in use (or past the tier) lead nowhere, and their chains lose them.
+        let mut pool = self.meta().overflow;
         let t = self.table();
+        let in_use = |segs: &[FlashSeg], seg: u32| {
+            seg.checked_sub(dram).filter(|&i| i < flash && segs[i as usize].seq != 0).map(|i| i as usize)
+        };
         for chain in 0..=t.mask() {
             // A chain's index serves as its hash: `head` only uses the masked bits.
+            let mut stale = false;
             t.scan(chain, |_, v| {
-                if let Some(s) = slot_loc(v).seg.checked_sub(dram).and_then(|i| segs.get_mut(i as usize)) {
-                    s.live += 1;
+                let seg = slot_loc(v).seg;
+                if seg >= dram {
+                    match in_use(&segs, seg) {
+                        Some(i) => segs[i].live += 1,
+                        None => stale = true,
+                    }
                 }
                 false
             });
+            while stale {
+                let found = t.scan(chain, |_, v| slot_loc(v).seg >= dram && in_use(&segs, slot_loc(v).seg).is_none());
+                match found {
+                    Some(slot) => t.remove(chain, slot, &mut pool),
+                    None => stale = false,
+                }
+            }
         }
+        self.meta_mut().overflow = pool;
         let tier = Tier::new(file, dram, Ring::restore(segs));
         if cold {
             tier.file.write_records(tier.ring.segs())?;
