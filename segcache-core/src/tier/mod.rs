@@ -6,10 +6,9 @@
 //! (`ids.rs`), an entry's format and checksum (`entry.rs`), positioned writes of whole segment
 //! images and positioned reads of one entry rounded to blocks (`file.rs`), the image an eviction
 //! fills (`image.rs`), each flash segment's metadata and the FIFO ring they are written in
-//! (`ring.rs`), and the buffers a `&self` read hands out (`arena.rs`). What changes the hash table with them stays in the engine
+//! (`ring.rs`), and the buffers a `&self` read hands out (`crate::arena`). What changes the hash table with them stays in the engine
 //! (`engine/demote.rs`, `engine/flash.rs`).
 
-pub(crate) mod arena;
 pub(crate) mod entry;
 pub(crate) mod file;
 pub(crate) mod ids;
@@ -18,7 +17,7 @@ pub(crate) mod ring;
 
 use std::sync::atomic::AtomicU64;
 
-use crate::tier::arena::Arena;
+use crate::arena::Arena;
 use crate::tier::file::TierFile;
 use crate::tier::ids::Ids;
 use crate::tier::image::Image;
