@@ -82,7 +82,8 @@ pub fn value<'a, 'py>(v: &'a Bound<'py, PyAny>, limit: usize) -> PyResult<Value<
     if let Ok(b) = v.cast::<PyBytes>() {
         return Ok(Value::Borrowed(b.as_bytes()));
     }
-    let too_large = |len| too_large(format!("value too large: {len} bytes, more than the largest item ({limit} bytes)"));
+    let too_large =
+        |len| too_large(format!("value too large: {len} bytes, more than the largest item ({limit} bytes)"));
     Ok(Value::Owned(buffer_copy(
         v,
         "value",

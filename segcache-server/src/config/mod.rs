@@ -374,7 +374,7 @@ mod tests {
         assert_eq!(Settings::resolve(cli(&[]), file).unwrap().max_reply_size, 3 << 20);
         // A reply must hold at least one value of the largest size.
         assert!(Settings::resolve(cli(&["-I", "2m", "--max-reply-size", "2m"]), FileConfig::default()).is_err());
-        assert!(Settings::resolve(cli(&["--max-reply-size", "2g"]), FileConfig::default()).is_err());
+        assert!(Settings::resolve(cli(&["--max-reply-size", "3g"]), FileConfig::default()).is_err());
     }
 
     fn refused(args: &[&str]) -> String {
@@ -580,7 +580,7 @@ mod tests {
             (&["-D", "/"], "-D \"/\": only \":\" is supported as the stats detail prefix delimiter"),
             (
                 &["-I", "2m", "--max-reply-size", "2m"],
-                "max reply size must be from the max item size (-I) + 1k (2098176) to 1073741824 bytes, got 2097152",
+                "max reply size must be from the max item size (-I) + 1k (2098176) to 2147483648 bytes, got 2097152",
             ),
             (&["--eviction", "lru"], "invalid eviction policy \"lru\": invalid configuration: unknown eviction policy \"lru\"; expected one of none, random, random-fifo, fifo, cte, util, merge, s3fifo"),
         ] {
@@ -647,7 +647,7 @@ max_memory_mb = 128
     #[test]
     fn bad_settings_are_explained() {
         for args in [
-            &["-I", "8m"][..],
+            &["-I", "40m"][..],
             &["-I", "12x"],
             &["-t", "0"],
             &["-m", "0"],
