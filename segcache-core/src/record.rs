@@ -256,7 +256,8 @@ pub fn access_age(code: u8) -> u32 {
 
 /// Writes the header of an item (everything before its key) at the start of `dst`, its CAS in
 /// `form` (which `stamp` must allow: see `CasForm::of`) for a segment whose base is `base`;
-/// returns its length.
+/// returns its length. Not a large item's head (`write_head`, or `write_header_in` with
+/// `width_for`): the stores of other items need not ask.
 #[inline]
 pub fn write_header(
     dst: &mut [u8],
@@ -267,10 +268,38 @@ pub fn write_header(
     form: CasForm,
     base: u32,
 ) -> usize {
+    debug_assert!(!stamp.large, "a head's header is written with its own width");
+    write_header_in(dst, width_of(value_len), key_len, value_len, client_flags, stamp, form, base)
+}
+
+/// The width of the value length in the header of a record stamped `stamp`: 4 bytes for a large
+/// item's head (`LARGE_HEAD`), else what the length needs.
+#[inline]
+pub fn width_for(stamp: &Stamp, value_len: usize) -> usize {
+    if stamp.large {
+        4
+    } else {
+        width_of(value_len)
+    }
+}
+
+/// `write_header` with the value length in `width` bytes (see `width_for`).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn write_header_in(
+    dst: &mut [u8],
+    width: usize,
+    key_len: usize,
+    value_len: usize,
+    client_flags: u32,
+    stamp: Stamp,
+    form: CasForm,
+    base: u32,
+) -> usize {
     debug_assert!(key_len <= 255 && value_len <= MAX_VALUE_LEN);
     debug_assert_eq!(form == CasForm::Explicit, stamp.cas_hi.is_some());
     debug_assert!(form != CasForm::Narrow || narrow_fits(stamp.cas, base));
-    let width = if stamp.large { 4 } else { width_of(value_len) };
+    debug_assert!(width == width_for(&stamp, value_len));
     let mut ctl = (width - 1) as u8;
     if client_flags != 0 {
         ctl |= HAS_CLIENT_FLAGS;
@@ -327,6 +356,23 @@ pub fn write(
     base: u32,
 ) {
     let at = write_header(dst, key.len(), sum_len(value_parts), client_flags, stamp, form, base);
+    dst[at..at + key.len()].copy_from_slice(key);
+    write_value(dst, at + key.len(), value_parts);
+}
+
+/// `write` of a large item's head (`stamp.large`), whose value length takes 4 bytes.
+#[inline]
+pub fn write_head(
+    dst: &mut [u8],
+    key: &[u8],
+    value_parts: &[&[u8]],
+    client_flags: u32,
+    stamp: Stamp,
+    form: CasForm,
+    base: u32,
+) {
+    debug_assert!(stamp.large);
+    let at = write_header_in(dst, 4, key.len(), sum_len(value_parts), client_flags, stamp, form, base);
     dst[at..at + key.len()].copy_from_slice(key);
     write_value(dst, at + key.len(), value_parts);
 }
@@ -739,7 +785,7 @@ mod tests {
                 let len = record_len_of(3, value.len(), flags, form, true);
                 assert_eq!(len, record_len(3, value.len(), flags, form) + 2);
                 let mut buf = vec![0u8; len + 8];
-                write(&mut buf[..len], b"key", &[&value], flags, st, form, base);
+                write_head(&mut buf[..len], b"key", &[&value], flags, st, form, base);
                 let r = parse(&buf, base).unwrap();
                 assert_eq!((r.key, r.value, r.client_flags, r.stamp, r.len), (&b"key"[..], &value[..], flags, st, len));
                 assert!(header(&buf).unwrap().is_large());

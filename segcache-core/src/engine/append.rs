@@ -80,7 +80,14 @@ impl Segcache {
         let access = record::access_code(now.saturating_sub(create_at));
         let stamp = record::Stamp { access, ..stamp };
         let form = form_in(base);
-        Ok(self.segments().write_record(seg, |dst| record::write(dst, key, value, flags, stamp, form, base), len))
+        let fill = |dst: &mut [u8]| {
+            if LARGE {
+                record::write_head(dst, key, value, flags, stamp, form, base)
+            } else {
+                record::write(dst, key, value, flags, stamp, form, base)
+            }
+        };
+        Ok(self.segments().write_record(seg, fill, len))
     }
 
     /// The segment a record expiring at `expire_at` goes to, and the record's length there
