@@ -311,3 +311,70 @@ fn a_touch_through_the_shared_handle_keeps_the_item() {
     assert_eq!(c.get_many(&[b"casbig"])[0].as_ref().map(|i| i.value.len()), Some(w.len()));
     c.verify().unwrap();
 }
+
+/// A file reopened with other sizes (`resize_file`) moves a large item whole, as any item.
+#[test]
+fn a_resized_file_moves_large_items_whole() {
+    let path = tmp("resize");
+    let b = |heap: usize, shards: usize| {
+        Builder::new().heap_size(heap).segment_size(SEGMENT).max_item_size(2 << 20).shards(shards).path(&path)
+    };
+    let v = pattern(13, 700 << 10);
+    let c = b(16 << 20, 2).build_shared().unwrap();
+    c.set(b"big", &v, 4, Duration::ZERO).unwrap();
+    c.set(b"small", b"s", 0, Duration::ZERO).unwrap();
+    c.close().unwrap();
+    let c = b(32 << 20, 4).resize_file(true).build_shared().unwrap();
+    let got = c.get(b"big").expect("moved");
+    assert!(got.value == v && got.flags == 4);
+    assert_eq!(c.get(b"small").unwrap().value, b"s");
+    let mut keys = Vec::new();
+    let mut cursor = 0;
+    loop {
+        cursor = c.scan_with(cursor, 100, |item| keys.push(item.key().to_vec()));
+        if cursor == 0 {
+            break;
+        }
+    }
+    keys.sort();
+    assert_eq!(keys, [b"big".to_vec(), b"small".to_vec()], "no chunk moved as an item");
+    c.verify().unwrap();
+    c.close().unwrap();
+    let _ = std::fs::remove_file(&path);
+    let _ = std::fs::remove_file(path.with_extension("resizing"));
+}
+
+/// With a flash tier, eviction drops a large item's head and chunks rather than demote them:
+/// a read gives the last value whole or misses, from DRAM only.
+#[test]
+fn a_flash_tier_never_serves_a_large_item() {
+    let tier = tmp("tier");
+    let mut c = Builder::new()
+        .heap_size(2 << 20)
+        .segment_size(SEGMENT)
+        .max_item_size(1 << 20)
+        .eviction(Policy::Fifo)
+        .tier(&tier, 64 * SEGMENT as u64)
+        .build()
+        .unwrap();
+    let mut last = Vec::new();
+    for version in 0..40u32 {
+        let key = format!("k{}", version % 8);
+        let v = pattern(version, 100_000 + version as usize * 1000);
+        c.set(key.as_bytes(), &v, 0, Duration::ZERO).unwrap();
+        c.set(format!("small{version}").as_bytes(), &pattern(version, 3000), 0, Duration::ZERO).unwrap();
+        last.retain(|(k, _): &(String, Vec<u8>)| *k != key);
+        last.push((key, v));
+    }
+    let mut hits = 0;
+    for (key, v) in &last {
+        if let Some(item) = c.get(key.as_bytes()) {
+            assert!(item.value() == v.as_slice(), "{key}");
+            hits += 1;
+        }
+    }
+    assert!(hits > 0);
+    c.verify().unwrap();
+    drop(c);
+    let _ = std::fs::remove_file(&tier);
+}
