@@ -21,6 +21,7 @@ import import_cycles  # noqa: E402
 LAYERS = [
     ("the file's layout and the common types", [
         "error", "hash", "prefetch", "clock", "size", "item", "listener", "record", "fork", "stats",
+        "arena", "large",
         "meta", "sync", "layout", "persist", "eviction::policy", "builder",
         "hashtable::bucket", "hashtable::slot", "segments::header",
         "ttl_buckets::bucket", "ttl_buckets::ttl", "ttl_buckets::expire",

@@ -73,21 +73,22 @@ impl Value<'_, '_> {
 }
 
 ///
-/// A buffer longer than `segment_size` (which no item can fit in) raises `TooLarge` before it is
-/// copied, so that an oversized argument costs no copy of its size; the engine checks the exact
-/// limit (and, for `append`/`prepend`, the joined length) before it copies anything.
+/// A buffer longer than `limit` (the cache's largest item, or a whole segment: no item longer
+/// fits) raises `TooLarge` before it is copied, so that an oversized argument costs no copy of
+/// its size; the engine checks the exact limit (and, for `append`/`prepend`, the joined length)
+/// before it copies anything.
 #[inline]
-pub fn value<'a, 'py>(v: &'a Bound<'py, PyAny>, segment_size: usize) -> PyResult<Value<'a, 'py>> {
+pub fn value<'a, 'py>(v: &'a Bound<'py, PyAny>, limit: usize) -> PyResult<Value<'a, 'py>> {
     if let Ok(b) = v.cast::<PyBytes>() {
         return Ok(Value::Borrowed(b.as_bytes()));
     }
     let too_large =
-        |len| too_large(format!("value too large: {len} bytes, more than a whole segment ({segment_size} bytes)"));
+        |len| too_large(format!("value too large: {len} bytes, more than the largest item ({limit} bytes)"));
     Ok(Value::Owned(buffer_copy(
         v,
         "value",
         "a bytes-like object (bytes, bytearray, memoryview, a buffer)",
-        segment_size,
+        limit,
         too_large,
     )?))
 }

@@ -49,6 +49,7 @@
 #[cfg(not(all(target_endian = "little", target_pointer_width = "64")))]
 compile_error!("segcache-core builds for little-endian 64-bit targets only (x86-64, AArch64, RISC-V 64, ...)");
 
+mod arena;
 mod builder;
 mod clock;
 mod engine;
@@ -60,6 +61,7 @@ mod future;
 mod hash;
 mod hashtable;
 mod item;
+mod large;
 mod layout;
 mod listener;
 mod meta;
@@ -76,7 +78,9 @@ mod ttl_buckets;
 #[cfg(feature = "serde")]
 mod typed;
 
-pub use builder::{Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE};
+pub use builder::{
+    Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_ITEM_SIZE, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
+};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::compute::{Computed, Op};
 pub use engine::keys::record_size;

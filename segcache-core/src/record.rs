@@ -5,7 +5,8 @@
 //!     [client flags: u32 LE, only if HAS_CLIENT_FLAGS][cas high word: u32 LE, only if EXPLICIT_CAS][key][value]
 //! ```
 //!
-//! The control byte holds the value length's width (1 to 3 bytes, in its two low bits) and the
+//! The control byte holds the value length's width (1 to 3 bytes, in its two low bits, or the
+//! fourth code, `LARGE_HEAD`: see below) and the
 //! record's flags: `HAS_CLIENT_FLAGS`, `WIDE_CAS` and `EXPLICIT_CAS` (how the CAS is held, see
 //! below), `STALE` (marked stale by an invalidation, memcached's `I`), `WON` (the recache token
 //! was handed out) and `DEAD` (set when the item is deleted or replaced, so that a crash-recovery
@@ -22,6 +23,11 @@
 //!   for a key whose narrow record a rewrite in place outgrew (see `engine::rewrite`);
 //! - explicit (`EXPLICIT_CAS`): a client-chosen 64-bit value (memcached's `E`), its low word in
 //!   the 4 bytes and its high word in an extension that only such records carry.
+//!
+//! A large item's head (`engine::large`: an item longer than a segment holds, stored as chunk
+//! records under internal keys) is marked by the fourth width code, `LARGE_HEAD`: its value
+//! length takes 4 bytes, the last one zero. No other record uses that code, and a copy of the
+//! record (`Stamp::large`) keeps it, so the mark needs no bit of its own.
 //!
 //! A value under 256 bytes with a narrow CAS has a 6-byte header: 2 bytes more than before the
 //! CAS and the state were kept. No alignment padding; the expiry lies in the segment header, and
@@ -49,6 +55,9 @@ pub const HEADER_LEN: usize = 6;
 /// Bytes of the longest fixed header (a 3-byte value length, a 4-byte CAS), before the optional
 /// words.
 pub const MAX_HEADER_LEN: usize = 10;
+/// Bytes of the longest fixed header of any record, a large item's head included (its value
+/// length takes 4 bytes: `LARGE_HEAD`): what a reader must see to decode any header.
+pub const MAX_ANY_HEADER_LEN: usize = MAX_HEADER_LEN + 1;
 /// The control byte (flags and the length's width).
 pub const FLAGS_BYTE: usize = 0;
 /// The access byte (see `access_code`), which reads update: outside the checksum.
@@ -57,6 +66,8 @@ const KEY_LEN_AT: usize = 2;
 const VALUE_LEN_AT: usize = 3;
 /// The value length's width, less one (in `FLAGS_BYTE`).
 const WIDTH_MASK: u8 = 0x03;
+/// The width code of a large item's head (see the module docs): a 4-byte value length.
+pub const LARGE_HEAD: u8 = 0x03;
 /// Four bytes of client flags follow the header (in `FLAGS_BYTE`).
 pub const HAS_CLIENT_FLAGS: u8 = 0x04;
 /// The CAS value was chosen by the client: its high word follows the client flags.
@@ -166,17 +177,29 @@ pub fn record_len(key_len: usize, value_len: usize, client_flags: u32, form: Cas
     3 + width_of(value_len) + form.bytes() + if client_flags != 0 { 4 } else { 0 } + key_len + value_len
 }
 
+/// `record_len` of a record stamped `large` or not (a large item's head has a 4-byte length).
+#[inline]
+pub fn record_len_of(key_len: usize, value_len: usize, client_flags: u32, form: CasForm, large: bool) -> usize {
+    if large {
+        7 + form.bytes() + if client_flags != 0 { 4 } else { 0 } + key_len + value_len
+    } else {
+        record_len(key_len, value_len, client_flags, form)
+    }
+}
+
 /// Whether a record of the same key with a `value_len`-byte value and client flags
 /// `client_flags` (and a client-chosen CAS value if `explicit`) can be written over `r` byte for
 /// byte: a value of the same length, client flags present in both or in neither, a client-chosen
 /// CAS in both or in neither. (The length alone does not tell: each optional word takes 4 bytes,
 /// so a record with flags and a value 4 bytes shorter has the length of one without.) A narrow
-/// record also needs the new counter to fit (`CasForm::holds`).
+/// record also needs the new counter to fit (`CasForm::holds`). A large item's head has a
+/// longer length field: no store is written over it.
 #[inline]
 pub fn same_layout(r: &Record<'_>, value_len: usize, client_flags: u32, explicit: bool) -> bool {
     r.value.len() == value_len
         && (r.client_flags != 0) == (client_flags != 0)
         && (r.form == CasForm::Explicit) == explicit
+        && !r.stamp.large
 }
 
 /// What a record carries besides its key, value and client flags.
@@ -191,6 +214,8 @@ pub struct Stamp {
     pub won: bool,
     /// The access byte (see `access_code`).
     pub access: u8,
+    /// The record is a large item's head (`LARGE_HEAD`).
+    pub large: bool,
 }
 
 impl Stamp {
@@ -231,7 +256,8 @@ pub fn access_age(code: u8) -> u32 {
 
 /// Writes the header of an item (everything before its key) at the start of `dst`, its CAS in
 /// `form` (which `stamp` must allow: see `CasForm::of`) for a segment whose base is `base`;
-/// returns its length.
+/// returns its length. Not a large item's head (`write_head`, or `write_header_in` with
+/// `width_for`): the stores of other items need not ask.
 #[inline]
 pub fn write_header(
     dst: &mut [u8],
@@ -242,10 +268,38 @@ pub fn write_header(
     form: CasForm,
     base: u32,
 ) -> usize {
+    debug_assert!(!stamp.large, "a head's header is written with its own width");
+    write_header_in(dst, width_of(value_len), key_len, value_len, client_flags, stamp, form, base)
+}
+
+/// The width of the value length in the header of a record stamped `stamp`: 4 bytes for a large
+/// item's head (`LARGE_HEAD`), else what the length needs.
+#[inline]
+pub fn width_for(stamp: &Stamp, value_len: usize) -> usize {
+    if stamp.large {
+        4
+    } else {
+        width_of(value_len)
+    }
+}
+
+/// `write_header` with the value length in `width` bytes (see `width_for`).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+pub fn write_header_in(
+    dst: &mut [u8],
+    width: usize,
+    key_len: usize,
+    value_len: usize,
+    client_flags: u32,
+    stamp: Stamp,
+    form: CasForm,
+    base: u32,
+) -> usize {
     debug_assert!(key_len <= 255 && value_len <= MAX_VALUE_LEN);
     debug_assert_eq!(form == CasForm::Explicit, stamp.cas_hi.is_some());
     debug_assert!(form != CasForm::Narrow || narrow_fits(stamp.cas, base));
-    let width = width_of(value_len);
+    debug_assert!(width == width_for(&stamp, value_len));
     let mut ctl = (width - 1) as u8;
     if client_flags != 0 {
         ctl |= HAS_CLIENT_FLAGS;
@@ -302,6 +356,23 @@ pub fn write(
     base: u32,
 ) {
     let at = write_header(dst, key.len(), sum_len(value_parts), client_flags, stamp, form, base);
+    dst[at..at + key.len()].copy_from_slice(key);
+    write_value(dst, at + key.len(), value_parts);
+}
+
+/// `write` of a large item's head (`stamp.large`), whose value length takes 4 bytes.
+#[inline]
+pub fn write_head(
+    dst: &mut [u8],
+    key: &[u8],
+    value_parts: &[&[u8]],
+    client_flags: u32,
+    stamp: Stamp,
+    form: CasForm,
+    base: u32,
+) {
+    debug_assert!(stamp.large);
+    let at = write_header_in(dst, 4, key.len(), sum_len(value_parts), client_flags, stamp, form, base);
     dst[at..at + key.len()].copy_from_slice(key);
     write_value(dst, at + key.len(), value_parts);
 }
@@ -432,7 +503,7 @@ impl Header {
         // The shortest header (see `header`) holds a narrow CAS right after the value length.
         if self.key_at() == HEADER_LEN {
             let cas = base.wrapping_add(u32::from(u16::from_le_bytes([src[VALUE_LEN_AT + 1], src[VALUE_LEN_AT + 2]])));
-            return Stamp { cas, cas_hi: None, stale, won, access };
+            return Stamp { cas, cas_hi: None, stale, won, access, large: false };
         }
         let word = |at: usize| u32::from_le_bytes([src[at], src[at + 1], src[at + 2], src[at + 3]]);
         let cas_hi = (self.ctl & EXPLICIT_CAS != 0).then(|| word(self.key_at() - 4));
@@ -442,7 +513,13 @@ impl Header {
         } else {
             base.wrapping_add(u32::from(u16::from_le_bytes([src[at], src[at + 1]])))
         };
-        Stamp { cas, cas_hi, stale, won, access }
+        Stamp { cas, cas_hi, stale, won, access, large: self.is_large() }
+    }
+
+    /// Whether the record is a large item's head (`LARGE_HEAD`).
+    #[inline]
+    pub fn is_large(&self) -> bool {
+        self.ctl & WIDTH_MASK == LARGE_HEAD
     }
 }
 
@@ -463,12 +540,13 @@ pub fn header(src: &[u8]) -> Option<Header> {
     }
     let width = usize::from(ctl & WIDTH_MASK) + 1;
     let cas_len = if ctl & (WIDE_CAS | EXPLICIT_CAS) != 0 { 4 } else { 2 };
-    if src.len() < VALUE_LEN_AT + width + cas_len || src[KEY_LEN_AT] == 0 || width > 3 {
+    if src.len() < VALUE_LEN_AT + width + cas_len || src[KEY_LEN_AT] == 0 {
         return None;
     }
     // The three bytes after the key length lie in every header (the shortest is 6 bytes), so
     // they are read whole and masked to the length's width: a copy of `width` bytes compiled to
-    // a `memcpy` call whose result the load after it waited for (a fifth of a cached get).
+    // a `memcpy` call whose result the load after it waited for (a fifth of a cached get). A
+    // large item's head (width 4) has its fourth byte zero: the three hold its length.
     let raw = u32::from_le_bytes([src[VALUE_LEN_AT], src[VALUE_LEN_AT + 1], src[VALUE_LEN_AT + 2], 0]);
     let value_len = (raw & (u32::MAX >> (32 - 8 * width))) as usize;
     let key_at = VALUE_LEN_AT
@@ -695,6 +773,29 @@ mod tests {
         }
     }
 
+    /// A large item's head has a 4-byte length and the `LARGE_HEAD` code, for every CAS form and
+    /// with flags or without; it parses back as such, and `record_len_of` gives its length.
+    #[test]
+    fn a_large_head_round_trips_with_its_mark() {
+        for flags in [0u32, 5] {
+            for (explicit, base) in [(None, 70), (None, 77 + 65536), (Some(0x1234_5678_9abc_def0u64), 70)] {
+                let st = Stamp { large: true, ..Stamp::new(77, explicit, 9) };
+                let form = CasForm::of(&st, base);
+                let value = vec![7u8; 600];
+                let len = record_len_of(3, value.len(), flags, form, true);
+                assert_eq!(len, record_len(3, value.len(), flags, form) + 2);
+                let mut buf = vec![0u8; len + 8];
+                write_head(&mut buf[..len], b"key", &[&value], flags, st, form, base);
+                let r = parse(&buf, base).unwrap();
+                assert_eq!((r.key, r.value, r.client_flags, r.stamp, r.len), (&b"key"[..], &value[..], flags, st, len));
+                assert!(header(&buf).unwrap().is_large());
+                let plain = Stamp { large: false, ..st };
+                write(&mut buf[..len - 2], b"key", &[&value], flags, plain, form, base);
+                assert!(!parse(&buf, base).unwrap().stamp.large);
+            }
+        }
+    }
+
     #[test]
     fn rejects_records_that_do_not_fit_or_are_malformed() {
         let mut buf = vec![0u8; 20];
@@ -708,9 +809,6 @@ mod tests {
         bad = buf.clone();
         bad[KEY_LEN_AT] = 0;
         assert!(parse(&bad, 0).is_none(), "empty key");
-        bad = buf.clone();
-        bad[FLAGS_BYTE] |= WIDTH_MASK;
-        assert!(parse(&bad, 0).is_none(), "no 4-byte lengths");
         bad = buf[..6].to_vec();
         assert!(header(&bad).is_some());
         bad[FLAGS_BYTE] |= WIDE_CAS;
@@ -727,10 +825,11 @@ mod tests {
             let ctl = *src.first()? & !DEAD;
             let width = usize::from(ctl & WIDTH_MASK) + 1;
             let cas_len = if ctl & (WIDE_CAS | EXPLICIT_CAS) != 0 { 4 } else { 2 };
-            if width > 3 || src.len() < 3 + width + cas_len || src[KEY_LEN_AT] == 0 {
+            if src.len() < 3 + width + cas_len || src[KEY_LEN_AT] == 0 {
                 return None;
             }
-            let value_len = (0..width).map(|i| usize::from(src[VALUE_LEN_AT + i]) << (8 * i)).sum();
+            // A large item's head (width 4) holds its length in the first three bytes.
+            let value_len = (0..width.min(3)).map(|i| usize::from(src[VALUE_LEN_AT + i]) << (8 * i)).sum();
             let key_at = 3
                 + width
                 + cas_len

@@ -7,6 +7,7 @@
 //! Values and flags are drawn so that one key's records collide in length with different layouts
 //! (client flags take 4 bytes only when non-zero: n bytes with flags 0 against n - 4 bytes with
 //! flags), which a rewrite in place must tell apart; most operations run within one second.
+//! Without eviction, some values are larger than a segment (chunked: `Builder::max_item_size`).
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -163,14 +164,18 @@ fn colliding(n: impl Strategy<Value = usize>) -> impl Strategy<Value = (Vec<u8>,
     })
 }
 
-fn value_flags() -> impl Strategy<Value = (Vec<u8>, u32)> {
+/// Values and flags; with `large`, a value larger than a 16 KiB segment holds now and then
+/// (stored as chunks: see `Builder::max_item_size`).
+fn value_flags(large: bool) -> impl Strategy<Value = (Vec<u8>, u32)> {
     let any_flags = prop_oneof![2 => Just(0u32), 1 => flags()];
     prop_oneof![
         4 => colliding(4usize..12),
         2 => colliding(prop_oneof![Just(40usize), Just(44), Just(480), Just(484)]),
         2 => (proptest::collection::vec(any::<u8>(), 0..40), any_flags.clone()),
         2 => (0u64..1000, any_flags.clone(), 0usize..3).prop_map(|(n, f, pad)| (format!("{n}{}", " ".repeat(pad)).into_bytes(), f)),
-        1 => (proptest::collection::vec(any::<u8>(), 200..3000), any_flags),
+        1 => (proptest::collection::vec(any::<u8>(), 200..3000), any_flags.clone()),
+        u32::from(large) => (16_300usize..50_000, any::<u8>(), any_flags)
+            .prop_map(|(n, seed, f)| ((0..n).map(|i| (i as u8).wrapping_mul(seed | 1) ^ (i >> 8) as u8).collect(), f)),
     ]
 }
 
@@ -178,8 +183,10 @@ fn ttl_secs() -> impl Strategy<Value = u32> {
     prop_oneof![3 => Just(0u32), 2 => 1u32..20, 1 => 250u32..400, 1 => 4000u32..6000]
 }
 
-fn op(keys: u8) -> impl Strategy<Value = Op> {
+/// An operation on one of `keys` keys; with `large`, some values are larger than a segment.
+fn op(keys: u8, large: bool) -> impl Strategy<Value = Op> {
     let k = 0..keys;
+    let value_flags = move || value_flags(large);
     prop_oneof![
         4 => k.clone().prop_map(Op::Get),
         1 => proptest::collection::vec(0..keys, 0..20).prop_map(Op::GetMany),
@@ -537,7 +544,7 @@ impl Drop for TempFile {
 
 fn engine(policy: Policy, small: bool, clock: &Arc<ManualClock>) -> Builder {
     let heap = if small { 512 << 10 } else { 8 << 20 };
-    Builder::new().heap_size(heap).segment_size(16 << 10).eviction(policy).clock(clock.clone())
+    Builder::new().heap_size(heap).segment_size(16 << 10).max_item_size(64 << 10).eviction(policy).clock(clock.clone())
 }
 
 /// Runs `ops` through `Segcache` and `SharedCache` (with `shards`), each with and without a file,
@@ -659,14 +666,14 @@ proptest! {
     #![proptest_config(ProptestConfig { cases: 256, ..ProptestConfig::default() })]
 
     #[test]
-    fn without_eviction_every_handle_matches_model_exactly(ops in proptest::collection::vec(op(12), 1..300)) {
+    fn without_eviction_every_handle_matches_model_exactly(ops in proptest::collection::vec(op(12, true), 1..300)) {
         run_all(Policy::None, false, 4, false, &ops);
     }
 
     #[test]
     fn evicting_policies_never_return_a_wrong_value(
         policy in proptest::sample::select(Policy::ALL[1..].to_vec()),
-        ops in proptest::collection::vec(op(16), 1..400),
+        ops in proptest::collection::vec(op(16, false), 1..400),
     ) {
         run_all(policy, true, 2, true, &ops);
     }
@@ -678,7 +685,7 @@ proptest! {
     fn a_tiny_heap_with_a_flash_tier_never_returns_a_wrong_value(
         policy in proptest::sample::select(Policy::ALL[1..].to_vec()),
         ops in proptest::collection::vec(
-            op(64).prop_filter("keeps the items long enough to reach flash", |o| match o {
+            op(64, false).prop_filter("keeps the items long enough to reach flash", |o| match o {
                 Op::Flush => false,
                 Op::Advance(s) => *s < 1000,
                 _ => true,

@@ -50,8 +50,8 @@ const _: () = {
 pub struct segcache_config_t {
     /// Total heap bytes, rounded down to whole segments. Default 64 MiB.
     pub heap_size: usize,
-    /// Bytes per segment: a power of two from 4 KiB to 4 MiB; the largest item is a segment less
-    /// its header. Default 1 MiB.
+    /// Bytes per segment: a power of two from 4 KiB to 4 MiB; the largest item stored as one
+    /// record is a segment less its header (see `max_item_size`). Default 1 MiB.
     pub segment_size: usize,
     /// log2 of the hash buckets per shard, 4 to 32; 0 (default) sizes the table for the heap.
     pub hash_power: u8,
@@ -112,6 +112,11 @@ pub struct segcache_config_t {
     /// evenly over the shards (`SEGCACHE_INVALID_CONFIG` otherwise). Needs `tier_path`; 0
     /// (default) with it is `SEGCACHE_INVALID_CONFIG` too.
     pub tier_size: u64,
+    /// The largest item (key and value bytes) a store accepts, up to 1 GiB; 0 (default): what
+    /// one segment holds. An item larger than a segment holds is stored as chunks behind a head
+    /// record and read whole (`segcache_get` copies it into the caller's buffer) or not at all;
+    /// it must fit in its shard's heap less four segments (`SEGCACHE_TOO_LARGE` otherwise).
+    pub max_item_size: usize,
 }
 
 /// Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
@@ -143,6 +148,7 @@ pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t)
             max_heap_size: 0,
             tier_path: std::ptr::null(),
             tier_size: 0,
+            max_item_size: 0,
         };
         // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
         unsafe { put(config, defaults) };
@@ -172,6 +178,9 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
     }
     if cfg.max_heap_size != 0 {
         b = b.max_heap_size(cfg.max_heap_size);
+    }
+    if cfg.max_item_size != 0 {
+        b = b.max_item_size(cfg.max_item_size);
     }
     if cfg.shards != 0 {
         b = b.shards(cfg.shards as usize);

@@ -92,7 +92,7 @@ impl segcache_status_t {
             SEGCACHE_NOT_FOUND => c"not found",
             SEGCACHE_EXISTS => c"exists: the item changed since its CAS value was read",
             SEGCACHE_NOT_STORED => c"not stored",
-            SEGCACHE_TOO_LARGE => c"item too large for a segment",
+            SEGCACHE_TOO_LARGE => c"item too large for the cache",
             SEGCACHE_KEY_TOO_LONG => c"key too long",
             SEGCACHE_NO_MEMORY => c"out of memory: the heap is full and eviction is off",
             SEGCACHE_NOT_NUMERIC => c"cannot increment or decrement non-numeric value",

@@ -280,8 +280,8 @@ typedef struct segcache_config_t {
    */
   size_t heap_size;
   /**
-   * Bytes per segment: a power of two from 4 KiB to 4 MiB; the largest item is a segment less
-   * its header. Default 1 MiB.
+   * Bytes per segment: a power of two from 4 KiB to 4 MiB; the largest item stored as one
+   * record is a segment less its header (see `max_item_size`). Default 1 MiB.
    */
   size_t segment_size;
   /**
@@ -369,6 +369,13 @@ typedef struct segcache_config_t {
    * (default) with it is `SEGCACHE_INVALID_CONFIG` too.
    */
   uint64_t tier_size;
+  /**
+   * The largest item (key and value bytes) a store accepts, up to 1 GiB; 0 (default): what
+   * one segment holds. An item larger than a segment holds is stored as chunks behind a head
+   * record and read whole (`segcache_get` copies it into the caller's buffer) or not at all;
+   * it must fit in its shard's heap less four segments (`SEGCACHE_TOO_LARGE` otherwise).
+   */
+  size_t max_item_size;
 } segcache_config_t;
 
 /**

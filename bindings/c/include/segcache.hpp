@@ -95,6 +95,8 @@ struct Config {
     Config &prefault(bool v) { raw.prefault = v; return *this; }
     Config &resize_file(bool v) { raw.resize_file = v; return *this; }
     Config &max_heap_size(size_t bytes) { raw.max_heap_size = bytes; return *this; }
+    /// The largest item; one larger than a segment holds is stored as chunks (up to 1 GiB).
+    Config &max_item_size(size_t bytes) { raw.max_item_size = bytes; return *this; }
     /// A flash tier: a file of `bytes` where eviction writes the items it gives up.
     Config &tier(std::string p, uint64_t bytes) { tier_path = std::move(p); raw.tier_size = bytes; return *this; }
 };

@@ -101,7 +101,9 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
     `multi_process=True` (and a `path`) processes share the cache through its file instead: an
     inherited one works in the child, and other processes may open the same path.
 
-    Unless told, the heap is 64 MiB in 1 MiB segments: the engine's defaults, as the C library's."""
+    Unless told, the heap is 64 MiB in 1 MiB segments: the engine's defaults, as the C library's.
+    The largest value is what a segment holds unless `max_item_size` (up to 1 GiB) allows more:
+    a larger item is stored as chunks and read back whole, or not at all."""
 
     @overload
     def __init__(
@@ -125,6 +127,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         max_heap_size: Optional[Size] = None,
         tier_path: Union[str, "os.PathLike[str]", None] = None,
         tier_size: Optional[Size] = None,
+        max_item_size: Optional[Size] = None,
         serializer: None = None,
     ) -> None: ...
     @overload
@@ -149,6 +152,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         max_heap_size: Optional[Size] = None,
         tier_path: Union[str, "os.PathLike[str]", None] = None,
         tier_size: Optional[Size] = None,
+        max_item_size: Optional[Size] = None,
         serializer: Literal["pickle"],
     ) -> None: ...
     @overload
@@ -173,6 +177,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         max_heap_size: Optional[Size] = None,
         tier_path: Union[str, "os.PathLike[str]", None] = None,
         tier_size: Optional[Size] = None,
+        max_item_size: Optional[Size] = None,
         serializer: Serializer[_T],
     ) -> None: ...
     @overload

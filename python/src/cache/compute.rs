@@ -125,7 +125,7 @@ impl Cache {
                 (Decision::Put(answer, ttl), current) => {
                     let mode = current.as_ref().map_or(StoreMode::Add, |(_, cas)| StoreMode::Cas(*cas));
                     let encoded = self.encode(&answer)?;
-                    let value = convert::value(&encoded, self.segment_size)?;
+                    let value = convert::value(&encoded, self.value_limit)?;
                     let v = value.as_slice();
                     c.store_with(&k, v, flags, ttl, mode, StoreOptions::default()).map(|_| {
                         // Through a serializer, the object answered; else the `bytes` stored:

@@ -78,6 +78,9 @@ pub struct Cache {
     path: Option<PathBuf>,
     heap_size: usize,
     segment_size: usize,
+    /// The longest value a store takes (`max_item_size=`, else what a segment holds): a longer
+    /// buffer is refused before it is copied.
+    value_limit: usize,
     policy: Policy,
     /// `multi_process=True`: shared by processes through `path`.
     multi_process: bool,
@@ -133,7 +136,7 @@ impl Cache {
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
                         lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true, *,
                         eviction_listener=None, serializer=None, resize_file=false,
-                        max_heap_size=None, tier_path=None, tier_size=None))]
+                        max_heap_size=None, tier_path=None, tier_size=None, max_item_size=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -156,6 +159,7 @@ impl Cache {
         max_heap_size: Option<&Bound<'_, PyAny>>,
         tier_path: Option<&Bound<'_, PyAny>>,
         tier_size: Option<&Bound<'_, PyAny>>,
+        max_item_size: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let serializer = Serializer::from_arg(serializer)?;
         let listener = eviction_listener.filter(|f| !f.is_none());
@@ -205,6 +209,12 @@ impl Cache {
             .touch_ahead(touch_ahead);
         if let Some(v) = max_heap_size.filter(|v| !v.is_none()) {
             b = b.max_heap_size(convert::size(v, "max_heap_size")?);
+        }
+        let mut value_limit = segment_size;
+        if let Some(v) = max_item_size.filter(|v| !v.is_none()) {
+            let max = convert::size(v, "max_item_size")?;
+            value_limit = value_limit.max(max);
+            b = b.max_item_size(max);
         }
         if let Some(v) = hash_power.filter(|v| !v.is_none()) {
             b = b.hash_power(convert::int_in_range(v, "hash_power", 4, 32)? as u8);
@@ -259,6 +269,7 @@ impl Cache {
             path,
             heap_size,
             segment_size,
+            value_limit,
             policy,
             multi_process,
             opener: std::process::id(),

@@ -122,7 +122,7 @@ impl Cache {
     ) -> PyResult<bool> {
         let k = key(k)?;
         let v = self.encode(v)?;
-        let v = value(&v, self.segment_size)?;
+        let v = value(&v, self.value_limit)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
         let new_cas = cas_arg(new_cas, "new_cas")?;
@@ -147,7 +147,7 @@ impl Cache {
     fn concat(&self, py: Python<'_>, k: &Bound<'_, PyAny>, v: &Bound<'_, PyAny>, front: bool) -> PyResult<bool> {
         self.bytes_only(py, if front { "prepend" } else { "append" })?;
         let k = key(k)?;
-        let v = value(v, self.segment_size)?;
+        let v = value(v, self.value_limit)?;
         self.with(|c| {
             let (k, v) = (&*k, v.as_slice());
             // An append copies the whole item, whose size we do not know: release the GIL when
@@ -402,7 +402,7 @@ impl Cache {
     ) -> PyResult<Option<bool>> {
         let k = self::key(key)?;
         let v = self.encode(value)?;
-        let v = self::value(&v, self.segment_size)?;
+        let v = self::value(&v, self.value_limit)?;
         let cas = convert::int_in_range(cas, "cas", 0, u64::MAX)?;
         let ttl = convert::ttl(ttl, self.default_ttl)?;
         let flags = convert::flags(flags)?;
@@ -626,7 +626,7 @@ impl Cache {
             let (k, v) = (t.get_item(0)?, t.get_item(1)?);
             let k = self::key(&k)?;
             let v = self.encode(&v)?;
-            let v = self::value(&v, self.segment_size)?;
+            let v = self::value(&v, self.value_limit)?;
             self.with(|c| {
                 let (k, v) = (&*k, v.as_slice());
                 detach_if_big(py, v.len(), || c.set(k, v, flags, ttl_d)).map_err(engine_error)

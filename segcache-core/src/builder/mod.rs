@@ -22,7 +22,8 @@ const DEFAULT_TIER_WRITE_QUEUE: usize = 8 << 20;
 /// assert!(Builder::new().heap_size(1 << 20).segment_size(MIN_SEGMENT_SIZE / 2).build().is_err());
 /// ```
 pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
-/// Largest segment size (and so, less a header, the largest item).
+/// Largest segment size (and so, less a header, the largest item stored as one record: see
+/// [`Builder::max_item_size`] for larger ones).
 ///
 /// ```
 /// use segcache_core::{Builder, MAX_SEGMENT_SIZE};
@@ -32,6 +33,14 @@ pub const MIN_SEGMENT_SIZE: usize = 4 << 10;
 /// # Ok::<(), segcache_core::Error>(())
 /// ```
 pub const MAX_SEGMENT_SIZE: usize = 4 << 20;
+/// The largest [`Builder::max_item_size`]: 1 GiB, memcached's largest `-I`.
+///
+/// ```
+/// use segcache_core::{Builder, MAX_ITEM_SIZE};
+/// assert!(Builder::new().max_item_size(MAX_ITEM_SIZE).build().is_ok());
+/// assert!(Builder::new().max_item_size(MAX_ITEM_SIZE + 1).build().is_err());
+/// ```
+pub const MAX_ITEM_SIZE: usize = 1 << 30;
 /// Heap size of `Builder::new()`.
 ///
 /// ```
@@ -90,6 +99,9 @@ pub struct Builder {
     pub(crate) tier: Option<(PathBuf, u64)>,
     /// Bytes of images the tier's writer may hold queued (`tier_write_queue`).
     pub(crate) tier_write_queue: usize,
+    /// `max_item_size`: the largest item's key and value, in bytes; `None` for what one segment
+    /// holds.
+    pub(crate) max_item_size: Option<usize>,
 }
 
 impl Default for Builder {
@@ -129,6 +141,7 @@ impl Builder {
             touch_ahead: false,
             tier: None,
             tier_write_queue: DEFAULT_TIER_WRITE_QUEUE,
+            max_item_size: None,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -190,6 +203,28 @@ impl Builder {
     /// ```
     pub fn segment_size(mut self, bytes: usize) -> Self {
         self.segment_size = bytes;
+        self
+    }
+
+    /// The largest item (key and value bytes) a store accepts, up to [`MAX_ITEM_SIZE`] (1 GiB,
+    /// memcached's largest `-I`). Unset, it is what one segment holds. An item larger than a
+    /// segment holds is stored as chunks, each a record of its own, behind a head record under
+    /// the key (see [`Segcache::max_item_size`](crate::Segcache::max_item_size)); it must fit in
+    /// its shard's heap, less four segments. Items that fit a segment are stored and read as without it.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::Builder;
+    ///
+    /// let mut cache = Builder::new().heap_size(64 << 20).segment_size(1 << 20).max_item_size(8 << 20).build()?;
+    /// let big = vec![7u8; 5 << 20]; // five segments' worth
+    /// cache.set(b"big", &big, 0, Duration::ZERO)?;
+    /// assert_eq!(cache.get(b"big").unwrap().value(), &big[..]);
+    /// assert!(Builder::new().max_item_size((1 << 30) + 1).build().is_err());
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn max_item_size(mut self, bytes: usize) -> Self {
+        self.max_item_size = Some(bytes);
         self
     }
     /// log2 of the number of primary hash buckets (7 items each), per shard. By default it is
@@ -643,6 +678,11 @@ impl Builder {
 
     /// Checks the settings that do not depend on the shard count.
     pub(crate) fn validate(&self) -> Result<()> {
+        if let Some(max) = self.max_item_size.filter(|&m| m == 0 || m > MAX_ITEM_SIZE) {
+            return Err(Error::InvalidConfig(format!(
+                "max_item_size must be from 1 byte to {MAX_ITEM_SIZE}, got {max}"
+            )));
+        }
         let s = self.segment_size;
         if !(MIN_SEGMENT_SIZE..=MAX_SEGMENT_SIZE).contains(&s) || !s.is_power_of_two() {
             return Err(Error::InvalidConfig(format!(

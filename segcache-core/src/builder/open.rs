@@ -189,6 +189,7 @@ impl Builder {
             pad_numbers: self.pad_numbers,
             listener: self.listener.clone(),
             multi_process: self.multi_process,
+            max_item_size: self.max_item_size,
         };
         let mut engines: Vec<Segcache> =
             (0..shards).map(|i| Segcache::from_mem(region.shard(i), geo, &settings, found)).collect();

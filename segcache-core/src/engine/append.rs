@@ -29,18 +29,65 @@ impl Segcache {
         pool: u8,
         now: u32,
     ) -> Result<Loc> {
+        self.append_as::<false>(key, value, flags, stamp, wide, ttl, expire_at, width, pool, now)
+    }
+
+    /// `append_record` of a large item's head (`record::LARGE_HEAD`: see `engine::large`).
+    #[allow(clippy::too_many_arguments)]
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn append_head(
+        &mut self,
+        key: &[u8],
+        value: &[&[u8]],
+        flags: u32,
+        stamp: record::Stamp,
+        ttl: u32,
+        expire_at: u32,
+        width: u32,
+        pool: u8,
+        now: u32,
+    ) -> Result<Loc> {
+        self.append_as::<true>(key, value, flags, stamp, false, ttl, expire_at, width, pool, now)
+    }
+
+    /// `append_record`, of a large item's head if `LARGE`: known when compiled, so that no other
+    /// append tests for it.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn append_as<const LARGE: bool>(
+        &mut self,
+        key: &[u8],
+        value: &[&[u8]],
+        flags: u32,
+        stamp: record::Stamp,
+        wide: bool,
+        ttl: u32,
+        expire_at: u32,
+        width: u32,
+        pool: u8,
+        now: u32,
+    ) -> Result<Loc> {
+        let stamp = record::Stamp { large: LARGE, ..stamp };
         let value_len: usize = value.iter().map(|v| v.len()).sum();
         let form_in = |base| match CasForm::of(&stamp, base) {
             CasForm::Narrow if wide => CasForm::Wide,
             form => form,
         };
-        let len_in = |base| record::record_len(key.len(), value_len, flags, form_in(base));
+        let len_in = |base| record::record_len_of(key.len(), value_len, flags, form_in(base), LARGE);
         let (seg, len) = self.segment_for(len_in, ttl, expire_at, width, pool, now)?;
         let (base, create_at) = (self.seg(seg).cas_base, self.seg(seg).create_at);
         let access = record::access_code(now.saturating_sub(create_at));
         let stamp = record::Stamp { access, ..stamp };
         let form = form_in(base);
-        Ok(self.segments().write_record(seg, |dst| record::write(dst, key, value, flags, stamp, form, base), len))
+        let fill = |dst: &mut [u8]| {
+            if LARGE {
+                record::write_head(dst, key, value, flags, stamp, form, base)
+            } else {
+                record::write(dst, key, value, flags, stamp, form, base)
+            }
+        };
+        Ok(self.segments().write_record(seg, fill, len))
     }
 
     /// The segment a record expiring at `expire_at` goes to, and the record's length there
@@ -97,7 +144,8 @@ impl Segcache {
         let src = &self.seg_bytes(from.seg)[from.offset as usize..];
         let h = record::header(src).expect("a record that was parsed");
         let form = h.form().moved(h.stamp(src, from_base).cas, dest_base);
-        record::record_len(h.key_len, h.value_len, u32::from(h.has_flags()), form)
+        // Only the CAS field's width changes (a head keeps its longer length field).
+        h.total_len() + form.bytes() - h.form().bytes()
     }
 }
 

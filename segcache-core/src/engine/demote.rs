@@ -44,8 +44,8 @@ impl Segcache {
     /// Puts the item whose record of `len` bytes lies at heap location `loc` (key hash `h`, of a
     /// segment that `meta` describes) in the image the eviction is filling, and points its slot
     /// there. `false` when it stays where it is, for the eviction to drop: no tier, the key of
-    /// the write under way (see `Tier::writing`), a record too long for a flash segment, or no
-    /// slot leading to it.
+    /// the write under way (see `Tier::writing`), a record too long for a flash segment, a large
+    /// item's head or chunk, or no slot leading to it.
     ///
     /// The record is read from the heap whatever its segment's header now says: a merge that
     /// compacts a segment in place has already made it a destination, but has not yet written
@@ -61,7 +61,12 @@ impl Segcache {
 
     fn demote_into(&mut self, tier: &mut Tier, h: u64, loc: Loc, len: usize, meta: EntryMeta) -> bool {
         let size = tier.file.segment_size();
-        if h == tier.writing || entry::entry_len(len) > size {
+        // A large item's parts are dropped, not demoted: its chunks could not be kept whole on
+        // flash, where each goes as its eviction finds it.
+        if h == tier.writing
+            || entry::entry_len(len) > size
+            || crate::large::is_large_part(&self.seg_bytes(loc.seg)[loc.offset as usize..])
+        {
             return false;
         }
         if tier.image.as_ref().is_some_and(|image| !image.fits(len)) {

@@ -80,6 +80,12 @@ impl Segcache {
     pub(crate) fn expire_step(&mut self, now: u32) {
         if now != self.meta().last_expire {
             self.start_expiry_pass();
+            // Values of large items that reads assembled and handed out borrowed, freed by the
+            // first write of each second (a write holds the engine: no borrow is alive); a
+            // store of a large item frees them too (see `engine::large`).
+            if self.large.holds() {
+                self.large.release();
+            }
         }
         if self.expiry_pass >= ttl::BUCKETS {
             return;

@@ -66,8 +66,8 @@ impl Segcache {
     }
 
     /// `get_with_options_in` handing the item to `f`: a key that no DRAM slot holds is read from
-    /// flash into a buffer of the call's own (`get_flash_with`); every other read goes as it does
-    /// without a tier.
+    /// flash into a buffer of the call's own (`get_flash_with`), as is a large item's value
+    /// (`large_get_with`); every other read goes as it does without a tier.
     #[inline]
     pub(crate) fn get_with_options_then<R>(
         &self,
@@ -77,10 +77,19 @@ impl Segcache {
         opts: &ReadOptions,
         f: impl FnOnce(Item<'_>) -> R,
     ) -> Option<R> {
-        if self.tier.is_some() && self.find_record(key, h).is_none() {
-            return self.get_flash_with(key, h, counters, opts.no_update, f);
+        let Some((found, r)) = self.find_record(key, h) else {
+            // A key on the flash tier has no DRAM slot: it is looked for only after a DRAM miss.
+            if self.tier.is_some() {
+                return self.get_flash_with(key, h, counters, opts.no_update, f);
+            }
+            counters.miss(None);
+            return None;
+        };
+        // A large item is gathered into a buffer of this call's own, not held by the engine.
+        if r.stamp.large {
+            return self.large_get_with(found, r, h, counters, opts, f);
         }
-        self.get_with_options_in(key, h, counters, opts).map(f)
+        self.serve(found, r, h, counters, opts).map(f)
     }
 
     /// The key's flash entry, read and checked, with its slot and the time read; `None`, counted

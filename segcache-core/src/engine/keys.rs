@@ -18,6 +18,7 @@
 use crate::engine::Segcache;
 use crate::hashtable::table::Found;
 use crate::item::Item;
+use crate::large::is_chunk_key;
 
 impl Segcache {
     /// Primary buckets of the hash table: the cursor range of [`Segcache::scan_with`].
@@ -67,7 +68,9 @@ impl Segcache {
         while chain < end && seen < count.max(1) {
             // A chain's index serves as its hash: `head` only uses the masked bits.
             table.scan(chain, |slot, value| {
-                if let Some((item, _)) = self.item_of(Found { slot, value }, chain, now) {
+                // A large item's chunks are not items (their keys are longer than any user key).
+                let item = self.item_of(Found { slot, value }, chain, now).filter(|(i, _)| !is_chunk_key(i.key));
+                if let Some((item, _)) = item {
                     seen += 1;
                     f(item);
                 }

@@ -59,7 +59,13 @@ impl Segcache {
                     Some(at) => at - now,
                 };
                 let keep = NewState { keep_expiry: true, ..NewState::default() };
-                match dest.store_at(item.key(), h, &[item.value()], item.flags(), ttl, Mode::Set, now, keep, false) {
+                let stored =
+                    dest.store_at(item.key(), h, &[item.value()], item.flags(), ttl, Mode::Set, now, keep, false);
+                // A large item's value was assembled for the move: freed before the next.
+                if self.large.holds() {
+                    self.large.release();
+                }
+                match stored {
                     Ok(_) => moved.items += 1,
                     Err(Error::TooLarge { .. }) => moved.too_large += 1,
                     Err(e) => return Err(e),

@@ -12,6 +12,7 @@ pub(crate) mod expire;
 pub(crate) mod flash;
 pub(crate) mod flush;
 pub(crate) mod keys;
+pub(crate) mod large;
 pub(crate) mod load;
 pub(crate) mod memory;
 pub(crate) mod migrate;
@@ -107,6 +108,9 @@ pub struct Segcache {
     /// shares the chain, and only the tier (not yet attached then) can tell whether it is the
     /// same key (see `restore_flash_slots`).
     pub(crate) doubtful_flash: Vec<(u64, u64)>,
+    /// Items larger than a segment holds: the largest allowed, and the values a `&self` read
+    /// assembled (see `engine::large`).
+    pub(crate) large: crate::large::Large,
 }
 
 // SAFETY: the raw pointers in `mem` point into the region that `mem` keeps alive; all mutation
@@ -144,6 +148,8 @@ pub(crate) struct EngineSettings {
     pub(crate) pad_numbers: bool,
     pub(crate) listener: Option<crate::listener::RemovalListener>,
     pub(crate) multi_process: bool,
+    /// `Builder::max_item_size`.
+    pub(crate) max_item_size: Option<usize>,
 }
 
 /// The CAS value a read hands out for a record's counter `c`, in shard `offset` of `stride`:
@@ -199,6 +205,7 @@ impl Segcache {
             expiry_wait: 0,
             tier: None,
             doubtful_flash: Vec::new(),
+            large: crate::large::Large::new(settings.max_item_size),
             table: Table::new(buckets, summary, geo.primary_buckets()),
             ghost,
             scratch: Vec::new(),
@@ -269,9 +276,11 @@ impl Segcache {
         cas_token(self.cas_stride, self.cas_offset, c)
     }
 
-    /// Largest item (key + value) that fits in a segment whatever its client flags: any item up
-    /// to this size can be stored. (An item with small or no flags has a shorter header, so a few
-    /// bytes more may fit; [`crate::Error::TooLarge`] reports this bound.)
+    /// Largest item (key + value) a store accepts: [`Builder::max_item_size`] when set above what
+    /// a segment holds, else what fits in a segment whatever its client flags. (An item with
+    /// small or no flags has a shorter header, so a few bytes more may fit a segment;
+    /// [`crate::Error::TooLarge`] reports this bound.) An item larger than a segment holds must
+    /// also fit in its shard's heap less four segments.
     ///
     /// ```
     /// use std::time::Duration;
@@ -285,6 +294,12 @@ impl Segcache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn max_item_size(&self) -> usize {
+        self.segment_item_size().max(self.large_max())
+    }
+
+    /// The largest item that fits in one segment whatever its client flags.
+    #[inline]
+    pub(crate) fn segment_item_size(&self) -> usize {
         (self.geo.segment_size - record::MAX_HEADER_LEN - 4).min(record::MAX_VALUE_LEN)
     }
 

@@ -180,6 +180,20 @@ impl Segcache {
             counters.miss(None);
             return None;
         };
+        self.serve(found, r, h, counters, opts)
+    }
+
+    /// The item of the key's slot `found` and its record `r`, counted as a hit and marked read
+    /// as `opts` says; or `None`, counted as a miss.
+    #[inline(always)]
+    pub(crate) fn serve<'a>(
+        &'a self,
+        found: table::Found<'static>,
+        r: Record<'a>,
+        h: u64,
+        counters: &ReadCounters,
+        opts: &ReadOptions,
+    ) -> Option<Item<'a>> {
         let now = self.now();
         match self.item_in(found, r, now) {
             Some((mut item, found)) => {
@@ -284,9 +298,51 @@ impl Segcache {
         self.item_in(found, self.record(slot::slot_loc(found.value))?, now)
     }
 
-    /// `item_of` for the record `r` that `found` points at, already parsed.
+    /// `item_of` for the record `r` that `found` points at, already parsed. A large item's head
+    /// gives the item with its value gathered from its chunks (see `engine::large`), or `None`
+    /// when one is missing.
     #[inline]
     pub(crate) fn item_in<'a>(
+        &'a self,
+        found: table::Found<'static>,
+        mut r: Record<'a>,
+        now: u32,
+    ) -> Option<(Item<'a>, table::Found<'static>)> {
+        // A head's value has a length of its own: one test of the length, at hand, keeps other
+        // items from the rest, out of line. Only the value's slice comes back from there: a
+        // second source of the whole item had the hit path build it in memory and copy it out.
+        if r.value.len() == crate::large::HEAD_VALUE_LEN {
+            r.value = self.value_of_head(found, r.value)?;
+        }
+        self.item_raw(found, r, now)
+    }
+
+    /// `item_in` for a write that needs the item's metadata only: a large item's value is not
+    /// gathered (the item's value is then its head's descriptor), only its chunks checked.
+    #[inline]
+    pub(crate) fn item_meta<'a>(
+        &'a self,
+        found: table::Found<'static>,
+        r: Record<'a>,
+        now: u32,
+    ) -> Option<(Item<'a>, table::Found<'static>)> {
+        if r.stamp.large {
+            return self.large_meta(found, r, now);
+        }
+        self.item_raw(found, r, now)
+    }
+
+    /// `lookup` through `item_meta`.
+    #[inline]
+    pub(crate) fn lookup_meta(&self, key: &[u8], h: u64, now: u32) -> Option<(Item<'_>, table::Found<'static>)> {
+        let (found, r) = self.find_record(key, h)?;
+        self.item_meta(found, r, now)
+    }
+
+    /// The item the record `r` in `found` holds as it lies, whatever it is: a large item's head
+    /// gives its descriptor as the value.
+    #[inline]
+    pub(crate) fn item_raw<'a>(
         &'a self,
         found: table::Found<'static>,
         r: Record<'a>,
@@ -317,7 +373,9 @@ impl Segcache {
     /// ```
     pub fn contains(&self, key: &[u8]) -> bool {
         let h = hash(key);
-        self.lookup_lazily(key, h).is_some() || (self.tier.is_some() && self.contains_flash(key, h, self.now()))
+        // A large item's chunks are checked, not copied.
+        let found = self.find_record(key, h).and_then(|(found, r)| self.item_meta(found, r, self.now()));
+        found.is_some() || (self.tier.is_some() && self.contains_flash(key, h, self.now()))
     }
 
     /// Where the key's record lies (segment id, byte offset), if present: for tests that check

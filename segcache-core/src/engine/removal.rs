@@ -78,11 +78,16 @@ impl Segcache {
         else {
             return;
         };
+        // A large item's chunks are not items; its head is told with an empty value (its
+        // chunks may be gone already).
+        if crate::large::is_chunk_key(r.key) {
+            return;
+        }
         let now = self.now();
         let seg = self.seg(loc.seg);
         let item = Item {
             key: r.key,
-            value: r.value,
+            value: if r.stamp.large { &[] } else { r.value },
             flags: r.client_flags,
             cas: r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas)),
             expire_at: seg.expire_at,

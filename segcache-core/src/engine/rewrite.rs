@@ -121,7 +121,9 @@ impl Segcache {
             old.is_some()
         });
         let (Some(found), Some(old)) = (found, old) else { return Err(NotInPlace::Absent) };
-        let (item, found) = self.item_in(found, old, now).ok_or(NotInPlace::Elsewhere)?;
+        // As the record lies: a large item's head is never rewritten (`same_layout`), so its chunks
+        // need no look.
+        let (item, found) = self.item_raw(found, old, now).ok_or(NotInPlace::Elsewhere)?;
         let loc = slot::slot_loc(found.value);
         let same_layout = record::same_layout(&old, value_len, flags, explicit);
         let marked = item.state.stale || item.state.token_sent;

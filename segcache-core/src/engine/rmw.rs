@@ -381,9 +381,22 @@ impl Segcache {
             return Err(Error::NotFound);
         };
         let old_loc = slot::slot_loc(found.value);
-        let Some((form, cas)) = self.record(old_loc).map(|r| (r.form, r.stamp.cas)) else {
+        let Some((form, cas, large)) = self.record(old_loc).map(|r| (r.form, r.stamp.cas, r.stamp.large)) else {
             return Err(Error::NotFound);
         };
+        // A large item's chunks take the new TTL too: the item is stored again whole, with its
+        // CAS value and state (see `engine::large`).
+        if large {
+            let kept = item.value.to_vec();
+            let state = NewState {
+                explicit: Some(item.cas),
+                stale: item.state.stale,
+                won: item.state.token_sent,
+                ..NewState::default()
+            };
+            let fetched = access || found.value & slot::FETCHED != 0;
+            return self.restore_touched(key, h, &kept, item.flags, ttl, now, state, fetched);
+        }
         let (key_len, value_len, flags) = (item.key.len(), item.value.len(), item.flags);
         // The copy's length where it goes: its CAS is re-expressed for that segment's base.
         let len_in = move |base| record::record_len(key_len, value_len, flags, form.moved(cas, base));
@@ -520,6 +533,7 @@ impl Segcache {
                         won: s.token_sent,
                         keep_fetched: true,
                         keep_expiry: true,
+                        large: false,
                     };
                     (item.flags, item.expire_at, st)
                 }

@@ -84,6 +84,8 @@ pub(crate) struct NewState {
     /// it was stored: the new copy expires at that very second. Rounding again (the TTL, then
     /// the segment's window) would shorten the item's life at each append or increment.
     pub(crate) keep_expiry: bool,
+    /// The record is a large item's head (see `engine::large`).
+    pub(crate) large: bool,
 }
 
 pub(crate) fn check_key(key: &[u8]) -> Result<()> {
@@ -252,8 +254,14 @@ impl Segcache {
                     None if expire_at == 0 => 0,
                     None => expire_at.saturating_sub(now).max(1),
                 };
-                let st =
-                    NewState { explicit: cas, stale: true, won: false, keep_fetched: true, keep_expiry: ttl.is_none() };
+                let st = NewState {
+                    explicit: cas,
+                    stale: true,
+                    won: false,
+                    keep_fetched: true,
+                    keep_expiry: ttl.is_none(),
+                    large: false,
+                };
                 self.store_at(key, h, &[&scratch], flags, secs, Mode::Set, now, st, false)
             }
         };
@@ -321,18 +329,23 @@ impl Segcache {
         };
         // What `kill` would parse the record again for.
         let live_len = r.live_len();
-        let Some((item, found)) = self.item_in(found, r, now) else {
+        let large = r.stamp.large;
+        let Some((item, found)) = self.item_meta(found, r, now) else {
             return Err(Error::NotFound);
         };
         if compare.is_some_and(|c| c != item.cas) {
             return Err(Error::Exists);
         }
+        let chunks = if large { crate::large::Descriptor::decode(item.value) } else { None };
         let loc = slot::slot_loc(found.value);
         self.tell_owner_removal(loc, found.value, crate::listener::RemovalCause::Removed);
         self.kill_parsed(loc, live_len);
         self.remove_slot(h, found.slot);
         self.table().touch_info(h, now);
         self.meta_mut().deletes += 1;
+        if let Some(d) = chunks {
+            self.drop_chunks(&d);
+        }
         Ok(())
     }
 
@@ -385,7 +398,8 @@ impl Segcache {
         let widest = record::CasForm::widest(st.explicit.is_some());
         let len = record::record_len(key.len(), value_len, flags, widest);
         if len > self.geo.segment_size || value_len > record::MAX_VALUE_LEN {
-            return Err(Error::TooLarge { size: key.len() + value_len, max: self.max_item_size() });
+            // Out of line: an item that fits a segment never comes here (see `engine::large`).
+            return self.store_large(key, h, value, flags, ttl, mode, now, st, invalidate);
         }
         // The bucket's miss overlaps the append; the lookup after it finds the line in cache.
         prefetch(self.table().head(h) as *const Bucket as *const u8);
@@ -394,7 +408,8 @@ impl Segcache {
         let existing = if mode == Mode::Set && self.policy != Policy::S3Fifo {
             None
         } else {
-            self.lookup(key, h, now).map(|(item, found)| (item.cas, found.value, item.expire_at, item.state.token_sent))
+            self.lookup_meta(key, h, now)
+                .map(|(item, found)| (item.cas, found.value, item.expire_at, item.state.token_sent))
         };
         let mut ttl = ttl;
         match (mode, existing) {
@@ -422,17 +437,32 @@ impl Segcache {
         let counter = if st.explicit.is_some() { 0 } else { self.next_cas_mut() };
         let stamp = Stamp { stale: st.stale, won: st.won, ..Stamp::new(counter, st.explicit, 0) };
         let cas = st.explicit.unwrap_or_else(|| self.cas_of(counter));
-        let (wide, absent) =
-            match self.overwrite_in_place(key, h, value, flags, stamp, st.keep_fetched, value_len, ttl, expire_at, now)
-            {
+        let width = |ttl| if st.keep_expiry { 1 } else { crate::ttl_buckets::ttl::width_of(ttl) };
+        // A large item's head has a layout of its own (`record::LARGE_HEAD`): never written over
+        // a record, appended by a call of its own, so that no other store tests for it again.
+        let (loc, absent) = if st.large {
+            (self.append_head(key, value, flags, stamp, ttl, expire_at, width(ttl), pool, now)?, false)
+        } else {
+            let (wide, absent) = match self.overwrite_in_place(
+                key,
+                h,
+                value,
+                flags,
+                stamp,
+                st.keep_fetched,
+                value_len,
+                ttl,
+                expire_at,
+                now,
+            ) {
                 Overwrite::Done => {
                     self.meta_mut().sets += 1;
                     return Ok(cas);
                 }
                 Overwrite::Append { wide, absent } => (wide, absent),
             };
-        let width = if st.keep_expiry { 1 } else { crate::ttl_buckets::ttl::width_of(ttl) };
-        let loc = self.append_record(key, value, flags, stamp, wide, ttl, expire_at, width, pool, now)?;
+            (self.append_record(key, value, flags, stamp, wide, ttl, expire_at, width(ttl), pool, now)?, absent)
+        };
         // Appending may have evicted or moved the old copy: look it up again, unless there was
         // none (an append evicts and moves only what is there, and adds nothing under this key
         // but the slot below).
@@ -453,9 +483,15 @@ impl Segcache {
         let new = slot::pack(slot::tag_of(h), freq, loc) | fetched;
         match old {
             Some(f) => {
-                self.tell_owner_removal(slot::slot_loc(f.value), f.value, crate::listener::RemovalCause::Replaced);
-                self.kill(slot::slot_loc(f.value));
-                t.put(h, f.slot, new);
+                let old_loc = slot::slot_loc(f.value);
+                self.tell_owner_removal(old_loc, f.value, crate::listener::RemovalCause::Replaced);
+                match self.record(old_loc) {
+                    Some(r) if r.stamp.large => self.replace_head(old_loc, h, f, new),
+                    r => {
+                        self.kill_parsed(old_loc, r.and_then(|r| r.live_len()));
+                        t.put(h, f.slot, new);
+                    }
+                }
             }
             None => {
                 let mut pool = self.meta().overflow;

@@ -76,8 +76,9 @@ impl Segments<'_> {
             stamp.access = record::access_code(access.saturating_sub(dest_create));
         }
         let form = form.moved(stamp.cas, dest_base);
-        let mut head = [0u8; record::MAX_HEADER_LEN + 8];
-        let head_len = record::write_header(&mut head, key_len, value_len, flags, stamp, form, dest_base);
+        let mut head = [0u8; record::MAX_ANY_HEADER_LEN + 8];
+        let width = record::width_for(&stamp, value_len);
+        let head_len = record::write_header_in(&mut head, width, key_len, value_len, flags, stamp, form, dest_base);
         let (body, len) = (key_len + value_len, head_len + key_len + value_len);
         let at = |seg: u32, offset: usize| seg as usize * self.segment_size + offset;
         let (from_body, to) = (at(from.seg, from.offset as usize + old_len - body), at(dest, offset));

@@ -398,9 +398,9 @@ impl ShardView {
         // SAFETY: the `WINDOW` words from `first` lie in the segment (see above), and `buf` has
         // `WINDOW` words or more.
         unsafe { copy_window(first, buf) };
-        // SAFETY: the first `WINDOW` words were just written; `at` < 8, so `at + MAX_HEADER_LEN`
+        // SAFETY: the first `WINDOW` words were just written; `at` < 8, so `at + MAX_ANY_HEADER_LEN`
         // lies in them.
-        let header = record::header(unsafe { init(buf, at, record::MAX_HEADER_LEN) })?;
+        let header = record::header(unsafe { init(buf, at, record::MAX_ANY_HEADER_LEN) })?;
         let len = header.total_len();
         if len > self.segment_size - offset {
             return None;
@@ -454,10 +454,10 @@ impl ShardView {
             }
         };
         // The longest header, or what the segment has left of it (`header` checks the length).
-        let head_len = record::MAX_HEADER_LEN.min(self.segment_size - offset);
+        let head_len = record::MAX_ANY_HEADER_LEN.min(self.segment_size - offset);
         let copied = if copied == 0 { copy(buf, 0, (at + head_len).div_ceil(8)) } else { copied };
         // SAFETY: the first `copied` words, which hold the header, were just written; `at` < 8
-        // and `head_len` <= `MAX_HEADER_LEN`.
+        // and `head_len` <= `MAX_ANY_HEADER_LEN`.
         let header = record::header(unsafe { init(buf, at, head_len) })?;
         let len = header.total_len();
         if len > self.segment_size - offset {

@@ -8,10 +8,9 @@
 //! the images without an eviction waiting for it (`writer.rs`), the image an eviction
 //! fills (`image.rs`), each flash segment's metadata and the FIFO ring they are written in
 //! (`ring.rs`), the file's header and its records of that metadata (`meta.rs`), and the buffers
-//! a `&self` read hands out (`arena.rs`). What changes the hash table with them stays in the
+//! a `&self` read hands out (`crate::arena`). What changes the hash table with them stays in the
 //! engine (`engine/demote.rs`, `engine/flash.rs`, `engine/warm.rs`).
 
-pub(crate) mod arena;
 pub(crate) mod entry;
 pub(crate) mod file;
 pub(crate) mod ids;
@@ -22,7 +21,7 @@ pub(crate) mod writer;
 
 use std::sync::atomic::AtomicU64;
 
-use crate::tier::arena::Arena;
+use crate::arena::Arena;
 use crate::tier::file::TierFile;
 use crate::tier::ids::Ids;
 use crate::tier::image::Image;

@@ -2,7 +2,7 @@
 //! holds it, the eviction policy, the persistence file and the layout it was made with, and the
 //! engine's `Builder` they make.
 
-use segcache_core::{FileLayout, Policy, DEFAULT_SEGMENT_SIZE, MAX_SEGMENT_SIZE};
+use segcache_core::{FileLayout, Policy, DEFAULT_SEGMENT_SIZE, MAX_ITEM_SIZE, MAX_SEGMENT_SIZE};
 
 use super::cli::Cli;
 use super::error::ConfigError;
@@ -11,9 +11,14 @@ use super::memcached_opts::Extended;
 use super::settings::{EngineSettings, Settings};
 use super::size;
 
-/// The largest value the engine can hold is a segment less its headers; segments are at most
-/// 4 MiB, so `-I` is capped just below that.
-pub const MAX_ITEM_SIZE_LIMIT: usize = MAX_SEGMENT_SIZE - 4096;
+/// The largest `-I`, memcached's: 1 GiB. An item larger than a segment holds is stored by the
+/// engine as chunks (`segcache_core::Builder::max_item_size`).
+pub const MAX_ITEM_SIZE_LIMIT: usize = MAX_ITEM_SIZE;
+
+/// An item larger than a segment lies in one shard: the shards are made few enough that each
+/// shard's heap holds this many of the largest, so that storing one evicts a part of a shard,
+/// not all of it.
+const LARGEST_ITEMS_PER_SHARD: usize = 4;
 
 /// `-I` unless told: memcached's default largest item, 1 MiB.
 pub const DEFAULT_MAX_ITEM_SIZE: u64 = 1 << 20;
@@ -24,15 +29,18 @@ pub const DEFAULT_MAX_ITEM_SIZE: u64 = 1 << 20;
 /// not the engine, should the two part.
 pub const DEFAULT_MEMORY_MB: u64 = 64;
 
-/// `-I` over the file's `max_item_size`, checked against what a segment can hold.
+/// `-I` over the file's `max_item_size`, checked as memcached checks it: from 1k to 1 GiB, and
+/// at most half of the memory limit (`-m`).
 pub fn max_item_size(cli: &Cli, file: &FileConfig) -> Result<usize, ConfigError> {
     let n = match (&cli.max_item_size, &file.max_item_size) {
         (Some(s), _) => size::bytes(s)?,
         (None, Some(s)) => s.bytes()?,
         (None, None) => DEFAULT_MAX_ITEM_SIZE,
     };
-    if n < 1024 || n as usize > MAX_ITEM_SIZE_LIMIT {
-        return Err(ConfigError::MaxItemSize { got: n, max: MAX_ITEM_SIZE_LIMIT });
+    let memory_mb = cli.memory_mb.or(file.memory_mb).unwrap_or(DEFAULT_MEMORY_MB);
+    let max = (MAX_ITEM_SIZE_LIMIT as u64).min(memory_mb.saturating_mul(1 << 20) / 2);
+    if n < 1024 || n > max {
+        return Err(ConfigError::MaxItemSize { got: n, max: max as usize });
     }
     Ok(n as usize)
 }
@@ -78,7 +86,11 @@ pub fn resolve(
         max_memory_bytes,
         segment_size,
         eviction,
-        shards: cli.shards.or(e.shards).or(made.map(|m| m.shards)),
+        shards: cli.shards.or(e.shards).or(made.map(|m| m.shards)).or(large_item_shards(
+            memory_bytes,
+            segment_size,
+            max_item_size,
+        )),
         hash_power: cli.hash_power.or(ext.hash_power).or(e.hash_power).or(made.map(|m| m.hash_power)),
         path,
         reset_bad_file: cli.reset_bad_file || e.reset_bad_file.unwrap_or(false),
@@ -93,6 +105,21 @@ pub fn resolve(
             (None, _, _) => return Err(ConfigError::TierHalf),
         },
     })
+}
+
+/// The shard count when `-I` is above what a segment holds and nothing else sets it: the
+/// engine's default (at most 256, from the cores), lowered until each shard's heap holds
+/// `LARGEST_ITEMS_PER_SHARD` of the largest items (each shard's heap is `-m` over the shards,
+/// and an item larger than a segment must fit in one shard). `None`: the engine's default.
+fn large_item_shards(memory_bytes: usize, segment_size: usize, max_item_size: usize) -> Option<usize> {
+    if max_item_size <= segment_size {
+        return None;
+    }
+    let mut n = segcache_core::Builder::new().heap_size(memory_bytes).segment_size(segment_size).shard_count().ok()?;
+    while n > 1 && memory_bytes / n < LARGEST_ITEMS_PER_SHARD * max_item_size {
+        n /= 2;
+    }
+    Some(n)
 }
 
 /// `-m`'s megabytes in bytes.
@@ -138,7 +165,10 @@ impl Settings {
             .prefault(e.prefault)
             .touch_ahead(e.touch_ahead)
             // Clients see memcached's bytes for a number that got shorter.
-            .pad_numbers(true);
+            .pad_numbers(true)
+            // Items above what a segment holds are chunked, up to `-I` (the protocol layer
+            // refuses larger ones first, counting memcached's item header).
+            .max_item_size(self.max_item_size);
         if let Some(max) = e.max_memory_bytes {
             b = b.max_heap_size(max);
         }

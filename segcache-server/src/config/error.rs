@@ -90,7 +90,7 @@ pub enum ConfigError {
 
     // Ranges.
     #[error(
-        "max item size (-I) must be from 1k to {max} bytes (the engine's largest segment less headers), got {got}"
+        "max item size (-I) must be from 1k to {max} bytes (at most 1 GiB, and half the memory limit -m), got {got}"
     )]
     MaxItemSize { got: u64, max: usize },
     #[error("max reply size must be from the max item size (-I) + 1k ({floor}) to {max} bytes, got {got}")]

@@ -35,8 +35,9 @@ pub const DEFAULT_MAX_REPLY: usize = 16 << 20;
 /// kilobytes of `touch`, or many `get`s) is cut into slices, and the rest waits on the worker's
 /// ready list.
 pub const DEFAULT_REQS_PER_EVENT: usize = 256;
-/// The largest `--max-reply-size` accepted.
-pub const MAX_REPLY_LIMIT: usize = 1 << 30;
+/// The largest `--max-reply-size` accepted: room for one value of the largest `-I` (1 GiB) and
+/// more.
+pub const MAX_REPLY_LIMIT: usize = 2 << 30;
 
 impl Default for Settings {
     fn default() -> Self {
@@ -130,14 +131,15 @@ impl Settings {
     }
 }
 
-/// `--max-reply-size` over the file's: at least one value of the largest size and its header.
+/// `--max-reply-size` over the file's: at least one value of the largest size and its header
+/// (unless told, the default or that floor, whichever is larger).
 fn max_reply_size(cli: &Cli, file: &FileConfig, max_item_size: usize) -> Result<usize, ConfigError> {
+    let floor = max_item_size as u64 + 1024;
     let n = match (&cli.max_reply_size, &file.max_reply_size) {
         (Some(s), _) => size::bytes(s)?,
         (None, Some(s)) => s.bytes()?,
-        (None, None) => DEFAULT_MAX_REPLY as u64,
+        (None, None) => (DEFAULT_MAX_REPLY as u64).max(floor),
     };
-    let floor = max_item_size as u64 + 1024;
     if n < floor || n > MAX_REPLY_LIMIT as u64 {
         return Err(ConfigError::MaxReplySize { got: n, floor, max: MAX_REPLY_LIMIT });
     }
@@ -344,6 +346,24 @@ mod tests {
         assert_eq!(s.engine.segment_size, 1 << 20);
     }
 
+    /// memcached's `-I` rules: from 1k to 1 GiB, at most half of `-m`. Items above what a segment
+    /// holds are chunked: the segments stay at most 4 MiB, and the shards are few enough that
+    /// each holds four of the largest item.
+    #[test]
+    fn the_item_size_goes_to_a_gigabyte_and_half_the_memory() {
+        let s = Settings::resolve(cli(&["-I", "32m", "-m", "1024"]), FileConfig::default()).unwrap();
+        assert_eq!((s.max_item_size, s.engine.segment_size), (32 << 20, 4 << 20));
+        assert!(s.max_reply_size > 32 << 20);
+        let b = s.builder();
+        assert!(b.shard_count().unwrap() <= 8);
+        let s = Settings::resolve(cli(&["-I", "1024m", "-m", "4096"]), FileConfig::default()).unwrap();
+        assert_eq!((s.max_item_size, s.engine.segment_size), (1 << 30, 4 << 20));
+        for bad in [&["-I", "1025m", "-m", "4096"][..], &["-I", "33m", "-m", "64"], &["-I", "1000"]] {
+            let err = Settings::resolve(cli(bad), FileConfig::default()).unwrap_err();
+            assert!(matches!(err, ConfigError::MaxItemSize { .. }), "{bad:?}: {err}");
+        }
+    }
+
     #[test]
     fn max_reply_size_defaults_and_floor() {
         let s = Settings::resolve(cli(&[]), FileConfig::default()).unwrap();
@@ -354,7 +374,7 @@ mod tests {
         assert_eq!(Settings::resolve(cli(&[]), file).unwrap().max_reply_size, 3 << 20);
         // A reply must hold at least one value of the largest size.
         assert!(Settings::resolve(cli(&["-I", "2m", "--max-reply-size", "2m"]), FileConfig::default()).is_err());
-        assert!(Settings::resolve(cli(&["--max-reply-size", "2g"]), FileConfig::default()).is_err());
+        assert!(Settings::resolve(cli(&["--max-reply-size", "3g"]), FileConfig::default()).is_err());
     }
 
     fn refused(args: &[&str]) -> String {
@@ -579,7 +599,7 @@ mod tests {
             (&["-D", "/"], "-D \"/\": only \":\" is supported as the stats detail prefix delimiter"),
             (
                 &["-I", "2m", "--max-reply-size", "2m"],
-                "max reply size must be from the max item size (-I) + 1k (2098176) to 1073741824 bytes, got 2097152",
+                "max reply size must be from the max item size (-I) + 1k (2098176) to 2147483648 bytes, got 2097152",
             ),
             (&["--eviction", "lru"], "invalid eviction policy \"lru\": invalid configuration: unknown eviction policy \"lru\"; expected one of none, random, random-fifo, fifo, cte, util, merge, s3fifo"),
         ] {
@@ -646,7 +666,7 @@ max_memory_mb = 128
     #[test]
     fn bad_settings_are_explained() {
         for args in [
-            &["-I", "8m"][..],
+            &["-I", "40m"][..],
             &["-I", "12x"],
             &["-t", "0"],
             &["-m", "0"],
