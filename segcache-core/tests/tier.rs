@@ -589,3 +589,27 @@ fn a_long_run_of_single_owner_reads_serves_every_flash_item() {
         assert_eq!(item.as_ref().map(|it| it.value()), Some(&value(i, 0)[..]), "key {i}");
     }
 }
+
+/// A read that may take an item's recache token (memcached's `mg ... R`) finds the item on
+/// flash: exactly one such read wins it, as in DRAM; the item comes back to DRAM for it.
+#[test]
+fn the_recache_token_of_an_item_on_flash_goes_to_exactly_one_reader() {
+    let t = Temp::new("token");
+    let c = tiered(&t, 64).build_shared().unwrap();
+    for i in 0..1500 {
+        c.set(&key(i), &value(i, 0), 0, Duration::from_secs(100)).unwrap();
+    }
+    assert!(c.stats().flash_items > 0);
+    let hits = c.stats().flash_hits;
+    assert!(c.get(&key(0)).is_some() && c.stats().flash_hits > hits, "read from flash");
+    let opts = segcache_core::ReadOptions {
+        claim_token: true,
+        recache_below: Some(Duration::from_secs(1000)),
+        no_update: false,
+    };
+    let read = || c.get_with_options(&key(0), opts, |it| (it.value().to_vec(), it.won(), it.token_sent()));
+    assert_eq!(read(), Some((value(0, 0), true, false)), "the first read wins");
+    assert_eq!(read(), Some((value(0, 0), false, true)), "the next sees it taken");
+    let plain = segcache_core::ReadOptions { recache_below: None, ..opts };
+    assert_eq!(c.get_with_options(&key(0), plain, |it| it.won()), Some(false));
+}

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use crate::engine::read::{state_of, ReadOptions};
+use crate::engine::read::{state_of, token_due, ReadOptions};
 use crate::engine::write::{Mode, NewState};
 use crate::engine::Segcache;
 use crate::hashtable::slot::{self, Loc};
@@ -213,6 +213,29 @@ impl Segcache {
                 f.slot.store(f.value | slot::FETCHED, Relaxed);
             }
         }
+    }
+
+    /// Whether a read with `opts` of `key`'s item on flash, if it has one, would take its
+    /// recache token (see `ReadOptions::claim_token`). Only an item in DRAM can hand the token
+    /// to exactly one reader, so the caller brings such an item back first (`promote_flash`).
+    /// Not counted as a read.
+    #[cold]
+    pub(crate) fn flash_token_due(&self, key: &[u8], h: u64, opts: &ReadOptions) -> bool {
+        let Some(tier) = self.tier.as_deref().filter(|_| opts.claim_token) else { return false };
+        let now = self.now();
+        if self.flushed(now) {
+            return false;
+        }
+        let mut due = false;
+        self.table().find(h, |loc| match read_flash(tier, loc, key, now) {
+            Ok((bytes, meta)) => {
+                due = parse_flash(&bytes, meta.cas_base)
+                    .is_some_and(|r| token_due(opts, &state_of(&r.stamp, meta.create_at, 0, now), meta.expire_at, now));
+                true
+            }
+            Err(_) => false,
+        });
+        due
     }
 
     /// Whether `key` has an item on flash at `now` (read and checked; not counted as a read).

@@ -435,6 +435,15 @@ impl SharedCache {
                 p => return deliver(p, buf, counters, h, opts, f),
             }
         }
+        if engine.tier.is_some() && engine.flash_token_due(key, h, opts) {
+            // The recache token is handed out in DRAM only: the item comes back, then is read.
+            drop(engine);
+            let mut engine = shard.write();
+            let now = engine.now();
+            engine.promote_flash(key, h, now);
+            drop(engine);
+            return self.get_locked(i, key, h, buf, opts, f);
+        }
         engine.get_with_options_then(key, h, counters, opts, f)
     }
 
