@@ -4,13 +4,17 @@
 //! tier file (crash recovery) and checks them against the log: no value older than the latest
 //! acknowledged one, no deleted key back, and many items served from flash.
 
-use std::collections::HashMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use segcache_core::{Builder, Policy, Segcache, SharedCache, Stats};
+
+#[path = "common/ack_log.rs"]
+mod ack_log;
+
+use ack_log::{replay, State};
 
 const KEYS: u64 = 6000;
 const CHILD_ENV: &str = "SEGCACHE_TIER_CRASH_CHILD";
@@ -116,54 +120,6 @@ fn tier_crash_child() {
         }
         log.write_all(b"A\n").unwrap();
     }
-}
-
-#[derive(Debug, Clone, PartialEq)]
-enum State {
-    Absent,
-    Value(u64, u64), // version, expiry (0: never)
-}
-
-/// Replays the log: the acknowledged state of each key, and the operation in flight at the kill.
-fn replay(log: &str) -> (HashMap<u64, State>, Option<(u64, State)>, u64) {
-    let mut state = HashMap::new();
-    let mut pending: Option<(u64, State)> = None;
-    let mut max_version = 0;
-    for line in log.lines() {
-        let f: Vec<&str> = line.split(' ').collect();
-        let num = |i: usize| f.get(i).and_then(|x| x.parse::<u64>().ok());
-        // A line torn by the kill parses as nothing: its operation had not started.
-        match (f.first().copied(), f.get(1).copied()) {
-            (Some("A"), None) => {
-                if let Some((k, s)) = pending.take() {
-                    state.insert(k, s);
-                }
-            }
-            (Some("B"), Some("D")) => pending = num(2).map(|k| (k, State::Absent)),
-            (Some("B"), Some("S")) => pending = num(2).zip(num(3)).map(|(k, v)| (k, State::Value(v, 0))),
-            // The parent's record of how the operation in flight at a kill turned out.
-            (Some("R"), Some("D")) => {
-                pending = None;
-                if let Some(k) = num(2) {
-                    state.insert(k, State::Absent);
-                }
-            }
-            (Some("R"), Some("S")) => {
-                pending = None;
-                if let (Some(k), Some(v), Some(at)) = (num(2), num(3), num(4)) {
-                    state.insert(k, State::Value(v, at));
-                }
-            }
-            (Some("B"), Some("T")) if f.len() == 5 => {
-                pending = num(2).zip(num(3)).zip(num(4)).map(|((k, v), at)| (k, State::Value(v, at)))
-            }
-            _ => {}
-        }
-        if let Some((_, State::Value(v, _))) = &pending {
-            max_version = max_version.max(*v);
-        }
-    }
-    (state, pending, max_version)
 }
 
 #[test]
