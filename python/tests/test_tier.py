@@ -72,3 +72,26 @@ def test_tier_settings_are_checked(tmp_path):
     with pytest.raises(ValueError, match="tier_size"):
         segcache.Cache(heap_size="1MiB", segment_size="64KiB", tier_path=t, tier_size="lots")
     assert not t.exists()
+
+
+def test_a_read_on_the_tier_brings_its_item_back_when_asked(tmp_path):
+    c = segcache.Cache(heap_size="256KiB", segment_size="64KiB", shards=1, eviction="fifo",
+                       tier_path=tmp_path / "tier.dat", tier_size="16MiB", tier_promote_after=2)
+    for i in range(3000):
+        c.set(b"k%d" % i, value(i))
+    assert c.get(b"k0") == value(0)
+    c.set(b"unrelated", b"x")
+    assert c.stats()["flash_promoted"] == 0, "one read of two"
+    assert c.get(b"k0") == value(0)
+    c.set(b"unrelated", b"y")
+    assert c.stats()["flash_promoted"] == 1
+    hits = c.stats()["flash_hits"]
+    assert c.get(b"k0") == value(0)
+    assert c.stats()["flash_hits"] == hits, "read from memory now"
+    c.close()
+    for bad in (-1, 256):
+        with pytest.raises(ValueError, match="tier_promote_after"):
+            segcache.Cache(heap_size="256KiB", tier_path=tmp_path / "t2.dat", tier_size="16MiB",
+                           tier_promote_after=bad)
+    with pytest.raises(TypeError):
+        segcache.Cache(tier_promote_after="2")

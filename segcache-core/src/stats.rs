@@ -191,6 +191,8 @@ figures! {
     flash_bytes_written: Counter,
     /// Bytes of the items that reads served from the flash tier (their records).
     flash_bytes_read: Counter,
+    /// Items that reads on the flash tier brought back to DRAM (`Builder::tier_promote_after`).
+    flash_promoted: Counter,
 }
 
 #[cfg(test)]
@@ -201,7 +203,7 @@ mod tests {
     fn figures_follow_the_fields() {
         let s = Stats { items: 3, sets: 7, segment_size: 1 << 20, ..Stats::default() };
         let f: Vec<Figure> = s.figures().collect();
-        assert_eq!(f.len(), 30);
+        assert_eq!(f.len(), 31);
         assert_eq!((f[0].name, f[0].kind, f[0].value), ("items", FigureKind::Gauge, 3));
         let sets = f.iter().find(|x| x.name == "sets").unwrap();
         assert_eq!((sets.kind, sets.value), (FigureKind::Counter, 7));

@@ -117,6 +117,11 @@ pub struct segcache_config_t {
     /// record and read whole (`segcache_get` copies it into the caller's buffer) or not at all;
     /// it must fit in its shard's heap less four segments (`SEGCACHE_TOO_LARGE` otherwise).
     pub max_item_size: usize,
+    /// With a tier: the reads an item must have had, the read on the tier included, for a read
+    /// on the tier to bring it back to memory (at the shard's next write); 0 (default): reads
+    /// leave items on the tier, a write brings one back. See `Builder::tier_promote_after` in
+    /// the Rust docs.
+    pub tier_promote_after: u8,
 }
 
 /// Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
@@ -149,6 +154,7 @@ pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t)
             tier_path: std::ptr::null(),
             tier_size: 0,
             max_item_size: 0,
+            tier_promote_after: 0,
         };
         // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
         unsafe { put(config, defaults) };
@@ -204,7 +210,7 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
             return Err(Fail::new(segcache_status_t::SEGCACHE_INVALID_CONFIG, c"tier_path is set but tier_size is 0"))
         }
         (Some(Err(())), _) => return Err(Fail::invalid(c"config tier_path is an empty string (use NULL for no tier)")),
-        (Some(Ok(path)), size) => b = b.tier(path, size),
+        (Some(Ok(path)), size) => b = b.tier(path, size).tier_promote_after(cfg.tier_promote_after),
     }
     let clock = (cfg.manual_clock_start != 0).then(|| ManualClock::new(cfg.manual_clock_start));
     if let Some(c) = &clock {

@@ -77,6 +77,8 @@ pub struct segcache_stats_t {
     pub flash_bytes_written: u64,
     /// Bytes of the items that reads served from the flash tier.
     pub flash_bytes_read: u64,
+    /// Items that reads on the flash tier brought back to DRAM.
+    pub flash_promoted: u64,
 }
 
 /// The C struct of core's [`Stats`]: the same fields in the order of `Stats::figures`, with the
@@ -116,6 +118,7 @@ fn c_stats(s: Stats) -> segcache_stats_t {
         flash_demotions_dropped: s.flash_demotions_dropped,
         flash_bytes_written: s.flash_bytes_written,
         flash_bytes_read: s.flash_bytes_read,
+        flash_promoted: s.flash_promoted,
     }
 }
 

@@ -136,7 +136,7 @@ def test_the_command_line_and_the_stats_names_are_memcacheds(tmp_path):
     ours_proc, ours_port = spawn("-m", "4", "-o", opts.replace("/mc:", "/ours:"))
     ours = {k for k in stats(Client(("127.0.0.1", ours_port), timeout=5)) if "extstore" in k}
     stop(ours_proc)
-    assert len(ours) == 9 and ours <= theirs, ours - theirs
+    assert len(ours) == 10 and ours <= theirs, ours - theirs
 
 
 def test_without_a_tier_no_extstore_figures_and_the_items_are_evicted():
@@ -172,3 +172,29 @@ def test_a_tier_too_small_for_the_shards_is_refused(tmp_path):
                        capture_output=True, text=True, timeout=10)
     assert r.returncode != 0
     assert "tier" in r.stderr and "at least 2" in r.stderr, r.stderr
+
+
+def test_tier_promote_after_brings_an_item_read_on_the_tier_back_to_memory(tmp_path):
+    """With `-o tier_promote_after=2`, the second read of an item on the tier brings it back to
+    memory at the next write to its shard (memcached's `recache_from_extstore` counts it), and it is read
+    from memory after that; without it, reads leave items on the tier."""
+    for promote, promoted in ((None, 0), (2, 1)):
+        opts = f"ext_path={tmp_path / 'extstore'}:64m"
+        if promote is not None:
+            opts += f",tier_promote_after={promote}"
+        proc, port = spawn("-m", "4", "-o", opts)
+        client = Client(("127.0.0.1", port), timeout=10)
+        for i in range(3000):
+            assert client.set(b"k%d" % i, value(i), noreply=False)
+        for _ in range(2):
+            assert client.get(b"k0") == value(0)
+        # The next write to the key's shard brings it back: one to every shard.
+        for j in range(256):
+            assert client.set(b"unrelated-%d" % j, b"x", noreply=False)
+        s = stats(client)
+        assert (s["recache_from_extstore"], s["engine_flash_promoted"]) == (promoted, promoted), s
+        read = s["extstore_objects_read"]
+        assert client.get(b"k0") == value(0)
+        assert stats(client)["extstore_objects_read"] == read + 1 - promoted
+        client.close()
+        stop(proc)

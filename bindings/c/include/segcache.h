@@ -376,6 +376,13 @@ typedef struct segcache_config_t {
    * it must fit in its shard's heap less four segments (`SEGCACHE_TOO_LARGE` otherwise).
    */
   size_t max_item_size;
+  /**
+   * With a tier: the reads an item must have had, the read on the tier included, for a read
+   * on the tier to bring it back to memory (at the shard's next write); 0 (default): reads
+   * leave items on the tier, a write brings one back. See `Builder::tier_promote_after` in
+   * the Rust docs.
+   */
+  uint8_t tier_promote_after;
 } segcache_config_t;
 
 /**
@@ -676,6 +683,10 @@ typedef struct segcache_stats_t {
    * Bytes of the items that reads served from the flash tier.
    */
   uint64_t flash_bytes_read;
+  /**
+   * Items that reads on the flash tier brought back to DRAM.
+   */
+  uint64_t flash_promoted;
 } segcache_stats_t;
 
 /**

@@ -99,6 +99,9 @@ struct Config {
     Config &max_item_size(size_t bytes) { raw.max_item_size = bytes; return *this; }
     /// A flash tier: a file of `bytes` where eviction writes the items it gives up.
     Config &tier(std::string p, uint64_t bytes) { tier_path = std::move(p); raw.tier_size = bytes; return *this; }
+    /// With a tier: a read on it brings its item back to memory once the item has had `reads`
+    /// reads, this one included; 0 (default): never.
+    Config &tier_promote_after(uint8_t reads) { raw.tier_promote_after = reads; return *this; }
 };
 
 /// An item copied out of the cache.

@@ -106,6 +106,7 @@ static void test_config_default(void) {
     CHECK(cfg.max_heap_size == 0);
     CHECK(cfg.tier_path == NULL);
     CHECK(cfg.tier_size == 0);
+    CHECK(cfg.tier_promote_after == 0);
     CHECK_ST(segcache_config_default(NULL), SEGCACHE_INVALID_ARGUMENT);
     CHECK(strstr(segcache_last_error(), "config") != NULL);
 }
@@ -2729,6 +2730,28 @@ static void test_tier(void) {
     CHECK_ST(segcache_add(c, K("tier-0"), K("other"), 0, 0), SEGCACHE_NOT_STORED);
     CHECK_ST(segcache_delete(c, K("tier-1")), SEGCACHE_OK);
     CHECK_ST(get_str(c, "tier-1", buf, sizeof buf, NULL), SEGCACHE_NOT_FOUND);
+    CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+    CHECK(st.flash_promoted == 0);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+
+    /* Promotion on read: with tier_promote_after 1, a read on the tier brings its item back to
+     * memory at the next write, and the read after it is not one of the tier's. */
+    cfg.tier_promote_after = 1;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "tier-%d", i);
+        CHECK_ST(segcache_set(c, K(key), K("promoted value"), 7, 0), SEGCACHE_OK);
+    }
+    CHECK_ST(get_str(c, "tier-0", buf, sizeof buf, NULL), SEGCACHE_OK);
+    CHECK_ST(segcache_set(c, K("unrelated"), K("x"), 0, 0), SEGCACHE_OK);
+    CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+    CHECK(st.flash_promoted == 1);
+    uint64_t flash_hits = st.flash_hits;
+    segcache_meta_t meta;
+    CHECK_ST(get_str(c, "tier-0", buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, "promoted value") == 0 && meta.flags == 7);
+    CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+    CHECK(st.flash_hits == flash_hits);
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
     unlink(tier);
     rmdir(dir);

@@ -58,6 +58,14 @@ int main() {
             CHECK(right == 4000);
             CHECK(c.stats().flash_hits > 2000);
         }
+        {
+            // promotion on read: the second read of an item on flash brings it back at the next write
+            segcache::Cache c(tiered.tier(tier, 8u << 20).tier_promote_after(2));
+            for (int i = 0; i < 4000; i++) c.set("t" + std::to_string(i), "v", 0);
+            CHECK(c.get("t0") && c.get("t0"));
+            c.set("unrelated", "x", 0);
+            CHECK(c.stats().flash_promoted == 1);
+        }
         std::remove(tier.c_str());
         rmdir(dir);
     }

@@ -128,6 +128,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         tier_path: Union[str, "os.PathLike[str]", None] = None,
         tier_size: Optional[Size] = None,
         max_item_size: Optional[Size] = None,
+        tier_promote_after: int = 0,
         serializer: None = None,
     ) -> None: ...
     @overload
@@ -153,6 +154,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         tier_path: Union[str, "os.PathLike[str]", None] = None,
         tier_size: Optional[Size] = None,
         max_item_size: Optional[Size] = None,
+        tier_promote_after: int = 0,
         serializer: Literal["pickle"],
     ) -> None: ...
     @overload
@@ -178,6 +180,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         tier_path: Union[str, "os.PathLike[str]", None] = None,
         tier_size: Optional[Size] = None,
         max_item_size: Optional[Size] = None,
+        tier_promote_after: int = 0,
         serializer: Serializer[_T],
     ) -> None: ...
     @overload

@@ -136,7 +136,8 @@ impl Cache {
                         hash_power=None, shards=None, clock=None, reset_bad_file=false,
                         lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true, *,
                         eviction_listener=None, serializer=None, resize_file=false,
-                        max_heap_size=None, tier_path=None, tier_size=None, max_item_size=None))]
+                        max_heap_size=None, tier_path=None, tier_size=None, max_item_size=None,
+                        tier_promote_after=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -160,6 +161,7 @@ impl Cache {
         tier_path: Option<&Bound<'_, PyAny>>,
         tier_size: Option<&Bound<'_, PyAny>>,
         max_item_size: Option<&Bound<'_, PyAny>>,
+        tier_promote_after: &Bound<'_, PyAny>,
     ) -> PyResult<Self> {
         let serializer = Serializer::from_arg(serializer)?;
         let listener = eviction_listener.filter(|f| !f.is_none());
@@ -231,6 +233,7 @@ impl Cache {
         if let Some(p) = &path {
             b = b.path(p.clone());
         }
+        let promote = convert::int_in_range(tier_promote_after, "tier_promote_after", 0, 255)? as u8;
         let tier_path = tier_path.filter(|v| !v.is_none());
         let tier_size = tier_size.filter(|v| !v.is_none());
         match (tier_path, tier_size) {
@@ -253,7 +256,7 @@ impl Cache {
                 if p.as_os_str().is_empty() {
                     return Err(crate::errors::bad_arg("tier_path is an empty string".into()));
                 }
-                b = b.tier(p, convert::size(size, "tier_size")? as u64);
+                b = b.tier(p, convert::size(size, "tier_size")? as u64).tier_promote_after(promote);
             }
         }
         // Opening may map and check a persisted heap of gigabytes: let other threads run.

@@ -13,6 +13,8 @@ use crate::listener::{RemovalCause, RemovalListener};
 
 /// The tier writer's queue unless `tier_write_queue` says otherwise.
 const DEFAULT_TIER_WRITE_QUEUE: usize = 8 << 20;
+/// `tier_promote_after` unless set.
+const DEFAULT_TIER_PROMOTE_AFTER: u8 = 0;
 
 /// Smallest segment size. Slots address bytes within a segment with 22 bits.
 ///
@@ -99,6 +101,8 @@ pub struct Builder {
     pub(crate) tier: Option<(PathBuf, u64)>,
     /// Bytes of images the tier's writer may hold queued (`tier_write_queue`).
     pub(crate) tier_write_queue: usize,
+    /// `tier_promote_after`.
+    pub(crate) tier_promote_after: u8,
     /// `max_item_size`: the largest item's key and value, in bytes; `None` for what one segment
     /// holds.
     pub(crate) max_item_size: Option<usize>,
@@ -141,6 +145,7 @@ impl Builder {
             touch_ahead: false,
             tier: None,
             tier_write_queue: DEFAULT_TIER_WRITE_QUEUE,
+            tier_promote_after: DEFAULT_TIER_PROMOTE_AFTER,
             max_item_size: None,
         }
     }
@@ -599,6 +604,47 @@ impl Builder {
     /// ```
     pub fn tier_write_queue(mut self, bytes: usize) -> Self {
         self.tier_write_queue = bytes;
+        self
+    }
+
+    /// When a read on the [tier](Self::tier) brings its item back to DRAM: once the item has
+    /// been read `reads` times, this read included (its frequency counter, which reads raise
+    /// in DRAM and on flash alike, and which stops counting every read past 16). 0, the default,
+    /// leaves items on flash until they are written to: measured on Zipf 0.99 keys, promotion
+    /// saves a few percent of the tier's reads and costs hit ratio and tier writes, since the
+    /// flash copy keeps its room until its segment is reclaimed while the DRAM copy pushes
+    /// another item out (docs/benchmarks.md, "Flash tier"). It pays where a read of the device
+    /// costs much more than a miss's share of the hit ratio.
+    ///
+    /// A read holds the cache shared and cannot store: it leaves the key to the shard's next
+    /// write to any key, which brings the item back first (unless it was written or dropped
+    /// meanwhile). The item then takes DRAM room as a new one would, and its flash copy is
+    /// forgotten. `flash_promoted` of [`Stats`](crate::Stats) counts these.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// use segcache_core::{Builder, Policy};
+    ///
+    /// let path = std::env::temp_dir().join(format!("segcache-doc-{}-promote", std::process::id()));
+    /// let mut cache = Builder::new()
+    ///     .heap_size(256 << 10)
+    ///     .segment_size(64 << 10)
+    ///     .eviction(Policy::Fifo)
+    ///     .tier(&path, 4 << 20)
+    ///     .tier_promote_after(1) // every read on flash
+    ///     .build()?;
+    /// for i in 0..4_000u32 {
+    ///     cache.set(&i.to_le_bytes(), &[7; 200], 0, Duration::ZERO)?;
+    /// }
+    /// assert!(cache.get(&0u32.to_le_bytes()).is_some()); // from flash
+    /// cache.set(b"next write", b"", 0, Duration::ZERO)?;
+    /// assert_eq!(cache.stats().flash_promoted, 1);
+    /// drop(cache);
+    /// std::fs::remove_file(&path).unwrap();
+    /// # Ok::<(), segcache_core::Error>(())
+    /// ```
+    pub fn tier_promote_after(mut self, reads: u8) -> Self {
+        self.tier_promote_after = reads;
         self
     }
 

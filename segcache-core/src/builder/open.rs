@@ -259,6 +259,9 @@ impl Builder {
         file::opened(&region)?;
         if let Some((path, bytes)) = &self.tier {
             attach_tier(&mut engines, path, *bytes, self.tier_write_queue, found)?;
+            for tier in engines.iter_mut().filter_map(|e| e.tier.as_deref_mut()) {
+                tier.promote_after = self.tier_promote_after;
+            }
         }
         Ok(engines)
     }

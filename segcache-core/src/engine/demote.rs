@@ -75,7 +75,7 @@ impl Segcache {
         if tier.image.is_none() {
             // The device is behind: the item goes as it would without a tier, rather than the
             // eviction waiting.
-            if !tier.file.reserve() {
+            if tier.file.behind() {
                 tier.counts.demotions_dropped += 1;
                 return false;
             }
@@ -90,15 +90,43 @@ impl Segcache {
         let Some(f) = self.table().find_loc(h, loc) else { return false };
         let image = tier.image.as_mut().expect("an image was opened above");
         let offset = image.put(&self.seg_bytes(loc.seg)[loc.offset as usize..][..len], meta, h);
+        tier.counts.demoted += 1;
         let to = Loc { seg: tier.ids.seg_id(image.index()), offset };
         Table::relocate(f.slot, f.value, slot::slot_freq(f.value), to);
         true
     }
 
-    /// Hands the image the eviction filled, if any, to the writer: every eviction that demotes
-    /// calls it before it returns, so that every flash slot leads into a segment written or
-    /// queued.
+    /// Every eviction that demotes calls it before it returns. Without a queue it hands the
+    /// image it filled to be written at once, so that a process killed after the eviction loses
+    /// none of its items. With one, the image stays open for the next eviction until it is full
+    /// (or a sync, a close or a flush comes): an eviction gives up a segment's live items, a
+    /// merge only some of them, and an image written at each eviction's end would leave most
+    /// flash segments partly empty. Either way, the images that failed are dropped.
     pub(crate) fn finish_demotion(&mut self) {
+        let Some(mut tier) = self.tier.take() else { return };
+        if tier.file.inline() {
+            self.write_image(&mut tier);
+        } else {
+            self.drop_failed_images(&mut tier);
+        }
+        self.tier = Some(tier);
+    }
+
+    /// Writes the tier to stable storage: the images queued, and what the image being filled
+    /// holds so far, with a record that says so (the image stays open, and a later write of it
+    /// whole, or a reclaim, supersedes both). A crash after this serves every item demoted before
+    /// it; one demoted later into the same image reads as a miss (its entry does not check).
+    pub(crate) fn sync_tier(&self) -> crate::error::Result<()> {
+        let Some(tier) = self.tier.as_deref() else { return Ok(()) };
+        if let Some(image) = tier.image.as_ref().filter(|image| !image.entries().is_empty()) {
+            let seg = tier.ring.filled(image.bytes().len() as u32, image.live(), image.expire_at());
+            tier.file.write_now(image, &seg)?;
+        }
+        tier.file.sync()
+    }
+
+    /// Hands the open image, if any, to the writer: before a graceful stop.
+    pub(crate) fn close_image(&mut self) {
         let Some(mut tier) = self.tier.take() else { return };
         self.write_image(&mut tier);
         self.tier = Some(tier);
@@ -109,20 +137,22 @@ impl Segcache {
     /// whose write failed hold (see `drop_failed`).
     fn write_image(&mut self, tier: &mut Tier) {
         if let Some(image) = tier.image.take() {
-            if image.entries().is_empty() {
-                // It took nothing, and leaves its segment free (a reclaim may have emptied it).
-                tier.file.unreserve();
-            } else {
+            // An image that took nothing leaves its segment free (a reclaim may have emptied it).
+            if !image.entries().is_empty() {
                 debug_assert_eq!(image.index(), tier.ring.next(), "images are written to the ring's head");
-                let (items, written) = (image.entries().len() as u32, image.bytes().len() as u32);
-                tier.ring.fill(written, items, image.expire_at());
-                tier.counts.demoted += u64::from(items);
+                let written = image.bytes().len() as u32;
+                tier.ring.fill(written, image.live(), image.expire_at());
                 tier.counts.bytes_written += u64::from(written);
                 // Its record says it is in use once the writer has written it (see `writer.rs`).
                 let seg = *tier.ring.seg(image.index());
                 tier.file.submit(image, &seg);
             }
         }
+        self.drop_failed_images(tier);
+    }
+
+    /// Drops what the images whose write failed hold (see `drop_failed`).
+    fn drop_failed_images(&mut self, tier: &mut Tier) {
         for job in tier.file.reap() {
             self.drop_failed(tier, &job.image, job.generation);
         }
@@ -316,5 +346,104 @@ mod tests {
         assert!(held >= s.items as usize - s.flash_items as usize, "the heap's items are intact");
         drop(c);
         std::fs::remove_file(path).unwrap();
+    }
+
+    /// Evictions that each give up part of a segment still fill the tier's segments whole: the
+    /// image stays open from one eviction to the next and is written once full, its items served
+    /// from it meanwhile.
+    #[test]
+    fn images_fill_whole_flash_segments_across_evictions() {
+        let (mut c, _writer, path) = tiered("fill", 8 << 20);
+        // Each key is written twice, a few stores apart: a heap segment that eviction clears
+        // holds about half its records live.
+        let n = 3000;
+        for i in 0..n {
+            c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
+            if i >= 4 {
+                c.set(&key(i - 4), &value(i - 4), 0, Duration::ZERO).unwrap();
+            }
+        }
+        let s = c.stats();
+        assert!(s.flash_items > 1000 && s.flash_reclaimed_segments == 0, "{s:?}");
+        assert_eq!(check(&c, n) as u64, s.items + s.flash_items, "every item reads back");
+        let tier = c.tier.as_deref().unwrap();
+        tier.file.settle(None);
+        let written: Vec<u32> =
+            (0..tier.file.segments()).map(|i| *tier.ring.seg(i)).filter(|s| s.seq != 0).map(|s| s.written).collect();
+        // An entry is at most a head and a 420-byte record: what a full image may leave unused.
+        let full = SEG as u32 - 512;
+        assert!(written.len() >= 10 && written.iter().all(|&w| w >= full), "{written:?}");
+        assert!(tier.image.as_ref().is_some_and(|image| image.live() > 0), "the rest waits in the open image");
+        c.verify().unwrap();
+        drop(c);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    /// `sync` writes what the open image holds: a process that ends without closing after it
+    /// leaves every item that was on flash at the sync readable; items demoted into the same
+    /// image after the sync read back whole or miss. A child process writes and exits, as a
+    /// killed one would, and names the keys that were on flash at the sync.
+    #[test]
+    fn a_sync_writes_the_open_image_and_a_crash_after_it_keeps_those_items() {
+        const CHILD: &str = "SEGCACHE_DEMOTE_SYNC_CHILD";
+        let dir = std::env::var(CHILD).unwrap_or_else(|_| format!("{}", std::process::id()));
+        let file = |what: &str| std::env::temp_dir().join(format!("segcache-demote-sync-{dir}-{what}"));
+        let (heap, tier, listed) = (file("heap"), file("tier"), file("on-flash"));
+        let open = || {
+            Builder::new()
+                .heap_size(4 * SEG)
+                .segment_size(SEG)
+                .eviction(Policy::Fifo)
+                .path(&heap)
+                .tier(&tier, (64 * SEG) as u64)
+                .build()
+                .unwrap()
+        };
+        if std::env::var(CHILD).is_ok() {
+            let mut c = open();
+            let mut n = 800;
+            for i in 0..n {
+                c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
+            }
+            let open_image = |c: &Segcache| c.tier.as_deref().unwrap().image.as_ref().map_or(0, |image| image.live());
+            while open_image(&c) == 0 {
+                c.set(&key(n), &value(n), 0, Duration::ZERO).unwrap();
+                n += 1;
+                assert!(n < 3000, "evictions leave an image open");
+            }
+            c.sync().unwrap();
+            let on_flash: Vec<String> =
+                (0..n).filter(|&i| c.record_location(&key(i)).is_none()).map(|i| i.to_string()).collect();
+            std::fs::write(&listed, on_flash.join(" ")).unwrap();
+            // More for the same image, not synced.
+            let before = open_image(&c);
+            while open_image(&c) == before {
+                c.set(&key(n), &value(n), 0, Duration::ZERO).unwrap();
+                n += 1;
+                assert!(n < 3000, "evictions leave an image open");
+            }
+            std::process::exit(0);
+        }
+        let _ = (std::fs::remove_file(&heap), std::fs::remove_file(&tier));
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "engine::demote::tests::a_sync_writes_the_open_image_and_a_crash_after_it_keeps_those_items",
+                "--exact",
+            ])
+            .env(CHILD, &dir)
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let on_flash: Vec<usize> =
+            std::fs::read_to_string(&listed).unwrap().split(' ').map(|i| i.parse().unwrap()).collect();
+        assert!(on_flash.len() > 100);
+        let c = open();
+        let missing: Vec<usize> = on_flash.into_iter().filter(|&i| c.get(&key(i)).is_none()).collect();
+        assert_eq!(missing, Vec::<usize>::new(), "every item on flash at the sync");
+        check(&c, 3000);
+        c.verify().unwrap();
+        drop(c);
+        let _ = (std::fs::remove_file(&heap), std::fs::remove_file(&tier), std::fs::remove_file(&listed));
     }
 }

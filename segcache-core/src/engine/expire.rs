@@ -28,11 +28,13 @@ impl Segcache {
     }
 
     /// `prepare_write` for a write to `key` (hash `h`): an item of the key on flash first comes
-    /// back to DRAM (see `promote_flash`), so that the write finds the key there or nowhere.
+    /// back to DRAM (see `promote_flash`), so that the write finds the key there or nowhere; so do
+    /// those that reads asked back (`promote_wanted`).
     #[inline]
     pub(crate) fn prepare_keyed_write(&mut self, key: &[u8], h: u64) -> u32 {
         let now = self.prepare_write();
         if self.tier.is_some() {
+            self.promote_wanted(now);
             self.promote_flash(key, h, now);
         }
         now

@@ -1,7 +1,7 @@
 //! Items on the flash tier as the rest of the engine meets them: a read of a key whose slot names
 //! a flash segment (a positioned read of the entry, checked, then served from the tier's arena), a
-//! keyed write that first brings the key's item back into DRAM, and a full chain that gives up a
-//! flash slot. None of it is on a path that a DRAM hit takes.
+//! keyed write that first brings the key's item back into DRAM (and the items that reads asked
+//! back, see `tier::wanted`), and a full chain that gives up a flash slot. None of it is on a path that a DRAM hit takes.
 
 use std::sync::atomic::Ordering::Relaxed;
 
@@ -14,6 +14,7 @@ use crate::item::Item;
 use crate::meta::{bump, Gone, ReadCounters};
 use crate::record::{self, Record};
 use crate::tier::entry::EntryMeta;
+use crate::tier::image::Image;
 use crate::tier::Tier;
 use crate::ttl_buckets::expire::live_until;
 
@@ -140,13 +141,18 @@ impl Segcache {
         counters: &ReadCounters,
         no_update: bool,
     ) {
-        if let Some(tier) = self.tier.as_deref() {
-            tier.counts.hits.fetch_add(1, Relaxed);
-            tier.counts.bytes_read.fetch_add(r.len as u64, Relaxed);
-        }
         let coin = bump(&counters.hits);
         if !no_update {
             Table::bump_freq(found.slot, found.value, coin ^ h);
+        }
+        if let Some(tier) = self.tier.as_deref() {
+            tier.counts.hits.fetch_add(1, Relaxed);
+            tier.counts.bytes_read.fetch_add(r.len as u64, Relaxed);
+            // This read counts: the counter before it, plus one.
+            let reads = u16::from(slot::slot_freq(found.value)) + 1;
+            if !no_update && tier.promote_after != 0 && reads >= u16::from(tier.promote_after) {
+                tier.wanted.push(h, r.key);
+            }
         }
     }
 
@@ -165,8 +171,8 @@ impl Segcache {
     /// Also frees what reads held in the tier's arena (the caller holds the engine exclusively).
     #[cold]
     #[inline(never)]
-    pub(crate) fn promote_flash(&mut self, key: &[u8], h: u64, now: u32) {
-        let Some(mut tier) = self.tier.take() else { return };
+    pub(crate) fn promote_flash(&mut self, key: &[u8], h: u64, now: u32) -> bool {
+        let Some(mut tier) = self.tier.take() else { return false };
         tier.arena.clear();
         tier.writing = h;
         let mut got = None;
@@ -197,8 +203,8 @@ impl Segcache {
             }
         }
         self.tier = Some(tier);
-        let Some((bytes, meta)) = got else { return };
-        let Some(r) = parse_flash(&bytes, meta.cas_base) else { return };
+        let Some((bytes, meta)) = got else { return false };
+        let Some(r) = parse_flash(&bytes, meta.cas_base) else { return false };
         let ttl = if meta.expire_at == 0 { 0 } else { meta.expire_at.saturating_sub(now) };
         let state = NewState {
             explicit: Some(r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas))),
@@ -208,9 +214,26 @@ impl Segcache {
             ..NewState::default()
         };
         // A promotion that finds no room leaves the item gone, as an eviction would.
-        if self.store_at(key, h, &[r.value], r.client_flags, ttl, Mode::Set, now, state, false).is_ok() {
-            if let Some(f) = self.find_key(key, h).filter(|_| slot_value & slot::FETCHED != 0) {
-                f.slot.store(f.value | slot::FETCHED, Relaxed);
+        if self.store_at(key, h, &[r.value], r.client_flags, ttl, Mode::Set, now, state, false).is_err() {
+            return false;
+        }
+        if let Some(f) = self.find_key(key, h).filter(|_| slot_value & slot::FETCHED != 0) {
+            f.slot.store(f.value | slot::FETCHED, Relaxed);
+        }
+        true
+    }
+
+    /// Brings back to DRAM the items that reads on flash asked for (see `Tier::wanted`), before
+    /// a keyed write at `now`. An item written or dropped since is left as it is.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn promote_wanted(&mut self, now: u32) {
+        let Some(tier) = self.tier.as_deref_mut().filter(|t| t.wanted.any()) else { return };
+        for (h, key) in tier.wanted.take() {
+            if self.promote_flash(&key, h, now) {
+                if let Some(tier) = self.tier.as_deref_mut() {
+                    tier.counts.promoted += 1;
+                }
             }
         }
     }
@@ -259,24 +282,45 @@ impl Segcache {
     }
 }
 
-/// One slot fewer points into the flash segment of `loc`.
+/// One slot fewer points into the flash segment of `loc` (or into the image being filled).
 fn drop_live(tier: &mut Tier, loc: Loc) {
-    if let Some(index) = tier.ids.flash_index(loc.seg) {
-        let s = tier.ring.seg_mut(index);
-        s.live = s.live.saturating_sub(1);
+    let Some(index) = tier.ids.flash_index(loc.seg) else { return };
+    match tier.image.as_mut().filter(|image| image.index() == index) {
+        Some(image) => image.drop_one(),
+        None => {
+            let s = tier.ring.seg_mut(index);
+            s.live = s.live.saturating_sub(1);
+        }
     }
 }
 
 /// Whether the flash location `loc` may still be read: its segment holds an image and has not
-/// expired. A slot into one that may not serves nothing, whatever its entry says.
+/// expired, or is the one being filled. A slot into one that may not serves nothing, whatever
+/// its entry says.
 fn readable(tier: &Tier, loc: Loc) -> bool {
-    tier.ids.flash_index(loc.seg).is_some_and(|i| tier.ring.in_use(i))
+    tier.ids.flash_index(loc.seg).is_some_and(|i| tier.ring.in_use(i) || open_image(tier, i).is_some())
+}
+
+/// The image being filled, if it is flash segment `index`'s.
+fn open_image(tier: &Tier, index: u32) -> Option<&Image> {
+    tier.image.as_ref().filter(|image| image.index() == index)
 }
 
 /// The bytes of `key`'s record at flash location `loc`, read and checked, with its entry's head:
-/// its flash segment's metadata first (a free or expired segment needs no read), then the entry.
+/// from the image being filled, if it is there; else its flash segment's metadata first (a free
+/// or expired segment needs no read), then the entry.
 fn read_flash(tier: &Tier, loc: Loc, key: &[u8], now: u32) -> Result<(Vec<u8>, EntryMeta), Missed> {
     let index = tier.ids.flash_index(loc.seg).ok_or(Missed::Other)?;
+    if let Some(image) = open_image(tier, index) {
+        let (meta, record) = image.entry(loc.offset).ok_or(Missed::Other)?;
+        if !live_until(meta.expire_at, now) {
+            return Err(Missed::Expired);
+        }
+        return match parse_flash(record, meta.cas_base) {
+            Some(r) if !r.dead && record::same_key(r.key, key) => Ok((record.to_vec(), meta)),
+            _ => Err(Missed::Other),
+        };
+    }
     let fs = tier.ring.seg(index);
     if !tier.ring.in_use(index) {
         return Err(Missed::Other);

@@ -129,7 +129,14 @@ impl Drop for Segcache {
             .file
             .as_ref()
             .is_some_and(|f| f.active.load(Relaxed) && f.sharing.as_ref().is_none_or(|s| s.is_last()));
-        if !self.origin.forked() && sealing {
+        if self.origin.forked() {
+            return;
+        }
+        // What evictions demoted into the image still open goes to the file, for the next open.
+        if self.durable {
+            self.close_image();
+        }
+        if sealing {
             self.seal_for_close();
         }
     }
@@ -324,9 +331,7 @@ impl Segcache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn sync(&self) -> Result<()> {
-        if let Some(tier) = self.tier.as_deref() {
-            tier.file.sync()?;
-        }
+        self.sync_tier()?;
         crate::persist::file::sync(&self.mem.region)
     }
 

@@ -50,6 +50,7 @@ impl Segcache {
             flash_demotions_dropped: self.tier.as_deref().map_or(0, |t| t.counts.demotions_dropped),
             flash_bytes_written: self.tier.as_deref().map_or(0, |t| t.counts.bytes_written),
             flash_bytes_read: self.tier.as_deref().map_or(0, |t| t.counts.bytes_read.load(Relaxed)),
+            flash_promoted: self.tier.as_deref().map_or(0, |t| t.counts.promoted),
             flushes: m.flushes,
             overflow_buckets: u64::from(m.overflow.used),
             shards: 1,

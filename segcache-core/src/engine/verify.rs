@@ -73,7 +73,10 @@ impl Segcache {
         }
         if let Some(tier) = self.tier.as_deref() {
             for (i, &n) in flash_slots.iter().enumerate() {
-                let live = tier.ring.seg(i as u32).live;
+                let live = match tier.image.as_ref().filter(|image| image.index() == i as u32) {
+                    Some(image) => image.live(),
+                    None => tier.ring.seg(i as u32).live,
+                };
                 if n != live {
                     return Err(format!("flash segment {i}: {live} live items counted, {n} slots lead into it"));
                 }

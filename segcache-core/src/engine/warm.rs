@@ -16,7 +16,7 @@ use std::hash::{BuildHasher, Hasher};
 
 use crate::engine::flash::parse_flash;
 use crate::engine::Segcache;
-use crate::hashtable::slot::{slot_loc, slot_tag, LOC_MASK};
+use crate::hashtable::slot::{slot_loc, slot_tag, Loc, LOC_MASK};
 use crate::tier::file::TierFile;
 use crate::tier::ring::{FlashSeg, Ring};
 use crate::tier::Tier;
@@ -57,19 +57,23 @@ impl Segcache {
             self.settle_doubtful(&file, &segs, doubtful);
         }
         // One walk of the table: the slots into each segment in use are counted; those into a
-        // segment not in use (or past the tier) lead nowhere, and their chains lose them.
+        // segment not in use (or past the tier), or past what its record says was written (the
+        // image a sync wrote while it was being filled), lead nowhere, and their chains lose them.
         let mut pool = self.meta().overflow;
         let t = self.table();
-        let in_use = |segs: &[FlashSeg], seg: u32| {
-            seg.checked_sub(dram).filter(|&i| i < flash && segs[i as usize].seq != 0).map(|i| i as usize)
+        let in_use = |segs: &[FlashSeg], loc: Loc| {
+            loc.seg
+                .checked_sub(dram)
+                .filter(|&i| i < flash && segs[i as usize].seq != 0 && loc.offset < segs[i as usize].written)
+                .map(|i| i as usize)
         };
         for chain in 0..=t.mask() {
             // A chain's index serves as its hash: `head` only uses the masked bits.
             let mut stale = false;
             t.scan(chain, |_, v| {
-                let seg = slot_loc(v).seg;
-                if seg >= dram {
-                    match in_use(&segs, seg) {
+                let loc = slot_loc(v);
+                if loc.seg >= dram {
+                    match in_use(&segs, loc) {
                         Some(i) => segs[i].live += 1,
                         None => stale = true,
                     }
@@ -77,7 +81,7 @@ impl Segcache {
                 false
             });
             while stale {
-                let found = t.scan(chain, |_, v| slot_loc(v).seg >= dram && in_use(&segs, slot_loc(v).seg).is_none());
+                let found = t.scan(chain, |_, v| slot_loc(v).seg >= dram && in_use(&segs, slot_loc(v)).is_none());
                 match found {
                     Some(slot) => t.remove(chain, slot, &mut pool),
                     None => stale = false,
@@ -143,9 +147,7 @@ impl Segcache {
     /// crash before the clear is over leaves no trusted slot into them.
     pub(crate) fn release_tier(&mut self) {
         let Some(mut tier) = self.tier.take() else { return };
-        if tier.image.take().is_some() {
-            tier.file.unreserve();
-        }
+        tier.image = None;
         // Records the writer still holds must not land over these.
         tier.file.settle(None);
         tier.ring.release_all();

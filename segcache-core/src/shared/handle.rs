@@ -1233,9 +1233,7 @@ impl SharedCache {
     /// ```
     pub fn sync(&self) -> Result<()> {
         for s in self.shards.iter() {
-            if let Some(tier) = s.read().tier.as_deref() {
-                tier.file.sync()?;
-            }
+            s.read().sync_tier()?;
         }
         crate::persist::file::sync(&self.region)
     }

@@ -127,19 +127,19 @@ impl TierFile {
         self.base + u64::from(index) * self.segment_size as u64 + offset as u64
     }
 
-    /// Reserves the writer's room for one image; `false` when its queue is full.
-    pub(crate) fn reserve(&self) -> bool {
-        self.writer.reserve(self.segment_size)
+    /// Whether the writer's queue has no room for one more image (the device is behind).
+    pub(crate) fn behind(&self) -> bool {
+        self.writer.behind(self.segment_size)
     }
 
-    /// Gives back a reservation whose image took nothing.
-    pub(crate) fn unreserve(&self) {
-        self.writer.unreserve(self.segment_size)
+    /// Whether each image is written as it is handed over (see `Writer::inline`).
+    pub(crate) fn inline(&self) -> bool {
+        self.writer.inline()
     }
 
-    /// Hands `image` (made under a reservation) to the writer, to be written as its flash
-    /// segment from its start, then `seg`, the segment's record once it holds the image. Its
-    /// entries are served from it until it is written.
+    /// Hands `image` to the writer, to be written as its flash segment from its start, then
+    /// `seg`, the segment's record once it holds the image. Its entries are served from it until
+    /// it is written.
     pub(crate) fn submit(&self, image: Image, seg: &FlashSeg) {
         let index = image.index();
         debug_assert!(index < self.segments && image.bytes().len() <= self.segment_size);
@@ -173,6 +173,14 @@ impl TierFile {
         for job in pending.iter().filter(|job| index.is_none_or(|i| job.image.index() == i)) {
             job.wait();
         }
+    }
+
+    /// Writes `image` as its flash segment from its start, then `seg`, its record, at once (not
+    /// through the writer): what a sync writes of the image still being filled.
+    pub(crate) fn write_now(&self, image: &Image, seg: &FlashSeg) -> Result<()> {
+        let io = |source| Error::Io { path: self.path.to_path_buf(), source };
+        self.file.write_all_at(image.bytes(), self.at(image.index(), 0)).map_err(io)?;
+        self.write_record(image.index(), seg).map_err(io)
     }
 
     /// Writes every image handed over, then the file's data to stable storage.

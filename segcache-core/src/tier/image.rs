@@ -1,7 +1,8 @@
-//! The image of the flash segment an eviction is filling: entries go in as the eviction meets
-//! the items it gives up, from one heap segment or several (a merge drops items of each of its
-//! sources), and the whole image is written with one positioned write when it is full or when
-//! the eviction ends.
+//! The image of the flash segment that evictions are filling: entries go in as evictions meet
+//! the items they give up, from one heap segment or several (a merge drops items of each of its
+//! sources), and the whole image is written with one positioned write when it is full (see
+//! `Segcache::finish_demotion` for when else). Until then reads of its entries are served from
+//! it.
 
 use crate::tier::entry::{self, EntryMeta};
 
@@ -16,12 +17,22 @@ pub(crate) struct Image {
     entries: Vec<(u64, u32)>,
     /// The latest expiry of its entries; 0 once one never expires.
     expire_at: Option<u32>,
+    /// Entries whose slot went (written or deleted since) while the image was open.
+    dropped: u32,
 }
 
 impl Image {
     /// An empty image for flash segment `index` in `generation`, of at most `capacity` bytes.
     pub(crate) fn new(index: u32, generation: u64, capacity: usize) -> Image {
-        Image { index, generation, capacity, bytes: Vec::with_capacity(capacity), entries: Vec::new(), expire_at: None }
+        Image {
+            index,
+            generation,
+            capacity,
+            bytes: Vec::with_capacity(capacity),
+            entries: Vec::new(),
+            expire_at: None,
+            dropped: 0,
+        }
     }
 
     /// The flash segment it is for.
@@ -47,6 +58,21 @@ impl Image {
             Some(e) => e.max(meta.expire_at),
         });
         offset
+    }
+
+    /// The checked entry at `offset`: its head and record (see `entry::check`).
+    pub(crate) fn entry(&self, offset: u32) -> Option<(EntryMeta, &[u8])> {
+        entry::check(self.bytes.get(offset as usize..)?, self.index, offset, self.generation)
+    }
+
+    /// One slot fewer leads into it.
+    pub(crate) fn drop_one(&mut self) {
+        self.dropped += 1;
+    }
+
+    /// Slots that lead into it: its entries, less those dropped.
+    pub(crate) fn live(&self) -> u32 {
+        (self.entries.len() as u32).saturating_sub(self.dropped)
     }
 
     /// The bytes to write.

@@ -17,6 +17,7 @@ pub(crate) mod ids;
 pub(crate) mod image;
 pub(crate) mod meta;
 pub(crate) mod ring;
+pub(crate) mod wanted;
 pub(crate) mod writer;
 
 use std::sync::atomic::AtomicU64;
@@ -26,6 +27,7 @@ use crate::tier::file::TierFile;
 use crate::tier::ids::Ids;
 use crate::tier::image::Image;
 use crate::tier::ring::Ring;
+use crate::tier::wanted::Wanted;
 
 /// One shard's part of the tier: its slice of the file, its flash segments' metadata, its
 /// counters.
@@ -36,15 +38,21 @@ pub(crate) struct Tier {
     pub(crate) ring: Ring,
     pub(crate) arena: Arena,
     pub(crate) counts: TierCounts,
-    /// The image the eviction under way is filling, if it has given up an item yet. Every
-    /// eviction writes it before it returns (`Segcache::finish_demotion`): between evictions
-    /// there is none, so every flash slot leads into a written segment.
+    /// The image evictions are filling, if one has given up an item since the last was written
+    /// (see `Segcache::finish_demotion` for when it is). Its segment's record says free until it
+    /// is written, so a crash drops the slots that lead into it.
     pub(crate) image: Option<Image>,
     /// The hash of the key of the latest keyed write (0: none yet). Its items are not demoted:
     /// a write may evict while it runs, after it looked its key up, and an old version demoted
     /// then would live on beside the new one. Dropped instead, as without a tier, they leave the
     /// write what it already handles.
     pub(crate) writing: u64,
+    /// The reads an item must have had (its slot's frequency counter, which a read on flash
+    /// raises too) for a read on flash to bring it back to DRAM; 0: none does
+    /// (`Builder::tier_promote_after`).
+    pub(crate) promote_after: u8,
+    /// What reads asked to bring back, for the next keyed write.
+    pub(crate) wanted: Wanted,
 }
 
 /// The tier's counters. Reads count with `&self` (atomics), the rest under `&mut self`.
@@ -61,6 +69,8 @@ pub(crate) struct TierCounts {
     /// failed.
     pub(crate) demotions_dropped: u64,
     pub(crate) reclaimed: u64,
+    /// Items that reads brought back from flash to DRAM.
+    pub(crate) promoted: u64,
 }
 
 impl Tier {
@@ -68,7 +78,17 @@ impl Tier {
     /// and are described by `ring` (restored from the file's records, see `engine/warm.rs`).
     pub(crate) fn new(file: TierFile, dram: u32, ring: Ring) -> Tier {
         let ids = Ids::new(dram, file.segments());
-        Tier { file, ids, ring, arena: Arena::default(), counts: TierCounts::default(), image: None, writing: 0 }
+        Tier {
+            file,
+            ids,
+            ring,
+            arena: Arena::default(),
+            counts: TierCounts::default(),
+            image: None,
+            writing: 0,
+            promote_after: 0,
+            wanted: Wanted::default(),
+        }
     }
 
     /// Writes flash segment `index`'s record as the ring holds it.
@@ -76,8 +96,8 @@ impl Tier {
         self.file.write_record(index, self.ring.seg(index))
     }
 
-    /// Flash items: those the ring's segments still count live.
+    /// Flash items: those the ring's segments still count live, and the image being filled.
     pub(crate) fn items(&self) -> u64 {
-        self.ring.live_items()
+        self.ring.live_items() + self.image.as_ref().map_or(0, |image| u64::from(image.live()))
     }
 }

@@ -70,12 +70,17 @@ impl Ring {
 
     /// Records the image just written to the head segment (free) and moves the head on.
     pub(crate) fn fill(&mut self, written: u32, live: u32, expire_at: u32) {
-        let seq = self.next_seq;
+        let filled = self.filled(written, live, expire_at);
+        debug_assert_eq!(self.segs[self.head as usize].seq, 0);
+        self.segs[self.head as usize] = filled;
         self.next_seq += 1;
-        let s = &mut self.segs[self.head as usize];
-        debug_assert_eq!(s.seq, 0);
-        *s = FlashSeg { seq, expire_at, live, written, generation: s.generation };
         self.head = (self.head + 1) % self.segs.len() as u32;
+    }
+
+    /// What `fill` would record for the head segment.
+    pub(crate) fn filled(&self, written: u32, live: u32, expire_at: u32) -> FlashSeg {
+        let generation = self.segs[self.head as usize].generation;
+        FlashSeg { seq: self.next_seq, expire_at, live, written, generation }
     }
 
     /// Frees segment `index`, whose slots are gone: a new generation, so nothing of its image

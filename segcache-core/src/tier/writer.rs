@@ -104,30 +104,25 @@ impl Writer {
         Writer { shared, sender, thread, pid: std::process::id() }
     }
 
-    /// Reserves `bytes` of the queue for an image about to be filled; `false` when the queue is
-    /// full (the device is behind) and the image must not be made.
-    pub(crate) fn reserve(&self, bytes: usize) -> bool {
-        let q = &self.shared.queued;
-        let mut now = q.load(Acquire);
-        loop {
-            if now > 0 && now + bytes > self.shared.limit {
-                return false;
-            }
-            match q.compare_exchange_weak(now, now + bytes, AcqRel, Acquire) {
-                Ok(_) => return true,
-                Err(seen) => now = seen,
-            }
-        }
+    /// Whether the queue has no room for an image of `bytes` (the device is behind), so that
+    /// none should be started. An empty queue always has room. Images being filled hold none:
+    /// each shard fills at most one at a time, so the queue holds at most its limit plus one
+    /// image per shard.
+    pub(crate) fn behind(&self, bytes: usize) -> bool {
+        let now = self.shared.queued.load(Acquire);
+        now > 0 && now + bytes > self.shared.limit
     }
 
-    /// Gives back a reservation whose image took nothing.
-    pub(crate) fn unreserve(&self, bytes: usize) {
-        self.shared.queued.fetch_sub(bytes, AcqRel);
+    /// Whether images are written as they are handed over, by the eviction itself: the queue's
+    /// limit is 0, or no thread could be started.
+    pub(crate) fn inline(&self) -> bool {
+        self.thread.is_none()
     }
 
-    /// Queues `image` (generation `generation`, reserved `reserved` bytes) to be written at byte
-    /// `at` of `file`, then `record` (at its offset) once the image is there. Without a thread
-    /// (or after a fork, or once it is gone) both are written here.
+    /// Queues `image` (generation `generation`, taking `reserved` bytes of the queue until it is
+    /// written) to be written at byte `at` of `file`, then `record` (at its offset) once the
+    /// image is there. Without a thread (or after a fork, or once it is gone) both are written
+    /// here.
     pub(crate) fn submit(
         &self,
         file: &File,
@@ -137,6 +132,7 @@ impl Writer {
         record: (u64, [u8; RECORD_LEN]),
         reserved: usize,
     ) -> Arc<Job> {
+        self.shared.queued.fetch_add(reserved, AcqRel);
         let state = Mutex::new(State::Queued);
         let job = Arc::new(Job { image, generation, at, record, reserved, state, done: Condvar::new() });
         let sent = std::process::id() == self.pid

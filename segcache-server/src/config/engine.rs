@@ -104,6 +104,7 @@ pub fn resolve(
             (None, None, None) => None,
             (None, _, _) => return Err(ConfigError::TierHalf),
         },
+        tier_promote_after: ext.tier_promote_after.or(e.tier_promote_after).unwrap_or(0),
     })
 }
 
@@ -183,7 +184,7 @@ impl Settings {
         }
         if let Some((path, _)) = &e.tier {
             let bytes = self.tier_size(&b).unwrap_or_default();
-            b = b.tier(path, bytes);
+            b = b.tier(path, bytes).tier_promote_after(e.tier_promote_after);
         }
         b
     }

@@ -117,6 +117,8 @@ pub struct EngineFile {
     pub tier_path: Option<PathBuf>,
     /// `-o ext_path`'s size, with `tier_path`.
     pub tier_size: Option<Size>,
+    /// `-o tier_promote_after`.
+    pub tier_promote_after: Option<u8>,
 }
 
 impl FileConfig {

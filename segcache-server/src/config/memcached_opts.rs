@@ -63,7 +63,10 @@ fn extstore_refusal(name: &str) -> &'static str {
         "ext_item_size" => "every item that eviction takes out of memory goes to the flash tier, whatever its size",
         "ext_item_age" => "items go to the flash tier when eviction takes them out of memory, not after an idle time",
         "ext_low_ttl" => "the flash tier keeps items of every TTL in one FIFO, with no place apart for short ones",
-        "ext_recache_rate" => "items read from the flash tier stay there; a write to one brings it back to memory",
+        "ext_recache_rate" => {
+            "a write to an item on the flash tier brings it back to memory, and so does a read once the item was \
+             read tier_promote_after=N times"
+        }
         "ext_compact_under" | "ext_max_frag" => {
             "the flash tier does not compact: when full it drops its oldest segment"
         }
@@ -116,6 +119,8 @@ pub struct Extended {
     pub hotkey_sample: Option<u64>,
     pub hotkey_top: Option<usize>,
     pub touch_ahead: Option<bool>,
+    /// `tier_promote_after=N` (`Builder::tier_promote_after`).
+    pub tier_promote_after: Option<u8>,
     /// `ext_path=FILE:SIZE`: the flash tier's file and its size in bytes.
     pub ext_path: Option<(PathBuf, u64)>,
 }
@@ -180,6 +185,13 @@ pub fn parse_extended(lists: &[String]) -> Result<Extended, ConfigError> {
             "klog_max_bytes" => x.klog_max_bytes = Some(size::bytes(value.ok_or(ConfigError::KlogMaxBytesMissing)?)?),
             "hotkey_sample" => x.hotkey_sample = Some(number(name)?),
             "hotkey_top" => x.hotkey_top = Some(number(name)? as usize),
+            "tier_promote_after" => {
+                let n = number(name)?;
+                x.tier_promote_after = Some(
+                    u8::try_from(n)
+                        .map_err(|_| ConfigError::OptionNotNumber { name: name.to_string(), value: n.to_string() })?,
+                );
+            }
             n if n.starts_with("ssl_") => return Err(ConfigError::SslOption(n.to_string())),
             "ext_path" if x.ext_path.is_some() => return Err(ConfigError::ExtPathTwice),
             "ext_path" => x.ext_path = Some(ext_path(value)?),

@@ -464,6 +464,20 @@ mod tests {
         assert!(Settings::resolve(cli(&["-o", "touch_ahead"]), off).unwrap().engine.touch_ahead);
     }
 
+    /// Promotion on read is off unless `-o tier_promote_after=N` or the file's `[engine]` sets it;
+    /// `-o` wins, and N past 255 is refused.
+    #[test]
+    fn tier_promotion_is_off_unless_set() {
+        let file = || -> FileConfig { toml::from_str("[engine]\ntier_promote_after = 4\n").unwrap() };
+        let resolve =
+            |args: &[&str], f: FileConfig| Settings::resolve(cli(args), f).map(|s| s.engine.tier_promote_after);
+        assert_eq!(resolve(&[], FileConfig::default()).unwrap(), 0);
+        assert_eq!(resolve(&[], file()).unwrap(), 4);
+        assert_eq!(resolve(&["-o", "tier_promote_after=2"], file()).unwrap(), 2);
+        assert!(resolve(&["-o", "tier_promote_after=256"], FileConfig::default()).is_err());
+        assert!(resolve(&["-o", "tier_promote_after"], FileConfig::default()).is_err());
+    }
+
     #[test]
     fn extended_options() {
         let x = parse_extended(&["modern,no_lru_crawler, no_lru_maintainer".into(), "hashpower=20,track_sizes".into()])

@@ -34,6 +34,10 @@ pub struct EngineSettings {
     /// `-o ext_path=FILE:SIZE`: the flash tier's file and the size asked for (see
     /// `Settings::tier_size`).
     pub tier: Option<(PathBuf, u64)>,
+    /// `-o tier_promote_after=N` or `[engine] tier_promote_after`: a read on the tier brings its
+    /// item back to memory once it was read N times; 0 (default): never
+    /// (`Builder::tier_promote_after`).
+    pub tier_promote_after: u8,
 }
 
 #[derive(Debug, Clone)]

@@ -67,6 +67,7 @@ fn general(shared: &Shared) -> Vec<Row> {
                 v.extend(rows([
                     ("get_extstore", Val::U(e.flash_hits + e.flash_bad_reads)),
                     ("badcrc_from_extstore", Val::U(e.flash_bad_reads)),
+                    ("recache_from_extstore", Val::U(e.flash_promoted)),
                 ]));
             }
         }

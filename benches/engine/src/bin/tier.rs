@@ -74,7 +74,14 @@ struct Args {
     /// The segcache-server binary for `--memcached`'s comparison.
     #[arg(long, default_value = "target/release/segcache-server")]
     server: PathBuf,
-    /// Inner run: one configuration ("dram", "tier" or "all"), one DRAM size, one value size.
+    /// Instead of the comparison, run the tier alone with each of these `tier_promote_after`
+    /// settings (comma separated; 0: no promotion on read), and print what each costs and
+    /// saves: hit ratio, the share of gets the tier served (one device read each), promotions,
+    /// and bytes written to the tier.
+    #[arg(long, value_delimiter = ',')]
+    promote_after: Vec<u8>,
+    /// Inner run: one configuration ("dram", "tier", "tier+N" for the tier with
+    /// `tier_promote_after(N)`, or "all"), one DRAM size, one value size.
     #[arg(long, hide = true, num_args = 3, value_names = ["CONFIG", "DRAM_MIB", "VALUE"])]
     child: Option<Vec<String>>,
 }
@@ -86,19 +93,44 @@ struct Outcome {
     rss: u64,
     /// Tier reads (p50, p99) and the bare read floor (p50, p99), in microseconds.
     latency: Option<[f64; 4]>,
+    /// Of the counted gets: those the tier served, and promotions; bytes written to the tier.
+    flash_hits: u64,
+    promoted: u64,
+    flash_written: u64,
+    gets: u64,
 }
 
 impl Outcome {
     fn line(&self) -> String {
         let l = self.latency.unwrap_or([f64::NAN; 4]);
-        format!("{} {} {} {} {} {}", self.hit_ratio, self.rss, l[0], l[1], l[2], l[3])
+        format!(
+            "{} {} {} {} {} {} {} {} {} {}",
+            self.hit_ratio,
+            self.rss,
+            l[0],
+            l[1],
+            l[2],
+            l[3],
+            self.flash_hits,
+            self.promoted,
+            self.flash_written,
+            self.gets
+        )
     }
 
     fn parse(line: &str) -> Option<Outcome> {
         let v: Vec<f64> = line.split_whitespace().map(|s| s.parse().ok()).collect::<Option<_>>()?;
-        let [hit_ratio, rss, a, b, c, d] = v[..] else { return None };
+        let [hit_ratio, rss, a, b, c, d, flash_hits, promoted, flash_written, gets] = v[..] else { return None };
         let latency = (!a.is_nan()).then_some([a, b, c, d]);
-        Some(Outcome { hit_ratio, rss: rss as u64, latency })
+        Some(Outcome {
+            hit_ratio,
+            rss: rss as u64,
+            latency,
+            flash_hits: flash_hits as u64,
+            promoted: promoted as u64,
+            flash_written: flash_written as u64,
+            gets: gets as u64,
+        })
     }
 }
 
@@ -129,7 +161,8 @@ fn tier_path(a: &Args) -> PathBuf {
 /// Runs one configuration in this process and measures it.
 fn child(a: &Args, config: &str, dram_mib: usize, value_len: usize) -> Outcome {
     let path = tier_path(a);
-    let tier = config == "tier";
+    let promote = config.strip_prefix("tier+").map(|n| n.parse::<u8>().expect("tier+N"));
+    let tier = config == "tier" || promote.is_some();
     let heap = match config {
         "all" => (dram_mib + a.tier_mib) << 20,
         _ => dram_mib << 20,
@@ -141,6 +174,9 @@ fn child(a: &Args, config: &str, dram_mib: usize, value_len: usize) -> Outcome {
     if tier {
         b = b.tier(&path, (a.tier_mib as u64) << 20);
     }
+    if let Some(n) = promote {
+        b = b.tier_promote_after(n);
+    }
     let mut cache = b.build().expect("cache");
     let n = keys_for(a, value_len);
     let value = vec![b'v'; value_len];
@@ -149,7 +185,11 @@ fn child(a: &Args, config: &str, dram_mib: usize, value_len: usize) -> Outcome {
     let (warmup, ops) = ((a.warmup_x * n as f64) as u64, (a.ops_x * n as f64) as u64);
     let (mut gets, mut hits) = (0u64, 0u64);
     let mut k: Key = [0; KEY_LEN];
+    let mut at_warm = cache.stats();
     for i in 0..warmup + ops {
+        if i == warmup {
+            at_warm = cache.stats();
+        }
         format_key(gen.sample(&mut rng), &mut k);
         if rng.gen_range(0..100) < a.set_pct {
             cache.set(&k, &value, 0, Duration::ZERO).expect("set");
@@ -165,12 +205,21 @@ fn child(a: &Args, config: &str, dram_mib: usize, value_len: usize) -> Outcome {
         }
     }
     let rss = rss_bytes().expect("VmRSS from /proc/self/status");
-    let latency = tier.then(|| tier_latency(a, &cache, &gen, &path));
+    let end = cache.stats();
+    let latency = (config == "tier").then(|| tier_latency(a, &cache, &gen, &path));
     drop(cache);
     if tier {
         let _ = std::fs::remove_file(&path);
     }
-    Outcome { hit_ratio: hits as f64 / gets.max(1) as f64, rss, latency }
+    Outcome {
+        hit_ratio: hits as f64 / gets.max(1) as f64,
+        rss,
+        latency,
+        flash_hits: end.flash_hits - at_warm.flash_hits,
+        promoted: end.flash_promoted - at_warm.flash_promoted,
+        flash_written: end.flash_bytes_written - at_warm.flash_bytes_written,
+        gets,
+    }
 }
 
 /// Drops the file's pages from the page cache, so that reads go to the device.
@@ -232,6 +281,30 @@ fn tier_latency(a: &Args, cache: &Segcache, gen: &KeyGen, path: &Path) -> [f64; 
     let [t50, t99] = percentiles(&mut tier);
     let [f50, f99] = percentiles(&mut floor);
     [t50, t99, f50, f99]
+}
+
+/// The tier alone under each `--promote-after` setting: what promotion on read saves in device
+/// reads and costs in writes.
+fn promotion_table(a: &Args) -> Result<(), String> {
+    println!("| value | DRAM | promote after | hit ratio | gets served by the tier | promotions per 1k gets | MiB written to the tier per 1M gets |");
+    println!("|---|---|---|---|---|---|---|");
+    for &v in &a.values {
+        for &d in &a.dram_mib {
+            for &n in &a.promote_after {
+                let o = run(&format!("tier+{n}"), d, v)?;
+                let per_get = |x: u64| x as f64 / o.gets.max(1) as f64;
+                let setting = if n == 0 { "never".to_string() } else { format!("{n} reads") };
+                println!(
+                    "| {v} B | {d} MiB | {setting} | {:.4} | {:.1}% | {:.1} | {:.1} |",
+                    o.hit_ratio,
+                    100.0 * per_get(o.flash_hits),
+                    1000.0 * per_get(o.promoted),
+                    per_get(o.flash_written) * 1e6 / (1 << 20) as f64
+                );
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Runs one configuration in a child process.
@@ -326,6 +399,9 @@ fn main() -> Result<(), String> {
         a.tier_mib,
         a.dir.display()
     );
+    if !a.promote_after.is_empty() {
+        return promotion_table(&a);
+    }
     println!("| value | DRAM | hit ratio: DRAM only | DRAM + tier | all DRAM | tier / all DRAM | RSS MiB: DRAM + tier | all DRAM | tier read p50 / p99 µs | bare 4 KiB read p50 / p99 µs |");
     println!("|---|---|---|---|---|---|---|---|---|---|");
     let mut net = Vec::new();
