@@ -40,8 +40,19 @@ pub(crate) struct ItemState {
     pub(crate) token_sent: bool,
     /// This read won the recache token.
     pub(crate) won: bool,
-    /// Unix seconds of the last store or fetch (refreshed at most every `ACCESS_REFRESH`).
-    pub(crate) last_access: u32,
+    /// The record's access byte (`record::access_code`) and its segment's creation time (Unix
+    /// seconds): the last store or fetch, refreshed at most every `ACCESS_REFRESH`, decoded only
+    /// when asked (`last_access`), since a plain read never asks.
+    pub(crate) access: u8,
+    pub(crate) created: u32,
+}
+
+impl ItemState {
+    /// Unix seconds of the last store or fetch, never after `now`.
+    #[inline]
+    pub(crate) fn last_access(&self, now: u32) -> u32 {
+        crate::engine::read::last_access(self.created, self.access, now)
+    }
 }
 
 impl<'a> Item<'a> {
@@ -160,7 +171,7 @@ impl<'a> Item<'a> {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn last_access(&self) -> Duration {
-        Duration::from_secs(u64::from(self.now.saturating_sub(self.state.last_access)))
+        Duration::from_secs(u64::from(self.now.saturating_sub(self.state.last_access(self.now))))
     }
     /// Whether the item was marked stale ([`crate::Segcache::invalidate`], memcached's `X`).
     ///

@@ -198,7 +198,7 @@ pub fn record_len_of(key_len: usize, value_len: usize, client_flags: u32, form: 
 pub fn same_layout(r: &Record<'_>, value_len: usize, client_flags: u32, explicit: bool) -> bool {
     r.value.len() == value_len
         && (r.client_flags != 0) == (client_flags != 0)
-        && (r.form == CasForm::Explicit) == explicit
+        && (r.form() == CasForm::Explicit) == explicit
         && !r.stamp.large
 }
 
@@ -300,7 +300,16 @@ pub fn write_header_in(
     debug_assert_eq!(form == CasForm::Explicit, stamp.cas_hi.is_some());
     debug_assert!(form != CasForm::Narrow || narrow_fits(stamp.cas, base));
     debug_assert!(width == width_for(&stamp, value_len));
-    let mut ctl = (width - 1) as u8;
+    let state = if stamp.stale { STALE } else { 0 } | if stamp.won { WON } else { 0 };
+    // Most records have the shortest header (see `header`): one test, then its fields at fixed
+    // places, with one bounds check for them all.
+    if width == 1 && client_flags == 0 && form == CasForm::Narrow {
+        let d: &mut [u8; HEADER_LEN] = (&mut dst[..HEADER_LEN]).try_into().expect("HEADER_LEN bytes");
+        let cas = (stamp.cas.wrapping_sub(base) as u16).to_le_bytes();
+        *d = [state, stamp.access, key_len as u8, value_len as u8, cas[0], cas[1]];
+        return HEADER_LEN;
+    }
+    let mut ctl = (width - 1) as u8 | state;
     if client_flags != 0 {
         ctl |= HAS_CLIENT_FLAGS;
     }
@@ -308,12 +317,6 @@ pub fn write_header_in(
         CasForm::Narrow => {}
         CasForm::Wide => ctl |= WIDE_CAS,
         CasForm::Explicit => ctl |= EXPLICIT_CAS,
-    }
-    if stamp.stale {
-        ctl |= STALE;
-    }
-    if stamp.won {
-        ctl |= WON;
     }
     dst[FLAGS_BYTE] = ctl;
     dst[ACCESS_AT] = stamp.access;
@@ -414,8 +417,9 @@ pub struct Record<'a> {
     pub client_flags: u32,
     /// The CAS counter (whatever its form) and the record's other state.
     pub stamp: Stamp,
-    /// How the record holds its CAS.
-    pub form: CasForm,
+    /// The control byte, without `DEAD`: how the record holds its CAS (`form`) is decoded from
+    /// it only when asked, since reads and deletes never ask.
+    pub ctl: u8,
     pub dead: bool,
     /// Total bytes of the record.
     pub len: usize,
@@ -426,6 +430,12 @@ impl Record<'_> {
     #[inline]
     pub fn live_len(&self) -> Option<u32> {
         (!self.dead).then_some(self.len as u32)
+    }
+
+    /// How the record holds its CAS.
+    #[inline]
+    pub fn form(&self) -> CasForm {
+        form_of(self.ctl)
     }
 
     /// The client-chosen CAS value, if any.
@@ -451,13 +461,7 @@ impl Header {
     /// How the record holds its CAS.
     #[inline]
     pub fn form(&self) -> CasForm {
-        if self.ctl & EXPLICIT_CAS != 0 {
-            CasForm::Explicit
-        } else if self.ctl & WIDE_CAS != 0 {
-            CasForm::Wide
-        } else {
-            CasForm::Narrow
-        }
+        form_of(self.ctl)
     }
     /// Bytes of the CAS field (the low word only of an explicit value).
     #[inline]
@@ -523,6 +527,18 @@ impl Header {
     }
 }
 
+/// How a record whose control byte is `ctl` holds its CAS.
+#[inline]
+fn form_of(ctl: u8) -> CasForm {
+    if ctl & EXPLICIT_CAS != 0 {
+        CasForm::Explicit
+    } else if ctl & WIDE_CAS != 0 {
+        CasForm::Wide
+    } else {
+        CasForm::Narrow
+    }
+}
+
 /// Decodes the header at the start of `src`; `None` for a header no record has (an empty key),
 /// or when `src` is shorter than the header. `parse` decodes the same fields inline: built on
 /// this function, it stopped being inlined into the write path's lookups (measured slower).
@@ -579,7 +595,7 @@ pub fn parse(src: &[u8], base: u32) -> Option<Record<'_>> {
         value: &src[at + h.key_len..len],
         client_flags,
         stamp: h.stamp(src, base),
-        form: h.form(),
+        ctl: h.ctl,
         dead: src[FLAGS_BYTE] & DEAD != 0,
         len,
     })
@@ -694,11 +710,41 @@ mod tests {
                     write(&mut buf[..len], b"key", &[b"hello", b" world"], flags, st, form, base);
                     let r = parse(&buf, base).unwrap();
                     assert_eq!(
-                        (r.key, r.value, r.client_flags, r.stamp, r.form, r.dead, r.len),
+                        (r.key, r.value, r.client_flags, r.stamp, r.form(), r.dead, r.len),
                         (&b"key"[..], &b"hello world"[..], flags, st, form, false, len)
                     );
                     assert_eq!(r.explicit_cas(), explicit);
                     assert_eq!(r.stamp.cas, explicit.map_or(77, |e| e as u32));
+                }
+            }
+        }
+    }
+
+    /// `write_header_in` writes the shortest header (a one-byte value length, a narrow CAS, no
+    /// client flags) by a path of its own: values around the one-byte length's limit, with and
+    /// without flags, narrow and wide, stale and won or not, read back whole, and the shortest
+    /// header is exactly the one the path is for.
+    #[test]
+    fn the_shortest_header_and_its_neighbours_read_back() {
+        for value_len in [0, 1, 200, 255, 256, 65535, 65536] {
+            let value = vec![0x5Au8; value_len];
+            for flags in [0u32, 5] {
+                for (cas, base) in [(1_000u32, 990u32), (1_000 + 70_000, 990)] {
+                    for (stale, won) in [(false, false), (true, false), (false, true), (true, true)] {
+                        let st = Stamp { stale, won, ..Stamp::new(cas, None, 3) };
+                        let form = CasForm::of(&st, base);
+                        let len = record_len(4, value_len, flags, form);
+                        let mut buf = vec![0xAAu8; len];
+                        write(&mut buf, b"keyz", &[&value], flags, st, form, base);
+                        let r = parse(&buf, base).unwrap();
+                        assert_eq!(
+                            (r.key, r.value, r.client_flags, r.stamp, r.form(), r.dead, r.len),
+                            (&b"keyz"[..], &value[..], flags, st, form, false, len),
+                            "value {value_len} flags {flags} cas {cas}"
+                        );
+                        let shortest = value_len < 256 && flags == 0 && form == CasForm::Narrow;
+                        assert_eq!(header(&buf).unwrap().key_at() == HEADER_LEN, shortest);
+                    }
                 }
             }
         }
@@ -724,7 +770,7 @@ mod tests {
                 assert_eq!(buf[FLAGS_BYTE] & WIDE_CAS != 0, form == CasForm::Wide);
                 let r = parse(&buf, base).unwrap();
                 assert_eq!(
-                    (r.stamp.cas, r.form, r.key, r.value),
+                    (r.stamp.cas, r.form(), r.key, r.value),
                     (cas, form, &b"k"[..], &b"v"[..]),
                     "{cas} over {base}"
                 );

@@ -188,7 +188,7 @@ mod tests {
     }
 
     fn form_of(c: &Segcache, key: &[u8]) -> CasForm {
-        c.record(loc_of(c, key)).unwrap().form
+        c.record(loc_of(c, key)).unwrap().form()
     }
 
     /// Records appended to a segment hold their counter in 2 bytes while it lies less than 2^16
@@ -369,7 +369,7 @@ mod tests {
                 assert_eq!((item.cas(), item.value()), (v, &value(i)[..]), "key {i}");
                 let r = c.record(loc_of(c, &key(i))).unwrap();
                 kept += 1;
-                wide += usize::from(r.form == CasForm::Wide);
+                wide += usize::from(r.form() == CasForm::Wide);
                 bytes += r.len as u64;
             }
             assert_eq!(c.stats().bytes, bytes);

@@ -363,7 +363,7 @@ mod tests {
 
     fn form_of(c: &Segcache, key: &[u8]) -> CasForm {
         let (seg, offset) = c.record_location(key).unwrap();
-        c.record(Loc { seg, offset }).unwrap().form
+        c.record(Loc { seg, offset }).unwrap().form()
     }
 
     /// A merge of two neighbours drains the newer in place first, then copies the older's

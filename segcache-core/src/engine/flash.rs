@@ -160,7 +160,7 @@ impl Segcache {
     /// never invalidated (a keyed write drops its slot), and its access time is not refreshed.
     fn flash_item<'a>(&self, r: Record<'a>, meta: EntryMeta, found: table::Found<'static>, now: u32) -> Item<'a> {
         let cas = r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas));
-        let state = state_of(&r.stamp, meta.create_at, found.value, now);
+        let state = state_of(&r.stamp, meta.create_at, found.value);
         Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at: meta.expire_at, now, state }
     }
 
@@ -253,7 +253,7 @@ impl Segcache {
         self.table().find(h, |loc| match read_flash(tier, loc, key, now) {
             Ok((bytes, meta)) => {
                 due = parse_flash(&bytes, meta.cas_base)
-                    .is_some_and(|r| token_due(opts, &state_of(&r.stamp, meta.create_at, 0, now), meta.expire_at, now));
+                    .is_some_and(|r| token_due(opts, &state_of(&r.stamp, meta.create_at, 0), meta.expire_at, now));
                 true
             }
             Err(_) => false,

@@ -135,7 +135,9 @@ impl Segcache {
         if loc.seg as usize >= self.geo.segments || !self.readable_segment(loc.seg) {
             return None;
         }
-        let seg = self.seg(loc.seg);
+        // SAFETY: header `loc.seg` < `segments` (checked above) of the live region; writers need
+        // `&mut self`. (`seg` would check the bound again: every keyed read and write comes here.)
+        let seg = unsafe { &*self.mem.segs.add(loc.seg as usize) };
         let len = (seg.write_offset as usize).min(self.geo.segment_size);
         let offset = loc.offset as usize;
         if offset >= len {

@@ -50,22 +50,32 @@ pub struct ReadOptions {
 /// every read (and lock-free reads rarely need the lock for it).
 pub(crate) const ACCESS_REFRESH: u32 = 60;
 
-/// Whether a read at `now` refreshes an access time of `last_access`.
+/// The last access time that the access byte `access` of a record in a segment created at
+/// `created` stands for, never after `now`.
 #[inline]
-pub(crate) fn access_due(last_access: u32, now: u32) -> bool {
-    now.saturating_sub(last_access) >= ACCESS_REFRESH
+pub(crate) fn last_access(created: u32, access: u8, now: u32) -> u32 {
+    created.saturating_add(record::access_age(access)).min(now)
 }
 
-/// The state a record stamped `stamp` in a segment created at `create_at`, in a slot holding
-/// `slot_value`, has at `now`.
+/// Whether a read at `now` refreshes the access time of an item found in `state`. An item's
+/// last access is never before its segment's creation, so in a segment younger than
+/// `ACCESS_REFRESH` none is due, and its access byte needs no decoding.
 #[inline]
-pub(crate) fn state_of(stamp: &Stamp, create_at: u32, slot_value: u64, now: u32) -> ItemState {
+pub(crate) fn access_due(state: &ItemState, now: u32) -> bool {
+    now.saturating_sub(state.created) >= ACCESS_REFRESH && now.saturating_sub(state.last_access(now)) >= ACCESS_REFRESH
+}
+
+/// The state of a record stamped `stamp` in a segment created at `create_at`, in a slot holding
+/// `slot_value`.
+#[inline]
+pub(crate) fn state_of(stamp: &Stamp, create_at: u32, slot_value: u64) -> ItemState {
     ItemState {
         fetched: slot_value & slot::FETCHED != 0,
         stale: stamp.stale,
         token_sent: stamp.won,
         won: false,
-        last_access: create_at.saturating_add(record::access_age(stamp.access)).min(now),
+        access: stamp.access,
+        created: create_at,
     }
 }
 
@@ -238,7 +248,7 @@ impl Segcache {
         let loc = slot::slot_loc(found.value);
         if !opts.no_update {
             Table::bump_freq(found.slot, found.value, coin);
-            if access_due(state.last_access, now) {
+            if access_due(state, now) {
                 let age = now.saturating_sub(self.seg(loc.seg).create_at);
                 self.record_byte(loc, record::ACCESS_AT).store(record::access_code(age), Relaxed);
             }
@@ -352,10 +362,14 @@ impl Segcache {
         if self.flushed(now) || self.origin.forked() {
             return None;
         }
-        let loc = slot::slot_loc(found.value);
-        let expire_at = self.live_expiry(loc.seg, now)?;
+        // One look at the segment's header, for the expiry and the creation time.
+        let seg = self.seg(slot::slot_loc(found.value).seg);
+        let expire_at = seg.expire_at;
+        if !live_until(expire_at, now) {
+            return None;
+        }
         let cas = r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas));
-        let state = state_of(&r.stamp, self.seg(loc.seg).create_at, found.value, now);
+        let state = state_of(&r.stamp, seg.create_at, found.value);
         Some((Item { key: r.key, value: r.value, flags: r.client_flags, cas, expire_at, now, state }, found))
     }
 
@@ -499,6 +513,30 @@ impl Segcache {
 #[cfg(test)]
 mod tests {
     use std::time::Duration;
+
+    use crate::engine::read::{access_due, ACCESS_REFRESH};
+    use crate::item::ItemState;
+    use crate::record;
+
+    /// `access_due` answers without decoding the access byte in a segment younger than
+    /// `ACCESS_REFRESH`: for every access byte, segments created at the clock's extremes and
+    /// between, and reads before, around and long after the refresh interval, it says what the
+    /// decoded last access time says.
+    #[test]
+    fn access_due_says_what_the_decoded_last_access_says() {
+        for access in 0..=255u8 {
+            for created in [0, 1_000, 1_700_000_000, u32::MAX - 100, u32::MAX] {
+                let later = [1 << 10, 1 << 20, 1 << 30].map(|d| created.saturating_add(d));
+                for now in (created.saturating_sub(5)..=created.saturating_add(130)).chain(later).chain([u32::MAX]) {
+                    let state = ItemState { access, created, ..ItemState::default() };
+                    let last = created.saturating_add(record::access_age(access)).min(now);
+                    assert_eq!(state.last_access(now), last);
+                    let want = now.saturating_sub(last) >= ACCESS_REFRESH;
+                    assert_eq!(access_due(&state, now), want, "access {access} created {created} now {now}");
+                }
+            }
+        }
+    }
 
     use crate::builder::Builder;
     use crate::eviction::policy::Policy;

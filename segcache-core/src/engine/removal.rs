@@ -92,7 +92,7 @@ impl Segcache {
             cas: r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas)),
             expire_at: seg.expire_at,
             now,
-            state: state_of(&r.stamp, seg.create_at, slot_value, now),
+            state: state_of(&r.stamp, seg.create_at, slot_value),
         };
         (listener.0)(&item, cause);
     }

@@ -129,7 +129,7 @@ impl Segcache {
         let marked = item.state.stale || item.state.token_sent;
         let seg = self.seg(loc.seg);
         (same_layout && self.may_rewrite(old.len) && expiry_fits(seg, expire_at, ttl::width_of(ttl)))
-            .then_some(InPlace { loc, found, marked, form: old.form, base: seg.cas_base, len: old.len })
+            .then_some(InPlace { loc, found, marked, form: old.form(), base: seg.cas_base, len: old.len })
             .ok_or(NotInPlace::Elsewhere)
     }
 

@@ -381,7 +381,7 @@ impl Segcache {
             return Err(Error::NotFound);
         };
         let old_loc = slot::slot_loc(found.value);
-        let Some((form, cas, large)) = self.record(old_loc).map(|r| (r.form, r.stamp.cas, r.stamp.large)) else {
+        let Some((form, cas, large)) = self.record(old_loc).map(|r| (r.form(), r.stamp.cas, r.stamp.large)) else {
             return Err(Error::NotFound);
         };
         // A large item's chunks take the new TTL too: the item is stored again whole, with its

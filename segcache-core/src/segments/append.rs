@@ -65,7 +65,7 @@ impl Segments<'_> {
         let (key_len, value_len, flags, mut stamp, form, old_len) = {
             let src = &self.bytes(from.seg)[from.offset as usize..];
             let r = record::parse(src, from_base).expect("a record that was parsed");
-            (r.key.len(), r.value.len(), r.client_flags, r.stamp, r.form, r.len)
+            (r.key.len(), r.value.len(), r.client_flags, r.stamp, r.form(), r.len)
         };
         let (dest_base, dest_create, offset) = {
             let d = self.header(dest);

@@ -140,7 +140,7 @@ impl SharedCache {
     /// The handle over `engines`; `multi_process`: their locks are those in the mapping.
     pub(crate) fn from_engines(engines: Vec<Segcache>, multi_process: bool) -> Self {
         let slots = lock::default_slots();
-        let views = engines.iter().map(ShardView::of).collect();
+        let views: Box<[ShardView]> = engines.iter().map(ShardView::of).collect();
         let origin = engines[0].origin.clone();
         let region = Arc::clone(&engines[0].mem.region);
         let lock = |e: Segcache| {
@@ -154,6 +154,8 @@ impl SharedCache {
             ShardLock::mapped(e, lock, slots, Segcache::repair_after_death)
         };
         let shards: Box<[ShardLock<Segcache>]> = engines.into_iter().map(lock).collect();
+        // `at` indexes both without a bounds check.
+        assert!(shards.len().is_power_of_two() && views.len() == shards.len(), "{} shards", shards.len());
         // Under the lock: processes that share the file may be changing the headers.
         shards.iter().for_each(|s| s.read().mark_segments_in_use());
         SharedCache { shards, views, origin, region, joining: Mutex::new(()), toucher: None }
@@ -218,12 +220,23 @@ impl SharedCache {
     #[inline]
     fn locate(&self, key: &[u8]) -> (u64, usize) {
         let (h, i) = self.index(key);
-        prefetch(self.views[i].table().head(h) as *const Bucket as *const u8);
+        prefetch(self.at(i).1.table().head(h) as *const Bucket as *const u8);
         (h, i)
+    }
+
+    /// Shard `i`'s lock and view, `i` taken modulo the shard count (as `index` gives it): no
+    /// bounds check on the paths every operation takes.
+    #[inline(always)]
+    fn at(&self, i: usize) -> (&ShardLock<Segcache>, &ShardView) {
+        let i = i & (self.shards.len() - 1);
+        // SAFETY: `from_engines` checked that the shards are a power of two (one at least) and
+        // that there is a view per shard, so `i` masked by their count less one is below both
+        // lengths.
+        unsafe { (self.shards.get_unchecked(i), self.views.get_unchecked(i)) }
     }
     #[inline]
     fn shard(&self, key: &[u8]) -> &ShardLock<Segcache> {
-        &self.shards[self.locate(key).1]
+        self.at(self.locate(key).1).0
     }
 
     /// [`Error::Forked`](crate::Error::Forked) when this process is a `fork()` child of the one
@@ -370,7 +383,7 @@ impl SharedCache {
         opts: ReadOptions,
         f: impl FnOnce(Item<'_>) -> R,
     ) -> Option<R> {
-        let (shard, view) = (&self.shards[i], &self.views[i]);
+        let (shard, view) = self.at(i);
         let mut buf: PeekBuf = [MaybeUninit::uninit(); PEEK_WORDS];
         if view.enabled() {
             let counters = &shard.own_slot().counters.reads;
@@ -380,14 +393,16 @@ impl SharedCache {
             }
             match shard.read_optimistic(PEEK_TRIES, || view.peek(key, h, &mut buf)) {
                 Some(Peeked::Locked | Peeked::Busy) | None => {}
-                Some(Peeked::Hit { found, header, expire_at, now, last_access, .. })
-                    if (opts.claim_token
-                        && token_due(&opts, &peek::state(found.value, &header, last_access), expire_at, now))
-                        || (!opts.no_update && access_due(last_access, now)) => {}
+                Some(Peeked::Hit { found, header, expire_at, now, access, created, .. })
+                    if {
+                        let state = peek::state(found.value, &header, access, created);
+                        (opts.claim_token && token_due(&opts, &state, expire_at, now))
+                            || (!opts.no_update && access_due(&state, now))
+                    } => {}
                 Some(p) => return deliver(p, &buf, counters, h, &opts, f),
             }
         }
-        self.get_locked(i, key, h, &mut buf, &opts, f)
+        self.get_locked(i, key, h, &mut buf, opts, f)
     }
 
     /// The smallest get this layout allows (see `ShardView::floor`), for the engine benchmarks
@@ -400,7 +415,7 @@ impl SharedCache {
     #[inline]
     pub unsafe fn floor_get<R>(&self, key: &[u8], f: impl FnOnce(&[u8]) -> R) -> Option<R> {
         let (h, i) = self.locate(key);
-        self.views[i].floor(key, h, f)
+        self.at(i).1.floor(key, h, f)
     }
 
     /// `get_with` under the shard's read lock: for large items, and after lock-free tries that
@@ -413,10 +428,13 @@ impl SharedCache {
         key: &[u8],
         h: u64,
         buf: &mut PeekBuf,
-        opts: &ReadOptions,
+        opts: ReadOptions,
         f: impl FnOnce(Item<'_>) -> R,
     ) -> Option<R> {
-        let (shard, view) = (&self.shards[i], &self.views[i]);
+        // (`opts` by value: by reference, the lock-free path would build it in memory for this
+        // call it rarely makes.)
+        let opts = &opts;
+        let (shard, view) = self.at(i);
         let engine = shard.read();
         view.mark_checked(&engine);
         let counters = &engine.slot().counters.reads;
@@ -424,8 +442,8 @@ impl SharedCache {
         if view.rewrites() {
             match view.peek_settled(key, h, buf) {
                 Peeked::Locked => {}
-                Peeked::Hit { found, at, header, cas, expire_at, now, last_access } => {
-                    let mut state = peek::state(found.value, &header, last_access);
+                Peeked::Hit { found, at, header, cas, expire_at, now, access, created } => {
+                    let mut state = peek::state(found.value, &header, access, created);
                     // Under the read lock the record stays where it is: its state may change.
                     let coin = bump(&counters.hits);
                     engine.note_read(found, &mut state, expire_at, now, opts, coin ^ h);
@@ -442,7 +460,7 @@ impl SharedCache {
             let now = engine.now();
             engine.promote_flash(key, h, now);
             drop(engine);
-            return self.get_locked(i, key, h, buf, opts, f);
+            return self.get_locked(i, key, h, buf, *opts, f);
         }
         engine.get_with_options_then(key, h, counters, opts, f)
     }
@@ -693,7 +711,7 @@ impl SharedCache {
     pub fn delete_cas(&self, key: &[u8], cas: u64) -> Result<()> {
         self.attach()?;
         let (h, i) = self.locate(key);
-        self.shards[i].write().delete_hashed(key, h, Some(cas))
+        self.at(i).0.write().delete_hashed(key, h, Some(cas))
     }
     /// Marks the item stale (see [`Segcache::invalidate`]); returns its new CAS value.
     ///
@@ -719,7 +737,7 @@ impl SharedCache {
     fn store(&self, key: &[u8], value: &[u8], flags: u32, ttl: Duration, mode: Mode) -> Result<u64> {
         self.attach()?;
         let (h, i) = self.index(key);
-        let (shard, view) = (&self.shards[i], &self.views[i]);
+        let (shard, view) = self.at(i);
         let secs = crate::ttl_buckets::expire::ttl_secs(ttl);
         // A new key skips the shared lock: the summary and then the chain's tags, read without a
         // lock, are only a hint, and the exclusive path is complete on its own when it is stale.
@@ -948,7 +966,7 @@ impl SharedCache {
     ) -> Result<crate::engine::compute::Computed> {
         self.attach()?;
         let (h, i) = self.locate(key);
-        self.shards[i].write().compute_hashed(key, h, f)
+        self.at(i).0.write().compute_hashed(key, h, f)
     }
     /// Removes the key ([`Error::NotFound`](crate::Error::NotFound) if absent).
     ///
@@ -965,7 +983,7 @@ impl SharedCache {
     pub fn delete(&self, key: &[u8]) -> Result<()> {
         self.attach()?;
         let (h, i) = self.locate(key);
-        self.shards[i].write().delete_hashed(key, h, None)
+        self.at(i).0.write().delete_hashed(key, h, None)
     }
     /// Sets a new TTL ([`Error::NotFound`](crate::Error::NotFound) if absent); the CAS value stays.
     ///
@@ -1519,12 +1537,12 @@ fn deliver<R>(
     f: impl FnOnce(Item<'_>) -> R,
 ) -> Option<R> {
     match p {
-        Peeked::Hit { found, at, header, cas, expire_at, now, last_access } => {
+        Peeked::Hit { found, at, header, cas, expire_at, now, access, created } => {
             let coin = bump(&counters.hits);
             if !opts.no_update {
                 Table::bump_freq_unlocked(found.slot, found.value, coin ^ h);
             }
-            let state = peek::state(found.value, &header, last_access);
+            let state = peek::state(found.value, &header, access, created);
             // SAFETY: a hit's record, as `peek` copied it.
             Some(f(unsafe { peek::item_in(buf, at, header, cas, expire_at, now, state) }))
         }
@@ -1568,6 +1586,36 @@ impl Drop for SharedCache {
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
+
+    /// `at` indexes the shards and their views unchecked, modulo their count: with every shard
+    /// count a cache may have, each key is stored, read lock-free, read under the lock and
+    /// deleted in its own shard, and every shard holds some.
+    #[test]
+    fn every_shard_of_every_count_serves_its_keys() {
+        for shards in [1, 2, 4, 16, 64] {
+            let heap = (shards * (2 << 20)).max(16 << 20);
+            let c = Builder::new().heap_size(heap).segment_size(256 << 10).shards(shards).build_shared().unwrap();
+            assert_eq!(c.shard_count(), shards);
+            let key = |i: u32| format!("key-{i}").into_bytes();
+            let n = 40 * shards as u32;
+            for i in 0..n {
+                c.set(&key(i), &i.to_le_bytes(), 0, Duration::ZERO).unwrap();
+            }
+            let mut used = vec![0; shards];
+            for i in 0..n {
+                used[c.index(&key(i)).1] += 1;
+                assert_eq!(c.get_with(&key(i), |item| item.value().to_vec()), Some(i.to_le_bytes().to_vec()));
+                // A read that claims a token takes the lock.
+                let claim = ReadOptions { claim_token: true, ..ReadOptions::default() };
+                assert_eq!(c.get_with_options(&key(i), claim, |item| item.value().len()), Some(4));
+            }
+            assert!(used.iter().all(|&u| u > 0), "{shards} shards: {used:?}");
+            for i in 0..n {
+                c.delete(&key(i)).unwrap();
+                assert!(c.get(&key(i)).is_none());
+            }
+        }
+    }
 
     /// A lock-free get answers a miss from its chain's summary alone, with no sequence number to
     /// validate it: right only if no write leaves a present key's bit clear, even for a moment.

@@ -41,7 +41,6 @@ use std::sync::Arc;
 
 use crate::clock::Clock;
 use crate::engine::cas_token;
-use crate::engine::read::state_of;
 use crate::engine::write::valid_key;
 use crate::engine::Segcache;
 use crate::hashtable::slot::{self, Loc};
@@ -74,9 +73,9 @@ pub(crate) enum Peeked {
     Miss,
     /// The key's item expired or was flushed.
     Gone(Gone),
-    /// The record is in the buffer from byte `at`. Of the item's state only the last access
-    /// time is decoded (every read asks whether to refresh it); `state` builds the rest from the
-    /// slot and the header when an item is made.
+    /// The record is in the buffer from byte `at`. Of the item's state only the access byte and
+    /// the segment's creation time are read (every read asks whether to refresh the access
+    /// time); `state` builds the rest from the slot and the header when an item is made.
     Hit {
         found: Found<'static>,
         at: usize,
@@ -84,7 +83,8 @@ pub(crate) enum Peeked {
         cas: u64,
         expire_at: u32,
         now: u32,
-        last_access: u32,
+        access: u8,
+        created: u32,
     },
     /// The item needs the lock: too large for the buffer.
     Locked,
@@ -334,9 +334,12 @@ impl ShardView {
             None => cas_token(self.cas_stride, self.cas_offset, stamp.cas),
         };
         // SAFETY: as `expire_at` above.
-        let create_at = unsafe { read(&raw const (*self.segs.add(seg)).create_at) };
-        let last_access = state_of(&stamp, create_at, found.value, now).last_access;
-        Peeked::Hit { found, at, header, cas, expire_at, now, last_access }
+        let created = unsafe { read(&raw const (*self.segs.add(seg)).create_at) };
+        // SAFETY: as for `stamp`: every header holds at least `HEADER_LEN` bytes. (Read here at a
+        // fixed place rather than from the stamp, whose index into a header of any length is
+        // checked.)
+        let access = unsafe { init(buf, at, record::HEADER_LEN) }[record::ACCESS_AT];
+        Peeked::Hit { found, at, header, cas, expire_at, now, access, created }
     }
 
     /// The smallest read this layout allows: the key's chain walked for a tag match, the record
@@ -402,10 +405,14 @@ impl ShardView {
         // lies in them.
         let header = record::header(unsafe { init(buf, at, record::MAX_ANY_HEADER_LEN) })?;
         let len = header.total_len();
+        // A record that the window holds lies in the segment, as the window does.
+        if at + len <= WINDOW * 8 {
+            return Some((at, header));
+        }
         if len > self.segment_size - offset {
             return None;
         }
-        if at + len > WINDOW * 8 && len <= PEEK_BYTES {
+        if len <= PEEK_BYTES {
             return self.copy_rest(loc, buf, WINDOW);
         }
         Some((at, header))
@@ -472,16 +479,17 @@ impl ShardView {
 }
 
 /// The state of a hit's item, as `state_of` gives it: the fetched bit from the slot, the stale
-/// and won bits from the header's control byte (which `stamp` reads them from), and the last
-/// access time that `peek` decoded.
+/// and won bits from the header's control byte (which `stamp` reads them from), and the access
+/// byte and segment creation time that `peek` read.
 #[inline]
-pub(crate) fn state(slot_value: u64, header: &Header, last_access: u32) -> ItemState {
+pub(crate) fn state(slot_value: u64, header: &Header, access: u8, created: u32) -> ItemState {
     ItemState {
         fetched: slot_value & slot::FETCHED != 0,
         stale: header.ctl & record::STALE != 0,
         token_sent: header.ctl & record::WON != 0,
         won: false,
-        last_access,
+        access,
+        created,
     }
 }
 
@@ -613,9 +621,8 @@ mod tests {
                 rec[3] = 1; // value length (one byte, when the control byte says so)
                 let Some(header) = crate::record::header(&rec) else { continue };
                 let slot = pack(5, 3, Loc { seg: 1, offset: 8 }) | fetched;
-                let now = 2_000_000;
-                let want = state_of(&header.stamp(&rec, 0), 1_000_000, slot, now);
-                assert_eq!(super::state(slot, &header, want.last_access), want, "control byte {ctl:#04x}");
+                let want = state_of(&header.stamp(&rec, 0), 1_000_000, slot);
+                assert_eq!(super::state(slot, &header, rec[1], 1_000_000), want, "control byte {ctl:#04x}");
             }
         }
     }

@@ -98,10 +98,14 @@ pub type Repair<T> = fn(&mut T);
 /// A reader-writer lock over `T` with one reader slot per thread (see the module docs).
 #[repr(align(128))]
 pub struct ShardLock<T> {
-    writer: AtomicBool,
+    /// The writer flag, and the sequence number of a lock that is not mapped: leaked from a box
+    /// by the constructors (freed on drop).
+    line: &'static LockLine,
     /// Bumped by each writer as it takes the lock (to odd) and as it leaves (to even), for
-    /// optimistic readers.
-    seq: AtomicU64,
+    /// optimistic readers: `line`'s, or the mapping's (`MappedLock::seq`) in a cache that
+    /// processes share. A reference either way, so that a read finds it with one load rather
+    /// than a test of `mapped`.
+    seq: &'static AtomicU64,
     /// In a cache that processes share: the lock in the mapping, and how to repair `T` after
     /// a process died holding it.
     mapped: Option<(&'static MappedLock, Repair<T>)>,
@@ -130,28 +134,37 @@ pub fn default_slots() -> usize {
     (2 * cores).next_power_of_two().min(64)
 }
 
+/// A lock's writer flag and (unless the lock is mapped) its sequence number, on a line of their
+/// own: a writer that takes the flag has the number's line too.
+#[repr(align(128))]
+struct LockLine {
+    writer: AtomicBool,
+    seq: AtomicU64,
+}
+
+impl LockLine {
+    fn leak() -> &'static LockLine {
+        Box::leak(Box::new(LockLine { writer: AtomicBool::new(false), seq: AtomicU64::new(0) }))
+    }
+}
+
 impl<T> ShardLock<T> {
     /// `slots` is rounded up to a power of two.
     pub fn new(value: T, slots: usize) -> Self {
         let n = slots.max(1).next_power_of_two();
         let slots: Box<[ReaderSlot]> = (0..n).map(|_| ReaderSlot::new()).collect();
-        ShardLock {
-            writer: AtomicBool::new(false),
-            seq: AtomicU64::new(0),
-            mapped: None,
-            slots: Box::leak(slots),
-            value: UnsafeCell::new(value),
-        }
+        let line = LockLine::leak();
+        ShardLock { line, seq: &line.seq, mapped: None, slots: Box::leak(slots), value: UnsafeCell::new(value) }
     }
 
     /// A lock shared with other processes: `lock` and `slots` (a power of two of them) lie in
     /// the mapping that `value` keeps alive; `repair` makes `value` whole again after a process
     /// died holding the lock.
     pub fn mapped(value: T, lock: &'static MappedLock, slots: &'static [ReaderSlot], repair: Repair<T>) -> Self {
-        debug_assert!(slots.len().is_power_of_two());
+        assert!(slots.len().is_power_of_two(), "reader slots: {}", slots.len());
         ShardLock {
-            writer: AtomicBool::new(false),
-            seq: AtomicU64::new(0),
+            line: LockLine::leak(),
+            seq: &lock.seq,
             mapped: Some((lock, repair)),
             slots,
             value: UnsafeCell::new(value),
@@ -161,10 +174,7 @@ impl<T> ShardLock<T> {
     /// The sequence number optimistic readers watch.
     #[inline]
     fn seq(&self) -> &AtomicU64 {
-        match self.mapped {
-            Some((m, _)) => &m.seq,
-            None => &self.seq,
-        }
+        self.seq
     }
 
     pub fn read(&self) -> ReadGuard<'_, T> {
@@ -199,11 +209,11 @@ impl<T> ShardLock<T> {
             // at every slot (`slot_readers`). All four steps are SeqCst, so they fall in one
             // total order and one of the two sees the other.
             slot.readers.fetch_add(1, SeqCst);
-            if !self.writer.load(SeqCst) {
+            if !self.line.writer.load(SeqCst) {
                 return ReadGuard { lock: self, slot };
             }
             slot.readers.fetch_sub(1, Release);
-            while self.writer.load(Relaxed) {
+            while self.line.writer.load(Relaxed) {
                 relax(&mut spins);
             }
         }
@@ -261,10 +271,10 @@ impl<T> ShardLock<T> {
         let mut spins = 0;
         // Straight to the read-modify-write: loading the flag first would fetch its line shared,
         // then again exclusive, two transfers from the last writer's core instead of one.
-        while self.writer.compare_exchange_weak(false, true, SeqCst, Relaxed).is_err() {
+        while self.line.writer.compare_exchange_weak(false, true, SeqCst, Relaxed).is_err() {
             // Wait with loads: a compare-and-swap would take the line from the holder, which
             // writes `seq` on it twice more and would have to fetch it back each time.
-            while self.writer.load(Relaxed) {
+            while self.line.writer.load(Relaxed) {
                 relax(&mut spins);
             }
         }
@@ -300,7 +310,9 @@ impl<T> ShardLock<T> {
     /// spreads the threads of an unmapped lock, which one process uses, the same way).
     #[inline]
     pub fn own_slot(&self) -> &ReaderSlot {
-        &self.slots[own_index() & (self.slots.len() - 1)]
+        // SAFETY: both constructors hold a power of two of slots (one at least), so the index,
+        // masked by their count less one, is below it.
+        unsafe { self.slots.get_unchecked(own_index() & (self.slots.len() - 1)) }
     }
 
     /// Every reader slot, for summing their counters.
@@ -316,6 +328,8 @@ impl<T> Drop for ShardLock<T> {
             // constructor) and is released once, here.
             drop(unsafe { Box::from_raw(self.slots as *const [ReaderSlot] as *mut [ReaderSlot]) });
         }
+        // SAFETY: `line` came from `Box::leak` in a constructor and is released once, here.
+        drop(unsafe { Box::from_raw(self.line as *const LockLine as *mut LockLine) });
     }
 }
 
@@ -387,7 +401,7 @@ impl<T> Drop for WriteGuard<'_, T> {
             return;
         }
         self.lock.seq.store(self.seq, Release);
-        self.lock.writer.store(false, Release);
+        self.lock.line.writer.store(false, Release);
     }
 }
 

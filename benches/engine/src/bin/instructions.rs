@@ -10,6 +10,10 @@
 //! which `make test` checks): it fails when one exceeds its budget by more than 2%, and says
 //! which budgets a change has beaten by as much, to be lowered. The peers' counts are printed
 //! beside ours for context and never checked.
+//!
+//! Beside `ours` comes the floor of its layout (`Lib::Floor`, `SharedCache::floor_get`: the
+//! hash, the chain's tags, the record's key and value, nothing else), for its reads only: how
+//! far a get is from the least that the memory layout allows.
 
 use std::hint::black_box;
 use std::path::{Path, PathBuf};
@@ -183,6 +187,22 @@ fn count(args: &Args, lib: Lib, op: Op) -> Result<f64, String> {
     Ok(n? as f64 / args.items as f64)
 }
 
+/// `libs`, with the floor after `ours` when `ours` is among them and the floor is not.
+fn with_floor(libs: &[Lib]) -> Vec<Lib> {
+    let mut out = libs.to_vec();
+    if !libs.contains(&Lib::Floor) {
+        if let Some(at) = libs.iter().position(|&l| l == Lib::Ours) {
+            out.insert(at + 1, Lib::Floor);
+        }
+    }
+    out
+}
+
+/// Whether `op` is counted on `lib`: the floor only reads (its stores are `ours`').
+fn lib_runs(lib: Lib, op: Op) -> bool {
+    lib != Lib::Floor || matches!(op, Op::GetHit | Op::GetMiss)
+}
+
 /// One budget: our count of `op` on `lib` must stay within 2% of `instructions`.
 #[derive(Debug, PartialEq)]
 struct Budget {
@@ -245,9 +265,13 @@ fn main() -> Result<(), String> {
     println!("| library | get hit | get miss | set (present key) | set (new key) | delete | insert (full cache) |");
     println!("|---|---|---|---|---|---|---|");
     let mut counts = Vec::new();
-    for &lib in &args.libs {
+    for lib in with_floor(&args.libs) {
         let mut row = format!("| {} |", lib.name());
         for &op in Op::value_variants() {
+            if !lib_runs(lib, op) {
+                row.push_str(" - |");
+                continue;
+            }
             let n = count(&args, lib, op)?;
             row.push_str(&format!(" {n:.0} |"));
             counts.push((lib.arg().to_string(), op.arg(), n));
@@ -278,6 +302,22 @@ mod tests {
             for &op in Op::value_variants() {
                 with_cache(lib, &op.sizing(1000), Child { op, n: 1000 });
             }
+        }
+    }
+
+    /// The floor follows `ours` and counts reads only; it reads back what `ours` stored.
+    #[test]
+    fn the_floor_runs_beside_ours_and_reads_only() {
+        assert_eq!(
+            with_floor(&[Lib::OursSingle, Lib::Ours, Lib::Lru]),
+            [Lib::OursSingle, Lib::Ours, Lib::Floor, Lib::Lru]
+        );
+        assert_eq!(with_floor(&[Lib::OursSingle]), [Lib::OursSingle]);
+        assert_eq!(with_floor(&[Lib::Ours, Lib::Floor]), [Lib::Ours, Lib::Floor]);
+        let ops: Vec<Op> = Op::value_variants().iter().copied().filter(|&op| lib_runs(Lib::Floor, op)).collect();
+        assert_eq!(ops, [Op::GetHit, Op::GetMiss]);
+        for op in ops {
+            with_cache(Lib::Floor, &op.sizing(1000), Child { op, n: 1000 });
         }
     }
 
