@@ -260,6 +260,11 @@ impl Builder {
         if let Some((path, bytes)) = &self.tier {
             attach_tier(&mut engines, path, *bytes, self.tier_write_queue, found)?;
         }
+        // A file's chunks were stored by another process (or an earlier one): counted here,
+        // so that item counts leave them out.
+        if found != Found::Fresh && self.max_item_size.is_some() {
+            engines.iter_mut().for_each(Segcache::recount_chunks);
+        }
         Ok(engines)
     }
 }
