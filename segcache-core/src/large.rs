@@ -6,6 +6,9 @@
 //! `CHUNK_KEY_LEN` bytes long, one more than any user key may be, so that no user command can
 //! name one.
 
+use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+use std::sync::{Mutex, PoisonError};
+
 use crate::arena::Arena;
 use crate::record::{MAX_KEY_LEN, PEEK_BYTES};
 
@@ -23,8 +26,13 @@ pub(crate) const SPARE_SEGMENTS: usize = 4;
 /// of a large item): two of the largest items.
 const HELD_BYTES: usize = 2 << 30;
 
-/// The engine's state for large items: the largest item allowed, and the assembled values that
-/// reads hand out borrowed from the engine.
+/// Most heads that reads found broken (a chunk missing) kept for the next write to remove; more
+/// are left to eviction, as before any was noted.
+const MAX_BROKEN: usize = 64;
+
+/// The engine's state for large items: the largest item allowed, the assembled values that
+/// reads hand out borrowed from the engine, the live chunk records (which item counts leave
+/// out) and the heads that reads found broken.
 #[derive(Debug)]
 pub(crate) struct Large {
     /// `Builder::max_item_size`, or 0 when items must fit a segment.
@@ -32,11 +40,49 @@ pub(crate) struct Large {
     /// Values `item_in` assembled, held until a write frees them (`release`: the first write of
     /// each second, and every store of a large item).
     held: Arena,
+    /// Live chunk records in the shard's heap: the records that `items` counts but that are no
+    /// item a user stored. Kept by this process (rebuilt at an open: `Segcache::recount_chunks`),
+    /// and 0 whenever no chunk is live, so that a cache without large items tests one word.
+    pub(crate) chunks: u64,
+    /// Keys of heads that a read (through `&self`, so unable to remove them) found with a chunk
+    /// missing, for the next write to remove (`Segcache::remove_broken_heads`).
+    broken: Mutex<Vec<Vec<u8>>>,
+    /// `broken` is not empty: a relaxed load tells a writer whether there is work, without the
+    /// mutex.
+    any_broken: AtomicBool,
 }
 
 impl Large {
     pub(crate) fn new(max: Option<usize>) -> Large {
-        Large { max: max.unwrap_or(0), held: Arena::with_limit(HELD_BYTES) }
+        Large {
+            max: max.unwrap_or(0),
+            held: Arena::with_limit(HELD_BYTES),
+            chunks: 0,
+            broken: Mutex::default(),
+            any_broken: AtomicBool::new(false),
+        }
+    }
+
+    /// Notes that the head of `key` lacks a chunk, for the next write to remove.
+    #[cold]
+    pub(crate) fn note_broken(&self, key: &[u8]) {
+        let mut broken = self.broken.lock().unwrap_or_else(PoisonError::into_inner);
+        if broken.len() < MAX_BROKEN && !broken.iter().any(|k| k == key) {
+            broken.push(key.to_vec());
+            self.any_broken.store(true, Relaxed);
+        }
+    }
+
+    /// Whether a read noted a broken head since the last `take_broken`.
+    #[inline(always)]
+    pub(crate) fn has_broken(&self) -> bool {
+        self.any_broken.load(Relaxed)
+    }
+
+    /// The keys of the heads noted broken, taken.
+    pub(crate) fn take_broken(&mut self) -> Vec<Vec<u8>> {
+        *self.any_broken.get_mut() = false;
+        std::mem::take(self.broken.get_mut().unwrap_or_else(PoisonError::into_inner))
     }
 
     /// Whether a read holds assembled values that the next write frees.

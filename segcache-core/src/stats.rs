@@ -130,9 +130,9 @@ fn merge_one(kind: FigureKind, mine: &mut u64, other: u64) {
 }
 
 figures! {
-    /// Live items.
+    /// Live items; a large item (`Builder::max_item_size`) counts once.
     items: Gauge,
-    /// Bytes of live items, headers included.
+    /// Bytes of live items, headers included (a large item's chunks too).
     bytes: Gauge,
     /// Heap size in bytes.
     heap_bytes: Gauge,

@@ -13,7 +13,7 @@
 use memchr::{memchr, memrchr};
 use segcache_core::MAX_KEY_LEN;
 
-use crate::exec::{execute, execute_binary, Flow, GetStream};
+use crate::exec::{execute_binary, execute_within, Flow, GetStream, Retrieval};
 use crate::observe::Probe;
 use crate::protocol::binary::{self, op, Command, Header, Status, HEADER_LEN, REQUEST_MAGIC};
 use crate::protocol::{get_head, parse, stalled_line, FailKind, MetaCmd, MetaKey, Parse, MAX_GET_LINE};
@@ -80,6 +80,9 @@ pub struct Session {
     held: Vec<u8>,
     mode: Mode,
     get: Option<GetStream>,
+    /// A retrieval line whose reply reached the output's high-water mark: the rest of its keys,
+    /// run before any later request once the client has read the reply so far.
+    retrieval: Option<Retrieval>,
     /// The client authenticated (only looked at with `-Y` or `-S`).
     authed: bool,
     /// `-Y`: the authenticating `set` line came; its value (with its CRLF) is this long.
@@ -110,7 +113,23 @@ impl Session {
     /// Whether the session is between requests (no data block still being dropped, no
     /// retrieval line still arriving, no authentication value awaited).
     pub fn at_boundary(&self) -> bool {
-        self.swallow == 0 && self.get.is_none() && self.auth_value.is_none()
+        self.swallow == 0 && self.get.is_none() && self.auth_value.is_none() && self.retrieval.is_none()
+    }
+
+    /// Whether a retrieval's reply is still being made (see [`Session::resume`]): the caller
+    /// resumes it once the client has read the output, even with no input left.
+    pub fn retrieving(&self) -> bool {
+        self.retrieval.is_some()
+    }
+
+    /// Goes on with the retrieval being made, until `out` holds `OUT_HIGH_WATER` bytes or its
+    /// reply is done.
+    pub fn resume(&mut self, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
+        if let Some(r) = self.retrieval.as_mut() {
+            if r.run(out, ctx, OUT_HIGH_WATER) {
+                self.retrieval = None;
+            }
+        }
     }
 
     /// Whether the connection speaks the binary protocol (known once its first byte came).
@@ -138,6 +157,14 @@ impl Session {
                     break;
                 }
                 out.append(&mut self.held);
+            }
+            if self.retrieval.is_some() {
+                // The line's reply goes on before any later request.
+                if out.len() >= budget.out_high {
+                    break;
+                }
+                self.resume(out, ctx);
+                continue;
             }
             if pos == input.len()
                 || out.len() >= budget.out_high
@@ -209,7 +236,7 @@ impl Session {
             Parse::Done(req, n) => {
                 let probe = Probe::text(&ctx.shared.observe, ctx.worker, &req, &input[*pos..*pos + n], out.len());
                 *pos += n;
-                let flow = execute(req, out, ctx);
+                let flow = execute_within(req, out, ctx, OUT_HIGH_WATER, &mut self.retrieval);
                 probe.finish(&ctx.shared.observe, ctx.worker, ctx.conn.map(|c| c.peer), out);
                 if flow == Flow::Close {
                     return Step::Close;

@@ -526,6 +526,17 @@ impl Conn {
                 crate::exec::dump_more(&self.info, &mut self.out, ctx, OUT_HIGH_WATER);
                 continue;
             }
+            if self.session.retrieving() {
+                // A multi-get's reply goes on, a reply buffer at a time, before any further
+                // request (as memcached streams it), however much the line asks for.
+                if budget.requests == 0 {
+                    return Drive::Again;
+                }
+                budget.requests -= 1;
+                self.compact_out();
+                self.session.resume(&mut self.out, ctx);
+                continue;
+            }
             if self.start < self.end {
                 if budget.requests == 0 || budget.bytes == 0 {
                     // This turn is spent: the rest waits for the others on this worker.

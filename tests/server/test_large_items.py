@@ -235,3 +235,87 @@ def test_binary_set_and_get_of_a_large_item(pair):
         return out
 
     both(pair, script)
+
+
+def item_counts(c: Conn) -> tuple:
+    """`curr_items` and `total_items` from `stats`."""
+    c.send(b"stats\r\n")
+    counts = {}
+    while (line := c.line()) != b"END":
+        _, name, value = line.split(b" ", 2)
+        counts[name] = value
+    return int(counts[b"curr_items"]), int(counts[b"total_items"])
+
+
+def test_a_large_item_counts_as_one_item(pair):
+    """`curr_items` and `total_items` move as memcached's: a large item is one item, however
+    many chunks the engine stores it as."""
+
+    def script(c: Conn):
+        curr, total = item_counts(c)
+        out = []
+        for key, version, n in [(b"count-a", 1, 6 << 20), (b"count-a", 2, 5 << 20), (b"count-b", 3, 7 << 20)]:
+            value = pattern(version, n)
+            c.send(b"set %s 0 0 %d\r\n%s\r\n" % (key, len(value), value))
+            out.append(c.line())
+            now = item_counts(c)
+            out.append((now[0] - curr, now[1] - total))
+        c.send(b"delete count-a\r\n")
+        out.append(c.line())
+        now = item_counts(c)
+        out.append((now[0] - curr, now[1] - total))
+        c.send(b"delete count-b\r\n")
+        out.append(c.line())
+        return out
+
+    both(pair, script)
+
+
+@pytest.fixture(scope="module")
+def small_reply_pair():
+    """memcached and the server with `-I 8m`, the server's replies bounded at 9 MiB."""
+    port = free_port()
+    argv = [diffkit.MEMCACHED, "-p", str(port), "-U", "0", "-l", "127.0.0.1", "-m", "256", "-I", "8m",
+            "-t", "2", "-o", "no_lru_maintainer"]
+    if os.geteuid() == 0:
+        argv += ["-u", "root"]
+    mc = diffkit.Proc("memcached", argv, port)
+    port = free_port()
+    argv = [str(server_binary()), "-p", str(port), "-m", "256", "-I", "8m", "--max-reply-size", "9m", "-t", "2",
+            "--no-pin", *as_user([])]
+    sc = diffkit.Proc("segcache-server", argv, port)
+    yield mc, sc
+    mc.stop()
+    assert sc.stop() == 0
+
+
+def test_a_multiget_of_large_values_past_the_reply_bound_comes_whole(small_reply_pair):
+    """Three values of 3 MiB (9 MiB and more with their headers) in one `get`, `gets` or `gat`,
+    an `mg` pipeline and a binary GETKQ pipeline: every value whole, as memcached streams them."""
+    keys = [b"stream-%d" % i for i in range(3)]
+
+    def script(c: Conn):
+        out = []
+        for i, key in enumerate(keys):
+            value = pattern(20 + i, 3 << 20)
+            c.send(b"set %s %d 0 %d\r\n%s\r\n" % (key, i, len(value), value))
+            out.append(c.line())
+        c.send(b"get %s missing %s\r\nversion\r\n" % (b" ".join(keys), b" ".join(reversed(keys))))
+        out += c.get_reply()
+        out.append(c.line().split()[0])
+        c.send(b"gets %s\r\n" % b" ".join(keys))
+        out += strip_cas(c.get_reply())
+        c.send(b"gat 0 %s\r\n" % b" ".join(keys))
+        out += c.get_reply()
+        c.send(b"".join(b"mg %s v f k\r\n" % key for key in keys) + b"mn\r\n")
+        for _ in keys:
+            out += c.meta_reply()
+        out.append(c.line())
+        return out
+
+    def binary_script(c: Conn):
+        c.send(b"".join(binary_request(0x0D, key) for key in keys) + binary_request(0x0A))
+        return [binary_reply(c) for _ in range(len(keys) + 1)]
+
+    both(small_reply_pair, script)
+    both(small_reply_pair, binary_script)

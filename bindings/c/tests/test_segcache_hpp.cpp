@@ -253,6 +253,22 @@ int main() {
         CHECK(!c.get("t"));
     }
     {
+        // max_item_size: a value larger than a segment is stored (as chunks) and read back whole,
+        // one item; past the setting, and without it, such a value is refused as too large
+        auto cfg = segcache::Config().heap_size(32u << 20).segment_size(256u << 10).shards(2);
+        std::string big(3u << 20, '\0');
+        for (size_t i = 0; i < big.size(); i++) big[i] = char((i / 7) * 31 + i % 251);
+        CHECK(thrown([&] { segcache::Cache c(cfg); c.set("big", big); }) == SEGCACHE_TOO_LARGE);
+        segcache::Cache c(cfg.max_item_size(4u << 20));
+        c.set("big", big, 9);
+        auto it = c.get("big");
+        CHECK(it && it->value == big && it->flags == 9);
+        CHECK(c.size() == 1);
+        CHECK(thrown([&] { c.set("over", std::string(4u << 20, 'x')); }) == SEGCACHE_TOO_LARGE);
+        CHECK(c.del("big"));
+        CHECK(!c.get("big"));
+    }
+    {
         // bad configuration
         CHECK(thrown([] { segcache::Cache c(segcache::Config().segment_size(1000)); }) == SEGCACHE_INVALID_CONFIG);
         CHECK(thrown([] { segcache::Cache c(segcache::Config().eviction(static_cast<segcache_policy_t>(42))); }) ==

@@ -263,6 +263,11 @@ impl Builder {
                 tier.promote_after = self.tier_promote_after;
             }
         }
+        // A file's chunks were stored by another process (or an earlier one): counted here,
+        // so that item counts leave them out.
+        if found != Found::Fresh && self.max_item_size.is_some() {
+            engines.iter_mut().for_each(Segcache::recount_chunks);
+        }
         Ok(engines)
     }
 }

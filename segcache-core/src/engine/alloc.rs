@@ -111,8 +111,15 @@ impl Segcache {
         Ok(())
     }
 
+    /// Segments that the next allocations can take from the free list without eviction (fewer
+    /// than the list holds where the cap comes first).
+    pub(crate) fn free_room(&self) -> usize {
+        let in_use = self.geo.segments as u32 - self.meta().free_count;
+        (self.segment_cap().saturating_sub(in_use)).min(self.meta().free_count) as usize
+    }
+
     /// Segments the shard may hold at once.
-    fn segment_cap(&self) -> u32 {
+    pub(crate) fn segment_cap(&self) -> u32 {
         match self.meta().segment_cap {
             0 => self.geo.segments as u32,
             cap => cap,

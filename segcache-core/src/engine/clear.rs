@@ -52,6 +52,9 @@ impl Segcache {
         let cause = if expired { RemovalCause::Expired } else { RemovalCause::Evicted };
         self.for_each_live(id, |s, loc, h, _| {
             if let Some(f) = t.find_loc(h, loc) {
+                if s.large.chunks != 0 && s.is_chunk_at(loc) {
+                    s.large.chunks -= 1;
+                }
                 s.tell_removal(loc, f.value, cause);
                 unfetched += u64::from(f.value & slot::FETCHED == 0);
                 s.remove_slot(h, f.slot);

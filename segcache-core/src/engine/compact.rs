@@ -231,6 +231,9 @@ impl Segcache {
                     },
                     false => slot,
                 };
+                if self.large.chunks != 0 && self.is_chunk_at(m.loc) {
+                    self.large.chunks -= 1;
+                }
                 // (Its segment may be a destination already, with another base.)
                 self.tell_removal_based(m.loc, slot.value, RemovalCause::Evicted, bases[current]);
                 self.remove_slot(m.hash, slot.slot);

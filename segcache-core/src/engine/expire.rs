@@ -24,6 +24,9 @@ impl Segcache {
         if now != self.meta().last_expire || self.expiry_pass < ttl::BUCKETS {
             self.expire_step(now);
         }
+        if self.large.has_broken() {
+            self.remove_broken_heads(now);
+        }
         now
     }
 

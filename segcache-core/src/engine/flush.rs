@@ -87,6 +87,7 @@ impl Segcache {
         for id in 0..n {
             *self.seg_mut(id) = SegHeader { next: if id + 1 < n { id + 1 } else { NONE }, ..SegHeader::EMPTY };
         }
+        self.large.chunks = 0;
         let m = self.meta_mut();
         m.free_head = 0;
         m.free_count = n;

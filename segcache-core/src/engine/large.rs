@@ -12,8 +12,15 @@
 //!   no read, write or scan of a user key can reach it. Chunks take the head's TTL and are
 //!   persisted, copied by merges and evicted like any record.
 //! - A read that misses a chunk (evicted on its own), or finds it of another length, misses the
-//!   whole item: never a partial value. Reads hold the engine shared, so the head stays until a
-//!   write replaces or deletes it, or eviction or expiry takes it.
+//!   whole item: never a partial value. Reads hold the engine shared (a `SharedCache` shard's
+//!   read lock), so they only note the key (`Large::note_broken`); the next write, which holds
+//!   it exclusively, removes the head and the chunks left, counted as evicted
+//!   (`remove_broken_heads`).
+//! - A store makes room for all its chunks and its head before it writes the first
+//!   (`make_room_for`), so that no chunk's store evicts: under a random policy that eviction
+//!   could take an earlier chunk of the same item.
+//! - Item counts (`len`, `Stats::items`) count a large item once, by its head: the shard's
+//!   record count less its live chunk records (`Large::chunks`).
 //! - A write that replaces or deletes the head removes the chunks of its version. A head that
 //!   eviction takes leaves its chunks behind, unreachable: they hold no slot a user reads, and
 //!   eviction or expiry reclaims their segments as any other, so memory stays bounded.
@@ -28,6 +35,7 @@ use crate::engine::read::ReadOptions;
 use crate::engine::write::{Mode, NewState};
 use crate::engine::Segcache;
 use crate::error::{Error, Result};
+use crate::eviction::policy::Policy;
 use crate::hash::hash;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table;
@@ -98,6 +106,13 @@ impl Segcache {
             key_hash: h,
             id: self.version_id(h),
         };
+        // Room for every chunk and the head first, so that no chunk's store evicts: an eviction
+        // then could take an earlier chunk of this very item (a random policy's victim may be
+        // any segment) and fail a store the cache has room for.
+        self.make_room_for(d.chunks as usize + 1).map_err(|e| match e {
+            Error::TooLarge { .. } => Error::TooLarge { size, max },
+            e => e,
+        })?;
         let sets = self.meta().sets;
         let chunk_state = NewState { keep_expiry: st.keep_expiry, ..NewState::default() };
         for i in 0..d.chunks {
@@ -109,6 +124,7 @@ impl Segcache {
                 self.meta_mut().sets = sets;
                 return Err(e);
             }
+            self.large.chunks += 1;
         }
         // The chunks are not stores a client made.
         self.meta_mut().sets = sets;
@@ -133,6 +149,94 @@ impl Segcache {
             return Err(Error::TooLarge { size, max: self.shard_large_max() });
         }
         Ok(cas)
+    }
+
+    /// Frees segments until `n` can be taken without evicting (by expiry, else by the policy's
+    /// eviction, else FIFO's, as `alloc_segment` does). `NoMemory` when eviction is off and the
+    /// free segments are too few; `TooLarge` when the shard may never hold `n` at once.
+    fn make_room_for(&mut self, n: usize) -> Result<()> {
+        if n + SPARE_SEGMENTS > self.segment_cap() as usize + 1 {
+            return Err(Error::TooLarge { size: 0, max: 0 });
+        }
+        let rounds = 3 * self.geo.segments + n;
+        for round in 0..=rounds {
+            if self.free_room() >= n {
+                return Ok(());
+            }
+            if self.expire_some(1) > 0 {
+                continue;
+            }
+            if round >= 2 * self.geo.segments {
+                self.evict_by(Policy::Fifo)?;
+            } else {
+                self.evict()?;
+            }
+        }
+        Err(Error::NoMemory)
+    }
+
+    /// Whether the record at `loc` is a chunk's (its key is longer than a user's may be).
+    #[inline]
+    pub(crate) fn is_chunk_at(&self, loc: Loc) -> bool {
+        self.seg_bytes(loc.seg)
+            .get(loc.offset as usize..)
+            .and_then(record::header)
+            .is_some_and(|h| h.key_len > crate::record::MAX_KEY_LEN)
+    }
+
+    /// Counts the live chunk records again, from the table: after an open of a file, whose
+    /// chunks this process did not store.
+    pub(crate) fn recount_chunks(&mut self) {
+        let t = self.table();
+        let ids = self.tier.as_deref().map(|t| t.ids);
+        let mut n = 0u64;
+        for chain in 0..=t.mask() {
+            t.scan(chain, |_, v| {
+                let loc = slot::slot_loc(v);
+                let on_flash = ids.and_then(|ids| ids.flash_index(loc.seg)).is_some();
+                if !on_flash && (loc.seg as usize) < self.geo.segments && self.is_chunk_at(loc) {
+                    n += 1;
+                }
+                false
+            });
+        }
+        self.large.chunks = n;
+    }
+
+    /// Removes the heads that reads found with a chunk missing (`Large::note_broken`), and
+    /// what is left of their chunks, as evicted: reads hold the engine shared and cannot.
+    /// A head that is whole again (a new version stored since) stays.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn remove_broken_heads(&mut self, now: u32) {
+        for key in self.large.take_broken() {
+            let h = hash(&key);
+            let Some((found, r)) = self.find_record(&key, h) else { continue };
+            if !r.stamp.large {
+                continue;
+            }
+            let Some(d) = Descriptor::decode(r.value) else { continue };
+            if self.chunks_present(&d, now) {
+                continue;
+            }
+            let loc = slot::slot_loc(found.value);
+            self.tell_removal(loc, found.value, crate::listener::RemovalCause::Evicted);
+            self.kill(loc);
+            self.remove_slot(h, found.slot);
+            self.drop_chunks(&d);
+            let m = self.meta_mut();
+            m.evicted_items += 1;
+            m.evicted_unfetched += u64::from(found.value & slot::FETCHED == 0);
+        }
+    }
+
+    /// Notes the head of `key` (descriptor `v`) for removal by the next write when a chunk of
+    /// it is missing (not when assembling failed for want of memory).
+    #[cold]
+    fn note_if_broken(&self, key: &[u8], v: &[u8], now: u32) {
+        if Descriptor::decode(v).is_some_and(|d| !self.chunks_present(&d, now)) {
+            self.large.note_broken(key);
+        }
     }
 
     /// A new version's id: the key's hash, the shard's counters and the clock's nanoseconds,
@@ -185,11 +289,16 @@ impl Segcache {
     #[cold]
     #[inline(never)]
     pub(crate) fn value_of_head<'a>(&'a self, found: table::Found<'static>, v: &'a [u8]) -> Option<&'a [u8]> {
-        if !self.record(slot::slot_loc(found.value)).is_some_and(|r| r.stamp.large) {
+        let Some(r) = self.record(slot::slot_loc(found.value)).filter(|r| r.stamp.large) else {
             return Some(v);
-        }
+        };
         // The clock is read again here, so that the hit path keeps no time for this call.
-        self.large.hold(self.assemble(v, self.now())?)
+        let now = self.now();
+        let Some(value) = self.assemble(v, now) else {
+            self.note_if_broken(r.key, v, now);
+            return None;
+        };
+        self.large.hold(value)
     }
 
     /// `item_in` for a head, for a write that needs only the item's metadata (its CAS value,
@@ -205,6 +314,7 @@ impl Segcache {
     ) -> Option<(Item<'a>, table::Found<'static>)> {
         let d = Descriptor::decode(r.value)?;
         if !self.chunks_present(&d, now) {
+            self.large.note_broken(r.key);
             return None;
         }
         self.item_raw(found, r, now)
@@ -225,9 +335,12 @@ impl Segcache {
         f: impl FnOnce(Item<'_>) -> R,
     ) -> Option<R> {
         let now = self.now();
-        let got =
-            self.item_raw(found, r, now).and_then(|(item, found)| Some((item, found, self.assemble(r.value, now)?)));
-        let Some((mut item, found, value)) = got else {
+        let Some((mut item, found)) = self.item_raw(found, r, now) else {
+            counters.miss(None);
+            return None;
+        };
+        let Some(value) = self.assemble(r.value, now) else {
+            self.note_if_broken(r.key, r.value, now);
             counters.miss(None);
             return None;
         };

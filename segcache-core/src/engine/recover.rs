@@ -163,6 +163,7 @@ impl Segcache {
         for b in 0..ttl::BUCKETS {
             *self.ttl_bucket_mut(b) = TtlBucket::EMPTY;
         }
+        self.large.chunks = 0;
         {
             let m = self.meta_mut();
             m.free_head = NONE;
@@ -264,6 +265,9 @@ impl Segcache {
             t.put(h, slot, new);
         }
         self.count_live(loc.seg, len);
+        if self.is_chunk_at(loc) {
+            self.large.chunks += 1;
+        }
         true
     }
 }

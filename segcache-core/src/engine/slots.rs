@@ -66,6 +66,10 @@ impl Segcache {
     /// `Record::live_len` (`None`: already dead, nothing to do).
     pub(crate) fn kill_parsed(&mut self, loc: Loc, live_len: Option<u32>) {
         let Some(len) = live_len else { return };
+        // A cache without live chunks tests one word here.
+        if self.large.chunks != 0 && self.is_chunk_at(loc) {
+            self.large.chunks -= 1;
+        }
         let off = loc.offset as usize + record::FLAGS_BYTE;
         self.seg_space(loc.seg)[off] |= record::DEAD;
         let s = self.seg_mut(loc.seg);

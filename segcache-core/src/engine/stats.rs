@@ -23,7 +23,7 @@ impl Segcache {
     pub fn stats(&self) -> Stats {
         let m = self.meta();
         Stats {
-            items: m.items,
+            items: self.len() as u64,
             bytes: m.bytes,
             heap_bytes: self.geo.heap_len() as u64,
             segment_size: self.geo.segment_size as u64,
@@ -65,7 +65,8 @@ impl Segcache {
         self.meta_mut().sets += sets;
     }
 
-    /// Live items (expired ones count until their segment is freed).
+    /// Live items (expired ones count until their segment is freed). A large item counts once:
+    /// its chunks are records, not items.
     ///
     /// ```
     /// use std::time::Duration;
@@ -79,7 +80,7 @@ impl Segcache {
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
     pub fn len(&self) -> usize {
-        self.meta().items as usize
+        self.meta().items.saturating_sub(self.large.chunks) as usize
     }
 
     /// Whether no item is live.

@@ -19,7 +19,7 @@ impl Segcache {
     pub fn verify(&self) -> Result<(), String> {
         let t = self.table();
         let mut slots_in = vec![0u32; self.geo.segments];
-        let mut items = 0u64;
+        let (mut items, mut chunks) = (0u64, 0u64);
         let mut bad = None;
         let ids = self.tier.as_deref().map(|t| t.ids);
         let mut flash_slots = vec![0u32; self.tier.as_deref().map_or(0, |t| t.file.segments() as usize)];
@@ -56,6 +56,7 @@ impl Segcache {
                 }
                 slots_in[loc.seg as usize] += 1;
                 items += 1;
+                chunks += u64::from(self.is_chunk_at(loc));
                 false
             });
             if let Some(bad) = bad {
@@ -84,6 +85,10 @@ impl Segcache {
         }
         if self.meta().items != items {
             return Err(format!("{} items counted, {items} slots", self.meta().items));
+        }
+        // (A cache opened without `max_item_size` counts a file's chunks as items.)
+        if self.large.max() > 0 && self.large.chunks != chunks {
+            return Err(format!("{} chunks counted, {chunks} slots lead to chunks", self.large.chunks));
         }
         let headers = self.headers();
         Segments::check(headers, self.meta(), self.geo.segment_size).map_err(|e| e.to_string())?;

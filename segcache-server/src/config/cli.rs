@@ -127,8 +127,9 @@ pub struct Cli {
     /// Maximum item size, with an optional k/m suffix [default: 1m].
     #[arg(short = 'I', long = "max-item-size", value_name = "SIZE")]
     pub max_item_size: Option<String>,
-    /// Largest reply to one retrieval request (a multi-get), k/m suffix; past it the reply is
-    /// `SERVER_ERROR out of memory writing get response` [default: 16m].
+    /// Largest reply held for a retrieval line too long to parse whole (other multi-gets are
+    /// streamed), k/m suffix; past it the reply is `SERVER_ERROR out of memory writing get
+    /// response` [default: 16m].
     #[arg(long, value_name = "SIZE")]
     pub max_reply_size: Option<String>,
     /// Verbose logging: -v info, -vv debug, -vvv trace.

@@ -26,9 +26,9 @@ pub use file::FileConfig;
 pub use memcached_opts::{parse_extended, Extended};
 pub use settings::{HotKeySettings, KlogSettings, Protocol, Settings};
 
-/// The default largest reply to one retrieval request. Replies are copied out of the engine, so
-/// this is what one connection's multi-get can make the server hold (see "Resource bounds" in
-/// docs/server.md).
+/// The default largest reply held for a retrieval line too long to parse whole (other multi-gets
+/// are streamed). Replies are copied out of the engine, so this is what such a line can make
+/// the server hold (see "Resource bounds" in docs/server.md).
 pub const DEFAULT_MAX_REPLY: usize = 16 << 20;
 /// Requests one connection may run per turn of its worker's event loop before the other
 /// connections of the worker get theirs, unless `-R` says otherwise: a deep pipeline (hundreds of

@@ -49,7 +49,8 @@ pub struct Settings {
     pub threads: usize,
     pub max_connections: usize,
     pub max_item_size: usize,
-    /// Largest reply to one retrieval request; at least `max_item_size` + 1 KiB.
+    /// Largest reply held for a retrieval line too long to parse whole; at least
+    /// `max_item_size` + 1 KiB.
     pub max_reply_size: usize,
     pub pin: bool,
     pub cores: Option<Vec<usize>>,

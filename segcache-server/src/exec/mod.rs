@@ -16,7 +16,7 @@ mod text;
 mod watched;
 
 pub use admin::dump_more;
-pub use text::GetStream;
+pub use text::{GetStream, Retrieval};
 
 use crate::observe::report::write_stats;
 use crate::observe::stats::bump;
@@ -35,17 +35,25 @@ pub enum Flow {
     Close,
 }
 
-/// Runs one text or meta request, appending its reply (unless `noreply`) to `out`.
-pub fn execute(req: Request<'_>, out: &mut Vec<u8>, ctx: &Ctx<'_>) -> Flow {
+/// Runs one text or meta request, appending its reply (unless `noreply`) to `out`; a retrieval
+/// whose reply reaches `out_high` bytes stops there and leaves the rest of its keys in `more`
+/// (see [`Retrieval`]), for the caller to run once the client has read the reply so far.
+pub fn execute_within(
+    req: Request<'_>,
+    out: &mut Vec<u8>,
+    ctx: &Ctx<'_>,
+    out_high: usize,
+    more: &mut Option<Retrieval>,
+) -> Flow {
     let mark = out.len();
     let noreply = match req {
         Request::Get { keys, cas } => {
-            text::retrieve(keys, cas, None, out, ctx);
+            *more = text::retrieve(keys, cas, None, out, ctx, out_high);
             false
         }
         Request::Gat { exptime, keys, cas } => {
             let touch = expiry::Expiry::from_exptime(exptime, ctx.shared.cache.now());
-            text::retrieve(keys, cas, Some(touch), out, ctx);
+            *more = text::retrieve(keys, cas, Some(touch), out, ctx, out_high);
             false
         }
         Request::Store { kind, key, flags, exptime, data, cas, noreply } => {

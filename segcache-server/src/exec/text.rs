@@ -23,16 +23,6 @@ fn put_value(out: &mut Vec<u8>, key: &[u8], item: &Item<'_>, cas: bool) {
     reply::put_value(out, key, item.flags(), item.value(), cas.then(|| item.cas()));
 }
 
-/// Replaces a retrieval reply that grew past the limit with memcached's error for it.
-fn over_limit(out: &mut Vec<u8>, mark: usize, ctx: &Ctx<'_>) -> bool {
-    if out.len() - mark <= ctx.shared.limits.max_response {
-        return false;
-    }
-    out.truncate(mark);
-    out.extend_from_slice(reply::GET_TOO_LARGE);
-    true
-}
-
 /// Fetches one key of a retrieval command into `out`, touching it first for `gat` (`touch`:
 /// its expiry); the value's length on a hit.
 #[inline]
@@ -72,21 +62,71 @@ fn count_reads(gat: bool, n: u64, hits: u64, ctx: &Ctx<'_>) {
     }
 }
 
-/// `get`/`gets`, or (`touch`: the expiry to set) `gat`/`gats`.
-pub(super) fn retrieve(keys: Keys<'_>, cas: bool, touch: Option<Expiry>, out: &mut Vec<u8>, ctx: &Ctx<'_>) {
-    let mark = out.len();
+/// `get`/`gets`, or (`touch`: the expiry to set) `gat`/`gats`. As memcached, which streams a
+/// multi-get's values, the reply is not bounded as a whole: once `out` holds `out_high` bytes
+/// the rest of the keys come back as a [`Retrieval`] for the session to run when the client
+/// has read what is there, so that one line of large values holds at most `out_high` and one
+/// value.
+pub(super) fn retrieve(
+    keys: Keys<'_>,
+    cas: bool,
+    touch: Option<Expiry>,
+    out: &mut Vec<u8>,
+    ctx: &Ctx<'_>,
+    out_high: usize,
+) -> Option<Retrieval> {
     let (mut hits, mut n) = (0u64, 0u64);
-    for key in keys {
+    let mut keys = keys;
+    while let Some(key) = keys.next() {
         n += 1;
         if fetch_one(key, cas, touch, out, ctx).is_some() {
             hits += 1;
-            if over_limit(out, mark, ctx) {
-                return;
-            }
+        }
+        if out.len() >= out_high && !keys.rest().iter().all(|&b| b == b' ') {
+            count_reads(touch.is_some(), n, hits, ctx);
+            return Some(Retrieval { keys: keys.rest().to_vec(), at: 0, cas, touch });
         }
     }
     count_reads(touch.is_some(), n, hits, ctx);
     out.extend_from_slice(reply::END);
+    None
+}
+
+/// The keys of a `get`/`gets`/`gat`/`gats` line left to run once the client has read the
+/// reply so far (see [`retrieve`]).
+#[derive(Debug)]
+pub struct Retrieval {
+    /// The rest of the line's keys, space-separated, from `at` on.
+    keys: Vec<u8>,
+    at: usize,
+    cas: bool,
+    /// `gat`: the expiry to set.
+    touch: Option<Expiry>,
+}
+
+impl Retrieval {
+    /// Runs keys until `out` holds `out_high` bytes or the line is done (then with its `END`);
+    /// whether it is done.
+    pub fn run(&mut self, out: &mut Vec<u8>, ctx: &Ctx<'_>, out_high: usize) -> bool {
+        let (mut hits, mut n) = (0u64, 0u64);
+        let mut rest = &self.keys[self.at..];
+        let done = loop {
+            let Some(key) = next_token(&mut rest) else { break true };
+            n += 1;
+            if fetch_one(key, self.cas, self.touch, out, ctx).is_some() {
+                hits += 1;
+            }
+            if out.len() >= out_high && !rest.iter().all(|&b| b == b' ') {
+                break false;
+            }
+        };
+        self.at = self.keys.len() - rest.len();
+        count_reads(self.touch.is_some(), n, hits, ctx);
+        if done {
+            out.extend_from_slice(reply::END);
+        }
+        done
+    }
 }
 
 /// A retrieval line too long to parse whole ([`crate::protocol::get_head`]), run as it

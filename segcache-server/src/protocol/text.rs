@@ -39,7 +39,8 @@ const META_MAX_TOKENS: usize = 19;
 pub struct Limits {
     /// Largest value, in bytes (`-I`).
     pub max_item_size: usize,
-    /// Largest reply to one retrieval request. A multi-get may name many keys (or one key many
+    /// Largest reply held for a retrieval line too long to parse whole, which is answered at
+    /// its end (other multi-gets are streamed): such a line may name many keys (or one key many
     /// times); past this its reply is replaced by memcached's `SERVER_ERROR out of memory
     /// writing get response`, so one request cannot make the server buffer gigabytes.
     pub max_response: usize,
@@ -176,6 +177,13 @@ pub const WATCH_STREAMS: [&str; 4] = ["fetchers", "mutations", "evictions", "con
 #[derive(Debug, Clone, Copy)]
 pub struct Keys<'a> {
     rest: &'a [u8],
+}
+
+impl<'a> Keys<'a> {
+    /// What is left of the line: the keys not yet taken, space-separated.
+    pub fn rest(&self) -> &'a [u8] {
+        self.rest
+    }
 }
 
 impl<'a> Iterator for Keys<'a> {

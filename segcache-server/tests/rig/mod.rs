@@ -50,6 +50,10 @@ impl Rig {
         let mut out = Vec::new();
         let ctx = Ctx::new(&self.shared, 0);
         let p = self.session.process(input, &mut out, &ctx);
+        // A multi-get's reply past the high-water mark goes on as the worker sends it.
+        while self.session.retrieving() {
+            self.session.resume(&mut out, &ctx);
+        }
         (out, p.close, p.consumed)
     }
 
@@ -76,6 +80,10 @@ impl Rig {
             self.peak = self.peak.max(self.pending.len());
             loop {
                 let p = self.session.process(&self.pending, &mut out, &ctx);
+                while self.session.retrieving() {
+                    sent.append(&mut out);
+                    self.session.resume(&mut out, &ctx);
+                }
                 sent.append(&mut out);
                 self.pending.drain(..p.consumed);
                 self.closed |= p.close;
