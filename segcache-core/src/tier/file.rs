@@ -69,6 +69,17 @@ impl TierFile {
                 });
             }
         } else {
+            let mut b = [0u8; HEADER_LEN];
+            if file.read_exact_at(&mut b, 0).is_ok() && TierHeader::decode(&b).is_some() {
+                // A tier of other sizes: as a heap file of other sizes with `reset_bad_file`, it
+                // starts over (`Builder::resize_file` would have moved its items).
+                eprintln!(
+                    "segcache: warning: {}: tier file of other sizes (expected {} bytes of flash segments); \
+                     starting cold",
+                    path.display(),
+                    bytes
+                );
+            }
             file.set_len(area + bytes).map_err(io)?;
         }
         let file = Arc::new(file);
