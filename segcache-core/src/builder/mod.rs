@@ -102,6 +102,9 @@ pub struct Builder {
     /// `max_item_size`: the largest item's key and value, in bytes; `None` for what one segment
     /// holds.
     pub(crate) max_item_size: Option<usize>,
+    /// The cache is opened only for its items to move out (`resize_file`): its heap file and tier
+    /// file keep their shared identity, so that a crash while it opens leaves the pair as it was.
+    pub(crate) moving_out: bool,
 }
 
 impl Default for Builder {
@@ -142,6 +145,7 @@ impl Builder {
             tier: None,
             tier_write_queue: DEFAULT_TIER_WRITE_QUEUE,
             max_item_size: None,
+            moving_out: false,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).

@@ -174,6 +174,7 @@ impl Builder {
             lazy_verify: false,
             prefault: false,
             tier: old_tier,
+            moving_out: true,
             ..self.clone()
         }
         .open_engines(found.shards)?;
@@ -302,7 +303,7 @@ impl Builder {
         }
         file::opened(&region)?;
         if let Some((path, bytes)) = &self.tier {
-            attach_tier(&mut engines, path, *bytes, self.tier_write_queue, found)?;
+            attach_tier(&mut engines, path, *bytes, self.tier_write_queue, found, !self.moving_out)?;
         }
         Ok(engines)
     }
@@ -313,8 +314,16 @@ impl Builder {
 /// same sizes); otherwise the tier starts cold. Either way the pair takes a new identity, in the
 /// file's header first, then in the heap: a copy of either taken before this open no longer
 /// matches the other, and a crash between the two writes leaves them apart, so that the next open
-/// starts cold.
-fn attach_tier(engines: &mut [Segcache], path: &Path, bytes: u64, queue: usize, found: Found) -> Result<()> {
+/// starts cold. Without `rekey` (a cache opened only for its items to move out), a warm pair
+/// keeps its identity: nothing is written that a crash could leave apart.
+fn attach_tier(
+    engines: &mut [Segcache],
+    path: &Path,
+    bytes: u64,
+    queue: usize,
+    found: Found,
+    rekey: bool,
+) -> Result<()> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     let geo = engines.first().map(|e| e.geo).ok_or_else(|| Error::InvalidConfig("no shards".into()))?;
     let (files, header) = TierFile::open(path, bytes, geo.segment_size, engines.len(), queue)?;
@@ -339,6 +348,9 @@ fn attach_tier(engines: &mut [Segcache], path: &Path, bytes: u64, queue: usize, 
             .try_for_each(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("attaching the tier panicked"))))
     })
     .map_err(io)?;
+    if warm && !rekey {
+        return Ok(());
+    }
     let old = header.map_or(0, |h| h.id);
     let id = std::iter::repeat_with(crate::engine::warm::random)
         .map(|r| r as u32)
