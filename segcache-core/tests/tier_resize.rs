@@ -60,14 +60,19 @@ fn aside(path: &Path) -> PathBuf {
     PathBuf::from(format!("{}.resizing", path.display()))
 }
 
-/// A cache of `heap` and `flash` segments of 16 KiB over `shards` shards, FIFO.
+/// A cache of `heap` and `flash` segments of 16 KiB over `shards` shards, FIFO, its table of
+/// 2^12 buckets.
 fn sized(f: &Files, clock: &Arc<ManualClock>, heap: usize, flash: usize, shards: usize) -> Builder {
+    default_power(f, clock, heap, flash, shards).hash_power(12)
+}
+
+/// `sized` with the table sized for the heap and the tier (the default).
+fn default_power(f: &Files, clock: &Arc<ManualClock>, heap: usize, flash: usize, shards: usize) -> Builder {
     Builder::new()
         .heap_size(heap * SEG)
         .segment_size(SEG)
         .shards(shards)
         .eviction(Policy::Fifo)
-        .hash_power(12)
         .clock(clock.clone())
         .path(&f.heap)
         .tier(&f.tier, (flash * SEG) as u64)
@@ -218,6 +223,26 @@ fn without_the_option_a_tier_of_another_size_starts_cold_and_the_heap_stays_warm
     let served = (0..N).filter(|&i| c.get(&key(i)).is_some_and(|it| it.value == value(i))).count();
     assert!(served > 100 && served < 1000, "the heap's items only: {served}");
     assert_eq!(f.asides(), (false, false));
+}
+
+/// The table is sized for the heap and the tier together: with the default hash power, another
+/// tier size is another heap layout, refused as one without the option (the files left as they
+/// were) and moved with it.
+#[test]
+fn with_the_default_hash_power_another_tier_size_is_refused_without_the_option() {
+    let f = Files::new("hash-power");
+    let clock = ManualClock::new(T0);
+    let open = |flash: usize| default_power(&f, &clock, 8, flash, 2);
+    let c = open(64).build_shared().unwrap();
+    let old_cas = fill(&c, N);
+    c.close().unwrap();
+    let (heap, tier) = (std::fs::read(&f.heap).unwrap(), std::fs::read(&f.tier).unwrap());
+    let err = open(256).build_shared().unwrap_err();
+    assert!(matches!(err, segcache_core::Error::BadFile { ref reason, .. } if reason.contains("hash power")), "{err}");
+    assert!(std::fs::read(&f.heap).unwrap() == heap && std::fs::read(&f.tier).unwrap() == tier, "left as they were");
+    clock.advance(10);
+    let c = open(256).resize_file(true).build_shared().unwrap();
+    assert!((0..N).all(|i| check(&c, i, old_cas)), "every item kept");
 }
 
 #[test]
