@@ -95,3 +95,31 @@ def test_a_read_on_the_tier_brings_its_item_back_when_asked(tmp_path):
                            tier_promote_after=bad)
     with pytest.raises(TypeError):
         segcache.Cache(tier_promote_after="2")
+
+
+def test_resize_file_moves_the_items_on_the_tier_too(tmp_path):
+    heap, tier = tmp_path / "heap", tmp_path / "tier.dat"
+
+    def cache(heap_size, tier_size, **kw):
+        return segcache.Cache(heap_size=heap_size, segment_size="64KiB", shards=1, eviction="fifo", path=heap,
+                              tier_path=tier, tier_size=tier_size, **kw)
+
+    c = cache("256KiB", "2MiB")
+    n = 5000
+    for i in range(n):
+        c.set(b"k%d" % i, value(i), flags=i % 9)
+    s = c.stats()
+    assert s["flash_items"] > n // 2 and s["evicted_items"] == 0, s
+    c.close()
+    # A larger heap and tier: every item, those on flash included, with its flags.
+    with cache("512KiB", "4MiB", resize_file=True) as c:
+        assert [i for i in range(n) if c.get(b"k%d" % i) != value(i)] == []
+        assert c.get_item(b"k10")[1] == 1
+        assert c.stats()["flash_items"] > n // 3
+    assert not (tmp_path / "heap.resizing").exists() and not (tmp_path / "tier.dat.resizing").exists()
+    # A smaller tier: the newest, each with its own value.
+    with cache("256KiB", "512KiB", resize_file=True) as c:
+        got = {i: c.get(b"k%d" % i) for i in range(n)}
+        assert [i for i, v in got.items() if v is not None and v != value(i)] == []
+        assert all(got[i] == value(i) for i in range(n - 500, n))
+        assert sum(v is not None for v in got.values()) < n

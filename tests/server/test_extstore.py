@@ -108,6 +108,41 @@ def test_with_a_persistence_file_the_tier_comes_back_warm_after_a_stop_and_a_kil
     stop(proc)
 
 
+
+def test_resize_file_moves_the_items_on_the_tier_too(tmp_path):
+    """`--resize-file` with a tier: a larger heap and tier keep every item, those that were on
+    flash included; a smaller tier then keeps the newest, each served with its own value."""
+    tier, heap = tmp_path / "extstore", tmp_path / "cache.seg"
+    proc, port = spawn("-m", "4", "--persist", str(heap), "-o", f"ext_path={tier}:64m")
+    client = Client(("127.0.0.1", port), timeout=10)
+    n = 3000
+    for i in range(n):
+        assert client.set(b"k%d" % i, value(i), noreply=False, flags=i % 7)
+    assert stats(client)["engine_flash_items"] > n // 2
+    client.close()
+    stop(proc)
+
+    proc, port = spawn("-m", "8", "--persist", str(heap), "-o", f"ext_path={tier}:128m", "--resize-file")
+    client = Client(("127.0.0.1", port), timeout=10)
+    assert stats(client)["engine_flash_items"] > n // 5
+    wrong = [i for i in range(n) if client.get(b"k%d" % i) != value(i)]
+    assert wrong == []
+    assert client.gets(b"k5")[0] == value(5)
+    client.close()
+    stop(proc)
+    assert not Path(f"{heap}.resizing").exists() and not Path(f"{tier}.resizing").exists()
+    assert 128 << 20 < tier.stat().st_size
+
+    proc, port = spawn("-m", "4", "--persist", str(heap), "-o", f"ext_path={tier}:8m", "--resize-file")
+    client = Client(("127.0.0.1", port), timeout=10)
+    got = {i: client.get(b"k%d" % i) for i in range(n)}
+    assert [i for i, v in got.items() if v is not None and v != value(i)] == []
+    assert all(got[i] == value(i) for i in range(n - 300, n)), "the newest are kept"
+    assert sum(v is not None for v in got.values()) < n
+    client.close()
+    stop(proc)
+
+
 MEMCACHED = os.environ.get("SEGCACHE_MEMCACHED_BIN", "/usr/bin/memcached")
 
 

@@ -2757,6 +2757,77 @@ static void test_tier(void) {
     rmdir(dir);
 }
 
+/* tier-resize-%d's value, as test_tier_resize stores it. */
+static void tier_resize_value(int i, char *val, size_t cap) {
+    int n = snprintf(val, cap, "value-%d-", i);
+    memset(val + n, 'a' + i % 26, 200 + i % 64);
+    val[n + 200 + i % 64] = '\0';
+}
+
+/* resize_file with a flash tier: a larger heap and tier keep every item, those that were on the
+ * tier included, with their values and flags; nothing is left aside. */
+static void test_tier_resize(void) {
+    char dir[] = "/tmp/segcache-c-tier-resize-XXXXXX";
+    CHECK(mkdtemp(dir) != NULL);
+    char tier[256], heap[256], aside[300];
+    snprintf(tier, sizeof tier, "%s/tier.dat", dir);
+    snprintf(heap, sizeof heap, "%s/heap.dat", dir);
+
+    segcache_config_t cfg;
+    segcache_config_default(&cfg);
+    cfg.heap_size = 512u << 10;
+    cfg.segment_size = 64u << 10;
+    cfg.shards = 1;
+    cfg.eviction = SEGCACHE_POLICY_FIFO;
+    cfg.path = heap;
+    cfg.tier_path = tier;
+    cfg.tier_size = 8u << 20;
+    segcache_t *c = NULL;
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    enum { N = 6000 };
+    char key[32], val[300], buf[300];
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "tier-resize-%d", i);
+        tier_resize_value(i, val, sizeof val);
+        CHECK_ST(segcache_set(c, K(key), K(val), (uint32_t)i, 0), SEGCACHE_OK);
+    }
+    segcache_stats_t st;
+    CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+    CHECK(st.flash_items > N / 2);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+
+    segcache_config_t sized = cfg;
+    sized.heap_size = 1u << 20;
+    sized.tier_size = 16u << 20;
+    sized.resize_file = true;
+    c = NULL;
+    CHECK_ST(segcache_open(&sized, &c), SEGCACHE_OK);
+    int wrong = 0, missing = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "tier-resize-%d", i);
+        tier_resize_value(i, val, sizeof val);
+        segcache_meta_t meta;
+        segcache_status_t got = get_str(c, key, buf, sizeof buf, &meta);
+        if (got != SEGCACHE_OK) {
+            missing++;
+        } else if (strcmp(buf, val) != 0 || meta.flags != (uint32_t)i) {
+            wrong++;
+        }
+    }
+    CHECK(missing == 0);
+    CHECK(wrong == 0);
+    CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+    CHECK(st.flash_items > N / 4);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    snprintf(aside, sizeof aside, "%s.resizing", heap);
+    CHECK(access(aside, F_OK) != 0);
+    snprintf(aside, sizeof aside, "%s.resizing", tier);
+    CHECK(access(aside, F_OK) != 0);
+    unlink(tier);
+    unlink(heap);
+    rmdir(dir);
+}
+
 int main(int argc, char **argv) {
     /* the spawn test runs this binary again: argv[0] when it names a path (valgrind runs the
      * test binary from it too), else what the kernel says */
@@ -2801,6 +2872,7 @@ int main(int argc, char **argv) {
     test_eviction_listener();
     test_doc_compute_and_listener();
     test_tier();
+    test_tier_resize();
     test_mp_settings();
     test_mp_prefork();
     test_mp_spawn();

@@ -106,6 +106,9 @@ pub struct Builder {
     /// `max_item_size`: the largest item's key and value, in bytes; `None` for what one segment
     /// holds.
     pub(crate) max_item_size: Option<usize>,
+    /// The cache is opened only for its items to move out (`resize_file`): its heap file and tier
+    /// file keep their shared identity, so that a crash while it opens leaves the pair as it was.
+    pub(crate) moving_out: bool,
 }
 
 impl Default for Builder {
@@ -147,6 +150,7 @@ impl Builder {
             tier_write_queue: DEFAULT_TIER_WRITE_QUEUE,
             tier_promote_after: DEFAULT_TIER_PROMOTE_AFTER,
             max_item_size: None,
+            moving_out: false,
         }
     }
     /// Total heap bytes, rounded down to whole segments (of every shard).
@@ -470,6 +474,12 @@ impl Builder {
     /// Not with [`multi_process`](Builder::multi_process): every process sharing a file uses
     /// its sizes.
     ///
+    /// With a [`tier`](Builder::tier), the items on flash move too (the oldest first, read and
+    /// checked as reads check them), and a tier file of another size is a reason to move as a
+    /// heap file of other sizes is: the new heap's eviction demotes into a new tier file, and a
+    /// smaller pair keeps the newest. The old tier file waits aside as `TIER.resizing` with the
+    /// heap's, and a crash at any point leaves the old pair or the new one.
+    ///
     /// ```
     /// use std::time::Duration;
     /// use segcache_core::Builder;
@@ -544,7 +554,8 @@ impl Builder {
     /// and a reopen of the same heap file with the same tier file and sizes, after a graceful
     /// close or a crash of the process, keeps the items on flash. A tier file written beside
     /// another heap file (or another state of this one), of other sizes, or whose metadata does
-    /// not check, starts cold: its items are dropped, never misread. Without `path` every open
+    /// not check, starts cold: its items are dropped, never misread (one of other sizes is said
+    /// so on stderr; [`resize_file`](Builder::resize_file) moves its items instead). Without `path` every open
     /// starts it cold. The file must not be the heap's `path`.
     /// Not with `multi_process`. The figures `flash_items`, `flash_demoted`, `flash_hits`,
     /// `flash_bad_reads`, `flash_reclaimed_segments` and `flash_demotions_dropped` of

@@ -109,29 +109,59 @@ impl Builder {
         }
     }
 
-    /// Opens the file at `path` with `layout`; first, if it was made with other sizes (or a
-    /// move was cut short: `PATH.resizing` is there), moves its items into a new file of these.
+    /// Opens the file at `path` with `layout`; first, if it was made with other sizes, or its
+    /// tier file with another tier size (or a move was cut short: `PATH.resizing` is there),
+    /// moves its items, those on its tier too, into a new file of these (and a new tier file).
+    ///
+    /// A crash at any point leaves the old cache or the new one: the heap file goes aside first,
+    /// then the tier file (`TIER.resizing`); while the heap's is aside, what is at `path` and
+    /// (once the tier's is aside) at the tier's path is a new cache being filled, thrown away by
+    /// the next open, which moves the items again. The new cache holds the items once the heap's
+    /// file aside is removed; the tier's goes after it (a tier file aside without the heap's is
+    /// left by a crash between the two, and goes at the next open).
     fn open_resized(&self, path: &Path, layout: Layout) -> Result<Vec<Segcache>> {
         let aside = resizing_path(path);
+        let tier_aside = self.tier.as_ref().map(|(tier, _)| resizing_path(tier));
         let io = |source| Error::Io { path: path.to_path_buf(), source };
         if aside.exists() {
             // What is at `path` is a new file that the move was still filling.
-            match std::fs::remove_file(path) {
-                Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(io(e)),
-                _ => {}
-            }
+            remove_if_there(path)?;
         } else {
+            if let Some(tier_aside) = &tier_aside {
+                // A move that was over but for this.
+                remove_if_there(tier_aside)?;
+            }
             // A file that is not readable as a segcache file is left to the plain open, which
             // refuses it or (`reset_bad_file`) starts over.
             match FileLayout::read(path).ok().flatten() {
-                Some(found) if found != FileLayout::of(&layout) => std::fs::rename(path, &aside).map_err(io)?,
+                Some(found) if found != FileLayout::of(&layout) || self.tier_resized(&layout) => {
+                    std::fs::rename(path, &aside).map_err(io)?
+                }
                 _ => return self.open_layout(layout),
+            }
+        }
+        if let (Some((tier, _)), Some(tier_aside)) = (&self.tier, &tier_aside) {
+            if tier_aside.exists() {
+                // What is at the tier's path is a new tier file that the move was still filling.
+                remove_if_there(tier)?;
+            } else if tier.exists() {
+                std::fs::rename(tier, tier_aside).map_err(|source| Error::Io { path: tier.clone(), source })?;
             }
         }
         let Some(found) = FileLayout::read(&aside)? else {
             std::fs::remove_file(&aside).map_err(io)?;
+            if let Some(tier_aside) = &tier_aside {
+                remove_if_there(tier_aside)?;
+            }
             return self.open_layout(layout);
         };
+        // The old tier, if the file aside is one of the old heap's sizes: its items move too.
+        let old_tier = tier_aside.as_ref().and_then(|tier_aside| {
+            let h = read_tier_header(tier_aside)?;
+            let bytes = h.segment_size * u64::from(h.segments) * u64::from(h.shards);
+            (h.segment_size == found.segment_size as u64 && h.shards as usize == found.shards && bytes > 0)
+                .then(|| (tier_aside.clone(), bytes))
+        });
         let mut old = Builder {
             heap_size: found.heap_size,
             max_heap_size: None,
@@ -143,7 +173,8 @@ impl Builder {
             listener: None,
             lazy_verify: false,
             prefault: false,
-            tier: None,
+            tier: old_tier,
+            moving_out: true,
             ..self.clone()
         }
         .open_engines(found.shards)?;
@@ -156,9 +187,13 @@ impl Builder {
             (moved.items, moved.too_large) = (moved.items + m.items, moved.too_large + m.too_large);
         }
         drop(old);
-        // The new file holds the items from here on: a crash now reopens it, or it is verified.
-        new.first().map_or(Ok(()), Segcache::sync)?;
+        // The new files hold the items from here on: a crash now reopens them, or they are
+        // verified. Every shard's tier images are written, then both files are synced.
+        new.iter().try_for_each(Segcache::sync)?;
         std::fs::remove_file(&aside).map_err(|source| Error::Io { path: aside.clone(), source })?;
+        if let Some(tier_aside) = &tier_aside {
+            remove_if_there(tier_aside)?;
+        }
         if moved.too_large > 0 {
             eprintln!(
                 "segcache: warning: {}: {} item(s) larger than the new segments were left behind in the resize",
@@ -167,6 +202,16 @@ impl Builder {
             );
         }
         Ok(new)
+    }
+
+    /// Whether the tier file is there with a header of other sizes than `layout` and this tier
+    /// size make: its items need a move, as a heap file's of other sizes do.
+    fn tier_resized(&self, layout: &Layout) -> bool {
+        let Some((tier, bytes)) = &self.tier else { return false };
+        let Some(h) = read_tier_header(tier) else { return false };
+        let segment_size = layout.geometry.segment_size as u64;
+        let per = bytes / segment_size / layout.shards as u64;
+        (h.segment_size, u64::from(h.segments), h.shards as usize) != (segment_size, per, layout.shards)
     }
 
     fn open_layout(&self, layout: Layout) -> Result<Vec<Segcache>> {
@@ -258,7 +303,7 @@ impl Builder {
         }
         file::opened(&region)?;
         if let Some((path, bytes)) = &self.tier {
-            attach_tier(&mut engines, path, *bytes, self.tier_write_queue, found)?;
+            attach_tier(&mut engines, path, *bytes, self.tier_write_queue, found, !self.moving_out)?;
             for tier in engines.iter_mut().filter_map(|e| e.tier.as_deref_mut()) {
                 tier.promote_after = self.tier_promote_after;
             }
@@ -277,8 +322,16 @@ impl Builder {
 /// same sizes); otherwise the tier starts cold. Either way the pair takes a new identity, in the
 /// file's header first, then in the heap: a copy of either taken before this open no longer
 /// matches the other, and a crash between the two writes leaves them apart, so that the next open
-/// starts cold.
-fn attach_tier(engines: &mut [Segcache], path: &Path, bytes: u64, queue: usize, found: Found) -> Result<()> {
+/// starts cold. Without `rekey` (a cache opened only for its items to move out), a warm pair
+/// keeps its identity: nothing is written that a crash could leave apart.
+fn attach_tier(
+    engines: &mut [Segcache],
+    path: &Path,
+    bytes: u64,
+    queue: usize,
+    found: Found,
+    rekey: bool,
+) -> Result<()> {
     let io = |source| Error::Io { path: path.to_path_buf(), source };
     let geo = engines.first().map(|e| e.geo).ok_or_else(|| Error::InvalidConfig("no shards".into()))?;
     let (files, header) = TierFile::open(path, bytes, geo.segment_size, engines.len(), queue)?;
@@ -303,6 +356,9 @@ fn attach_tier(engines: &mut [Segcache], path: &Path, bytes: u64, queue: usize, 
             .try_for_each(|h| h.join().unwrap_or_else(|_| Err(std::io::Error::other("attaching the tier panicked"))))
     })
     .map_err(io)?;
+    if warm && !rekey {
+        return Ok(());
+    }
     let old = header.map_or(0, |h| h.id);
     let id = std::iter::repeat_with(crate::engine::warm::random)
         .map(|r| r as u32)
@@ -314,6 +370,23 @@ fn attach_tier(engines: &mut [Segcache], path: &Path, bytes: u64, queue: usize, 
     }
     engines.iter_mut().for_each(|e| e.meta_mut().tier_id = id);
     Ok(())
+}
+
+/// The header of the tier file at `path`, if it holds one that checks.
+fn read_tier_header(path: &Path) -> Option<TierHeader> {
+    use std::os::unix::fs::FileExt;
+    let file = std::fs::File::open(path).ok()?;
+    let mut b = [0u8; crate::tier::meta::HEADER_LEN];
+    file.read_exact_at(&mut b, 0).ok()?;
+    TierHeader::decode(&b)
+}
+
+/// Removes the file at `path`, if there is one.
+fn remove_if_there(path: &Path) -> Result<()> {
+    match std::fs::remove_file(path) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::Io { path: path.to_path_buf(), source: e }),
+        _ => Ok(()),
+    }
 }
 
 /// Where a file waits while its items move into a file of other sizes.

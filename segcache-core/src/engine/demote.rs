@@ -75,7 +75,7 @@ impl Segcache {
         if tier.image.is_none() {
             // The device is behind: the item goes as it would without a tier, rather than the
             // eviction waiting.
-            if tier.file.behind() {
+            if tier.file.behind(1) {
                 tier.counts.demotions_dropped += 1;
                 return false;
             }

@@ -69,6 +69,17 @@ impl TierFile {
                 });
             }
         } else {
+            let mut b = [0u8; HEADER_LEN];
+            if file.read_exact_at(&mut b, 0).is_ok() && TierHeader::decode(&b).is_some() {
+                // A tier of other sizes: as a heap file of other sizes with `reset_bad_file`, it
+                // starts over (`Builder::resize_file` would have moved its items).
+                eprintln!(
+                    "segcache: warning: {}: tier file of other sizes (expected {} bytes of flash segments); \
+                     starting cold",
+                    path.display(),
+                    bytes
+                );
+            }
             file.set_len(area + bytes).map_err(io)?;
         }
         let file = Arc::new(file);
@@ -127,9 +138,9 @@ impl TierFile {
         self.base + u64::from(index) * self.segment_size as u64 + offset as u64
     }
 
-    /// Whether the writer's queue has no room for one more image (the device is behind).
-    pub(crate) fn behind(&self) -> bool {
-        self.writer.behind(self.segment_size)
+    /// Whether the writer's queue has no room for `images` more images (the device is behind).
+    pub(crate) fn behind(&self, images: usize) -> bool {
+        self.writer.behind(images * self.segment_size)
     }
 
     /// Whether each image is written as it is handed over (see `Writer::inline`).
