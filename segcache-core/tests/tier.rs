@@ -3,32 +3,16 @@
 //! reclaims its oldest segment; a corrupted tier serves misses, never a wrong value.
 
 use std::os::unix::fs::FileExt;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use segcache_core::{Builder, Error, ManualClock, Policy, Segcache, SharedCache};
 
 const SEG: usize = 16 << 10;
 
-/// A file path removed when dropped.
-struct Temp(PathBuf);
+#[path = "common/temp.rs"]
+mod temp;
 
-impl Temp {
-    fn new(what: &str) -> Temp {
-        static N: AtomicUsize = AtomicUsize::new(0);
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        let p = std::env::temp_dir().join(format!("segcache-tier-test-{}-{what}-{n}", std::process::id()));
-        let _ = std::fs::remove_file(&p);
-        Temp(p)
-    }
-}
-
-impl Drop for Temp {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use temp::Temp;
 
 fn key(i: usize) -> Vec<u8> {
     format!("key-{i:06}").into_bytes()

@@ -8,22 +8,10 @@ use segcache_core::{Builder, ManualClock, Policy, Segcache, SharedCache};
 
 const SEG: usize = 16 << 10;
 
-/// A tier file path, removed when dropped.
-struct TierPath(std::path::PathBuf);
+#[path = "common/temp.rs"]
+mod temp;
 
-impl TierPath {
-    fn new(what: &str) -> TierPath {
-        let p = std::env::temp_dir().join(format!("segcache-promote-test-{}-{what}", std::process::id()));
-        let _ = std::fs::remove_file(&p);
-        TierPath(p)
-    }
-}
-
-impl Drop for TierPath {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
+use temp::Temp;
 
 fn key(i: usize) -> Vec<u8> {
     format!("key-{i:06}").into_bytes()
@@ -36,7 +24,7 @@ fn value(i: usize) -> Vec<u8> {
 }
 
 /// 4 heap segments of 16 KiB over 64 flash segments, Fifo, promotion after `reads`.
-fn tiered(t: &TierPath, reads: u8) -> Builder {
+fn tiered(t: &Temp, reads: u8) -> Builder {
     Builder::new()
         .heap_size(4 * SEG)
         .segment_size(SEG)
@@ -58,7 +46,7 @@ fn on_flash(c: &Segcache, i: usize) -> bool {
 
 #[test]
 fn an_item_read_as_often_as_asked_comes_back_whole_at_the_next_write() {
-    let t = TierPath::new("whole");
+    let t = Temp::new("whole");
     let mut c = tiered(&t, 2).build().unwrap();
     fill(&mut c, 1000);
     assert!(on_flash(&c, 0) && on_flash(&c, 1));
@@ -81,7 +69,7 @@ fn an_item_read_as_often_as_asked_comes_back_whole_at_the_next_write() {
 
 #[test]
 fn no_read_brings_an_item_back_when_promotion_is_off() {
-    let t = TierPath::new("off");
+    let t = Temp::new("off");
     let mut c = tiered(&t, 0).build().unwrap();
     fill(&mut c, 1000);
     for _ in 0..40 {
@@ -94,7 +82,7 @@ fn no_read_brings_an_item_back_when_promotion_is_off() {
 
 #[test]
 fn a_key_written_or_deleted_after_its_read_keeps_what_the_write_did() {
-    let t = TierPath::new("written");
+    let t = Temp::new("written");
     let mut c = tiered(&t, 1).build().unwrap();
     fill(&mut c, 1000);
     assert!(on_flash(&c, 0) && on_flash(&c, 1) && on_flash(&c, 2));
@@ -114,7 +102,7 @@ fn a_key_written_or_deleted_after_its_read_keeps_what_the_write_did() {
 
 #[test]
 fn an_item_expired_or_flushed_before_the_write_is_not_brought_back() {
-    let t = TierPath::new("expired");
+    let t = Temp::new("expired");
     let clock = ManualClock::new(1_000_000);
     let mut c = tiered(&t, 1).clock(clock.clone()).build().unwrap();
     fill(&mut c, 1000);
@@ -127,7 +115,7 @@ fn an_item_expired_or_flushed_before_the_write_is_not_brought_back() {
 
 #[test]
 fn the_shared_cache_promotes_what_its_readers_ask_for() {
-    let t = TierPath::new("shared");
+    let t = Temp::new("shared");
     let c: SharedCache = tiered(&t, 1).shards(1).build_shared().unwrap();
     for i in 0..1000 {
         c.set(&key(i), &value(i), i as u32, Duration::ZERO).unwrap();

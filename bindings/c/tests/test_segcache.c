@@ -2738,18 +2738,28 @@ static void test_tier(void) {
      * memory at the next write, and the read after it is not one of the tier's. */
     cfg.tier_promote_after = 1;
     CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    memset(val, 'p', 250); /* 6000 of them: three times the heap */
+    val[250] = '\0';
     for (int i = 0; i < N; i++) {
         snprintf(key, sizeof key, "tier-%d", i);
-        CHECK_ST(segcache_set(c, K(key), K("promoted value"), 7, 0), SEGCACHE_OK);
+        CHECK_ST(segcache_set(c, K(key), K(val), 7, 0), SEGCACHE_OK);
     }
-    CHECK_ST(get_str(c, "tier-0", buf, sizeof buf, NULL), SEGCACHE_OK);
+    /* The first key whose read the tier serves. */
+    int on_tier = 0;
+    for (uint64_t hits = 0; hits == 0; on_tier++) {
+        snprintf(key, sizeof key, "tier-%d", on_tier);
+        CHECK_ST(get_str(c, key, buf, sizeof buf, NULL), SEGCACHE_OK);
+        CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+        hits = st.flash_hits;
+        CHECK(on_tier < N);
+    }
     CHECK_ST(segcache_set(c, K("unrelated"), K("x"), 0, 0), SEGCACHE_OK);
     CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
     CHECK(st.flash_promoted == 1);
     uint64_t flash_hits = st.flash_hits;
     segcache_meta_t meta;
-    CHECK_ST(get_str(c, "tier-0", buf, sizeof buf, &meta), SEGCACHE_OK);
-    CHECK(strcmp(buf, "promoted value") == 0 && meta.flags == 7);
+    CHECK_ST(get_str(c, key, buf, sizeof buf, &meta), SEGCACHE_OK);
+    CHECK(strcmp(buf, val) == 0 && meta.flags == 7);
     CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
     CHECK(st.flash_hits == flash_hits);
     CHECK_ST(segcache_close(c), SEGCACHE_OK);

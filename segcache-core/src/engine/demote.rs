@@ -425,16 +425,11 @@ mod tests {
             std::process::exit(0);
         }
         let _ = (std::fs::remove_file(&heap), std::fs::remove_file(&tier));
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "engine::demote::tests::a_sync_writes_the_open_image_and_a_crash_after_it_keeps_those_items",
-                "--exact",
-            ])
-            .env(CHILD, &dir)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
+        crate::engine::run_child_test(
+            "engine::demote::tests::a_sync_writes_the_open_image_and_a_crash_after_it_keeps_those_items",
+            CHILD,
+            &dir,
+        );
         let on_flash: Vec<usize> =
             std::fs::read_to_string(&listed).unwrap().split(' ').map(|i| i.parse().unwrap()).collect();
         assert!(on_flash.len() > 100);

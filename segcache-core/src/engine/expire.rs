@@ -20,12 +20,10 @@ impl Segcache {
             self.reset(false);
             self.meta_mut().flushes += 1;
         }
-        // Most writes find this second's pass done: the test stays here, the step out of line.
-        if now != self.meta().last_expire || self.expiry_pass < ttl::BUCKETS {
-            self.expire_step(now);
-        }
-        if self.large.has_broken() {
-            self.remove_broken_heads(now);
+        // Most writes find this second's pass done and no large item's head broken: the tests
+        // stay here, the work out of line.
+        if now != self.meta().last_expire || self.expiry_pass < ttl::BUCKETS || self.large.has_broken() {
+            self.write_chores(now);
         }
         now
     }
@@ -37,8 +35,7 @@ impl Segcache {
     pub(crate) fn prepare_keyed_write(&mut self, key: &[u8], h: u64) -> u32 {
         let now = self.prepare_write();
         if self.tier.is_some() {
-            self.promote_wanted(now);
-            self.promote_flash(key, h, now);
+            self.promote_before_write(key, h, now);
         }
         now
     }
@@ -71,6 +68,19 @@ impl Segcache {
         self.start_expiry_pass();
         self.expire_some(usize::MAX);
         (self.meta().expired_items - before) as usize
+    }
+
+    /// What a write does now and then before its own work: a step of expiry, and the removal of
+    /// large items' heads that reads found broken.
+    #[cold]
+    #[inline(never)]
+    fn write_chores(&mut self, now: u32) {
+        if now != self.meta().last_expire || self.expiry_pass < ttl::BUCKETS {
+            self.expire_step(now);
+        }
+        if self.large.has_broken() {
+            self.remove_broken_heads(now);
+        }
     }
 
     /// The expiry that writes run. Once a second a pass over the heads of the TTL chains starts;

@@ -223,11 +223,19 @@ impl Segcache {
         true
     }
 
-    /// Brings back to DRAM the items that reads on flash asked for (see `Tier::wanted`), before
-    /// a keyed write at `now`. An item written or dropped since is left as it is.
+    /// Before a write to `key` (hash `h`) at `now`: the items that reads asked back, then the
+    /// key's own (`promote_wanted`, `promote_flash`). One call out of line, so that the write
+    /// paths that inline `prepare_keyed_write` stay as they are without a tier.
     #[cold]
     #[inline(never)]
-    pub(crate) fn promote_wanted(&mut self, now: u32) {
+    pub(crate) fn promote_before_write(&mut self, key: &[u8], h: u64, now: u32) {
+        self.promote_wanted(now);
+        self.promote_flash(key, h, now);
+    }
+
+    /// Brings back to DRAM the items that reads on flash asked for (see `Tier::wanted`), before
+    /// a keyed write at `now`. An item written or dropped since is left as it is.
+    fn promote_wanted(&mut self, now: u32) {
         let Some(tier) = self.tier.as_deref_mut().filter(|t| t.wanted.any()) else { return };
         for (h, key) in tier.wanted.take() {
             if self.promote_flash(&key, h, now) {

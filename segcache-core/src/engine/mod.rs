@@ -360,3 +360,17 @@ impl Segcache {
         crate::persist::file::close_last(region, now)
     }
 }
+
+/// Runs test `name` of this test binary again in a child process, with `env` set to `value`,
+/// and asserts that it succeeded: for tests whose child ends without closing its cache, as a
+/// killed process would.
+#[cfg(test)]
+pub(crate) fn run_child_test(name: &str, env: &str, value: &str) {
+    let status = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([name, "--exact"])
+        .env(env, value)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success(), "{name} in a child process: {status}");
+}

@@ -64,11 +64,12 @@ impl Segcache {
 
     /// `kill` for a caller that has just parsed the record at `loc`: `live_len` is its
     /// `Record::live_len` (`None`: already dead, nothing to do).
+    #[inline]
     pub(crate) fn kill_parsed(&mut self, loc: Loc, live_len: Option<u32>) {
         let Some(len) = live_len else { return };
-        // A cache without live chunks tests one word here.
-        if self.large.chunks != 0 && self.is_chunk_at(loc) {
-            self.large.chunks -= 1;
+        // A cache without live chunks tests one word here, the rest out of line.
+        if self.large.chunks != 0 {
+            self.uncount_chunk(loc);
         }
         let off = loc.offset as usize + record::FLAGS_BYTE;
         self.seg_space(loc.seg)[off] |= record::DEAD;
@@ -78,5 +79,14 @@ impl Segcache {
         let m = self.meta_mut();
         m.items = m.items.saturating_sub(1);
         m.bytes = m.bytes.saturating_sub(u64::from(len));
+    }
+
+    /// One live chunk fewer, if the record at `loc` is a large item's chunk.
+    #[cold]
+    #[inline(never)]
+    fn uncount_chunk(&mut self, loc: Loc) {
+        if self.is_chunk_at(loc) {
+            self.large.chunks -= 1;
+        }
     }
 }

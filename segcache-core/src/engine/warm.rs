@@ -288,16 +288,11 @@ mod tests {
             std::process::exit(0);
         }
         let _ = (std::fs::remove_file(&heap), std::fs::remove_file(&tier));
-        let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args([
-                "engine::warm::tests::a_crash_keeps_a_flash_item_beside_another_keys_heap_item_of_its_tag",
-                "--exact",
-            ])
-            .env(CHILD, &dir)
-            .stdout(std::process::Stdio::null())
-            .status()
-            .unwrap();
-        assert!(status.success());
+        crate::engine::run_child_test(
+            "engine::warm::tests::a_crash_keeps_a_flash_item_beside_another_keys_heap_item_of_its_tag",
+            CHILD,
+            &dir,
+        );
         let c = open();
         assert_eq!(c.get(&b).unwrap().value(), b"in the heap");
         assert_eq!(c.get(&a).map(|i| i.value().to_vec()), Some(b"on flash".to_vec()), "the flash item came back");

@@ -120,6 +120,7 @@ impl Segcache {
     /// assert!(item.ttl().unwrap() <= Duration::from_secs(60));
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
+    #[inline]
     pub fn set(&mut self, key: &[u8], value: &[u8], flags: u32, ttl: Duration) -> Result<()> {
         self.store(key, hash(key), &[value], flags, ttl_secs(ttl), Mode::Set).map(drop)
     }
@@ -282,6 +283,7 @@ impl Segcache {
     /// assert!(matches!(cache.delete(b"k"), Err(Error::NotFound)));
     /// # Ok::<(), segcache_core::Error>(())
     /// ```
+    #[inline]
     pub fn delete(&mut self, key: &[u8]) -> Result<()> {
         self.delete_if(key, None)
     }
