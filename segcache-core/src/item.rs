@@ -48,10 +48,11 @@ pub(crate) struct ItemState {
 }
 
 impl ItemState {
-    /// Unix seconds of the last store or fetch, never after `now`.
+    /// Unix seconds of the last store or fetch, never after `now`: the time the access byte
+    /// stands for, counted from the segment's creation.
     #[inline]
     pub(crate) fn last_access(&self, now: u32) -> u32 {
-        crate::engine::read::last_access(self.created, self.access, now)
+        self.created.saturating_add(crate::record::access_age(self.access)).min(now)
     }
 }
 

@@ -50,13 +50,6 @@ pub struct ReadOptions {
 /// every read (and lock-free reads rarely need the lock for it).
 pub(crate) const ACCESS_REFRESH: u32 = 60;
 
-/// The last access time that the access byte `access` of a record in a segment created at
-/// `created` stands for, never after `now`.
-#[inline]
-pub(crate) fn last_access(created: u32, access: u8, now: u32) -> u32 {
-    created.saturating_add(record::access_age(access)).min(now)
-}
-
 /// Whether a read at `now` refreshes the access time of an item found in `state`. An item's
 /// last access is never before its segment's creation, so in a segment younger than
 /// `ACCESS_REFRESH` none is due, and its access byte needs no decoding.
