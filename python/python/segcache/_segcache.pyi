@@ -128,7 +128,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         tier_path: Union[str, "os.PathLike[str]", None] = None,
         tier_size: Optional[Size] = None,
         max_item_size: Optional[Size] = None,
-        tier_promote_after: int = 0,
+        tier_promote_after: Optional[int] = None,
         serializer: None = None,
     ) -> None: ...
     @overload
@@ -154,7 +154,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         tier_path: Union[str, "os.PathLike[str]", None] = None,
         tier_size: Optional[Size] = None,
         max_item_size: Optional[Size] = None,
-        tier_promote_after: int = 0,
+        tier_promote_after: Optional[int] = None,
         serializer: Literal["pickle"],
     ) -> None: ...
     @overload
@@ -180,7 +180,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         tier_path: Union[str, "os.PathLike[str]", None] = None,
         tier_size: Optional[Size] = None,
         max_item_size: Optional[Size] = None,
-        tier_promote_after: int = 0,
+        tier_promote_after: Optional[int] = None,
         serializer: Serializer[_T],
     ) -> None: ...
     @overload

@@ -137,7 +137,7 @@ impl Cache {
                         lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true, *,
                         eviction_listener=None, serializer=None, resize_file=false,
                         max_heap_size=None, tier_path=None, tier_size=None, max_item_size=None,
-                        tier_promote_after=0))]
+                        tier_promote_after=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -161,7 +161,7 @@ impl Cache {
         tier_path: Option<&Bound<'_, PyAny>>,
         tier_size: Option<&Bound<'_, PyAny>>,
         max_item_size: Option<&Bound<'_, PyAny>>,
-        tier_promote_after: &Bound<'_, PyAny>,
+        tier_promote_after: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let serializer = Serializer::from_arg(serializer)?;
         let listener = eviction_listener.filter(|f| !f.is_none());
@@ -233,7 +233,10 @@ impl Cache {
         if let Some(p) = &path {
             b = b.path(p.clone());
         }
-        let promote = convert::int_in_range(tier_promote_after, "tier_promote_after", 0, 255)? as u8;
+        let promote = match tier_promote_after.filter(|v| !v.is_none()) {
+            Some(v) => convert::int_in_range(v, "tier_promote_after", 0, 255)? as u8,
+            None => 0,
+        };
         let tier_path = tier_path.filter(|v| !v.is_none());
         let tier_size = tier_size.filter(|v| !v.is_none());
         match (tier_path, tier_size) {
