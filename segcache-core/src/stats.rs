@@ -130,7 +130,7 @@ fn merge_one(kind: FigureKind, mine: &mut u64, other: u64) {
 }
 
 figures! {
-    /// Live items; a large item (`Builder::max_item_size`) counts once.
+    /// Live items; an item stored in chunks counts once.
     items: Gauge,
     /// Bytes of live items, headers included (a large item's chunks too).
     bytes: Gauge,

@@ -142,3 +142,27 @@ fn the_shared_cache_promotes_what_its_readers_ask_for() {
     }
     assert_eq!(flash_hits(), before, "all 20 are read from DRAM now");
 }
+
+#[test]
+fn a_store_that_could_rewrite_in_place_still_brings_wanted_items_back() {
+    let t = Temp::new("in-place");
+    let c: SharedCache = tiered(&t, 1).shards(1).build_shared().unwrap();
+    for i in 0..1000 {
+        c.set(&key(i), &value(i), i as u32, Duration::ZERO).unwrap();
+    }
+    // Key 999 is in DRAM: a store of a value of its length is a rewrite in place, under the
+    // shared lock, until a read on the tier asks for an item back.
+    let mut v = value(999);
+    v[0] = b'X';
+    c.set(&key(999), &v, 999, Duration::ZERO).unwrap();
+    assert_eq!(c.stats().flash_promoted, 0);
+
+    assert_eq!(c.get(&key(0)).unwrap().value, value(0));
+    v[0] = b'Y';
+    c.set(&key(999), &v, 999, Duration::ZERO).unwrap();
+    assert_eq!(c.stats().flash_promoted, 1, "the store took the exclusive path and brought key 0 back");
+    let before = c.stats().flash_hits;
+    assert_eq!(c.get(&key(0)).unwrap().value, value(0));
+    assert_eq!(c.get(&key(999)).unwrap().value, v);
+    assert_eq!(c.stats().flash_hits, before, "key 0 is read from DRAM now");
+}

@@ -1,6 +1,7 @@
 """Lifecycle and operations: graceful stop on SIGTERM/SIGINT, the connection limit, the admin
 port, the config file and flags, warm restart from a persistence file."""
 
+import re
 import signal
 import socket
 import subprocess
@@ -92,7 +93,7 @@ def test_admin_port_serves_prometheus_metrics(fresh_server):
     assert "segcache_get_hits 1" in body and "segcache_get_misses 1" in body
     assert "segcache_curr_items 1" in body and "segcache_curr_connections" in body
     # The engine's figures, typed and described by its own list.
-    assert "# HELP segcache_engine_items Live items.\n# TYPE segcache_engine_items gauge\nsegcache_engine_items 1\n" in body
+    assert re.search(r"^# HELP segcache_engine_items Live items\b.*\n# TYPE segcache_engine_items gauge\nsegcache_engine_items 1\n", body, re.M)
     assert "# TYPE segcache_engine_evicted_items counter" in body
     with pytest.raises(urllib.error.HTTPError):
         urllib.request.urlopen(f"http://127.0.0.1:{admin}/other", timeout=5)

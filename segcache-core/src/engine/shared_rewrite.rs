@@ -36,11 +36,13 @@ impl Segcache {
         let len = record::record_len(key.len(), value.len(), flags, record::CasForm::Wide);
         // After a lazily verified reopen, a segment must be checked before anything changes it.
         // A listener is told of the replaced version under the exclusive lock, with its old
-        // bytes (`overwrite_in_place`): the exclusive path does that.
+        // bytes (`overwrite_in_place`): the exclusive path does that, and it brings back the
+        // items that reads on the tier asked for (`promote_before_write`).
         if !self.rewrites_shared()
             || len > PEEK_BYTES
             || self.unchecked.is_some()
             || self.hears_replacements()
+            || self.tier.as_deref().is_some_and(|t| t.wanted.any())
             || !valid_key(key)
         {
             return None;
