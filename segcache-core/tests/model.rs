@@ -644,6 +644,28 @@ fn same_length_stores_of_another_layout_keep_the_value() {
     }
 }
 
+/// A CAS of an item on flash brings it back with its exact expiry, into a segment that expires
+/// after the one the new version then goes to, in the same TTL bucket. A merge of the two must
+/// not give the new version the first segment's later expiry.
+#[test]
+fn a_merge_never_lends_an_item_a_later_expiry() {
+    let ops = vec![
+        Op::Set(40, vec![0; 9], 0, 5963),
+        Op::Advance(942),
+        Op::Set(8, vec![1; 44], 0, 4707),
+        Op::Get(8),
+        Op::Set(30, vec![2; 40], 1, 4039),
+        Op::Set(57, vec![3; 4], 0, 363),
+        Op::SetCas(21, vec![4; 5], 0, 10),
+        Op::Advance(2),
+        Op::SetCas(57, vec![], u32::MAX, 0),
+        Op::Cas(8, vec![5; 5], 0, 4376, CasWith::Latest),
+        Op::Advance(405),
+        Op::Set(40, vec![6; 2], 521057951, 13),
+    ];
+    run_tiered(Policy::Merge, &ops);
+}
+
 #[test]
 fn model_decimal_is_memcacheds() {
     let cases = [

@@ -6,10 +6,14 @@ use crate::segments::header::{SegHeader, NONE, POOL_MAIN, SEG_SEALED};
 use crate::ttl_buckets::ttl;
 
 /// Whether `later`'s items may share a merge with `first`'s in TTL bucket `b`: both never expire,
-/// or `later` expires less than one bucket width after `first`.
+/// or `later` expires no earlier than `first` and less than one bucket width after it. The merge's
+/// destinations take `first`'s expiry, which must not be later than any item's. A chain is in
+/// expiry order but for segments of items that kept an exact expiry (brought back from flash,
+/// or recached): one of those may expire after the segments that follow it.
 pub(crate) fn same_expiry_window(first: &SegHeader, later: &SegHeader, b: usize) -> bool {
     (first.expire_at == 0) == (later.expire_at == 0)
-        && later.expire_at.saturating_sub(first.expire_at) < ttl::width_of_bucket(b)
+        && later.expire_at >= first.expire_at
+        && later.expire_at - first.expire_at < ttl::width_of_bucket(b)
 }
 
 /// Segments merged at once by `Merge`. Two, not the paper's four: each merge then frees exactly
