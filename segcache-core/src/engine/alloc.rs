@@ -60,24 +60,28 @@ impl Segcache {
         // Expired segments go before any live one, from a pass of their own: this second's pass
         // may have gone past chains whose heads expired since.
         self.start_expiry_pass();
-        // Merges and promotions can free nothing when they keep everything; a bounded number of
-        // rounds, then plain FIFO, which always frees a segment. Above a lowered cap, each round
-        // frees one more segment.
+        // Above a lowered cap, each round frees one more segment.
         let over = (self.geo.segments as u32 - self.meta().free_count).saturating_sub(self.segment_cap()) as usize;
         for round in 0..=(2 * self.geo.segments + over) {
             if let Some(id) = self.take_free() {
                 return Ok(id);
             }
-            if self.expire_some(1) > 0 {
-                continue;
-            }
-            if round >= 2 * self.geo.segments {
-                self.evict_by(Policy::Fifo)?;
-            } else {
-                self.evict()?;
-            }
+            self.free_step(round)?;
         }
         self.take_free().ok_or(Error::NoMemory)
+    }
+
+    /// Round `round` of freeing room: a segment whose items expired if there is one, else an
+    /// eviction by the policy, or by FIFO once `2 * segments` rounds have passed (merges and
+    /// promotions may free nothing when they keep everything; FIFO always frees a segment).
+    pub(crate) fn free_step(&mut self, round: usize) -> Result<()> {
+        if self.expire_some(1) > 0 {
+            Ok(())
+        } else if round >= 2 * self.geo.segments {
+            self.evict_by(Policy::Fifo)
+        } else {
+            self.evict()
+        }
     }
 
     /// Limits the segments this engine holds to `bytes` of heap (at least one segment), or lifts

@@ -35,7 +35,6 @@ use crate::engine::read::ReadOptions;
 use crate::engine::write::{Mode, NewState};
 use crate::engine::Segcache;
 use crate::error::{Error, Result};
-use crate::eviction::policy::Policy;
 use crate::hash::hash;
 use crate::hashtable::slot::{self, Loc};
 use crate::hashtable::table;
@@ -152,7 +151,7 @@ impl Segcache {
     }
 
     /// Frees segments until `n` can be taken without evicting (by expiry, else by the policy's
-    /// eviction, else FIFO's, as `alloc_segment` does). `NoMemory` when eviction is off and the
+    /// eviction, else FIFO's: `free_step`). `NoMemory` when eviction is off and the
     /// free segments are too few; `TooLarge` when the shard may never hold `n` at once.
     fn make_room_for(&mut self, n: usize) -> Result<()> {
         if n + SPARE_SEGMENTS > self.segment_cap() as usize + 1 {
@@ -163,14 +162,7 @@ impl Segcache {
             if self.free_room() >= n {
                 return Ok(());
             }
-            if self.expire_some(1) > 0 {
-                continue;
-            }
-            if round >= 2 * self.geo.segments {
-                self.evict_by(Policy::Fifo)?;
-            } else {
-                self.evict()?;
-            }
+            self.free_step(round)?;
         }
         Err(Error::NoMemory)
     }
