@@ -3,9 +3,10 @@
 //! reclaims its oldest segment; a corrupted tier serves misses, never a wrong value.
 
 use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use segcache_core::{Builder, Error, ManualClock, Policy, Segcache, SharedCache};
+use segcache_core::{Builder, Error, ManualClock, Policy, RemovalCause, Segcache, SharedCache};
 
 const SEG: usize = 16 << 10;
 
@@ -76,6 +77,56 @@ fn a_write_to_a_flash_item_sees_it_and_a_delete_or_overwrite_replaces_it() {
     assert_eq!(c.get(&key(1)).unwrap().value(), b"swapped");
     assert_eq!(c.get(&key(4)).unwrap().value(), b"new");
     assert!(c.get(&key(3)).is_none());
+    c.verify().unwrap();
+}
+
+#[test]
+fn an_old_version_that_its_own_write_evicts_is_replaced_not_evicted() {
+    // Each write goes to the key written longest ago of those still in DRAM, whose version lies
+    // in the oldest heap segment: the segments these writes open evict it under its own write.
+    // That version is not demoted (the write replaces it) and not lost either: nothing counts
+    // as evicted, and the listener hears of a replacement, not of an eviction.
+    for policy in [Policy::Fifo, Policy::Merge] {
+        own_write_evicts_its_old_version(policy);
+    }
+}
+
+fn own_write_evicts_its_old_version(policy: Policy) {
+    let t = Temp::new("own-write");
+    let heard = Arc::new(Mutex::new((0usize, 0usize)));
+    let tell = heard.clone();
+    let mut c = tiered(&t, 64)
+        .eviction(policy)
+        .eviction_listener(move |_, cause| {
+            let mut h = tell.lock().unwrap();
+            match cause {
+                RemovalCause::Evicted => h.0 += 1,
+                RemovalCause::Replaced => h.1 += 1,
+                _ => {}
+            }
+        })
+        .build()
+        .unwrap();
+    const KEYS: usize = 600;
+    fill(&mut c, KEYS);
+    let mut order: std::collections::VecDeque<usize> = (0..KEYS).collect();
+    let mut version = vec![0u8; KEYS];
+    let overwrites = 1000;
+    for _ in 0..overwrites {
+        let at = order.iter().position(|&i| c.record_location(&key(i)).is_some()).unwrap();
+        let i = order.remove(at).unwrap();
+        version[i] = version[i].wrapping_add(1);
+        c.set(&key(i), &value(i, version[i]), i as u32, Duration::ZERO).unwrap();
+        order.push_back(i);
+    }
+    let s = c.stats();
+    assert!(s.evicted_segments > 10 && s.flash_demoted > 0, "{policy:?}: {s:?}");
+    assert_eq!((s.evicted_items, s.evicted_unfetched, s.flash_demotions_dropped), (0, 0, 0), "{policy:?}: {s:?}");
+    assert_eq!(*heard.lock().unwrap(), (0, overwrites), "{policy:?}: one replacement per overwrite, no eviction");
+    for (i, &v) in version.iter().enumerate() {
+        let item = c.get(&key(i)).unwrap_or_else(|| panic!("{policy:?}: key {i} lost"));
+        assert_eq!((item.value(), item.flags()), (&value(i, v)[..], i as u32), "{policy:?}: key {i}");
+    }
     c.verify().unwrap();
 }
 

@@ -55,10 +55,14 @@ impl Segcache {
                 if s.large.chunks != 0 && s.is_chunk_at(loc) {
                     s.large.chunks -= 1;
                 }
-                s.tell_removal(loc, f.value, cause);
-                unfetched += u64::from(f.value & slot::FETCHED == 0);
+                if !expired && s.replaced_by_write(h) {
+                    s.tell_owner_removal(loc, f.value, RemovalCause::Replaced);
+                } else {
+                    s.tell_removal(loc, f.value, cause);
+                    unfetched += u64::from(f.value & slot::FETCHED == 0);
+                    removed += 1;
+                }
                 s.remove_slot(h, f.slot);
-                removed += 1;
             }
         });
         self.free_segment(id);

@@ -235,10 +235,16 @@ impl Segcache {
                     self.large.chunks -= 1;
                 }
                 // (Its segment may be a destination already, with another base.)
-                self.tell_removal_based(m.loc, slot.value, RemovalCause::Evicted, bases[current]);
+                if self.replaced_by_write(m.hash) {
+                    if self.hears_replacements() {
+                        self.tell_removal_based(m.loc, slot.value, RemovalCause::Replaced, bases[current]);
+                    }
+                } else {
+                    self.tell_removal_based(m.loc, slot.value, RemovalCause::Evicted, bases[current]);
+                    dropped += 1;
+                    unfetched += u64::from(slot.value & slot::FETCHED == 0);
+                }
                 self.remove_slot(m.hash, slot.slot);
-                dropped += 1;
-                unfetched += u64::from(slot.value & slot::FETCHED == 0);
                 if from_small[current] && pool == POOL_MAIN {
                     ghosts.push(m.hash);
                 }

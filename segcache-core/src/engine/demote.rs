@@ -59,6 +59,13 @@ impl Segcache {
         done
     }
 
+    /// Whether an item of key hash `h` that an eviction gives up is the version of the key a
+    /// write under way replaces (see `Tier::writing`): it is not demoted, and it is the write's
+    /// to replace, not an item evicted.
+    pub(crate) fn replaced_by_write(&self, h: u64) -> bool {
+        self.tier.as_deref().is_some_and(|tier| tier.writing == h)
+    }
+
     fn demote_into(&mut self, tier: &mut Tier, h: u64, loc: Loc, len: usize, meta: EntryMeta) -> bool {
         let size = tier.file.segment_size();
         // A large item's parts are dropped, not demoted: its chunks could not be kept whole on

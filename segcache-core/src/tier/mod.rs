@@ -45,7 +45,8 @@ pub(crate) struct Tier {
     /// The hash of the key of the latest keyed write (0: none yet). Its items are not demoted:
     /// a write may evict while it runs, after it looked its key up, and an old version demoted
     /// then would live on beside the new one. Dropped instead, as without a tier, they leave the
-    /// write what it already handles.
+    /// write what it already handles; the write replaces them, so they are not counted as
+    /// evicted (a listener that hears replacements is told of one).
     pub(crate) writing: u64,
     /// The reads an item must have had (its slot's frequency counter, which a read on flash
     /// raises too) for a read on flash to bring it back to DRAM; 0: none does
