@@ -56,17 +56,21 @@ impl Cache {
 }
 
 /// A heap of 256 KiB per shard over a tier of 1 MiB per shard: the sharded handle evicting by
-/// merges, the single owner by whole segments.
-fn open(path: &PathBuf, shared: bool) -> Cache {
+/// merges, the single owner by whole segments. Without a write queue (`lossless`) the tier is
+/// large enough never to reclaim a segment and the table to hold every key, so that nothing
+/// acknowledged leaves the cache: each eviction writes its items to the tier itself.
+fn open(path: &PathBuf, shared: bool, lossless: bool) -> Cache {
     let tier = PathBuf::from(format!("{}.tier", path.display()));
-    let b = Builder::new().segment_size(32 << 10).path(path);
+    let mut b = Builder::new().segment_size(32 << 10).path(path);
+    if lossless {
+        b = b.tier_write_queue(0).hash_power(if shared { 11 } else { 13 });
+    }
+    let flash = if lossless { 64 << 20 } else { 1 << 20 };
     if shared {
-        let b = b.shards(4).heap_size(1 << 20).eviction(Policy::Merge).tier(tier, 4 << 20);
+        let b = b.shards(4).heap_size(1 << 20).eviction(Policy::Merge).tier(tier, 4 * flash);
         Cache::Shared(b.build_shared().expect("open"))
     } else {
-        Cache::Single(Box::new(
-            b.heap_size(256 << 10).eviction(Policy::Fifo).tier(tier, 1 << 20).build().expect("open"),
-        ))
+        Cache::Single(Box::new(b.heap_size(256 << 10).eviction(Policy::Fifo).tier(tier, flash).build().expect("open")))
     }
 }
 
@@ -90,7 +94,8 @@ fn tier_crash_child() {
     let log_path = PathBuf::from(parts.next().unwrap());
     let mut version: u64 = parts.next().unwrap().parse().unwrap();
     let shared = parts.next().unwrap() == "1";
-    let mut cache = open(&path, shared);
+    let lossless = parts.next().unwrap() == "1";
+    let mut cache = open(&path, shared, lossless);
     let mut log = std::fs::OpenOptions::new().append(true).create(true).open(&log_path).unwrap();
     let mut rng = version.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
     loop {
@@ -124,11 +129,23 @@ fn tier_crash_child() {
 
 #[test]
 fn kill9_with_a_tier_serves_no_stale_value_resurrects_nothing_and_comes_back_warm() {
+    crash_rounds(false);
+}
+
+#[test]
+fn kill9_without_a_write_queue_loses_nothing_acknowledged() {
+    crash_rounds(true);
+}
+
+/// Kills a child writing to the cache ten times, for the sharded handle and the single owner, and
+/// checks what each reopen serves against the log. `lossless`: see `open`; every acknowledged
+/// item not expired must then be served.
+fn crash_rounds(lossless: bool) {
     if std::env::var(CHILD_ENV).is_ok() {
         return;
     }
     let exe = std::env::current_exe().unwrap();
-    let dir = std::env::temp_dir().join(format!("segcache-tier-crash-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("segcache-tier-crash-{}-{lossless}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let mut rng = 0x0123_4567_89ab_cdefu64 ^ u64::from(std::process::id());
     for shared in [true, false] {
@@ -147,7 +164,14 @@ fn kill9_with_a_tier_serves_no_stale_value_resurrects_nothing_and_comes_back_war
                 .args(["tier_crash_child", "--exact", "--nocapture", "--test-threads=1"])
                 .env(
                     CHILD_ENV,
-                    format!("{},{},{},{}", path.display(), log_path.display(), next_version, u8::from(shared)),
+                    format!(
+                        "{},{},{},{},{}",
+                        path.display(),
+                        log_path.display(),
+                        next_version,
+                        u8::from(shared),
+                        u8::from(lossless)
+                    ),
                 )
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
@@ -170,7 +194,7 @@ fn kill9_with_a_tier_serves_no_stale_value_resurrects_nothing_and_comes_back_war
             let log = std::fs::read_to_string(&log_path).unwrap_or_default();
             let (state, pending, max_version) = replay(&log);
             next_version = max_version + 1_000_000;
-            let cache = open(&path, shared);
+            let cache = open(&path, shared, lossless);
             let on_flash = cache.stats().flash_items;
             let t = now();
             for key in 0..KEYS {
@@ -178,7 +202,9 @@ fn kill9_with_a_tier_serves_no_stale_value_resurrects_nothing_and_comes_back_war
                 let acked = state.get(&key).cloned().unwrap_or(State::Absent);
                 let in_flight = pending.as_ref().filter(|(k, _)| *k == key).map(|(_, s)| s.clone());
                 // A value may be gone (evicted from the tier, or dropped by the crash), never older.
+                // Without a write queue nothing leaves, but what expires (maybe a little early).
                 let allowed = |s: &State, got: &Option<Vec<u8>>| match (s, got) {
+                    (State::Value(_, 0), None) => !lossless,
                     (_, None) => true,
                     (State::Absent, Some(_)) => false,
                     (State::Value(v, _), Some(item)) => *item == value(key, *v),

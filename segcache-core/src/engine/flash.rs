@@ -167,8 +167,10 @@ impl Segcache {
     /// Before a write to `key` (hash `h`) at `now`: brings the key's item back from flash, so that
     /// the write finds it in DRAM as if it had never left (an `add` fails, a `cas` compares, an
     /// `append` appends). It keeps its value, flags, CAS value, expiry and state; its flash slot
-    /// goes. Flash slots of the key's tag that fail their check go too: they can never serve.
-    /// Also frees what reads held in the tier's arena (the caller holds the engine exclusively).
+    /// goes once the copy in DRAM is in the table, so that a process killed in between keeps one
+    /// of the two (a DRAM copy is always the newer: reads look there first). Flash slots of the
+    /// key's tag that fail their check go too: they can never serve. Also frees what reads held
+    /// in the tier's arena (the caller holds the engine exclusively).
     #[cold]
     #[inline(never)]
     pub(crate) fn promote_flash(&mut self, key: &[u8], h: u64, now: u32) -> bool {
@@ -195,16 +197,21 @@ impl Segcache {
                 Err(Missed::Other) => false,
             });
             let Some(f) = found else { break };
-            self.remove_slot(h, f.slot);
-            drop_live(&mut tier, slot::slot_loc(f.value));
             if !dead {
                 slot_value = f.value;
                 break;
             }
+            self.remove_slot(h, f.slot);
+            drop_live(&mut tier, slot::slot_loc(f.value));
         }
+        let from = slot::slot_loc(slot_value);
+        let generation = flash_generation(&tier, from);
         self.tier = Some(tier);
         let Some((bytes, meta)) = got else { return false };
-        let Some(r) = parse_flash(&bytes, meta.cas_base) else { return false };
+        let Some(r) = parse_flash(&bytes, meta.cas_base) else {
+            self.drop_flash_slot(h, from, generation);
+            return false;
+        };
         let ttl = if meta.expire_at == 0 { 0 } else { meta.expire_at.saturating_sub(now) };
         let state = NewState {
             explicit: Some(r.explicit_cas().unwrap_or_else(|| self.cas_of(r.stamp.cas))),
@@ -213,14 +220,32 @@ impl Segcache {
             keep_expiry: true,
             ..NewState::default()
         };
+        // The store finds no copy of the key in DRAM to replace (a flash location holds no
+        // record) and adds its slot beside the flash one.
+        let stored = self.store_at(key, h, &[r.value], r.client_flags, ttl, Mode::Set, now, state, false).is_ok();
         // A promotion that finds no room leaves the item gone, as an eviction would.
-        if self.store_at(key, h, &[r.value], r.client_flags, ttl, Mode::Set, now, state, false).is_err() {
+        self.drop_flash_slot(h, from, generation);
+        if !stored {
             return false;
         }
         if let Some(f) = self.find_key(key, h).filter(|_| slot_value & slot::FETCHED != 0) {
             f.slot.store(f.value | slot::FETCHED, Relaxed);
         }
         true
+    }
+
+    /// Removes the slot of key hash `h` into flash location `loc`, unless its segment is no
+    /// longer in `generation`: making room since may have reclaimed it (its slots went with it),
+    /// and an image opened in its place may hold another item at the same location.
+    fn drop_flash_slot(&mut self, h: u64, loc: Loc, generation: Option<u64>) {
+        let Some(mut tier) = self.tier.take() else { return };
+        if flash_generation(&tier, loc) == generation {
+            if let Some(f) = self.table().find_loc(h, loc) {
+                self.remove_slot(h, f.slot);
+                drop_live(&mut tier, loc);
+            }
+        }
+        self.tier = Some(tier);
     }
 
     /// Before a write to `key` (hash `h`) at `now`: the items that reads asked back, then the
@@ -307,6 +332,11 @@ fn drop_live(tier: &mut Tier, loc: Loc) {
 /// its entry says.
 fn readable(tier: &Tier, loc: Loc) -> bool {
     tier.ids.flash_index(loc.seg).is_some_and(|i| tier.ring.in_use(i) || open_image(tier, i).is_some())
+}
+
+/// The generation of the flash segment that `loc` lies in (`None`: not a flash location).
+fn flash_generation(tier: &Tier, loc: Loc) -> Option<u64> {
+    tier.ids.flash_index(loc.seg).map(|index| tier.ring.seg(index).generation)
 }
 
 /// The image being filled, if it is flash segment `index`'s.
