@@ -279,6 +279,61 @@ mod tests {
             .count()
     }
 
+    /// What a kill inside a promotion can leave: a key's item in DRAM beside a flash copy, or two
+    /// flash copies of one version. The key's next write keeps the DRAM copy (else promotes one
+    /// flash copy) and drops every other, so that no older copy can undo a later write.
+    #[test]
+    fn a_write_keeps_one_copy_of_a_key_found_in_dram_and_on_flash() {
+        use crate::engine::write::{Mode, NewState};
+        use crate::hashtable::slot;
+        let (mut c, _writer, path) = tiered("copies", 0);
+        let fill = |c: &mut Segcache, keys: std::ops::Range<usize>| {
+            for i in keys {
+                c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();
+            }
+        };
+        // Stored as the promotion stores, without the write's own promotion first.
+        let store = |c: &mut Segcache, k: &[u8], v: &[u8]| {
+            let (h, now) = (crate::hash::hash(k), c.now());
+            c.store_at(k, h, &[v], 0, 0, Mode::Set, now, NewState::default(), false).unwrap();
+        };
+        let on_flash = |c: &Segcache, k: &[u8]| c.contains_flash(k, crate::hash::hash(k), c.now());
+        // Slots of the key's tag that lead past the heap (no other key of these shares its tag).
+        let flash_slots = |c: &Segcache, k: &[u8]| {
+            let h = crate::hash::hash(k);
+            let mut n = 0;
+            c.table().scan(h, |_, v| {
+                n += usize::from(
+                    slot::slot_tag(v) == slot::tag_of(h) && slot::slot_loc(v).seg as usize >= c.geo.segments,
+                );
+                false
+            });
+            n
+        };
+        fill(&mut c, 0..2000);
+        // Keys demoted last: their flash segments are not reclaimed before the end.
+        let mut demoted = (0..2000).rev().map(key).filter(|k| c.record_location(k).is_none() && on_flash(&c, k));
+        let (k0, k1) = (demoted.next().unwrap(), demoted.next().unwrap());
+        // A DRAM copy beside the flash one: the write appends to the DRAM copy.
+        store(&mut c, &k0, b"dram");
+        c.append(&k0, b"+x").unwrap();
+        assert_eq!(c.get(&k0).unwrap().value(), b"dram+x");
+        assert!(!on_flash(&c, &k0) && flash_slots(&c, &k0) == 0, "the flash copy went");
+        // Two flash copies of one version: the DRAM copy pushed out beside the first.
+        store(&mut c, &k1, b"demoted twice");
+        fill(&mut c, 2000..2400);
+        assert!(c.record_location(&k1).is_none());
+        assert_eq!(flash_slots(&c, &k1), 2);
+        c.set(&k1, b"latest", 0, Duration::ZERO).unwrap();
+        assert_eq!(flash_slots(&c, &k1), 0, "no flash copy is left");
+        fill(&mut c, 4000..6000);
+        assert_eq!(c.get(&k1).unwrap().value(), b"latest");
+        c.set(&k1, b"later", 0, Duration::ZERO).unwrap();
+        assert_eq!(c.get(&k1).unwrap().value(), b"later");
+        drop(c);
+        let _ = std::fs::remove_file(&path);
+    }
+
     /// While the device is stalled, the writer's queue fills with one image; evictions after
     /// that drop their items instead of waiting, and say so. The queued image's items are
     /// served from memory meanwhile, and from the file once it is written.

@@ -168,38 +168,50 @@ impl Segcache {
     /// the write finds it in DRAM as if it had never left (an `add` fails, a `cas` compares, an
     /// `append` appends). It keeps its value, flags, CAS value, expiry and state; its flash slot
     /// goes once the copy in DRAM is in the table, so that a process killed in between keeps one
-    /// of the two (a DRAM copy is always the newer: reads look there first). Flash slots of the
-    /// key's tag that fail their check go too: they can never serve. Also frees what reads held
-    /// in the tier's arena (the caller holds the engine exclusively).
+    /// of the two. Any other flash slot of the key goes too (a kill at that moment leaves two
+    /// copies of one version), and so do those of the key's tag that fail their check: they can
+    /// never serve. A key with a copy in DRAM already keeps it, and its flash slots go: a flash
+    /// copy is never the newer (only a demotion makes one, out of the DRAM copy). Also frees
+    /// what reads held in the tier's arena (the caller holds the engine exclusively).
     #[cold]
     #[inline(never)]
     pub(crate) fn promote_flash(&mut self, key: &[u8], h: u64, now: u32) -> bool {
+        let in_dram = self.find_record(key, h).is_some();
         let Some(mut tier) = self.tier.take() else { return false };
         tier.arena.clear();
         tier.writing = h;
         let mut got = None;
+        let mut chosen = None;
         let mut slot_value = 0;
         loop {
             let mut dead = false;
-            let found = self.table().find(h, |loc| match read_flash(&tier, loc, key, now) {
-                Ok(read) => {
-                    got = Some(read);
-                    true
+            let found = self.table().find(h, |loc| {
+                if Some(loc) == chosen {
+                    return false;
                 }
-                Err(Missed::Expired) => {
-                    dead = true;
-                    true
+                match read_flash(&tier, loc, key, now) {
+                    Ok(read) => {
+                        if chosen.is_none() && !in_dram {
+                            got = Some(read);
+                        }
+                        true
+                    }
+                    Err(Missed::Expired) => {
+                        dead = true;
+                        true
+                    }
+                    Err(Missed::Other) if tier.ids.flash_index(loc.seg).is_some() && !readable(&tier, loc) => {
+                        dead = true;
+                        true
+                    }
+                    Err(Missed::Other) => false,
                 }
-                Err(Missed::Other) if tier.ids.flash_index(loc.seg).is_some() && !readable(&tier, loc) => {
-                    dead = true;
-                    true
-                }
-                Err(Missed::Other) => false,
             });
             let Some(f) = found else { break };
-            if !dead {
+            if !dead && chosen.is_none() && !in_dram {
+                chosen = Some(slot::slot_loc(f.value));
                 slot_value = f.value;
-                break;
+                continue;
             }
             self.remove_slot(h, f.slot);
             drop_live(&mut tier, slot::slot_loc(f.value));
