@@ -596,8 +596,10 @@ impl Builder {
     ///
     /// A process killed while images wait in the queue loses the items in them (a graceful
     /// stop writes them first): at most the queue's bytes of the items eviction took out of
-    /// DRAM last. 0 turns the queue off: each eviction writes its images itself and waits for
-    /// the device, and a process killed at any moment loses none of what it demoted.
+    /// DRAM last. 0 turns the queue off: each eviction writes what it demoted itself, before it
+    /// returns, and waits for the device (the flash segment it was filling stays open for the
+    /// next eviction, so segments still fill whole); a process killed loses none of what
+    /// evictions demoted but the items of one it interrupts.
     ///
     /// ```
     /// use segcache_core::Builder;

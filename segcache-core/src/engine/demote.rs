@@ -103,20 +103,33 @@ impl Segcache {
         true
     }
 
-    /// Every eviction that demotes calls it before it returns. Without a queue it hands the
-    /// image it filled to be written at once, so that a process killed after the eviction loses
-    /// none of its items. With one, the image stays open for the next eviction until it is full
-    /// (or a sync, a close or a flush comes): an eviction gives up a segment's live items, a
-    /// merge only some of them, and an image written at each eviction's end would leave most
-    /// flash segments partly empty. Either way, the images that failed are dropped.
+    /// Every eviction that demotes calls it before it returns. The image stays open for the
+    /// next eviction until it is full (or a sync, a close or a flush comes): an eviction gives
+    /// up a segment's live items, a merge only some of them, and an image written whole at each
+    /// eviction's end would leave most flash segments partly empty. Without a queue, what the
+    /// image gained is written at once, then its record (see `write_tail`), so that a process
+    /// killed after the eviction loses none of its items. Either way, the images that failed
+    /// are dropped.
     pub(crate) fn finish_demotion(&mut self) {
         let Some(mut tier) = self.tier.take() else { return };
         if tier.file.inline() {
-            self.write_image(&mut tier);
-        } else {
-            self.drop_failed_images(&mut tier);
+            self.write_tail(&mut tier);
         }
+        self.drop_failed_images(&mut tier);
         self.tier = Some(tier);
+    }
+
+    /// Writes the entries the open image gained since its last write, then its record: in use,
+    /// up to there (as `sync_tier` writes it). A reopen trusts the slots into what the record
+    /// covers. A write that fails hands the image over whole, to fail as any image does.
+    fn write_tail(&mut self, tier: &mut Tier) {
+        let Some(image) = tier.image.as_mut().filter(|image| image.unwritten() > 0) else { return };
+        let seg = tier.ring.filled(image.bytes().len() as u32, image.live(), image.expire_at());
+        if tier.file.write_tail(image, &seg).is_ok() {
+            image.mark_written();
+        } else {
+            self.write_image(tier);
+        }
     }
 
     /// Writes the tier to stable storage: the images queued, and what the image being filled
@@ -279,6 +292,27 @@ mod tests {
             .count()
     }
 
+    /// Without a queue, each eviction writes what it demoted before it returns, and the next one
+    /// goes on filling the same flash segment: items that take 70% of the tier fit in it whole,
+    /// none reclaimed.
+    #[test]
+    fn without_a_queue_evictions_fill_flash_segments_whole() {
+        let (mut c, _writer, path) = tiered("whole", 0);
+        let mut bytes = 0;
+        let mut n = 0;
+        while bytes < 64 * SEG * 7 / 10 {
+            c.set(&key(n), &value(n), 0, Duration::ZERO).unwrap();
+            bytes += key(n).len() + value(n).len();
+            n += 1;
+        }
+        let s = c.stats();
+        assert!(s.flash_demoted > n as u64 / 2, "{s:?}");
+        assert_eq!((s.flash_reclaimed_segments, s.evicted_items), (0, 0), "{s:?}");
+        assert_eq!(check(&c, n), n);
+        drop(c);
+        let _ = std::fs::remove_file(&path);
+    }
+
     /// What a kill inside a promotion can leave: a key's item in DRAM beside a flash copy, or two
     /// flash copies of one version. The key's next write keeps the DRAM copy (else promotes one
     /// flash copy) and drops every other, so that no older copy can undo a later write.
@@ -383,7 +417,13 @@ mod tests {
     /// is known, then dropped, counted; nothing ever reads back wrong.
     #[test]
     fn a_failing_device_loses_what_it_could_not_write_and_nothing_else() {
-        let (mut c, writer, path) = tiered("failing", 8 << 20);
+        for queue in [8 << 20, 0] {
+            failing_device(queue);
+        }
+    }
+
+    fn failing_device(queue: usize) {
+        let (mut c, writer, path) = tiered("failing", queue);
         writer.fail_writes();
         for i in 0..2000 {
             c.set(&key(i), &value(i), 0, Duration::ZERO).unwrap();

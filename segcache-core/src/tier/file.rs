@@ -194,6 +194,18 @@ impl TierFile {
         self.write_record(image.index(), seg).map_err(io)
     }
 
+    /// Writes what `image` gained since it was last written (see `Image::written`), then `seg`,
+    /// its record: the image stays open.
+    pub(crate) fn write_tail(&self, image: &Image, seg: &FlashSeg) -> std::io::Result<()> {
+        #[cfg(test)]
+        if self.writer.failing() {
+            return Err(std::io::Error::other("the device fails every write"));
+        }
+        let from = image.written();
+        self.file.write_all_at(&image.bytes()[from..], self.at(image.index(), from))?;
+        self.write_record(image.index(), seg)
+    }
+
     /// Writes every image handed over, then the file's data to stable storage.
     pub(crate) fn sync(&self) -> Result<()> {
         self.settle(None);

@@ -1,8 +1,8 @@
 //! The image of the flash segment that evictions are filling: entries go in as evictions meet
 //! the items they give up, from one heap segment or several (a merge drops items of each of its
 //! sources), and the whole image is written with one positioned write when it is full (see
-//! `Segcache::finish_demotion` for when else). Until then reads of its entries are served from
-//! it.
+//! `Segcache::finish_demotion` for when else; without a queue, what each eviction put in is
+//! written as it ends). Until then reads of its entries are served from it.
 
 use crate::tier::entry::{self, EntryMeta};
 
@@ -19,6 +19,9 @@ pub(crate) struct Image {
     expire_at: Option<u32>,
     /// Entries whose slot went (written or deleted since) while the image was open.
     dropped: u32,
+    /// Its first bytes already on file (written while it was open, without a queue): entries
+    /// never change once put, so a later write of it starts after them.
+    written: usize,
 }
 
 impl Image {
@@ -32,6 +35,7 @@ impl Image {
             entries: Vec::new(),
             expire_at: None,
             dropped: 0,
+            written: 0,
         }
     }
 
@@ -78,6 +82,21 @@ impl Image {
     /// The bytes to write.
     pub(crate) fn bytes(&self) -> &[u8] {
         &self.bytes
+    }
+
+    /// Where its bytes not yet on file start.
+    pub(crate) fn written(&self) -> usize {
+        self.written
+    }
+
+    /// Bytes put since it was last written.
+    pub(crate) fn unwritten(&self) -> usize {
+        self.bytes.len() - self.written
+    }
+
+    /// Its bytes so far are on file.
+    pub(crate) fn mark_written(&mut self) {
+        self.written = self.bytes.len();
     }
 
     /// Each entry's key hash and offset, in order.

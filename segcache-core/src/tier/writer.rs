@@ -154,6 +154,12 @@ impl Writer {
         self.shared.failing.store(true, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Whether `fail_writes` was called.
+    #[cfg(test)]
+    pub(crate) fn failing(&self) -> bool {
+        self.shared.failing.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Stalls the device while the guard lives.
     #[cfg(test)]
     pub(crate) fn stall(&self) -> std::sync::MutexGuard<'_, ()> {
@@ -187,7 +193,8 @@ fn write(file: &File, job: &Job, shared: &Shared) {
     let failing = shared.failing.load(std::sync::atomic::Ordering::Relaxed);
     #[cfg(not(test))]
     let failing = false;
-    let ok = !failing && file.write_all_at(job.image.bytes(), job.at).is_ok();
+    let from = job.image.written();
+    let ok = !failing && file.write_all_at(&job.image.bytes()[from..], job.at + from as u64).is_ok();
     // The record says the segment is in use only once its image is there. Should its write fail,
     // the record still says free, and a reopen drops the segment's slots: nothing else is lost.
     if ok {
