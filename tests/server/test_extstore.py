@@ -109,6 +109,37 @@ def test_with_a_persistence_file_the_tier_comes_back_warm_after_a_stop_and_a_kil
 
 
 
+def test_without_a_write_queue_a_kill_loses_no_acknowledged_item(tmp_path):
+    """With `-o tier_write_queue=0` each eviction writes what it sends to the tier before the
+    write that caused it is answered: a kill right after the last acknowledged write loses
+    nothing, every key serves its latest value, most of them from the tier."""
+    tier, heap = tmp_path / "extstore", tmp_path / "cache.seg"
+    args = ("-m", "4", "--persist", str(heap), "-o", f"ext_path={tier}:64m,tier_write_queue=0")
+    proc, port = spawn(*args)
+    client = Client(("127.0.0.1", port), timeout=10)
+    n = 3000
+    latest = {}
+    for i in range(n):
+        latest[i] = value(i)
+        assert client.set(b"k%d" % i, latest[i], noreply=False)
+    for i in range(1, n, 7):
+        latest[i] = b"new" + value(i)
+        assert client.set(b"k%d" % i, latest[i], noreply=False)
+    s = stats(client)
+    assert s["engine_flash_items"] > n // 2 and s["evictions"] == 0, s
+    client.close()
+    proc.kill()
+    proc.wait()
+
+    proc, port = spawn(*args)
+    client = Client(("127.0.0.1", port), timeout=10)
+    wrong = [i for i in range(n) if client.get(b"k%d" % i) != latest[i]]
+    assert wrong == []
+    assert stats(client)["get_extstore"] > n // 2
+    client.close()
+    stop(proc)
+
+
 def test_resize_file_moves_the_items_on_the_tier_too(tmp_path):
     """`--resize-file` with a tier: a larger heap and tier keep every item, those that were on
     flash included; a smaller tier then keeps the newest, each served with its own value."""

@@ -105,6 +105,11 @@ pub fn resolve(
             (None, _, _) => return Err(ConfigError::TierHalf),
         },
         tier_promote_after: ext.tier_promote_after.or(e.tier_promote_after).unwrap_or(0),
+        tier_write_queue: match (ext.tier_write_queue, &e.tier_write_queue) {
+            (Some(bytes), _) => Some(bytes as usize),
+            (None, Some(size)) => Some(size.bytes()? as usize),
+            (None, None) => None,
+        },
     })
 }
 
@@ -185,6 +190,9 @@ impl Settings {
         if let Some((path, _)) = &e.tier {
             let bytes = self.tier_size(&b).unwrap_or_default();
             b = b.tier(path, bytes).tier_promote_after(e.tier_promote_after);
+            if let Some(queue) = e.tier_write_queue {
+                b = b.tier_write_queue(queue);
+            }
         }
         b
     }

@@ -42,6 +42,8 @@ pub enum ConfigError {
     OptionNeedsNumber(String),
     #[error("-o {name}: {value:?} is not a number")]
     OptionNotNumber { name: String, value: String },
+    #[error("-o {0} needs a size: {0}=SIZE")]
+    OptionNeedsSize(String),
     /// memcached's words for an `ssl_*` option without its value.
     #[error("Missing {0} argument")]
     MissingArgument(String),

@@ -119,6 +119,8 @@ pub struct EngineFile {
     pub tier_size: Option<Size>,
     /// `-o tier_promote_after`.
     pub tier_promote_after: Option<u8>,
+    /// `-o tier_write_queue`.
+    pub tier_write_queue: Option<Size>,
 }
 
 impl FileConfig {

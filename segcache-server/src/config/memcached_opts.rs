@@ -121,6 +121,8 @@ pub struct Extended {
     pub touch_ahead: Option<bool>,
     /// `tier_promote_after=N` (`Builder::tier_promote_after`).
     pub tier_promote_after: Option<u8>,
+    /// `tier_write_queue=SIZE` (`Builder::tier_write_queue`).
+    pub tier_write_queue: Option<u64>,
     /// `ext_path=FILE:SIZE`: the flash tier's file and its size in bytes.
     pub ext_path: Option<(PathBuf, u64)>,
 }
@@ -191,6 +193,11 @@ pub fn parse_extended(lists: &[String]) -> Result<Extended, ConfigError> {
                     u8::try_from(n)
                         .map_err(|_| ConfigError::OptionNotNumber { name: name.to_string(), value: n.to_string() })?,
                 );
+            }
+            "tier_write_queue" => {
+                let v =
+                    value.filter(|v| !v.is_empty()).ok_or_else(|| ConfigError::OptionNeedsSize(name.to_string()))?;
+                x.tier_write_queue = Some(size::bytes(v)?);
             }
             n if n.starts_with("ssl_") => return Err(ConfigError::SslOption(n.to_string())),
             "ext_path" if x.ext_path.is_some() => return Err(ConfigError::ExtPathTwice),

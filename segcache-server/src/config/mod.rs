@@ -478,6 +478,20 @@ mod tests {
         assert!(resolve(&["-o", "tier_promote_after"], FileConfig::default()).is_err());
     }
 
+    /// The tier's write queue is the engine's default unless `-o tier_write_queue=SIZE` or the
+    /// file's `[engine]` sets it; `-o` wins, and 0 turns the queue off.
+    #[test]
+    fn the_tier_write_queue_is_the_engines_unless_set() {
+        let file = || -> FileConfig { toml::from_str("[engine]\ntier_write_queue = \"1m\"\n").unwrap() };
+        let resolve = |args: &[&str], f: FileConfig| Settings::resolve(cli(args), f).map(|s| s.engine.tier_write_queue);
+        assert_eq!(resolve(&[], FileConfig::default()).unwrap(), None);
+        assert_eq!(resolve(&[], file()).unwrap(), Some(1 << 20));
+        assert_eq!(resolve(&["-o", "tier_write_queue=0"], file()).unwrap(), Some(0));
+        assert_eq!(resolve(&["-o", "tier_write_queue=64k"], FileConfig::default()).unwrap(), Some(64 << 10));
+        assert!(resolve(&["-o", "tier_write_queue"], FileConfig::default()).is_err());
+        assert!(resolve(&["-o", "tier_write_queue=lots"], FileConfig::default()).is_err());
+    }
+
     #[test]
     fn extended_options() {
         let x = parse_extended(&["modern,no_lru_crawler, no_lru_maintainer".into(), "hashpower=20,track_sizes".into()])

@@ -38,6 +38,10 @@ pub struct EngineSettings {
     /// item back to memory once it was read N times; 0 (default): never
     /// (`Builder::tier_promote_after`).
     pub tier_promote_after: u8,
+    /// `-o tier_write_queue=SIZE` or `[engine] tier_write_queue`: the bytes of flash segment
+    /// images the tier's writer may hold queued; 0: each eviction writes them itself, so that a
+    /// kill loses nothing demoted; unset: the engine's default (`Builder::tier_write_queue`).
+    pub tier_write_queue: Option<usize>,
 }
 
 #[derive(Debug, Clone)]
