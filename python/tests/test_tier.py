@@ -1,6 +1,10 @@
 """A flash tier (`tier_path=`, `tier_size=`): what eviction takes out of the heap is read back from
 the tier file with its value; bad settings raise, naming them."""
 
+import signal
+import subprocess
+import sys
+
 import pytest
 
 import segcache
@@ -95,6 +99,36 @@ def test_a_read_on_the_tier_brings_its_item_back_when_asked(tmp_path):
                            tier_promote_after=bad)
     with pytest.raises(TypeError):
         segcache.Cache(tier_promote_after="2")
+
+
+KILLED_WRITER = """
+import os, signal, sys
+import segcache
+c = segcache.Cache(heap_size="256KiB", segment_size="64KiB", shards=1, path=sys.argv[1],
+                   tier_path=sys.argv[2], tier_size="16MiB", tier_write_queue=int(sys.argv[3]))
+for i in range(3000):
+    c.set(b"k%d" % i, b"%d:" % i + bytes([97 + i % 26]) * (150 + i % 100))
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+@pytest.mark.parametrize("queue", [0, 8 << 20])
+def test_without_a_write_queue_a_killed_process_loses_nothing_it_stored(tmp_path, queue):
+    """With `tier_write_queue=0` every item a process killed right after its last `set` stored
+    comes back with the heap file, most from the tier; with the default queue the items that
+    waited to be written (the segment being filled, at least) are gone."""
+    heap, tier = tmp_path / "heap.seg", tmp_path / "tier.dat"
+    child = subprocess.run([sys.executable, "-c", KILLED_WRITER, str(heap), str(tier), str(queue)], timeout=120)
+    assert child.returncode == -signal.SIGKILL
+    c = segcache.Cache(heap_size="256KiB", segment_size="64KiB", shards=1, path=heap,
+                       tier_path=tier, tier_size="16MiB", tier_write_queue=queue)
+    assert c.stats()["flash_items"] > 1500
+    missing = [i for i in range(3000) if c.get(b"k%d" % i) is None]
+    assert all(c.get(b"k%d" % i) == value(i) for i in range(3000) if i not in missing)
+    assert (missing == []) == (queue == 0), len(missing)
+    c.close()
+    with pytest.raises(ValueError, match="tier_write_queue"):
+        segcache.Cache(tier_path=tmp_path / "t2.dat", tier_size="16MiB", tier_write_queue=-1)
 
 
 def test_resize_file_moves_the_items_on_the_tier_too(tmp_path):

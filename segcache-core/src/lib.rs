@@ -79,7 +79,8 @@ mod ttl_buckets;
 mod typed;
 
 pub use builder::{
-    Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, MAX_ITEM_SIZE, MAX_SEGMENT_SIZE, MIN_SEGMENT_SIZE,
+    Builder, DEFAULT_HEAP_SIZE, DEFAULT_SEGMENT_SIZE, DEFAULT_TIER_WRITE_QUEUE, MAX_ITEM_SIZE, MAX_SEGMENT_SIZE,
+    MIN_SEGMENT_SIZE,
 };
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use engine::compute::{Computed, Op};

@@ -122,6 +122,12 @@ pub struct segcache_config_t {
     /// leave items on the tier, a write brings one back. See `Builder::tier_promote_after` in
     /// the Rust docs.
     pub tier_promote_after: u8,
+    /// With a tier: the bytes of flash segment images its writer thread may hold queued, so
+    /// that no eviction waits for the device (8 MiB by default); a process killed loses what
+    /// waits there. 0: each eviction writes what it demoted itself, before it returns, and a
+    /// kill loses at most the items of an eviction it interrupts. See
+    /// `Builder::tier_write_queue` in the Rust docs.
+    pub tier_write_queue: usize,
 }
 
 /// Fills `*config` with the defaults (64 MiB heap, 1 MiB segments, automatic hash size and shard
@@ -155,6 +161,7 @@ pub unsafe extern "C" fn segcache_config_default(config: *mut segcache_config_t)
             tier_size: 0,
             max_item_size: 0,
             tier_promote_after: 0,
+            tier_write_queue: segcache_core::DEFAULT_TIER_WRITE_QUEUE,
         };
         // SAFETY: checked non-NULL and aligned; the caller vouches it is writable.
         unsafe { put(config, defaults) };
@@ -210,7 +217,9 @@ unsafe fn builder(cfg: &segcache_config_t) -> Result<(Builder, Option<Arc<Manual
             return Err(Fail::new(segcache_status_t::SEGCACHE_INVALID_CONFIG, c"tier_path is set but tier_size is 0"))
         }
         (Some(Err(())), _) => return Err(Fail::invalid(c"config tier_path is an empty string (use NULL for no tier)")),
-        (Some(Ok(path)), size) => b = b.tier(path, size).tier_promote_after(cfg.tier_promote_after),
+        (Some(Ok(path)), size) => {
+            b = b.tier(path, size).tier_promote_after(cfg.tier_promote_after).tier_write_queue(cfg.tier_write_queue)
+        }
     }
     let clock = (cfg.manual_clock_start != 0).then(|| ManualClock::new(cfg.manual_clock_start));
     if let Some(c) = &clock {

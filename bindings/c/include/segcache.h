@@ -383,6 +383,14 @@ typedef struct segcache_config_t {
    * the Rust docs.
    */
   uint8_t tier_promote_after;
+  /**
+   * With a tier: the bytes of flash segment images its writer thread may hold queued, so
+   * that no eviction waits for the device (8 MiB by default); a process killed loses what
+   * waits there. 0: each eviction writes what it demoted itself, before it returns, and a
+   * kill loses at most the items of an eviction it interrupts. See
+   * `Builder::tier_write_queue` in the Rust docs.
+   */
+  size_t tier_write_queue;
 } segcache_config_t;
 
 /**

@@ -102,6 +102,7 @@ struct Config {
     /// With a tier: a read on it brings its item back to memory once the item has had `reads`
     /// reads, this one included; 0 (default): never.
     Config &tier_promote_after(uint8_t reads) { raw.tier_promote_after = reads; return *this; }
+    Config &tier_write_queue(size_t bytes) { raw.tier_write_queue = bytes; return *this; }
 };
 
 /// An item copied out of the cache.

@@ -107,6 +107,7 @@ static void test_config_default(void) {
     CHECK(cfg.tier_path == NULL);
     CHECK(cfg.tier_size == 0);
     CHECK(cfg.tier_promote_after == 0);
+    CHECK(cfg.tier_write_queue == (size_t)8 << 20);
     CHECK_ST(segcache_config_default(NULL), SEGCACHE_INVALID_ARGUMENT);
     CHECK(strstr(segcache_last_error(), "config") != NULL);
 }
@@ -2648,6 +2649,13 @@ static void test_doc_compute_and_listener(void) {
 
 /* A flash tier: its settings are checked, each with a status, and the items eviction takes out
  * of a heap of 8 segments come back from the tier file with their values and flags. */
+/* What the process killed in test_tier stores under tier-%d: 200-263 bytes. */
+static void killed_value(int i, char *val, size_t cap) {
+    int n = snprintf(val, cap, "killed-%d-", i);
+    memset(val + n, 'A' + i % 26, 190 + i % 64);
+    val[n + 190 + i % 64] = '\0';
+}
+
 static void test_tier(void) {
     char dir[] = "/tmp/segcache-c-tier-XXXXXX";
     CHECK(mkdtemp(dir) != NULL);
@@ -2763,6 +2771,45 @@ static void test_tier(void) {
     CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
     CHECK(st.flash_hits == flash_hits);
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
+
+    /* Without a write queue, a process killed right after its last store loses none of what
+     * eviction sent to the tier: with a heap file, every item comes back. */
+    cfg.tier_promote_after = 0;
+    cfg.tier_write_queue = 0;
+    cfg.path = heap;
+    pid_t pid = fork();
+    CHECK(pid >= 0);
+    if (pid == 0) {
+        if (segcache_open(&cfg, &c) != SEGCACHE_OK) _exit(2);
+        for (int i = 0; i < N; i++) {
+            snprintf(key, sizeof key, "tier-%d", i);
+            killed_value(i, val, sizeof val);
+            if (segcache_set(c, K(key), K(val), (uint32_t)i, 0) != SEGCACHE_OK) _exit(3);
+        }
+        raise(SIGKILL);
+        _exit(4);
+    }
+    int status = 0;
+    CHECK(waitpid(pid, &status, 0) == pid);
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL);
+    CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
+    CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
+    CHECK(st.flash_items > N / 2);
+    missing = wrong = 0;
+    for (int i = 0; i < N; i++) {
+        snprintf(key, sizeof key, "tier-%d", i);
+        killed_value(i, val, sizeof val);
+        segcache_status_t got = get_str(c, key, buf, sizeof buf, &meta);
+        if (got != SEGCACHE_OK) {
+            missing++;
+        } else if (strcmp(buf, val) != 0 || meta.flags != (uint32_t)i) {
+            wrong++;
+        }
+    }
+    CHECK(missing == 0);
+    CHECK(wrong == 0);
+    CHECK_ST(segcache_close(c), SEGCACHE_OK);
+    unlink(heap);
     unlink(tier);
     rmdir(dir);
 }

@@ -69,6 +69,13 @@ int main() {
             c.set("unrelated", "x", 0);
             CHECK(c.stats().flash_promoted == 1);
         }
+        {
+            // without a write queue, each eviction writes what it demoted itself
+            segcache::Cache c(tiered.tier(tier, 8u << 20).tier_promote_after(0).tier_write_queue(0));
+            for (int i = 0; i < 4000; i++) c.set("t" + std::to_string(i), std::string(200, 'q'), 0);
+            CHECK(c.stats().flash_items > 2000);
+            CHECK(c.get("t0") && c.get("t0")->value == std::string(200, 'q'));
+        }
         std::remove(tier.c_str());
         rmdir(dir);
     }

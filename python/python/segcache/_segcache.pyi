@@ -129,6 +129,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         tier_size: Optional[Size] = None,
         max_item_size: Optional[Size] = None,
         tier_promote_after: Optional[int] = None,
+        tier_write_queue: Optional[Size] = None,
         serializer: None = None,
     ) -> None: ...
     @overload
@@ -155,6 +156,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         tier_size: Optional[Size] = None,
         max_item_size: Optional[Size] = None,
         tier_promote_after: Optional[int] = None,
+        tier_write_queue: Optional[Size] = None,
         serializer: Literal["pickle"],
     ) -> None: ...
     @overload
@@ -181,6 +183,7 @@ class Cache(MutableMapping[Key, _V], Generic[_V]):
         tier_size: Optional[Size] = None,
         max_item_size: Optional[Size] = None,
         tier_promote_after: Optional[int] = None,
+        tier_write_queue: Optional[Size] = None,
         serializer: Serializer[_T],
     ) -> None: ...
     @overload

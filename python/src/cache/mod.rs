@@ -137,7 +137,7 @@ impl Cache {
                         lazy_verify=false, multi_process=false, prefault=false, touch_ahead=true, *,
                         eviction_listener=None, serializer=None, resize_file=false,
                         max_heap_size=None, tier_path=None, tier_size=None, max_item_size=None,
-                        tier_promote_after=None))]
+                        tier_promote_after=None, tier_write_queue=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -162,6 +162,7 @@ impl Cache {
         tier_size: Option<&Bound<'_, PyAny>>,
         max_item_size: Option<&Bound<'_, PyAny>>,
         tier_promote_after: Option<&Bound<'_, PyAny>>,
+        tier_write_queue: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
         let serializer = Serializer::from_arg(serializer)?;
         let listener = eviction_listener.filter(|f| !f.is_none());
@@ -260,6 +261,9 @@ impl Cache {
                     return Err(crate::errors::bad_arg("tier_path is an empty string".into()));
                 }
                 b = b.tier(p, convert::size(size, "tier_size")? as u64).tier_promote_after(promote);
+                if let Some(q) = tier_write_queue.filter(|v| !v.is_none()) {
+                    b = b.tier_write_queue(convert::size(q, "tier_write_queue")?);
+                }
             }
         }
         // Opening may map and check a persisted heap of gigabytes: let other threads run.

@@ -11,8 +11,13 @@ use crate::error::{Error, Result};
 use crate::eviction::policy::Policy;
 use crate::listener::{RemovalCause, RemovalListener};
 
-/// The tier writer's queue unless `tier_write_queue` says otherwise.
-const DEFAULT_TIER_WRITE_QUEUE: usize = 8 << 20;
+/// The bytes of flash segment images the tier's writer holds queued unless
+/// [`Builder::tier_write_queue`] says otherwise.
+///
+/// ```
+/// assert_eq!(segcache_core::DEFAULT_TIER_WRITE_QUEUE, 8 << 20);
+/// ```
+pub const DEFAULT_TIER_WRITE_QUEUE: usize = 8 << 20;
 /// `tier_promote_after` unless set.
 const DEFAULT_TIER_PROMOTE_AFTER: u8 = 0;
 
