@@ -196,7 +196,8 @@ fn write(file: &File, job: &Job, shared: &Shared) {
     let from = job.image.written();
     let ok = !failing && file.write_all_at(&job.image.bytes()[from..], job.at + from as u64).is_ok();
     // The record says the segment is in use only once its image is there. Should its write fail,
-    // the record still says free, and a reopen drops the segment's slots: nothing else is lost.
+    // the record still says free (or in use up to the part an eviction without a queue wrote
+    // earlier), and a reopen drops the slots past it: nothing else is lost.
     if ok {
         let _ = file.write_all_at(&job.record.1, job.record.0);
     }
