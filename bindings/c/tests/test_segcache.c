@@ -2649,11 +2649,47 @@ static void test_doc_compute_and_listener(void) {
 
 /* A flash tier: its settings are checked, each with a status, and the items eviction takes out
  * of a heap of 8 segments come back from the tier file with their values and flags. */
-/* What the process killed in test_tier stores under tier-%d: 200-263 bytes. */
+/* The value test_tier and test_tier_resize store under their key i: 210-275 bytes. */
+static void tier_value(int i, char *val, size_t cap) {
+    int n = snprintf(val, cap, "value-%d-", i);
+    memset(val + n, 'a' + i % 26, 200 + i % 64);
+    val[n + 200 + i % 64] = '\0';
+}
+
+/* What the process killed in test_tier stores under tier-%d: 200-273 bytes. */
 static void killed_value(int i, char *val, size_t cap) {
     int n = snprintf(val, cap, "killed-%d-", i);
     memset(val + n, 'A' + i % 26, 190 + i % 64);
     val[n + 190 + i % 64] = '\0';
+}
+
+/* Stores keys `prefix`0 to `prefix`(n-1), key i with value(i) and flags i. */
+static void store_keys(segcache_t *c, const char *prefix, int n, void (*value)(int, char *, size_t)) {
+    char key[32], val[300];
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "%s%d", prefix, i);
+        value(i, val, sizeof val);
+        CHECK_ST(segcache_set(c, K(key), K(val), (uint32_t)i, 0), SEGCACHE_OK);
+    }
+}
+
+/* Checks that each of the keys store_keys stored is there with its value and flags. */
+static void check_keys(segcache_t *c, const char *prefix, int n, void (*value)(int, char *, size_t)) {
+    char key[32], val[300], buf[300];
+    int wrong = 0, missing = 0;
+    for (int i = 0; i < n; i++) {
+        snprintf(key, sizeof key, "%s%d", prefix, i);
+        value(i, val, sizeof val);
+        segcache_meta_t meta;
+        segcache_status_t got = get_str(c, key, buf, sizeof buf, &meta);
+        if (got != SEGCACHE_OK) {
+            missing++;
+        } else if (strcmp(buf, val) != 0 || meta.flags != (uint32_t)i) {
+            wrong++;
+        }
+    }
+    CHECK(missing == 0);
+    CHECK(wrong == 0);
 }
 
 static void test_tier(void) {
@@ -2703,34 +2739,13 @@ static void test_tier(void) {
     CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
     enum { N = 6000 };
     char key[32], val[300], buf[300];
-    for (int i = 0; i < N; i++) { /* about 2 MiB: four times the heap */
-        snprintf(key, sizeof key, "tier-%d", i);
-        int n = snprintf(val, sizeof val, "value-%d-", i);
-        memset(val + n, 'a' + i % 26, 200 + i % 64);
-        val[n + 200 + i % 64] = '\0';
-        CHECK_ST(segcache_set(c, K(key), K(val), (uint32_t)i, 0), SEGCACHE_OK);
-    }
+    store_keys(c, "tier-", N, tier_value); /* about 2 MiB: four times the heap */
     segcache_stats_t st;
     CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
     CHECK(st.flash_demoted > N / 2);
     CHECK(st.flash_items > N / 2);
     CHECK(st.evicted_items == 0);
-    int wrong = 0, missing = 0;
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof key, "tier-%d", i);
-        int n = snprintf(val, sizeof val, "value-%d-", i);
-        memset(val + n, 'a' + i % 26, 200 + i % 64);
-        val[n + 200 + i % 64] = '\0';
-        segcache_meta_t meta;
-        segcache_status_t got = get_str(c, key, buf, sizeof buf, &meta);
-        if (got != SEGCACHE_OK) {
-            missing++;
-        } else if (strcmp(buf, val) != 0 || meta.flags != (uint32_t)i) {
-            wrong++;
-        }
-    }
-    CHECK(missing == 0);
-    CHECK(wrong == 0);
+    check_keys(c, "tier-", N, tier_value);
     CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
     CHECK(st.flash_hits > N / 2);
     CHECK(st.flash_bad_reads == 0);
@@ -2781,11 +2796,7 @@ static void test_tier(void) {
     CHECK(pid >= 0);
     if (pid == 0) {
         if (segcache_open(&cfg, &c) != SEGCACHE_OK) _exit(2);
-        for (int i = 0; i < N; i++) {
-            snprintf(key, sizeof key, "tier-%d", i);
-            killed_value(i, val, sizeof val);
-            if (segcache_set(c, K(key), K(val), (uint32_t)i, 0) != SEGCACHE_OK) _exit(3);
-        }
+        store_keys(c, "tier-", N, killed_value);
         raise(SIGKILL);
         _exit(4);
     }
@@ -2795,30 +2806,11 @@ static void test_tier(void) {
     CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
     CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
     CHECK(st.flash_items > N / 2);
-    missing = wrong = 0;
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof key, "tier-%d", i);
-        killed_value(i, val, sizeof val);
-        segcache_status_t got = get_str(c, key, buf, sizeof buf, &meta);
-        if (got != SEGCACHE_OK) {
-            missing++;
-        } else if (strcmp(buf, val) != 0 || meta.flags != (uint32_t)i) {
-            wrong++;
-        }
-    }
-    CHECK(missing == 0);
-    CHECK(wrong == 0);
+    check_keys(c, "tier-", N, killed_value);
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
     unlink(heap);
     unlink(tier);
     rmdir(dir);
-}
-
-/* tier-resize-%d's value, as test_tier_resize stores it. */
-static void tier_resize_value(int i, char *val, size_t cap) {
-    int n = snprintf(val, cap, "value-%d-", i);
-    memset(val + n, 'a' + i % 26, 200 + i % 64);
-    val[n + 200 + i % 64] = '\0';
 }
 
 /* resize_file with a flash tier: a larger heap and tier keep every item, those that were on the
@@ -2842,12 +2834,7 @@ static void test_tier_resize(void) {
     segcache_t *c = NULL;
     CHECK_ST(segcache_open(&cfg, &c), SEGCACHE_OK);
     enum { N = 6000 };
-    char key[32], val[300], buf[300];
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof key, "tier-resize-%d", i);
-        tier_resize_value(i, val, sizeof val);
-        CHECK_ST(segcache_set(c, K(key), K(val), (uint32_t)i, 0), SEGCACHE_OK);
-    }
+    store_keys(c, "tier-resize-", N, tier_value);
     segcache_stats_t st;
     CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
     CHECK(st.flash_items > N / 2);
@@ -2859,20 +2846,7 @@ static void test_tier_resize(void) {
     sized.resize_file = true;
     c = NULL;
     CHECK_ST(segcache_open(&sized, &c), SEGCACHE_OK);
-    int wrong = 0, missing = 0;
-    for (int i = 0; i < N; i++) {
-        snprintf(key, sizeof key, "tier-resize-%d", i);
-        tier_resize_value(i, val, sizeof val);
-        segcache_meta_t meta;
-        segcache_status_t got = get_str(c, key, buf, sizeof buf, &meta);
-        if (got != SEGCACHE_OK) {
-            missing++;
-        } else if (strcmp(buf, val) != 0 || meta.flags != (uint32_t)i) {
-            wrong++;
-        }
-    }
-    CHECK(missing == 0);
-    CHECK(wrong == 0);
+    check_keys(c, "tier-resize-", N, tier_value);
     CHECK_ST(segcache_stats(c, &st), SEGCACHE_OK);
     CHECK(st.flash_items > N / 4);
     CHECK_ST(segcache_close(c), SEGCACHE_OK);
