@@ -1060,7 +1060,7 @@ def expires_now(op: Op) -> bool:
     """Whether a successful `ma` leaves its item expired: its T, read as memcached reads an
     exptime (a C long cut to 32 bits), is negative."""
     ttl = meta_token(op, b"T") if op.wire["memcached"].startswith(b"ma ") else None
-    if ttl is None or not re.fullmatch(rb"-?[0-9]+", ttl) or not -(1 << 63) <= int(ttl) < 1 << 63:
+    if ttl is None or not re.fullmatch(rb"[-+]?[0-9]+", ttl) or not -(1 << 63) <= int(ttl) < 1 << 63:
         return False
     return (int(ttl) + (1 << 31)) % (1 << 32) < 1 << 31
 
